@@ -1,0 +1,144 @@
+"""Model profiles: the small registry of per-model facts the whole pipeline reads.
+
+A profile is data (`assets/models/<name>.yaml`), in the spirit of SpecForge's template registry.
+Checks, the simulator and the training-table builder read token ids from here; nothing outside
+the Kimi profile file hard-codes Kimi's ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ProfileError(ValueError):
+    """A profile file is missing, unreadable or inconsistent; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class ToolCallIds:
+    section_begin: int | None = None
+    section_end: int | None = None
+    call_begin: int | None = None
+    argument_begin: int | None = None
+    call_end: int | None = None
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    # max_new_tokens is always sent explicitly: SGLang's /generate default of 128 truncates reasoning.
+    max_new_tokens: int = 4096
+    temperature: float = 1.0
+    top_p: float = 0.95
+    top_k: int = -1
+    min_p: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    name: str
+    tokenizer: str  # a local folder or a Hugging Face id
+    template_family: str  # how tools are declared: "kimi_ts" (tools_ts_str) or "hf" (template only)
+    think_start_id: int
+    think_end_id: int
+    end_of_turn_id: int
+    stop_token_ids: tuple[int, ...]
+    vocab_size: int
+    context_length: int
+    max_prompt_tokens: int
+    generation_prompt_ends_with_think_start: bool
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    tool_call_ids: ToolCallIds = field(default_factory=ToolCallIds)
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    trust_remote_code: bool = False
+    source_file: str = ""
+
+    def with_tokenizer(self, tokenizer: str) -> "ModelProfile":
+        d = asdict(self)
+        d["tokenizer"] = tokenizer
+        d["tool_call_ids"] = self.tool_call_ids
+        d["sampling"] = self.sampling
+        d["stop_token_ids"] = tuple(self.stop_token_ids)
+        return ModelProfile(**d)
+
+    def fingerprint(self) -> str:
+        """Hash of everything in the profile that changes what the model sees or emits."""
+        d = asdict(self)
+        d.pop("source_file", None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+_REQUIRED = (
+    "name", "tokenizer", "template_family", "think_start_id", "think_end_id", "end_of_turn_id",
+    "stop_token_ids", "vocab_size", "context_length", "max_prompt_tokens",
+    "generation_prompt_ends_with_think_start",
+)
+
+
+def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> ModelProfile:
+    if not isinstance(raw, dict):
+        raise ProfileError(f"{source}: a profile must be a mapping, got {type(raw).__name__}")
+    missing = [k for k in _REQUIRED if k not in raw]
+    if missing:
+        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}")
+    known = set(ModelProfile.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    d = dict(raw)
+    tok = str(d["tokenizer"])
+    # A relative local path is relative to the profile file, so a profile folder can move as a whole.
+    if base_dir is not None and (tok.startswith("./") or tok.startswith("../")):
+        tok = str((base_dir / tok).resolve())
+    d["tokenizer"] = tok
+    try:
+        d["tool_call_ids"] = ToolCallIds(**(d.get("tool_call_ids") or {}))
+        d["sampling"] = SamplingDefaults(**(d.get("sampling") or {}))
+    except TypeError as e:
+        raise ProfileError(f"{source}: {e}") from None
+    d["stop_token_ids"] = tuple(int(x) for x in d["stop_token_ids"])
+    d["template_kwargs"] = dict(d.get("template_kwargs") or {})
+    d["source_file"] = source
+    if d["template_family"] not in ("kimi_ts", "hf"):
+        raise ProfileError(f"{source}: template_family must be 'kimi_ts' or 'hf', got {d['template_family']!r}")
+    for k in ("think_start_id", "think_end_id", "end_of_turn_id"):
+        if not 0 <= int(d[k]) < int(d["vocab_size"]):
+            raise ProfileError(f"{source}: {k}={d[k]} is outside the vocabulary (vocab_size={d['vocab_size']})")
+    if d["end_of_turn_id"] not in d["stop_token_ids"]:
+        raise ProfileError(f"{source}: stop_token_ids must include end_of_turn_id {d['end_of_turn_id']}")
+    return ModelProfile(**d)
+
+
+def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> ModelProfile:
+    """Load a profile by name (from `models_dir`) or by path to a YAML file."""
+    p = Path(name_or_path)
+    if p.suffix not in (".yaml", ".yml") and "/" not in str(name_or_path):
+        if models_dir is None:
+            from .config import settings
+
+            models_dir = settings().models_dir
+        p = models_dir / f"{name_or_path}.yaml"
+    if not p.exists():
+        avail = sorted(x.stem for x in p.parent.glob("*.yaml")) if p.parent.exists() else []
+        raise ProfileError(f"model profile {str(name_or_path)!r} not found at {p} (available: {avail or 'none'})")
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ProfileError(f"{p}: not valid YAML: {e}") from None
+    return profile_from_dict(raw, source=str(p), base_dir=p.parent)
+
+
+def active_profile() -> ModelProfile:
+    """The profile the pipeline runs with: EAGLE3_MODEL, with EAGLE3_TOKENIZER overriding its tokenizer."""
+    from .config import settings
+
+    s = settings()
+    prof = load_profile(s.model, s.models_dir)
+    if s.tokenizer_override:
+        prof = prof.with_tokenizer(s.tokenizer_override)
+    return prof
