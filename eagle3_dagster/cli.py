@@ -1,0 +1,68 @@
+"""`eagle3`: the command line. Each subcommand runs the same domain code as the assets.
+
+    eagle3 ingest FILE --out DIR        ingest one prompt file outside Dagster
+    eagle3 render --model P IN OUT      render + encode conversations exactly as the pipeline does
+    eagle3 inspect --shard N            preview a shard's generations and its gate result
+    eagle3 demo                         run the whole graph on a local Dagster instance and summarize
+    eagle3 ui                           the Dagster UI on 127.0.0.1:3000 with a simulator behind it
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+
+def _ingest(argv: list[str]) -> int:
+    from .ingest.cli import main
+
+    return main(argv)
+
+
+def _render(argv: list[str]) -> int:
+    from .tokenize.cli import main
+
+    return main(argv)
+
+
+def _inspect(argv: list[str]) -> int:
+    from .quality.cli import main
+
+    return main(argv)
+
+
+def _demo(argv: list[str]) -> int:
+    from .demo import main
+
+    return main(argv)
+
+
+def _ui(argv: list[str]) -> int:
+    from .demo import ui_main
+
+    return ui_main(argv)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "ingest": _ingest,
+    "render": _render,
+    "inspect": _inspect,
+    "demo": _demo,
+    "ui": _ui,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"eagle3: unknown command {cmd!r}; one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return COMMANDS[cmd](rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Gate results -> blocking asset-check results.
+
+A gate is one GX suite (expectations/<gate>.json) validated on a polars feature frame. Each
+stage asset runs its gate in-step and reports it through `check_specs`, so a failed ERROR
+check blocks every downstream asset in the same run; the stored gate result
+(data/gates/<gate>/shard=NNNN.json) blocks consumers in later runs too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class HeadlineCheck:
+    """A single expectation surfaced as its own asset check, by its name in the suite."""
+
+    check_name: str
+    expectation_name: str
+    description: str
+
+
+def gate_check_specs(asset_name: str, gate: str, headlines: tuple[HeadlineCheck, ...]) -> list[dg.AssetCheckSpec]:
+    specs = [
+        dg.AssetCheckSpec(h.check_name, asset=asset_name, blocking=True, description=h.description)
+        for h in headlines
+    ]
+    specs.append(
+        dg.AssetCheckSpec(
+            f"{gate}_gate",
+            asset=asset_name,
+            blocking=True,
+            description=f"Every critical expectation of expectations/{gate}.json meets its `mostly` threshold.",
+        )
+    )
+    return specs
+
+
+def _outcome_metadata(o: Any) -> dict[str, Any]:
+    return {
+        "pass_rate": float(o.pass_rate),
+        "mostly": float(o.mostly),
+        "unexpected_count": int(o.unexpected_count),
+        "severity": o.severity,
+    }
+
+
+def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, ...]) -> list[dg.AssetCheckResult]:
+    by_name = {o.name: o for o in result.outcomes}
+    out: list[dg.AssetCheckResult] = []
+    for h in headlines:
+        o = by_name.get(h.expectation_name)
+        if o is None:
+            # A suite edited so that the headline expectation is gone must not pass silently.
+            out.append(
+                dg.AssetCheckResult(
+                    check_name=h.check_name,
+                    passed=False,
+                    severity=dg.AssetCheckSeverity.ERROR,
+                    description=f"expectation {h.expectation_name!r} is not in expectations/{gate}.json",
+                )
+            )
+            continue
+        out.append(
+            dg.AssetCheckResult(
+                check_name=h.check_name,
+                passed=bool(o.success),
+                severity=dg.AssetCheckSeverity.ERROR if o.severity == "critical" else dg.AssetCheckSeverity.WARN,
+                description=o.description,
+                metadata=_outcome_metadata(o),
+            )
+        )
+    failing = [o for o in result.outcomes if not o.success]
+    meta: dict[str, Any] = {
+        "rows": int(result.n_rows),
+        "rows_failing_critical": int(result.row_failures.height),
+        "failed_expectations": dg.MetadataValue.json(
+            [{"name": o.name, "severity": o.severity, "pass_rate": o.pass_rate, "mostly": o.mostly} for o in failing]
+        ),
+        "expectations": dg.MetadataValue.md(outcomes_table(result.outcomes)),
+    }
+    if getattr(result, "data_docs_index", None):
+        meta["data_docs"] = dg.MetadataValue.url("file://" + str(result.data_docs_index))
+    out.append(
+        dg.AssetCheckResult(
+            check_name=f"{gate}_gate",
+            passed=bool(result.success),
+            severity=dg.AssetCheckSeverity.ERROR,
+            metadata=meta,
+        )
+    )
+    return out
+
+
+def outcomes_table(outcomes: Any) -> str:
+    lines = ["| expectation | severity | pass rate | mostly | unexpected | ok |", "|---|---|---|---|---|---|"]
+    for o in outcomes:
+        lines.append(
+            f"| {o.name} | {o.severity} | {o.pass_rate:.4f} | {o.mostly} | {o.unexpected_count} | {'yes' if o.success else '**NO**'} |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Ingest wiring: one asset per prompt-source YAML, and the combined, deduplicated `prompts`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import dagster as dg
+import polars as pl
+
+from ..config import settings
+from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
+from .metadata import to_metadata
+from .partitions import N_SHARDS
+from .resources import PipelineSettings
+
+GROUP = "ingest"
+
+
+def source_asset_name(spec: SourceSpec) -> str:
+    return "source__" + re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
+
+
+def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
+    @dg.asset(
+        name=source_asset_name(spec),
+        group_name=GROUP,
+        description=f"Prompt source `{spec.name}` ({spec.format}): {spec.path}. Licence: {spec.licence or 'not stated'}",
+        kinds={"parquet"},
+        tags={"eagle3/stage": "ingest"},
+    )
+    def _asset(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
+        out_dir = pipeline.data_path / "sources" / spec.name
+        counts = ingest_source(spec, out_dir, n_shards=N_SHARDS)
+        context.log.info(f"source {spec.name}: {counts}")
+        return dg.MaterializeResult(
+            metadata={
+                **to_metadata(counts),
+                "path": dg.MetadataValue.path(str(out_dir)),
+                "licence": spec.licence or "not stated",
+            }
+        )
+
+    return _asset
+
+
+def _prompts_preview(path, n: int = 8) -> str:
+    df = pl.read_parquet(path, n_rows=n) if path.exists() else pl.DataFrame()
+    lines = ["| prompt_id | source | shard | turns | tools | last user/tool turn |", "|---|---|---|---|---|---|"]
+    for row in df.iter_rows(named=True):
+        msgs = json.loads(row["messages"])
+        last = next((m for m in reversed(msgs) if m.get("role") in ("user", "tool")), msgs[-1] if msgs else {})
+        text = str(last.get("content", ""))[:80].replace("|", "\\|").replace("\n", " ")
+        tools = len(json.loads(row["tools"])) if row["tools"] else 0
+        lines.append(f"| `{row['prompt_id'][:12]}` | {row['source']} | {row['shard']} | {row['n_messages']} | {tools} | {text} |")
+    return "\n".join(lines)
+
+
+def build_ingest_assets() -> list[dg.AssetsDefinition]:
+    specs = load_source_specs(settings().sources_dir)
+    source_assets = [_source_asset(s) for s in specs]
+    names = [s.name for s in specs]
+
+    @dg.asset(
+        name="prompts",
+        group_name=GROUP,
+        deps=[a.key for a in source_assets],
+        description="All sources combined: canonical conversations, cross-source duplicates removed, stable shard per prompt.",
+        kinds={"parquet"},
+        tags={"eagle3/stage": "ingest"},
+    )
+    def prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
+        data = pipeline.data_path
+        counts = combine_sources([data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS)
+        out = data / "prompts" / "prompts.parquet"
+        per_shard = (
+            pl.read_parquet(out).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
+        )
+        context.log.info(f"prompts: {counts}")
+        return dg.MaterializeResult(
+            metadata={
+                **to_metadata(counts),
+                "rows_per_shard": dg.MetadataValue.json({f"{r['shard']:04d}": r["len"] for r in per_shard}),
+                "n_shards": N_SHARDS,
+                "path": dg.MetadataValue.path(str(out)),
+                "preview": dg.MetadataValue.md(_prompts_preview(out)),
+            }
+        )
+
+    return [*source_assets, prompts]

@@ -1,0 +1,78 @@
+"""Training wiring: `training_samples[shard]`, consuming only shards whose gates passed."""
+
+from __future__ import annotations
+
+import dagster as dg
+import polars as pl
+
+from ..generate import read_generations
+from ..quality import read_gate_result, run_gate, training_features, write_gate_result
+from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
+from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
+from ..train import build_training_samples
+from .gates import gate_check_results, gate_check_specs
+from .metadata import to_metadata
+from .partitions import shard_partitions
+from .resources import PipelineSettings
+
+GROUP = "train"
+MAX_TRAIN_LEN = 65536
+
+
+def _require_passed_gates(data, shard: int) -> dict:
+    """Cross-run gating: a shard whose gate failed (in any earlier run) is never consumed."""
+    gates = {}
+    for gate in ("prompts", "generations"):
+        res = read_gate_result(data, gate, shard)
+        if res is None:
+            raise dg.Failure(f"shard {shard:04d}: no stored `{gate}` gate result; materialize the upstream assets first")
+        if not res.success:
+            failed = [o.name for o in res.outcomes if not o.success and o.severity == "critical"]
+            raise dg.Failure(
+                description=f"shard {shard:04d}: the `{gate}` gate failed ({', '.join(failed)}); refusing to build "
+                "training samples from it",
+                metadata={"failed_expectations": dg.MetadataValue.json(failed)},
+            )
+        gates[gate] = res
+    return gates
+
+
+@dg.asset(
+    name="training_samples",
+    group_name=GROUP,
+    deps=["generations", "tokenized_prompts"],
+    partitions_def=shard_partitions,
+    check_specs=gate_check_specs("training_samples", "training_samples", ()),
+    description="input_ids = prompt ids + output ids (exactly as generated), loss_mask 0 over the prompt and 1 over "
+    "the output; only rows that passed every critical gate expectation; lineage on every row.",
+    kinds={"parquet"},
+    tags={"eagle3/stage": "train"},
+)
+def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
+    shard = parse_shard_key(context.partition_key)
+    data = pipeline.data_path
+    profile = pipeline.profile()
+    gates = _require_passed_gates(data, shard)
+    tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
+    gens = read_generations(shard_dir(data, "generations", shard))
+    bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
+    bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
+    errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
+    samples, counts = build_training_samples(
+        gens, tokenized, exclude_sample_ids=bad_samples, exclude_prompt_ids=bad_prompts
+    )
+    out = shard_dir(data, "training_samples", shard)
+    path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
+    features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
+    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx")
+    write_gate_result(data, "training_samples", shard, gate)
+    context.log.info(f"shard {shard}: {counts}")
+    return dg.MaterializeResult(
+        metadata={
+            **to_metadata(counts),
+            "generation_errors": pl.read_parquet(errors_path).height if errors_path.exists() else 0,
+            "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
+            "path": dg.MetadataValue.path(str(path)),
+        },
+        check_results=gate_check_results("training_samples", gate, ()),
+    )

@@ -1,0 +1,129 @@
+"""`eagle3 demo` and `eagle3 ui`: the whole graph on a local instance, with a simulator if needed.
+
+The simulator is started only when EAGLE3_SGLANG_URL is unset; pointing that variable at a real
+SGLang server (or router) runs the very same code against it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+
+from .config import PROJECT_ROOT, settings
+
+INSTANCE_YAML = """\
+# Written by eagle3-dagster: a local instance (SQLite under this folder).
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: 2   # at most two shard steps talk to the SGLang fleet at once (pool "sglang")
+"""
+
+
+def ensure_dagster_home() -> Path:
+    home = Path(os.environ.get("DAGSTER_HOME") or PROJECT_ROOT / ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    if not cfg.exists():
+        cfg.write_text(INSTANCE_YAML)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+@contextlib.contextmanager
+def sglang_endpoint(extra_sim_args: list[str] | None = None) -> Iterator[str]:
+    """Yield the SGLang URL(s) to use: EAGLE3_SGLANG_URL if set, else a simulator we start and stop."""
+    if os.environ.get("EAGLE3_SGLANG_URL"):
+        yield os.environ["EAGLE3_SGLANG_URL"]
+        return
+    from .sim.process import start_simulator
+
+    with start_simulator(extra_args=extra_sim_args or []) as sim:
+        os.environ["EAGLE3_SGLANG_URL"] = sim.url
+        try:
+            print(f"[demo] simulator (eagle3-sim) at {sim.url}, pid {sim.pid}", flush=True)
+            yield sim.url
+        finally:
+            os.environ.pop("EAGLE3_SGLANG_URL", None)
+
+
+def _rows(folder: Path, pattern: str = "part-*.parquet") -> int:
+    files = sorted(folder.glob(pattern)) if folder.exists() else []
+    return sum(pl.scan_parquet(f).select(pl.len()).collect().item() for f in files)
+
+
+def summarize(outcome, data_dir: Path) -> str:
+    s = settings()
+    lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
+    prompts = data_dir / "prompts" / "prompts.parquet"
+    rej = data_dir / "prompts" / "prompt_rejects.parquet"
+    lines.append(f"model profile: {s.model}   data dir: {data_dir}")
+    for src in sorted((data_dir / "sources").glob("*")):
+        lines.append(
+            f"source {src.name}: accepted {_rows(src, 'accepted.parquet')}, rejected {_rows(src, 'rejects.parquet')}"
+        )
+    lines.append(f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected")
+    header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
+    lines += ["", header, "-" * len(header)]
+    for sh in outcome.shards:
+        k = int(sh.shard)
+        tok = _rows(data_dir / "tokenized_prompts" / f"shard={k:04d}")
+        gen = _rows(data_dir / "generations" / f"shard={k:04d}")
+        trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
+        checks = ", ".join(f"{name.split(':')[1]}={'PASS' if ok else 'FAIL'}" for name, ok in sorted(sh.checks.items()))
+        lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
+        if sh.skipped_or_failed:
+            lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
+    lines += [
+        "",
+        f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
+        f"data docs:  {data_dir / 'gx' / 'uncommitted' / 'data_docs' / 'local_site' / 'index.html'}",
+        f"instance:   DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}  (see the runs with `make ui`)",
+        f"result:     {'SUCCESS' if outcome.success else 'FAILED'}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="eagle3 demo", description=__doc__)
+    ap.add_argument("--shards", help="comma-separated shard keys (default: all)")
+    ap.add_argument("--sim-arg", action="append", default=[], help="extra argument for eagle3-sim (repeatable)")
+    args = ap.parse_args(argv)
+    ensure_dagster_home()
+    import dagster as dg
+
+    with sglang_endpoint(args.sim_arg):
+        from .defs.run import materialize_graph
+        from .definitions import defs
+
+        instance = dg.DagsterInstance.get()
+        shards = args.shards.split(",") if args.shards else None
+        outcome = materialize_graph(defs, instance, shards=shards)
+    print(summarize(outcome, settings().data_dir), flush=True)
+    summary_path = settings().data_dir / "demo_summary.json"
+    summary_path.write_text(json.dumps({"success": outcome.success, "shards": [s.__dict__ for s in outcome.shards]}, indent=2))
+    return 0 if outcome.success else 1
+
+
+def ui_main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="eagle3 ui")
+    ap.add_argument("--port", default="3000")
+    args = ap.parse_args(argv)
+    ensure_dagster_home()
+    with sglang_endpoint():
+        env = dict(os.environ)
+        cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", args.port]
+        print(f"[ui] Dagster UI on http://127.0.0.1:{args.port}  (Ctrl-C to stop)", flush=True)
+        try:
+            return subprocess.call(cmd, env=env, cwd=PROJECT_ROOT)
+        except KeyboardInterrupt:
+            return 0

@@ -1,0 +1,63 @@
+"""Training samples: prompt ids + generated ids, with a loss mask over what the model produced.
+
+Loss-mask convention: every id the model generated is supervised (reasoning, `</think>`, the
+answer, tool-call sections and the end-of-turn token); every prompt id, including the template's
+prefilled `<think>`, is not. Ids are concatenated exactly as stored, never re-encoded.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from ..schemas import TRAINING_SAMPLES
+
+LINEAGE_FROM_GENERATIONS = ("model_revision", "template_hash", "sampling_hash", "endpoint", "finish_reason", "generated_at")
+
+
+def build_training_samples(
+    generations: pl.DataFrame,
+    tokenized: pl.DataFrame,
+    *,
+    exclude_sample_ids: set[str] | frozenset[str] = frozenset(),
+    exclude_prompt_ids: set[str] | frozenset[str] = frozenset(),
+) -> tuple[pl.DataFrame, dict[str, int]]:
+    """Join generations to their prompts and build `input_ids` + `loss_mask`.
+
+    Returns the TRAINING_SAMPLES frame and counts that reconcile:
+    generations = samples + excluded_by_gate + missing_prompt.
+    """
+    counts = {"generations": generations.height}
+    gens = generations
+    if exclude_sample_ids:
+        gens = gens.filter(~pl.col("sample_id").is_in(list(exclude_sample_ids)))
+    if exclude_prompt_ids:
+        gens = gens.filter(~pl.col("prompt_id").is_in(list(exclude_prompt_ids)))
+    counts["excluded_by_gate"] = generations.height - gens.height
+
+    prompts = tokenized.select("prompt_id", pl.col("input_ids").alias("prompt_ids"), "tokenizer_fingerprint")
+    joined = gens.join(prompts, on="prompt_id", how="inner")
+    counts["missing_prompt"] = gens.height - joined.height
+
+    out = joined.select(
+        "sample_id",
+        "prompt_id",
+        "source",
+        pl.concat_list("prompt_ids", "output_ids").cast(pl.List(pl.Int32)).alias("input_ids"),
+        pl.concat_list(
+            pl.col("prompt_ids").list.eval(pl.lit(0, dtype=pl.Int8)),
+            pl.col("output_ids").list.eval(pl.lit(1, dtype=pl.Int8)),
+        ).alias("loss_mask"),
+        pl.col("prompt_ids").list.len().cast(pl.Int32).alias("prompt_len"),
+        pl.col("output_ids").list.len().cast(pl.Int32).alias("output_len"),
+        (pl.col("prompt_ids").list.len() + pl.col("output_ids").list.len()).cast(pl.Int32).alias("total_len"),
+        "model_revision",
+        "template_hash",
+        "tokenizer_fingerprint",
+        "sampling_hash",
+        "endpoint",
+        "finish_reason",
+        "generated_at",
+    ).sort("sample_id")
+    counts["samples"] = out.height
+    assert counts["generations"] == counts["samples"] + counts["excluded_by_gate"] + counts["missing_prompt"]
+    return out.select(TRAINING_SAMPLES.names), counts
