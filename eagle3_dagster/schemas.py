@@ -105,4 +105,6 @@ TRAINING_SAMPLES = pa.schema([
     ("endpoint", pa.string()),
     ("finish_reason", pa.string()),
     ("generated_at", pa.timestamp("us", tz="UTC")),
+    ("conversation", pa.string()),     # JSON: prompt messages + the parsed assistant turn (derived from ids)
+    ("tools", pa.string()),            # JSON list of tools offered in the prompt, or null
 ])

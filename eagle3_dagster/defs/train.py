@@ -10,10 +10,11 @@ from ..quality import read_gate_result, run_gate, training_features, write_gate_
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
+from ..train.conversations import parse_generations
 from .gates import gate_check_results, gate_check_specs
 from .metadata import to_metadata
 from .partitions import shard_partitions
-from .resources import PipelineSettings
+from .resources import PipelineSettings, cached_renderer
 
 GROUP = "train"
 MAX_TRAIN_LEN = 65536
@@ -58,11 +59,21 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
+    tokenizer = cached_renderer(profile).tokenizer
+    candidates = gens.filter(~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts)))
+    conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
     samples, counts = build_training_samples(
-        gens, tokenized, exclude_sample_ids=bad_samples, exclude_prompt_ids=bad_prompts
+        gens,
+        tokenized,
+        exclude_sample_ids=bad_samples | set(parse_failures["row_id"].to_list()),
+        exclude_prompt_ids=bad_prompts,
+        conversations=conversations,
     )
     out = shard_dir(data, "training_samples", shard)
+    write_frame_atomic(parse_failures, out / "quarantine.parquet")
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
+    rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx")
     write_gate_result(data, "training_samples", shard, gate)
@@ -70,6 +81,8 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     return dg.MaterializeResult(
         metadata={
             **to_metadata(counts),
+            **to_metadata(parse_counts),
+            "round_trip_rate": rt_rate,
             "generation_errors": pl.read_parquet(errors_path).height if errors_path.exists() else 0,
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
             "path": dg.MetadataValue.path(str(path)),

@@ -20,11 +20,12 @@ def build_training_samples(
     *,
     exclude_sample_ids: set[str] | frozenset[str] = frozenset(),
     exclude_prompt_ids: set[str] | frozenset[str] = frozenset(),
+    conversations: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, dict[str, int]]:
     """Join generations to their prompts and build `input_ids` + `loss_mask`.
 
     Returns the TRAINING_SAMPLES frame and counts that reconcile:
-    generations = samples + excluded_by_gate + missing_prompt.
+    generations = samples + excluded + missing_prompt.
     """
     counts = {"generations": generations.height}
     gens = generations
@@ -32,11 +33,14 @@ def build_training_samples(
         gens = gens.filter(~pl.col("sample_id").is_in(list(exclude_sample_ids)))
     if exclude_prompt_ids:
         gens = gens.filter(~pl.col("prompt_id").is_in(list(exclude_prompt_ids)))
-    counts["excluded_by_gate"] = generations.height - gens.height
+    counts["excluded"] = generations.height - gens.height
 
     prompts = tokenized.select("prompt_id", pl.col("input_ids").alias("prompt_ids"), "tokenizer_fingerprint")
     joined = gens.join(prompts, on="prompt_id", how="inner")
     counts["missing_prompt"] = gens.height - joined.height
+    if conversations is None:
+        conversations = pl.DataFrame(schema={"sample_id": pl.String, "conversation": pl.String, "tools": pl.String})
+    joined = joined.join(conversations.select("sample_id", "conversation", "tools"), on="sample_id", how="left")
 
     out = joined.select(
         "sample_id",
@@ -57,7 +61,9 @@ def build_training_samples(
         "endpoint",
         "finish_reason",
         "generated_at",
+        "conversation",
+        "tools",
     ).sort("sample_id")
     counts["samples"] = out.height
-    assert counts["generations"] == counts["samples"] + counts["excluded_by_gate"] + counts["missing_prompt"]
+    assert counts["generations"] == counts["samples"] + counts["excluded"] + counts["missing_prompt"]
     return out.select(TRAINING_SAMPLES.names), counts

@@ -1,0 +1,66 @@
+"""Exports from a snapshot, in the shapes trainers read as they are.
+
+- `specforge_prompts.jsonl`: one object per sample, `{"id", "input_ids", "loss_mask"}` —
+  pre-tokenized, token-exact; the safest input because no trainer re-tokenizes it.
+- `conversations.jsonl`: `{"id", "conversations": [{"role", "content", "reasoning_content"?,
+  "tool_calls"?, "tool_call_id"?}], "tools"}` — for SpecForge's `train_data_path` and for
+  speculators, which render it with the chat template themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
+CONVERSATIONS_FILE = "exports/conversations.jsonl"
+
+
+def _snapshot_frame(snapshot_dir: Path, columns: list[str]) -> pl.DataFrame:
+    files = sorted((snapshot_dir / "training_samples").glob("shard=*.parquet"))
+    if not files:
+        return pl.DataFrame(schema={c: pl.String for c in columns})
+    return pl.read_parquet(files, columns=columns).sort("sample_id")
+
+
+def _write_jsonl(path: Path, rows) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    n = 0
+    with open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+def export_specforge_prompts(snapshot_dir: Path, exports_dir: Path) -> dict[str, Any]:
+    df = _snapshot_frame(snapshot_dir, ["sample_id", "input_ids", "loss_mask"])
+    n = _write_jsonl(
+        snapshot_dir / SPECFORGE_FILE,
+        ({"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in df.iter_rows(named=True)),
+    )
+    return {SPECFORGE_FILE: {"rows": n, "format": "specforge prompts_path (input_ids, loss_mask)"}}
+
+
+def export_conversations(snapshot_dir: Path, exports_dir: Path) -> dict[str, Any]:
+    df = _snapshot_frame(snapshot_dir, ["sample_id", "conversation", "tools"])
+
+    def rows():
+        for r in df.iter_rows(named=True):
+            yield {
+                "id": r["sample_id"],
+                "conversations": json.loads(r["conversation"]),
+                "tools": json.loads(r["tools"]) if r["tools"] else [],
+            }
+
+    n = _write_jsonl(snapshot_dir / CONVERSATIONS_FILE, rows())
+    return {CONVERSATIONS_FILE: {"rows": n, "format": "conversations (SpecForge train_data_path, speculators)"}}
+
+
+EXPORTERS = (export_specforge_prompts, export_conversations)

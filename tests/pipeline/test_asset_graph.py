@@ -1,0 +1,71 @@
+"""The asset graph itself: what a user sees in the UI and what blocks what."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import dagster as dg
+import pytest
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.definitions import defs
+
+
+@pytest.fixture(scope="module")
+def repo():
+    return defs.get_repository_def()
+
+
+def _asset(repo, name: str) -> dg.AssetsDefinition:
+    return repo.assets_defs_by_key[dg.AssetKey(name)]
+
+
+def test_graph_has_the_pipeline_assets_in_order(repo):
+    keys = {k.to_user_string() for k in repo.assets_defs_by_key}
+    assert {"prompts", "tokenized_prompts", "generations", "training_samples"} <= keys
+    # one asset per prompt source file, all feeding `prompts`
+    sources = {k for k in keys if k.startswith("source__")}
+    assert "source__demo" in sources
+    graph = repo.asset_graph
+    assert {p.to_user_string() for p in graph.get(dg.AssetKey("prompts")).parent_keys} == sources
+    assert dg.AssetKey("prompts") in graph.get(dg.AssetKey("tokenized_prompts")).parent_keys
+    assert dg.AssetKey("tokenized_prompts") in graph.get(dg.AssetKey("generations")).parent_keys
+    assert dg.AssetKey("generations") in graph.get(dg.AssetKey("training_samples")).parent_keys
+
+
+def test_shard_assets_are_partitioned_alike(repo):
+    parts = [_asset(repo, n).partitions_def for n in ("tokenized_prompts", "generations", "training_samples")]
+    assert all(p is not None for p in parts)
+    keys = parts[0].get_partition_keys()
+    assert keys == [f"{i:04d}" for i in range(len(keys))]
+    assert all(p.get_partition_keys() == keys for p in parts)
+    assert _asset(repo, "prompts").partitions_def is None
+
+
+def test_gates_are_blocking_checks(repo):
+    by_asset = {}
+    for a in ("tokenized_prompts", "generations", "training_samples"):
+        specs = list(_asset(repo, a).check_specs)
+        by_asset[a] = {s.name: s for s in specs}
+        assert specs and all(s.blocking for s in specs), a
+    assert "thinking_token_ends_prompt" in by_asset["tokenized_prompts"]
+    assert "think_end_present" in by_asset["generations"]
+    assert "163607" in by_asset["generations"]["think_end_present"].description
+
+
+def test_generation_is_pooled_and_retried(repo):
+    gen = _asset(repo, "generations")
+    assert gen.get_pool(dg.AssetKey("generations")) if hasattr(gen, "get_pool") else True
+    node = gen.node_def
+    assert node.pool == "sglang"
+    assert node.retry_policy is not None and node.retry_policy.max_retries >= 1
+
+
+def test_definitions_validate_from_the_workspace():
+    """What `dagster dev -w workspace.yaml` loads must validate (same check as `dg check defs`)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
