@@ -1,0 +1,99 @@
+"""Parsing generations from their tokens, and the round trip back to the same ids."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+
+from eagle3_dagster.train.conversations import parse_generations
+from eagle3_dagster.train.parse import parse_generation, round_trips
+
+TOOL_TURN = (
+    "The user wants Paris weather.</think>Let me check."
+    "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+    '{"city": "Paris"}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>'
+    '{"tz": "Europe/Paris"}<|tool_call_end|><|tool_calls_section_end|><|im_end|>'
+)
+
+
+def _ids(tok, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+def test_plain_answer_splits_reasoning_and_answer(kimi_profile, kimi_tokenizer):
+    ids = _ids(kimi_tokenizer, "2+2 is basic arithmetic.</think>It is **4**.<|im_end|>")
+    p = parse_generation(ids, kimi_profile, kimi_tokenizer)
+    assert (p.reasoning, p.content, p.tool_calls, p.problems) == ("2+2 is basic arithmetic.", "It is **4**.", [], [])
+    assert ids[p.think_end_pos] == 163607
+    assert round_trips(ids, p, kimi_profile, kimi_tokenizer)
+
+
+def test_kimi_tool_calls_become_openai_tool_calls(kimi_profile, kimi_tokenizer):
+    ids = _ids(kimi_tokenizer, TOOL_TURN)
+    p = parse_generation(ids, kimi_profile, kimi_tokenizer)
+    assert p.content == "Let me check."
+    assert [c["id"] for c in p.tool_calls] == ["functions.get_weather:0", "functions.get_time:1"]
+    assert [c["function"]["name"] for c in p.tool_calls] == ["get_weather", "get_time"]
+    assert json.loads(p.tool_calls[0]["function"]["arguments"]) == {"city": "Paris"}
+    assert p.problems == []
+    assert round_trips(ids, p, kimi_profile, kimi_tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("no end of thinking here, just an answer<|im_end|>", "no_think_end"),
+        ("thinking</think>answer without end of turn", "no_end_of_turn"),
+        ("r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{bad json"
+         "<|tool_call_end|><|tool_calls_section_end|><|im_end|>", "tool_arguments_not_json"),
+        ("r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|im_end|>", "unterminated_tool_section"),
+    ],
+)
+def test_malformed_generations_are_flagged(kimi_profile, kimi_tokenizer, text, problem):
+    p = parse_generation(_ids(kimi_tokenizer, text), kimi_profile, kimi_tokenizer)
+    assert problem in p.problems
+
+
+def test_non_canonical_tokenization_fails_the_round_trip(kimi_profile, kimi_tokenizer):
+    """A model may emit a token split the tokenizer would never produce; re-tokenizing trainers would then
+    train on different ids, so such a row must be caught."""
+    canonical = _ids(kimi_tokenizer, "hello world</think>ok<|im_end|>")
+    # split the first word into single characters: same text, different ids
+    chars = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)]
+    weird = chars + canonical[len(_ids(kimi_tokenizer, "hello")):]
+    assert kimi_tokenizer.decode(weird) == kimi_tokenizer.decode(canonical) and weird != canonical
+    p = parse_generation(weird, kimi_profile, kimi_tokenizer)
+    assert not round_trips(weird, p, kimi_profile, kimi_tokenizer)
+
+
+def test_qwen3_layout(qwen_profile):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(qwen_profile.tokenizer)
+    ids = tok.encode("<think>\nLet me add.\n</think>\n\nFour.<|im_end|>", add_special_tokens=False)
+    p = parse_generation(ids, qwen_profile, tok)
+    assert p.problems == [] and p.reasoning == "\nLet me add.\n" and p.content == "\n\nFour."
+    assert round_trips(ids, p, qwen_profile, tok)
+
+
+def test_parse_generations_builds_conversations_and_quarantines(kimi_profile, kimi_tokenizer):
+    prompts = pl.DataFrame({
+        "prompt_id": ["p1", "p2"],
+        "messages": [json.dumps([{"role": "user", "content": "weather?"}]), json.dumps([{"role": "user", "content": "x"}])],
+        "tools": [json.dumps([{"type": "function", "function": {"name": "get_weather"}}]), None],
+    })
+    gens = pl.DataFrame({
+        "sample_id": ["s1", "s2", "s3"],
+        "prompt_id": ["p1", "p2", "missing"],
+        "output_ids": [_ids(kimi_tokenizer, TOOL_TURN), _ids(kimi_tokenizer, "no think end<|im_end|>"), [1, 2]],
+    })
+    ok, failed, counts = parse_generations(gens, prompts, kimi_profile, kimi_tokenizer)
+    assert ok["sample_id"].to_list() == ["s1"]
+    conv = json.loads(ok["conversation"][0])
+    assert [m["role"] for m in conv] == ["user", "assistant"]
+    assert conv[1]["reasoning_content"] == "The user wants Paris weather." and len(conv[1]["tool_calls"]) == 2
+    reasons = dict(zip(failed["row_id"].to_list(), failed["reasons"].to_list()))
+    assert "no_think_end" in reasons["s2"] and reasons["s3"] == ["prompt_missing"]
+    assert counts["parsed"] == 3 and counts["parse_failures"] == 2

@@ -1,0 +1,97 @@
+"""Snapshots: only gated shards, identical inputs -> identical snapshot, retention, exports readable."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from types import SimpleNamespace
+
+import polars as pl
+
+from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.storage import write_frame_atomic
+from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
+from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
+
+
+def _write_shard(data, shard: int, n: int) -> None:
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    rows = []
+    for i in range(n):
+        sid = f"s{shard}-{i}"
+        rows.append({
+            "sample_id": sid, "prompt_id": f"p{shard}-{i}", "source": "demo",
+            "input_ids": [1, 2, 3, 10 + i], "loss_mask": [0, 0, 0, 1], "prompt_len": 3, "output_len": 1, "total_len": 4,
+            "model_revision": "m", "template_hash": "t", "tokenizer_fingerprint": "f", "sampling_hash": "h",
+            "endpoint": "e", "finish_reason": "stop", "generated_at": now,
+            "conversation": json.dumps([{"role": "user", "content": "q"},
+                                        {"role": "assistant", "content": "a", "reasoning_content": "r"}]),
+            "tools": None,
+        })
+    df = pl.DataFrame(rows, schema=pl.from_arrow(TRAINING_SAMPLES.empty_table()).schema)
+    write_frame_atomic(df, data / "training_samples" / f"shard={shard:04d}" / "part-0000.parquet", schema=TRAINING_SAMPLES)
+
+
+def _gates(failed: dict[tuple[str, int], bool] | None = None, missing: set | None = None):
+    failed, missing = failed or {}, missing or set()
+
+    def status(gate: str, shard: int):
+        if (gate, shard) in missing:
+            return None
+        return SimpleNamespace(success=not failed.get((gate, shard), False))
+
+    return status
+
+
+def test_snapshot_includes_only_gated_shards_with_reasons(tmp_path):
+    for k, n in [(0, 3), (1, 2), (2, 4)]:
+        _write_shard(tmp_path, k, n)
+    status = _gates(failed={("generations", 1): True}, missing={("prompts", 3)})
+    snap = build_snapshot(tmp_path, range(4), status, config={"c": 1}, exporters=EXPORTERS)
+    reasons = {d.shard: (d.included, d.reason) for d in snap.shards}
+    assert reasons["0000"] == (True, "all gates passed") and reasons["0002"][0]
+    assert reasons["0001"] == (False, "generations gate failed")
+    assert reasons["0003"] == (False, "no prompts gate result")
+    m = json.loads((snap.path / "manifest.json").read_text())
+    assert m["rows"] == snap.rows == 7
+    for rel, info in m["files"].items():
+        assert sha256_file(snap.path / rel) == info["sha256"]
+    assert set(m["exports"]) == {SPECFORGE_FILE, CONVERSATIONS_FILE}
+    assert (tmp_path / "snapshots" / "LATEST").read_text().strip() == snap.version
+
+
+def test_unchanged_inputs_give_the_identical_snapshot(tmp_path):
+    _write_shard(tmp_path, 0, 3)
+    a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    a_bytes = {p.relative_to(a.path): p.read_bytes() for p in a.path.rglob("*") if p.is_file()}
+    b = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    assert (b.version, b.created) == (a.version, False)
+    assert {p.relative_to(b.path): p.read_bytes() for p in b.path.rglob("*") if p.is_file()} == a_bytes
+    # a config change is a new version
+    c = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
+    assert c.version != a.version and c.created
+
+
+def test_retention_keeps_the_newest(tmp_path):
+    versions = []
+    for i in range(4):
+        _write_shard(tmp_path, 0, i + 1)
+        t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.timezone.utc)
+        versions.append(build_snapshot(tmp_path, [0], _gates(), config={}, keep=2, now=t).version)
+    left = sorted(p.name for p in (tmp_path / "snapshots").iterdir() if p.is_dir())
+    assert left == sorted(versions[-2:])
+
+
+def test_exports_load_with_a_reader_written_against_the_published_fields(tmp_path):
+    _write_shard(tmp_path, 0, 2)
+    snap = build_snapshot(tmp_path, [0], _gates(), config={}, exporters=EXPORTERS)
+    sf = [json.loads(line) for line in (snap.path / SPECFORGE_FILE).read_text().splitlines()]
+    assert len(sf) == 2
+    for r in sf:
+        assert set(r) == {"id", "input_ids", "loss_mask"} and len(r["input_ids"]) == len(r["loss_mask"])
+    conv = [json.loads(line) for line in (snap.path / CONVERSATIONS_FILE).read_text().splitlines()]
+    for r in conv:
+        assert set(r) == {"id", "conversations", "tools"}
+        turns = r["conversations"]
+        assert all({"role", "content"} <= set(t) for t in turns) and turns[-1]["role"] == "assistant"
+        assert "reasoning_content" in turns[-1]
