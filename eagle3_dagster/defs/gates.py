@@ -19,7 +19,7 @@ class HeadlineCheck:
     """A single expectation surfaced as its own asset check, by its name in the suite."""
 
     check_name: str
-    expectation_name: str
+    expectation_key: str  # the stable `meta.key` of the expectation in the suite JSON
     description: str
 
 
@@ -49,10 +49,10 @@ def _outcome_metadata(o: Any) -> dict[str, Any]:
 
 
 def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, ...]) -> list[dg.AssetCheckResult]:
-    by_name = {o.name: o for o in result.outcomes}
+    by_key = {o.key: o for o in result.outcomes}
     out: list[dg.AssetCheckResult] = []
     for h in headlines:
-        o = by_name.get(h.expectation_name)
+        o = by_key.get(h.expectation_key)
         if o is None:
             # A suite edited so that the headline expectation is gone must not pass silently.
             out.append(
@@ -60,7 +60,7 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
                     check_name=h.check_name,
                     passed=False,
                     severity=dg.AssetCheckSeverity.ERROR,
-                    description=f"expectation {h.expectation_name!r} is not in expectations/{gate}.json",
+                    description=f"expectation with key {h.expectation_key!r} is not in expectations/{gate}.json",
                 )
             )
             continue
@@ -69,7 +69,7 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
                 check_name=h.check_name,
                 passed=bool(o.success),
                 severity=dg.AssetCheckSeverity.ERROR if o.severity == "critical" else dg.AssetCheckSeverity.WARN,
-                description=o.description,
+                description=f"{o.name}: {o.description}",
                 metadata=_outcome_metadata(o),
             )
         )

@@ -18,7 +18,7 @@ GROUP = "generate"
 GENERATION_HEADLINES = (
     HeadlineCheck(
         "think_end_present",
-        "163607 present",
+        "think_end_present",
         "The profile's think-end id (163607 `</think>` for Kimi-K2.5) appears in output_ids. A systematic miss is "
         "the stripped-</think> bug this product exists to catch.",
     ),
@@ -68,7 +68,7 @@ def generations(
         gens = gens.filter(pl.col("model_revision") == report.model_revision)
     renderer = cached_renderer(profile)
     features = generation_features(gens, tokenized, profile, tokenizer=renderer.tokenizer)
-    gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx")
+    gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile)
     write_gate_result(data, "generations", shard, gate)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
     return dg.MaterializeResult(

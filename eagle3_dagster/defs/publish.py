@@ -80,15 +80,20 @@ ingest_job = dg.define_asset_job(
     description="Read every prompt source and rebuild the combined `prompts` table.",
 )
 
-nightly_regeneration = dg.ScheduleDefinition(
-    name="nightly_regeneration",
-    job=ingest_job,
-    cron_schedule=os.environ.get("EAGLE3_NIGHTLY_CRON", "0 2 * * *"),
-    execution_timezone=os.environ.get("EAGLE3_NIGHTLY_TZ", "UTC"),
-    tags={NIGHTLY_TAG: "true"},
-    description="Nightly: re-ingest prompt sources; `nightly_fanout` then regenerates every shard and snapshots.",
-    default_status=dg.DefaultScheduleStatus.STOPPED,
-)
+def build_nightly_schedule(cron: str | None = None, timezone: str | None = None) -> dg.ScheduleDefinition:
+    """Cron and timezone default from EAGLE3_NIGHTLY_CRON / EAGLE3_NIGHTLY_TZ (02:00 UTC)."""
+    return dg.ScheduleDefinition(
+        name="nightly_regeneration",
+        job=ingest_job,
+        cron_schedule=cron or os.environ.get("EAGLE3_NIGHTLY_CRON", "0 2 * * *"),
+        execution_timezone=timezone or os.environ.get("EAGLE3_NIGHTLY_TZ", "UTC"),
+        tags={NIGHTLY_TAG: "true"},
+        description="Nightly: re-ingest prompt sources; `nightly_fanout` then regenerates every shard and snapshots.",
+        default_status=dg.DefaultScheduleStatus.STOPPED,
+    )
+
+
+nightly_regeneration = build_nightly_schedule()
 
 
 def fanout_request(asset_graph, tags: dict[str, str]) -> dg.RunRequest:

@@ -18,7 +18,7 @@ GROUP = "tokenize"
 PROMPT_HEADLINES = (
     HeadlineCheck(
         "thinking_token_ends_prompt",
-        "thinking token ends prompt",
+        "thinking_token_ends_prompt",
         "Every prompt's last id is the profile's think-start id (163606 `<think>` for Kimi-K2.5), where the profile's "
         "template prefills it.",
     ),
@@ -51,7 +51,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
 
     features = prompt_features(tokenized, profile)
     gate = run_gate(
-        "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx",
+        "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile,
     )
     write_gate_result(data, "prompts", shard, gate)
     lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])

@@ -75,7 +75,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
-    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx")
+    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile)
     write_gate_result(data, "training_samples", shard, gate)
     context.log.info(f"shard {shard}: {counts}")
     return dg.MaterializeResult(
