@@ -1,6 +1,5 @@
 """Generation wiring: `generations[shard]` through SGLang's native /generate, and its gate."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

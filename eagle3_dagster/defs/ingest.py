@@ -1,6 +1,5 @@
 """Ingest wiring: one asset per prompt-source YAML, and the combined, deduplicated `prompts`."""
 
-from __future__ import annotations
 
 import json
 import re

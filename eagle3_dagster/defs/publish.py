@@ -6,7 +6,6 @@ succeeds, `nightly_fanout` requests one asset backfill of every shard of the sha
 runs are incremental because generation skips cache keys it already stored.
 """
 
-from __future__ import annotations
 
 import glob
 import hashlib

@@ -1,6 +1,5 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

@@ -1,6 +1,5 @@
 """Training wiring: `training_samples[shard]`, consuming only shards whose gates passed."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl
