@@ -1,0 +1,67 @@
+"""`eagle3 ingest FILE --out DIR`: ingest one prompt file outside Dagster, with the same code.
+
+Writes DIR/accepted.parquet, DIR/rejects.parquet and DIR/counts.json, and prints the counts as one
+JSON object on the last line of stdout. Exit status: 0 when the file was read (even if rows were
+rejected), 2 for a usage error or a file that cannot be read (the message names it, on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from .errors import IngestFileError, SourceSpecError
+from .normalize import FORMAT_ALIASES, PROMPT_RULES
+from .pipeline import ingest_source
+from .spec import SourceSpec
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok).")
+    p.add_argument("file", help="the data file (or a quoted glob)")
+    p.add_argument("--out", required=True, type=Path, help="output folder for accepted/rejects Parquet")
+    p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
+    p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
+    p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
+    p.add_argument("--n-shards", type=int, default=None, help="default: EAGLE3_N_SHARDS (4)")
+    p.add_argument("--max-bytes", type=int, default=200_000, help="rows larger than this are rejected (too_large)")
+    p.add_argument("--limit", type=int, default=None, help="stop after this many accepted prompts")
+    p.add_argument("--field", action="append", default=[], metavar="CANONICAL=SOURCE",
+                   help="field_map entry, e.g. --field messages=dialog (repeatable)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    field_map: dict[str, str] = {}
+    for item in args.field:
+        canonical, sep, source = item.partition("=")
+        if not sep or not canonical or not source:
+            print(f"eagle3 ingest: --field expects CANONICAL=SOURCE, got {item!r}", file=sys.stderr)
+            return 2
+        field_map[canonical] = source
+    if args.n_shards is None:
+        from ..config import settings
+
+        args.n_shards = settings().n_shards
+    name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(args.file).name.split(".")[0]) or "cli"
+    try:
+        spec = SourceSpec(name=name, path=str(Path(args.file).expanduser().absolute()), format=args.format,
+                          field_map=field_map, limit=args.limit, prompt_rule=args.prompt_rule, max_bytes=args.max_bytes)
+        counts = ingest_source(spec, args.out, n_shards=args.n_shards)
+    except (IngestFileError, SourceSpecError, ValueError) as e:
+        print(f"eagle3 ingest: {e}", file=sys.stderr)
+        return 2
+    print(f"accepted -> {args.out / 'accepted.parquet'}; rejects -> {args.out / 'rejects.parquet'}")
+    summary = {k: getattr(counts, k) for k in ("read", "accepted", "rejected", "duplicates", "rejects_by_reason")}
+    if counts.sampled_out:
+        summary["sampled_out"] = counts.sampled_out
+    print(json.dumps(summary, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,288 @@
+"""Ingest one source into accepted/rejected Parquet, and combine sources into the prompts table.
+
+Counts always reconcile: every record read is accepted, rejected (with a reason code), a duplicate
+of an earlier prompt in the same source, or (only with sample_fraction) sampled out:
+
+    read == accepted + rejected + duplicates + sampled_out
+
+"Duplicate" means the same prompt_id, i.e. the same prompt AFTER the prompt rule (plus tools):
+two conversations that differ only in the dropped final assistant turn are duplicates.
+
+Memory stays flat in the number of rows: records stream from the reader, accepted rows are written
+in batches with a ParquetWriter, and deduplication keeps one 16-byte digest per prompt.
+Outputs are written under temporary names and renamed into place only when the whole source
+succeeded, so a failed run leaves the previous outputs untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .. import schemas
+from .canonical import canonical_json, shard_of
+from .errors import IngestFileError, RowReject
+from .normalize import build_prompt
+from .readers import RawRecord, iter_records, safe_text
+from .spec import SourceSpec
+
+ACCEPTED_FILE = "accepted.parquet"
+REJECTS_FILE = "rejects.parquet"
+COUNTS_FILE = "counts.json"
+PROMPTS_FILE = "prompts.parquet"
+PROMPT_REJECTS_FILE = "prompt_rejects.parquet"
+
+_BATCH_ROWS = 8192
+
+
+@dataclass
+class SourceCounts:
+    read: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    duplicates: int = 0
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)
+    sampled_out: int = 0  # only with sample_fraction; 0 otherwise
+
+    def reconciles(self) -> bool:
+        return (
+            self.read == self.accepted + self.rejected + self.duplicates + self.sampled_out
+            and self.rejected == sum(self.rejects_by_reason.values())
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CombineCounts:
+    """Totals over sources. Two identities hold:
+    input_accepted == prompts + cross_source_duplicates, and
+    read == prompts + cross_source_duplicates + rejects + source_duplicates + sampled_out."""
+
+    sources: int = 0
+    read: int = 0                     # records read by the sources (from their counts.json)
+    source_duplicates: int = 0        # duplicates removed inside each source
+    sampled_out: int = 0
+    input_accepted: int = 0           # rows read from the sources' accepted.parquet
+    prompts: int = 0                  # rows written to prompts.parquet
+    cross_source_duplicates: int = 0  # input_accepted == prompts + cross_source_duplicates
+    rejects: int = 0                  # rows written to prompt_rejects.parquet (sum of the sources')
+    prompts_by_source: dict[str, int] = field(default_factory=dict)
+    duplicates_by_source: dict[str, int] = field(default_factory=dict)
+    rejects_by_reason: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _AtomicParquetWriter:
+    """Batched ParquetWriter to a temporary name; commit() renames it into place."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.schema = schema
+        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        self._columns: dict[str, list[Any]] = {n: [] for n in schema.names}
+        self._pending = 0
+        self.rows = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        for name, values in self._columns.items():
+            values.append(row[name])
+        self._pending += 1
+        if self._pending >= _BATCH_ROWS:
+            self.flush()
+
+    def add_table(self, table: pa.Table) -> None:
+        self.flush()
+        self._writer.write_table(table.select(self.schema.names).cast(self.schema))
+        self.rows += table.num_rows
+
+    def flush(self) -> None:
+        if self._pending:
+            self._writer.write_table(pa.table(self._columns, schema=self.schema))
+            self.rows += self._pending
+            self._columns = {n: [] for n in self.schema.names}
+            self._pending = 0
+
+    def close(self) -> None:
+        self.flush()
+        self._writer.close()
+        with open(self.tmp, "rb") as f:
+            os.fsync(f.fileno())
+
+    def commit(self) -> None:
+        os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+        except Exception:
+            pass
+        self.tmp.unlink(missing_ok=True)
+
+
+def _write_json_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
+    # Content-hashed, so the same prompt is kept or dropped whatever its row, file or run.
+    h = hashlib.sha256(seed.to_bytes(8, "little", signed=True) + digest).digest()
+    return int.from_bytes(h[:8], "big") < fraction * 2**64
+
+
+def ingest_source(spec: SourceSpec, out_dir: Path, *, n_shards: int) -> SourceCounts:
+    """Read every file of `spec`; write out_dir/accepted.parquet, rejects.parquet and counts.json.
+
+    Raises IngestFileError (naming the file) when a file is missing or unreadable as a whole;
+    then nothing is written. Bad rows never raise: they become reject rows.
+    """
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+    files = spec.files()
+    counts = SourceCounts()
+    seen: set[bytes] = set()
+    accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
+    rejects = _AtomicParquetWriter(out_dir / REJECTS_FILE, schemas.PROMPT_REJECTS)
+
+    def reject(file: str, rec: RawRecord, reason: str, detail: str) -> None:
+        counts.rejected += 1
+        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
+        rejects.add({
+            "source": spec.name, "source_file": file, "source_row": rec.row,
+            "reason": reason, "detail": safe_text(detail)[:500], "excerpt": rec.excerpt(),
+        })
+
+    try:
+        for path in files:
+            file = safe_text(str(path))
+            for rec in iter_records(path, max_bytes=spec.max_bytes):
+                counts.read += 1
+                if rec.error is not None:
+                    reject(file, rec, *rec.error)
+                    continue
+                try:
+                    messages, tools = build_prompt(rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule)
+                except RowReject as r:
+                    reject(file, rec, r.reason, r.detail)
+                    continue
+                try:
+                    messages_json = canonical_json(messages)
+                    tools_json = canonical_json(tools) if tools is not None else None
+                    # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
+                    # before "tools"), without serializing the prompt twice.
+                    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode("utf-8")
+                except UnicodeEncodeError:
+                    reject(file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+                    continue
+                except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
+                    reject(file, rec, "bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}")
+                    continue
+                digest = hashlib.sha256(payload).digest()[:16]
+                if spec.sample_fraction is not None and not _keep_sample(digest, spec.sample_fraction, spec.seed):
+                    counts.sampled_out += 1
+                    continue
+                if digest in seen:
+                    counts.duplicates += 1
+                    continue
+                seen.add(digest)
+                prompt_id = digest.hex()
+                accepted.add({
+                    "prompt_id": prompt_id, "source": spec.name, "source_file": file, "source_row": rec.row,
+                    "shard": shard_of(prompt_id, n_shards), "messages": messages_json, "tools": tools_json,
+                    "n_messages": len(messages),
+                })
+                counts.accepted += 1
+                if spec.limit is not None and counts.accepted >= spec.limit:
+                    break
+            if spec.limit is not None and counts.accepted >= spec.limit:
+                break
+        accepted.close()
+        rejects.close()
+    except BaseException:
+        accepted.abort()
+        rejects.abort()
+        raise
+    accepted.commit()
+    rejects.commit()
+    _write_json_atomic({"source": spec.name, **counts.as_dict()}, out_dir / COUNTS_FILE)
+    assert counts.reconciles(), counts  # an internal bug, not bad input
+    return counts
+
+
+def combine_sources(source_dirs: Sequence[Path], out_dir: Path, *, n_shards: int) -> CombineCounts:
+    """Union of the sources' accepted rows, in the given order, first occurrence of a prompt wins.
+
+    Writes out_dir/prompts.parquet (schemas.PROMPTS, shard recomputed for `n_shards`) and
+    out_dir/prompt_rejects.parquet (every source's rejects). Raises IngestFileError naming the
+    file when a source folder lacks its outputs.
+    """
+    if n_shards < 1:
+        raise ValueError(f"n_shards must be >= 1, got {n_shards}")
+    counts = CombineCounts(sources=len(source_dirs))
+    seen: set[bytes] = set()
+    prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
+    rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
+    try:
+        for d in source_dirs:
+            acc_path, rej_path, counts_path = d / ACCEPTED_FILE, d / REJECTS_FILE, d / COUNTS_FILE
+            for p in (acc_path, rej_path, counts_path):
+                if not p.is_file():
+                    raise IngestFileError(f"{p}: missing; ingest the source first")
+            before = (counts.input_accepted, counts.rejects)
+            try:
+                source_counts = json.loads(counts_path.read_text(encoding="utf-8"))
+                counts.read += int(source_counts["read"])
+                counts.source_duplicates += int(source_counts["duplicates"])
+                counts.sampled_out += int(source_counts.get("sampled_out", 0))
+                acc_file = pq.ParquetFile(acc_path)
+                for batch in acc_file.iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
+                    for row in batch.to_pylist():
+                        counts.input_accepted += 1
+                        digest = bytes.fromhex(row["prompt_id"])
+                        if digest in seen:
+                            counts.cross_source_duplicates += 1
+                            dup_source = row["source"]
+                            counts.duplicates_by_source[dup_source] = counts.duplicates_by_source.get(dup_source, 0) + 1
+                            continue
+                        seen.add(digest)
+                        row["shard"] = shard_of(row["prompt_id"], n_shards)
+                        prompts.add(row)
+                        counts.prompts += 1
+                        counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
+                for rej_batch in pq.ParquetFile(rej_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names):
+                    rejects.add_table(pa.Table.from_batches([rej_batch]))
+                    counts.rejects += rej_batch.num_rows
+                    for reason in rej_batch.column("reason").to_pylist():
+                        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
+            except IngestFileError:
+                raise
+            except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
+                raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
+            # The three files must come from the same run, or the totals would not reconcile.
+            if (counts.input_accepted - before[0], counts.rejects - before[1]) != (int(source_counts["accepted"]), int(source_counts["rejected"])):
+                raise IngestFileError(f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source")
+        prompts.close()
+        rejects.close()
+    except BaseException:
+        prompts.abort()
+        rejects.abort()
+        raise
+    prompts.commit()
+    rejects.commit()
+    return counts

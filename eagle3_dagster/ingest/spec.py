@@ -1,0 +1,156 @@
+"""Source specs: one YAML file per prompt source (assets/sources/<name>.yaml).
+
+Fields (only `path` is required):
+
+    name: ultrachat            # default: the file's stem; letters, digits, '_', '-', '.'
+    path: ../data/uc/*.jsonl   # a file or a glob, relative to the YAML's folder (or absolute)
+    format: auto               # auto | openai | sharegpt | alpaca | question | bfcl (+ aliases
+                               #   ultrachat, hermes, no_robots, glaive, gsm8k, magpie, math)
+    field_map: {messages: dialog, role: speaker}   # canonical name -> the source's field name
+    limit: 1000                # keep at most this many accepted prompts (reading stops there)
+    sample_fraction: 0.1       # keep a stable, content-hashed fraction of prompts (with seed)
+    seed: 0
+    licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
+    prompt_rule: last_user_or_tool   # or first_user (see normalize.py)
+    max_bytes: 200000          # a raw row larger than this is rejected as too_large
+    description: ""            # free text
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import SourceSpecError
+from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    name: str
+    path: str
+    format: str = "auto"
+    field_map: dict[str, str] = field(default_factory=dict)
+    limit: int | None = None
+    sample_fraction: float | None = None
+    seed: int = 0
+    licence: str = ""
+    prompt_rule: str = "last_user_or_tool"
+    max_bytes: int = 200_000
+    base_dir: Path | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        problem = _validate(self)
+        if problem:
+            raise SourceSpecError(f"source {self.name!r}: {problem}")
+
+    def files(self) -> list[Path]:
+        """The data files this source reads, sorted; raises IngestFileError when none match."""
+        from .errors import IngestFileError
+
+        p = Path(self.path).expanduser()
+        if not p.is_absolute():
+            p = (self.base_dir or Path.cwd()) / p
+        if any(ch in self.path for ch in "*?["):
+            matches = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
+            if not matches:
+                raise IngestFileError(f"source {self.name!r}: no file matches {self.path!r} (pattern {p})")
+            return matches
+        if not p.exists():
+            raise IngestFileError(f"source {self.name!r}: file not found: {p}")
+        if p.is_dir():
+            raise IngestFileError(f"source {self.name!r}: {p} is a directory; give a file or a glob")
+        return [p]
+
+
+def _validate(spec: SourceSpec) -> str | None:
+    if not isinstance(spec.name, str) or not _NAME.match(spec.name):
+        return "name must be letters, digits, '_', '-' or '.', starting with a letter or digit"
+    if not isinstance(spec.path, str) or not spec.path.strip():
+        return "path must be a non-empty string"
+    if spec.format not in FORMAT_ALIASES:
+        return f"format {spec.format!r} is not one of {', '.join(sorted(FORMAT_ALIASES))}"
+    if spec.prompt_rule not in PROMPT_RULES:
+        return f"prompt_rule {spec.prompt_rule!r} is not one of {', '.join(PROMPT_RULES)}"
+    if not isinstance(spec.field_map, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.field_map.items()):
+        return "field_map must map field names (strings) to field names (strings)"
+    unknown = sorted(set(spec.field_map) - set(FIELD_NAMES))
+    if unknown:
+        return f"field_map has unknown canonical field(s) {', '.join(unknown)}; known: {', '.join(FIELD_NAMES)}"
+    if spec.limit is not None and (not _is_int(spec.limit) or spec.limit < 1):
+        return f"limit must be a positive integer, got {spec.limit!r}"
+    if spec.sample_fraction is not None:
+        if isinstance(spec.sample_fraction, bool) or not isinstance(spec.sample_fraction, (int, float)) or not 0 < spec.sample_fraction <= 1:
+            return f"sample_fraction must be a number in (0, 1], got {spec.sample_fraction!r}"
+    if not _is_int(spec.seed):
+        return f"seed must be an integer, got {spec.seed!r}"
+    if not _is_int(spec.max_bytes) or spec.max_bytes < 2:
+        return f"max_bytes must be a positive integer, got {spec.max_bytes!r}"
+    if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
+        return "licence and description must be strings"
+    return None
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_FIELDS = {f for f in SourceSpec.__dataclass_fields__ if f != "base_dir"}
+
+
+def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path | None) -> SourceSpec:
+    """Build a SourceSpec from parsed YAML; errors name `source` (the file) and the field."""
+    if not isinstance(raw, dict):
+        raise SourceSpecError(f"{source}: a source file must be a mapping of fields, got {type(raw).__name__}")
+    d = dict(raw)
+    if "license" in d:  # accept the American spelling too
+        if "licence" in d:
+            raise SourceSpecError(f"{source}: give either 'licence' or 'license', not both")
+        d["licence"] = d.pop("license")
+    unknown = sorted(str(k) for k in set(d) - _FIELDS)
+    if unknown:
+        raise SourceSpecError(f"{source}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+    if "path" not in d or d["path"] is None:
+        raise SourceSpecError(f"{source}: missing field 'path'")
+    d.setdefault("name", default_name)
+    d["field_map"] = d.get("field_map") or {}
+    d["licence"] = "" if d.get("licence") is None else d["licence"]
+    d["description"] = "" if d.get("description") is None else d["description"]
+    try:
+        return SourceSpec(**d, base_dir=base_dir)
+    except SourceSpecError as e:
+        raise SourceSpecError(f"{source}: {e}") from None
+
+
+def load_source_spec(path: Path) -> SourceSpec:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise SourceSpecError(f"{path}: cannot read: {e.strerror or e}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise SourceSpecError(f"{path}: not valid YAML: {e}") from None
+    return spec_from_dict(raw, source=str(path), default_name=path.stem, base_dir=path.parent.resolve())
+
+
+def load_source_specs(sources_dir: Path) -> list[SourceSpec]:
+    """Every *.yaml / *.yml in the folder, sorted by file name. Names must be unique."""
+    if not sources_dir.is_dir():
+        raise SourceSpecError(f"sources folder not found: {sources_dir}")
+    files = sorted([*sources_dir.glob("*.yaml"), *sources_dir.glob("*.yml")])
+    specs: list[SourceSpec] = []
+    seen: dict[str, Path] = {}
+    for f in files:
+        spec = load_source_spec(f)
+        if spec.name in seen:
+            raise SourceSpecError(f"{f}: field 'name': source name {spec.name!r} is already used by {seen[spec.name]}")
+        seen[spec.name] = f
+        specs.append(spec)
+    return specs

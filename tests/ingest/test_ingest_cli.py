@@ -1,0 +1,51 @@
+"""`eagle3 ingest FILE --out DIR`, in-process and through the installed console script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_dagster.ingest.cli import main
+
+BAD_DIR = Path(__file__).resolve().parent.parent / "data" / "bad"
+
+
+def test_cli_ingests_a_real_dataset_and_prints_counts_last(datasets_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = datasets_dir / "glaive_toolcall_sharegpt_en" / "glaive_toolcall_en_demo.json"
+    rc = main([str(data), "--format", "sharegpt", "--name", "glaive", "--out", str(tmp_path), "--n-shards", "3"])
+    assert rc == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    counts = json.loads(last)
+    assert set(counts) == {"read", "accepted", "rejected", "duplicates", "rejects_by_reason"}
+    assert counts["read"] == 300 == counts["accepted"] + counts["rejected"] + counts["duplicates"]
+    rows = pq.read_table(tmp_path / "accepted.parquet").to_pylist()
+    assert len(rows) == counts["accepted"] and {r["source"] for r in rows} == {"glaive"}
+    assert {r["shard"] for r in rows} == {0, 1, 2}
+
+
+def test_cli_reports_rejects_by_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(BAD_DIR / "orphan_tool_result.jsonl"), "--out", str(tmp_path)]) == 0
+    counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert counts["rejects_by_reason"] == {"orphan_tool_result": 1} and counts["accepted"] == 2
+    # without --name the source is named after the file
+    assert pq.read_table(tmp_path / "rejects.parquet").column("source").to_pylist() == ["orphan_tool_result"]
+
+
+def test_cli_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_eagle3_ingest_console_entry_point(datasets_dir: Path, tmp_path: Path) -> None:
+    data = datasets_dir / "bfcl_live_simple" / "BFCL_v4_live_simple.json"
+    proc = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "ingest", str(data), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert counts["read"] == 258 and counts["accepted"] == 258
