@@ -19,6 +19,9 @@ MODELS_DIR = PROJECT_ROOT / "assets" / "models"
 # Nothing in the test suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Like the Makefile: the default (Kimi) profile's tokenizer is the offline copy in ../shared,
+# for this process and every process a test starts (simulator, Dagster).
+os.environ.setdefault("EAGLE3_TOKENIZER", str(KIMI_TOKENIZER_DIR))
 
 
 def pytest_configure(config: pytest.Config) -> None:
