@@ -68,8 +68,10 @@ def summarize(outcome, data_dir: Path) -> str:
     rej = data_dir / "prompts" / "prompt_rejects.parquet"
     lines.append(f"model profile: {s.model}   data dir: {data_dir}")
     for src in sorted((data_dir / "sources").glob("*")):
+        c = json.loads((src / "counts.json").read_text()) if (src / "counts.json").exists() else {}
         lines.append(
-            f"source {src.name}: accepted {_rows(src, 'accepted.parquet')}, rejected {_rows(src, 'rejects.parquet')}"
+            f"source {src.name}: read {c.get('read', '?')} = accepted {c.get('accepted', '?')} + rejected "
+            f"{c.get('rejected', '?')} + duplicates {c.get('duplicates', '?')}"
         )
     lines.append(f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected")
     header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
@@ -79,14 +81,22 @@ def summarize(outcome, data_dir: Path) -> str:
         tok = _rows(data_dir / "tokenized_prompts" / f"shard={k:04d}")
         gen = _rows(data_dir / "generations" / f"shard={k:04d}")
         trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
-        checks = ", ".join(f"{name.split(':')[1]}={'PASS' if ok else 'FAIL'}" for name, ok in sorted(sh.checks.items()))
+        order = {a: i for i, a in enumerate(("tokenized_prompts", "generations", "training_samples"))}
+        ranked = sorted(sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0]))
+        checks = ", ".join(f"{name.split(':')[1]}={'PASS' if ok else 'FAIL'}" for name, ok in ranked)
         lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
+    docs = None
+    for gate_file in sorted((data_dir / "gates").glob("*/shard=*.json")):
+        docs = json.loads(gate_file.read_text()).get("data_docs_index") or docs
+    snap = outcome.snapshot_version
     lines += [
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
-        f"data docs:  {data_dir / 'gx' / 'uncommitted' / 'data_docs' / 'local_site' / 'index.html'}",
+        f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
+        + (" (manifest.json, exports/specforge_prompts.jsonl, exports/conversations.jsonl)" if snap else ""),
+        f"data docs:  {docs or 'not built'}",
         f"instance:   DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}  (see the runs with `make ui`)",
         f"result:     {'SUCCESS' if outcome.success else 'FAILED'}",
     ]
@@ -107,7 +117,7 @@ def main(argv: list[str]) -> int:
 
         instance = dg.DagsterInstance.get()
         shards = args.shards.split(",") if args.shards else None
-        outcome = materialize_graph(defs, instance, shards=shards)
+        outcome = materialize_graph(defs, instance, shards=shards, run_publish=True)
     print(summarize(outcome, settings().data_dir), flush=True)
     summary_path = settings().data_dir / "demo_summary.json"
     summary_path.write_text(json.dumps({"success": outcome.success, "shards": [s.__dict__ for s in outcome.shards]}, indent=2))

@@ -14,6 +14,8 @@ import dagster as dg
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
+# Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
+QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
 
 @dataclass
@@ -31,10 +33,12 @@ class GraphOutcome:
     ingest_success: bool
     ingest_run_id: str
     shards: list[ShardOutcome]
+    publish_success: bool | None = None  # None: not attempted
+    snapshot_version: str | None = None
 
     @property
     def success(self) -> bool:
-        return self.ingest_success and all(s.success for s in self.shards)
+        return self.ingest_success and all(s.success for s in self.shards) and self.publish_success is not False
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
@@ -51,14 +55,22 @@ def materialize_graph(
     shards: list[str] | None = None,
     resources: dict[str, Any] | None = None,
     run_ingest: bool = True,
+    run_publish: bool = False,
+    run_config: dict[str, Any] | None = None,
 ) -> GraphOutcome:
+    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot.
+
+    A failed shard does not stop the others, and the snapshot step still runs: it records which
+    shards it left out and why.
+    """
     assets = list(defs.assets or [])
     res = dict(defs.resources or {})
     res.update(resources or {})
     ingest_ok, ingest_run = True, ""
     if run_ingest:
         r = dg.materialize(
-            assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res, raise_on_error=False
+            assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res,
+            raise_on_error=False, run_config=run_config or QUIET,
         )
         ingest_ok, ingest_run = r.success, r.run_id
         if not r.success:
@@ -72,6 +84,7 @@ def materialize_graph(
             instance=instance,
             resources=res,
             raise_on_error=False,
+            run_config=run_config or QUIET,
         )
         done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events()})
         outcomes.append(
@@ -84,4 +97,14 @@ def materialize_graph(
                 run_id=r.run_id,
             )
         )
-    return GraphOutcome(ingest_ok, ingest_run, outcomes)
+    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes)
+    if run_publish:
+        r = dg.materialize(
+            assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
+            run_config=run_config or QUIET,
+        )
+        outcome.publish_success = r.success
+        for ev in r.get_asset_materialization_events():
+            version = ev.materialization.metadata.get("version")
+            outcome.snapshot_version = getattr(version, "value", None)
+    return outcome
