@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 import sys
 
 import dagster as dg
@@ -69,3 +70,12 @@ def test_definitions_validate_from_the_workspace():
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_dg_check_defs():
+    r = subprocess.run(
+        [str(Path(sys.executable).parent / "dg"), "check", "defs"],
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "All definitions loaded successfully" in r.stdout + r.stderr
