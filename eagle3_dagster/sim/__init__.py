@@ -1,0 +1,5 @@
+"""SGLang-protocol simulator: `eagle3-sim` (server.py) and `start_simulator` (process.py)."""
+
+from .process import SimProcess, SimulatorError, start_simulator
+
+__all__ = ["SimProcess", "SimulatorError", "start_simulator"]

@@ -1,0 +1,168 @@
+"""Start `eagle3-sim` as a real separate process on 127.0.0.1 (for tests, demos and the CLI).
+
+    with start_simulator(extra_args=["--model", "kimi-k2.5", "--tokenizer", path]) as sim:
+        httpx.post(f"{sim.url}/generate", json={...})
+
+The child runs `sys.executable -m eagle3_dagster.sim.server`, logs to `sim.log_path`, and is ready
+when `/health` answers 200 (or `/model_info` answers 200 when the server was started with
+`--starting-seconds`, whose /health is 503 on purpose).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal, Sequence
+
+import httpx
+
+
+class SimulatorError(RuntimeError):
+    """The simulator process did not come up; the message carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class SimProcess:
+    def __init__(self, *, port: int | None, extra_args: Sequence[str], env: dict[str, str] | None,
+                 ready_timeout: float, wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
+                 log_dir: str | Path | None = None) -> None:
+        self.host = "127.0.0.1"
+        self.fixed_port = port
+        self.port = port or 0
+        self.extra_args = list(extra_args)
+        self.env = dict(env) if env is not None else None
+        self.ready_timeout = ready_timeout
+        self.wait_for = wait_for
+        self._log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="eagle3-sim-"))
+        self.log_path = self._log_dir / "sim.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def _headers(self) -> dict[str, str]:
+        var = _arg_value(self.extra_args, "--api-key-env")
+        env = self.env if self.env is not None else os.environ
+        key = (env.get(var) or os.environ.get(var)) if var else None
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def start(self) -> "SimProcess":
+        attempts = 1 if self.fixed_port else 3  # a free port can be taken between probe and bind
+        last: Exception | None = None
+        for _ in range(attempts):
+            self.port = self.fixed_port or free_port(self.host)
+            try:
+                self._spawn_and_wait()
+                return self
+            except SimulatorError as e:
+                last = e
+                self.kill()
+                if "address already in use" not in str(e).lower():
+                    break
+        raise last  # type: ignore[misc]
+
+    def _spawn_and_wait(self) -> None:
+        cmd = [sys.executable, "-m", "eagle3_dagster.sim.server", "--host", self.host, "--port", str(self.port),
+               *self.extra_args]
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        logf = open(self.log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        finally:
+            logf.close()
+        mode = self.wait_for
+        if mode == "auto":
+            mode = "model_info" if _arg_value(self.extra_args, "--starting-seconds") else "health"
+        if mode == "none":
+            return
+        path = "/health" if mode == "health" else "/model_info"
+        deadline = time.monotonic() + self.ready_timeout
+        with httpx.Client(timeout=2.0, headers=self._headers()) as c:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise SimulatorError(f"simulator exited with {self.proc.returncode}:\n{self.log_tail()}")
+                try:
+                    if c.get(self.url + path).status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+        raise SimulatorError(f"simulator not ready after {self.ready_timeout}s at {self.url}{path}:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (graceful: health 503, drain, exit), then SIGKILL after `timeout`."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self) -> "SimProcess":
+        """Stop and start again on the same port (clients keep their URL)."""
+        self.stop()
+        self.fixed_port = self.port
+        return self.start()
+
+    def __enter__(self) -> "SimProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_simulator(*, port: int | None = None, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
+                    ready_timeout: float = 60, wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
+                    log_dir: str | Path | None = None) -> SimProcess:
+    """Start `eagle3-sim` on a free (or the given) 127.0.0.1 port and wait until it is ready."""
+    return SimProcess(port=port, extra_args=extra_args, env=env, ready_timeout=ready_timeout, wait_for=wait_for,
+                      log_dir=log_dir).start()
