@@ -1,0 +1,93 @@
+"""`eagle3 inspect`: preview a shard's generations and show its stored gate results.
+
+    eagle3 inspect --shard N [--data-dir DIR] [--model PROFILE] [-n K] [--sample-id ID ...]
+
+Reads data/generations/shard=NNNN/part-*.parquet and data/tokenized_prompts/shard=NNNN/part-*.parquet,
+prints the same Markdown preview the Dagster asset shows, then every stored gate result for the shard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..config import settings
+from ..profiles import ProfileError, load_profile
+from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
+from ..storage import StorageError, read_parquet_dir, shard_dir
+from .gate import read_gate_result
+from .reports import histograms_markdown, sample_preview_markdown
+from .suites import GATES
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagle3 inspect", description="Preview a shard's generations and its gate results.")
+    p.add_argument("--shard", type=int, required=True, help="shard number (e.g. 3 for shard=0003)")
+    p.add_argument("--data-dir", type=Path, default=None, help="data directory (default: EAGLE3_DATA_DIR or ./data)")
+    p.add_argument("--model", default=None, help="model profile name or YAML path (default: EAGLE3_MODEL)")
+    p.add_argument("-n", type=int, default=3, help="how many samples to preview (default 3)")
+    p.add_argument("--sample-id", action="append", default=None, help="preview these sample ids (repeatable)")
+    p.add_argument("--histograms", action="store_true", help="also print feature histograms (computes features)")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    s = settings()
+    data_dir = (args.data_dir or s.data_dir).expanduser().resolve()
+    if args.shard < 0 or args.n < 0:
+        print("eagle3 inspect: --shard and -n must be >= 0", file=sys.stderr)
+        return 2
+    try:
+        profile = load_profile(args.model or s.model, s.models_dir)
+    except ProfileError as e:
+        print(f"eagle3 inspect: {e}", file=sys.stderr)
+        return 2
+    if s.tokenizer_override:
+        profile = profile.with_tokenizer(s.tokenizer_override)
+    try:
+        gens_dir = shard_dir(data_dir, "generations", args.shard)
+        tok_dir = shard_dir(data_dir, "tokenized_prompts", args.shard)
+    except StorageError as e:
+        print(f"eagle3 inspect: {e}", file=sys.stderr)
+        return 2
+    gens = read_parquet_dir(gens_dir, schema=GENERATIONS)
+    tokenized = read_parquet_dir(tok_dir, schema=TOKENIZED_PROMPTS)
+    results = {g: read_gate_result(data_dir, g, args.shard) for g in GATES}
+    if gens.height == 0 and not any(results.values()):
+        print(f"eagle3 inspect: no generations in {gens_dir} and no stored gate results for shard {args.shard}",
+              file=sys.stderr)
+        return 1
+    if gens.height:
+        from ..tokenize.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
+        print(sample_preview_markdown(gens, tokenized if tokenized.height else None, tokenizer, profile, n=args.n,
+                                      sample_ids=args.sample_id))
+        if args.histograms:
+            from .features import generation_features, prompt_features
+
+            feats = generation_features(gens, tokenized if tokenized.height else None, profile, tokenizer)
+            print()
+            print("### Generation features")
+            print(histograms_markdown(feats, ["reasoning_len", "answer_len", "think_end_pos", "output_len"]))
+            if tokenized.height:
+                print(histograms_markdown(prompt_features(tokenized, profile), ["prompt_len"]))
+    else:
+        print(f"(no generations in {gens_dir})")
+    for gate, res in results.items():
+        print()
+        if res is None:
+            print(f"### gate `{gate}`: no stored result for shard {args.shard}")
+            continue
+        print(f"### Stored gate result ({res.created_at}, suite {res.suite_sha256})")
+        print(res.summary_markdown())
+        if res.row_failures.height:
+            print()
+            print(f"quarantined rows (first 10 of {res.row_failures.height}):")
+            for row in res.row_failures.head(10).iter_rows(named=True):
+                print(f"- `{row['row_id']}`: {'; '.join(row['reasons'])}")
+        if res.data_docs_index:
+            print(f"\nData Docs: {res.data_docs_index}")
+    return 0
