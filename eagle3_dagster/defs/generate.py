@@ -4,7 +4,7 @@
 import dagster as dg
 import polars as pl
 
-from ..generate import GenerationConfig, generate_shard, read_generations
+from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
 from ..quality import generation_features, run_gate, write_gate_result
 from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
@@ -14,6 +14,20 @@ from .partitions import shard_partitions
 from .resources import PipelineSettings, SGLangFleet, cached_renderer
 
 GROUP = "generate"
+ACTIVE_FILE = "active.parquet"
+
+
+def active_sample_ids(tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "sample_id": [
+                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", sampling_hash, regen_seed)
+                for r in tokenized.select("prompt_id", "template_hash").iter_rows(named=True)
+            ],
+            "prompt_id": tokenized["prompt_id"].to_list(),
+        },
+        schema={"sample_id": pl.String, "prompt_id": pl.String},
+    )
 GENERATION_HEADLINES = (
     HeadlineCheck(
         "think_end_present",
@@ -61,10 +75,11 @@ def generations(
 
     report = generate_shard(tokenized, out, config, progress=progress)
     context.log.info(f"shard {shard}: done {report}")
-    gens = read_generations(out)
-    # Only this run's cache keys count: a changed config leaves older samples on disk, unused.
-    if report.model_revision:
-        gens = gens.filter(pl.col("model_revision") == report.model_revision)
+    # The shard folder keeps every sample ever generated (a config change never deletes work);
+    # this materialization's samples are exactly the current cache keys of its prompts.
+    active = active_sample_ids(tokenized, report.model_revision, report.sampling_hash, config.regen_seed)
+    write_frame_atomic(active, out / ACTIVE_FILE)
+    gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
     features = generation_features(gens, tokenized, profile, tokenizer=renderer.tokenizer)
     gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile)

@@ -10,6 +10,7 @@ from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
+from .generate import ACTIVE_FILE
 from .gates import gate_check_results, gate_check_specs
 from .metadata import to_metadata
 from .partitions import shard_partitions
@@ -54,7 +55,12 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     profile = pipeline.profile()
     gates = _require_passed_gates(data, shard)
     tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
-    gens = read_generations(shard_dir(data, "generations", shard))
+    gen_dir = shard_dir(data, "generations", shard)
+    active_path = gen_dir / ACTIVE_FILE
+    if not active_path.exists():
+        raise dg.Failure(f"shard {shard:04d}: {active_path} is missing; materialize `generations` first")
+    # only the samples of the latest generations materialization (the current cache keys)
+    gens = read_generations(gen_dir).join(pl.read_parquet(active_path).select("sample_id"), on="sample_id", how="semi")
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 KIMI_THINK_START, KIMI_THINK_END, KIMI_IM_END = 163606, 163607, 163586
 
 
-def _resources(tmp_path, kimi_profile, url: str, max_new_tokens: int = 512) -> dict:
+def _resources(tmp_path, kimi_profile, url: str, max_new_tokens: int = 2048) -> dict:
     return {
         "pipeline": PipelineSettings(
             data_dir=str(tmp_path / "data"), tokenizer=kimi_profile.tokenizer, max_new_tokens=max_new_tokens
