@@ -5,7 +5,7 @@ import dagster as dg
 import polars as pl
 
 from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
-from ..quality import generation_features, run_gate, write_gate_result
+from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown, write_gate_result
 from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs
@@ -90,6 +90,12 @@ def generations(
             **to_metadata(report),
             "stored_samples": gens.height,
             "quarantined": gate.row_failures.height,
+            "sample_preview": dg.MetadataValue.md(
+                sample_preview_markdown(gens, tokenized, renderer.tokenizer, profile, n=3)
+            ),
+            "histograms": dg.MetadataValue.md(
+                histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
+            ),
             "path": dg.MetadataValue.path(str(out)),
         },
         check_results=gate_check_results("generations", gate, GENERATION_HEADLINES),

@@ -4,7 +4,7 @@
 import dagster as dg
 import polars as pl
 
-from ..quality import prompt_features, run_gate, write_gate_result
+from ..quality import histograms_markdown, prompt_features, run_gate, write_gate_result
 from ..schemas import PROMPTS, TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
@@ -69,6 +69,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
             "tokenizer_fingerprint": renderer.tokenizer_fingerprint,
             "template_hash": renderer.template_hash,
             "path": dg.MetadataValue.path(str(out)),
+            "histograms": dg.MetadataValue.md(histograms_markdown(features, ["prompt_len"])),
         },
         check_results=gate_check_results("prompts", gate, PROMPT_HEADLINES),
     )

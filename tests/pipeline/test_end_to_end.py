@@ -54,6 +54,11 @@ def test_full_graph_one_shard(tmp_path, kimi_profile, normal_sim):
         assert sh.materialized == ["generations", "tokenized_prompts", "training_samples"]
         # the runs are recorded on the instance, as the UI shows them
         assert instance.get_latest_materialization_event(dg.AssetKey("training_samples")) is not None
+        # what a user reads in the UI: counts, throughput, a sample preview with the think-end position
+        meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
+        assert meta["succeeded"].value == meta["requested"].value > 0
+        assert "163607" in meta["sample_preview"].value and "think-end" in meta["sample_preview"].value
+        assert "reasoning_len" in meta["histograms"].value
 
     k = int(shard)
     prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == k)
