@@ -1,0 +1,128 @@
+"""What a generation run sends, and the keys that make reruns incremental.
+
+`sampling_params` is the single source of the request's sampling dict; `sampling_hash` hashes
+exactly that dict, so anything that changes what the server generates changes the sample ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, fields, replace
+from typing import Any, Iterable
+
+from ..profiles import ModelProfile
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    endpoints: tuple[str, ...]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int = -1
+    min_p: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    max_in_flight: int | None = None  # None -> sum over endpoints of /server_info max_running_requests + headroom, else 64
+    read_timeout_s: float = 3600.0  # long: a client disconnect aborts the GPU work server-side
+    max_retries: int = 6
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 30.0
+    flush_every_n: int = 256
+    flush_every_s: float = 10.0
+    regen_seed: int | None = None
+    model_revision: str | None = None  # None -> from /model_info (model_path @ weight_version)
+    api_key_env: str = "SGLANG_API_KEY"  # the NAME of the env var; the key itself is never stored here
+    # --- deeper knobs (keyword-only extensions; defaults suit a real fleet) ---
+    vocab_size: int | None = None  # validate prompt ids client-side: the server does not
+    in_flight_headroom: int = 128  # per endpoint, on top of max_running_requests (spec §8)
+    connect_timeout_s: float = 10.0
+    health_timeout_s: float = 10.0
+    health_interval_s: float = 5.0  # re-check routable endpoints (a draining server answers /health 503)
+    probe_interval_s: float = 1.0  # how often unroutable / circuit-open endpoints are probed back in
+    breaker_threshold: int = 5  # consecutive transport/5xx failures that take an endpoint out
+    breaker_cooldown_s: float = 1.0  # first open period; doubles on each re-open up to backoff_max_s
+    wait_for_endpoint_s: float = 900.0  # fail the shard loudly if no endpoint is routable for this long
+    write_retries: int = 3
+    retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
+    connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
+
+    def __post_init__(self) -> None:
+        eps = tuple(e.strip().rstrip("/") for e in self.endpoints if e and e.strip())
+        if not eps:
+            raise ValueError("GenerationConfig.endpoints is empty: set EAGLE3_SGLANG_URL or pass endpoints")
+        object.__setattr__(self, "endpoints", eps)
+        object.__setattr__(self, "stop_token_ids", tuple(int(x) for x in self.stop_token_ids))
+        if self.max_new_tokens is None or int(self.max_new_tokens) < 1:
+            raise ValueError(f"max_new_tokens must be an explicit positive int, got {self.max_new_tokens!r}")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.flush_every_n < 1:
+            raise ValueError(f"flush_every_n must be >= 1, got {self.flush_every_n}")
+
+    @classmethod
+    def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any) -> "GenerationConfig":
+        """Sampling and stop ids from the model profile; endpoints from the argument or EAGLE3_SGLANG_URL."""
+        if endpoints is None:
+            from ..config import settings
+
+            eps: tuple[str, ...] = settings().sglang_urls
+        elif isinstance(endpoints, str):
+            eps = tuple(u for u in endpoints.split(",") if u.strip())
+        else:
+            eps = tuple(endpoints)
+        s = profile.sampling
+        base: dict[str, Any] = dict(
+            endpoints=eps,
+            max_new_tokens=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            min_p=s.min_p,
+            stop_token_ids=tuple(profile.stop_token_ids),
+            vocab_size=profile.vocab_size,
+        )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise TypeError(f"unknown GenerationConfig field(s): {', '.join(unknown)}")
+        base.update(overrides)
+        return cls(**base)
+
+    def with_(self, **changes: Any) -> "GenerationConfig":
+        return replace(self, **changes)
+
+
+def sampling_params(config: GenerationConfig) -> dict[str, Any]:
+    """The exact `sampling_params` sent with every request.
+
+    max_new_tokens is always explicit (the native default of 128 truncates reasoning); the two
+    special-token flags only affect `text`, which we keep for reference, never `output_ids`.
+    Only keys the sglang-router forwards are used, except spaces_between_special_tokens, which a
+    router drops silently and which again only touches `text`.
+    """
+    p: dict[str, Any] = {
+        "max_new_tokens": int(config.max_new_tokens),
+        "temperature": float(config.temperature),
+        "top_p": float(config.top_p),
+        "top_k": int(config.top_k),
+        "min_p": float(config.min_p),
+        "skip_special_tokens": False,
+        "spaces_between_special_tokens": False,
+    }
+    if config.stop_token_ids:
+        p["stop_token_ids"] = [int(x) for x in config.stop_token_ids]
+    return p
+
+
+def sampling_hash(config: GenerationConfig) -> str:
+    blob = json.dumps(sampling_params(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sample_key(prompt_id: str, model_revision: str, template_hash: str, sampling_hash: str, regen_seed: int | None) -> str:
+    """sample_id: changes exactly when the prompt, weights, template, sampling or the regen seed change."""
+    blob = json.dumps([prompt_id, model_revision, template_hash, sampling_hash, regen_seed], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]

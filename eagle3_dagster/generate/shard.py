@@ -1,0 +1,341 @@
+"""generate_shard: tokenized prompts of one shard -> stored generations, resumable and exact.
+
+Flow: lock the shard store -> probe endpoints (revision, max_running_requests) -> compute
+sample_ids, drop duplicates and the ones already stored (inputs.py) -> N workers, each one
+sample at a time, feed an in-memory buffer -> the buffer is flushed as an atomic chunk every
+`flush_every_n` samples or `flush_every_s` seconds -> errors.parquet -> ShardReport.
+Results are never accumulated in memory; pass the tokenized shard as a Path to stream it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import ssl
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import certifi
+import httpx
+import polars as pl
+
+from .client import Outcome, generate_one, integrity_violations
+from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
+from .endpoints import EndpointPool
+from .report import ProgressReport, RunStats, ShardReport
+from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
+from .store import ShardStore, StoreWriteError, read_generation_errors
+
+log = logging.getLogger(__name__)
+
+_INT32_MAX = 2**31 - 1
+
+
+def _auth_headers(config: GenerationConfig) -> dict[str, str]:
+    headers = {"Content-Type": "application/json"}
+    key = os.environ.get(config.api_key_env)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return headers
+
+
+def _result_row(o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None,
+                violations: list[str]) -> dict[str, Any]:
+    data = o.response or {}
+    meta = data.get("meta_info") or {}
+    fr = meta.get("finish_reason")
+    ids = data.get("output_ids")
+    if isinstance(ids, list) and ids:
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi > _INT32_MAX:
+            violations.append("output_ids_not_int32")
+            ids = None  # cannot be stored as int32 without changing them: store nothing, flag it
+        elif vocab_size is not None and hi >= vocab_size:
+            violations.append(f"output_id_{hi}_out_of_vocab")
+    return {
+        "sample_id": item["sample_id"],
+        "prompt_id": item["prompt_id"],
+        "source": item.get("source"),
+        "shard": item.get("shard"),
+        "rid": o.rid,
+        "output_ids": ids,  # exactly as received
+        "text": data.get("text"),
+        "finish_reason": fr.get("type") if isinstance(fr, dict) else None,
+        "finish_matched": json.dumps(fr["matched"]) if isinstance(fr, dict) and "matched" in fr else None,
+        "prompt_tokens": meta.get("prompt_tokens"),
+        "completion_tokens": meta.get("completion_tokens"),
+        "cached_tokens": meta.get("cached_tokens"),
+        "e2e_latency": meta.get("e2e_latency"),
+        "meta_info": json.dumps(meta, separators=(",", ":")),
+        "endpoint": o.endpoint,
+        "model_revision": model_revision,
+        "template_hash": item.get("template_hash"),
+        "sampling_hash": s_hash,
+        "integrity_violations": violations,
+        "generated_at": datetime.now(timezone.utc),
+    }
+
+
+def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: str) -> dict[str, Any]:
+    return {
+        "sample_id": item["sample_id"],
+        "prompt_id": item["prompt_id"],
+        "shard": item.get("shard"),
+        "reason": reason,
+        "status": status,
+        "detail": detail[:2000],
+    }
+
+
+def is_permanent_reason(reason: str) -> bool:
+    """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
+    if reason in ("empty_input_ids", "input_id_out_of_vocab", "unexpected_body"):
+        return True
+    return (reason.startswith("http_4") or reason.startswith("abort_4")) and reason[-3:] not in ("408", "429")
+
+
+def _input_problem(ids: Any, vocab_size: int | None) -> str | None:
+    if not isinstance(ids, list) or not ids:
+        return "empty_input_ids"  # the server would answer 400 "input_ids cannot be empty."
+    if vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+        return "input_id_out_of_vocab"  # the server does not check the range (spec §2.1)
+    return None
+
+
+async def generate_shard_async(
+    tokenized: TokenizedSource,
+    out_dir: Path,
+    config: GenerationConfig,
+    *,
+    progress: Callable[[ProgressReport], None] | None = None,
+    progress_every_s: float = 10.0,
+) -> ShardReport:
+    out_dir = Path(out_dir)
+    store = ShardStore(out_dir, write_retries=config.write_retries)
+    store.open()
+    headers = _auth_headers(config)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
+    # One TLS context for every pool: building one loads the CA bundle (~25 ms), per client it adds up.
+    tls = ssl.create_default_context(cafile=certifi.where())
+
+    def new_client() -> httpx.AsyncClient:
+        return httpx.AsyncClient(limits=limits, http1=True, http2=False, trust_env=False, verify=tls)
+
+    client = new_client()  # probes + the first workers
+    clients = [client]
+    pool = EndpointPool(
+        config.endpoints, client, headers,
+        health_timeout_s=config.health_timeout_s, health_interval_s=config.health_interval_s,
+        probe_interval_s=config.probe_interval_s, breaker_threshold=config.breaker_threshold,
+        wait_for_endpoint_s=config.wait_for_endpoint_s, cooldown_base_s=config.breaker_cooldown_s,
+        cooldown_max_s=max(config.backoff_max_s, config.breaker_cooldown_s),
+    )
+    report = ShardReport()
+    bg: list[asyncio.Task[Any]] = []
+    try:
+        await pool.start(configured_revision=config.model_revision)
+        revision = pool.model_revision or "unknown"
+        s_hash = sampling_hash(config)
+        sp = sampling_params(config)
+        report.model_revision = revision
+        report.sampling_hash = s_hash
+
+        # A permanent failure of an earlier run (a 400, a bad prompt) is not sent again: the same
+        # request would fail the same way. It stays in errors.parquet and counts as failed.
+        prior = read_generation_errors(out_dir)
+        if config.retry_permanent_errors or prior.height == 0:
+            prior = prior.clear()
+        else:
+            prior = prior.filter(pl.col("reason").map_elements(is_permanent_reason, return_dtype=pl.Boolean))
+        plan = await asyncio.to_thread(
+            plan_shard, tokenized, model_revision=revision, s_hash=s_hash, regen_seed=config.regen_seed,
+            stored=stored_keys(out_dir), skip_ids=frozenset(prior.get_column("sample_id").to_list()),
+        )
+        carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
+        report.requested = plan.requested
+        report.duplicates_in_input = plan.rows - plan.requested
+        report.skipped_cached = plan.skipped_cached
+        stats = RunStats(total=plan.pending)
+        report.carried_failed = carried.height
+        log.info("shard %s: %d requested, %d already stored, %d failed permanently before, %d to generate (revision %s)",
+                 out_dir.name, report.requested, report.skipped_cached, carried.height, plan.pending, revision)
+
+        n_workers = config.max_in_flight or pool.max_in_flight(config.in_flight_headroom)
+        n_workers = max(1, min(n_workers, plan.pending))
+        report.max_in_flight = n_workers
+        run_nonce = secrets.token_hex(3)  # rids of this run never equal a killed run's still-running rids
+
+        buffer: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = carried.to_dicts()
+        errors_written = -1
+        last_flush = time.monotonic()
+        write_lock = asyncio.Lock()
+        fatal: list[BaseException] = []
+
+        async def flush(*, min_rows: int = 1, force_errors: bool = False) -> None:
+            nonlocal buffer, last_flush, errors_written
+            async with write_lock:
+                if len(buffer) < min_rows and not force_errors:
+                    return  # another worker flushed while we waited for the lock
+                rows, buffer = buffer, []
+                last_flush = time.monotonic()
+                if rows:
+                    await asyncio.to_thread(store.write_chunk, rows)
+                if force_errors or len(errors) != errors_written:
+                    snapshot = list(errors)
+                    await asyncio.to_thread(store.write_errors, snapshot)
+                    errors_written = len(snapshot)
+
+        # httpcore scans its whole pool for every request (O(connections)): with hundreds in flight
+        # that scan costs more than the HTTP work, so workers are spread over small pools.
+        per = max(1, config.connections_per_client)
+        while len(clients) * per < n_workers:
+            clients.append(new_client())
+
+        items = iter_pending(tokenized, plan, model_revision=revision, s_hash=s_hash, regen_seed=config.regen_seed)
+
+        async def worker(wclient: httpx.AsyncClient) -> None:
+            for item in items:  # one shared iterator: each sample is taken by exactly one worker
+                ids = item["input_ids"]
+                problem = _input_problem(ids, config.vocab_size)
+                if problem is not None:
+                    errors.append(_error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending"))
+                    stats.errors[problem] += 1
+                    stats.failed += 1
+                    continue
+                o = await generate_one(
+                    pool=pool, client=wclient, headers=headers, input_ids=ids, sampling=sp,
+                    rid_base=f"{item['sample_id']}-{run_nonce}", read_timeout_s=config.read_timeout_s,
+                    connect_timeout_s=config.connect_timeout_s, max_retries=config.max_retries,
+                    backoff_base_s=config.backoff_base_s, backoff_max_s=config.backoff_max_s, stats=stats,
+                )
+                if o.response is None:
+                    errors.append(_error_row(item, o.reason, o.status, o.detail))
+                    stats.errors[o.reason] += 1
+                    stats.failed += 1
+                else:
+                    viol = integrity_violations(o.response)
+                    row = _result_row(o, item, model_revision=revision, s_hash=s_hash,
+                                      vocab_size=config.vocab_size, violations=viol)
+                    buffer.append(row)
+                    stats.succeeded += 1
+                    stats.latencies.append(o.latency_s)
+                    stats.finish[row["finish_reason"] or "unknown"] += 1
+                    stats.output_tokens += len(o.response.get("output_ids") or ())
+                    stats.prompt_tokens += row["prompt_tokens"] or 0
+                    stats.cached_tokens += row["cached_tokens"] or 0
+                    if row["integrity_violations"]:
+                        stats.integrity_violations += 1
+                        log.warning("integrity violation in %s: %s", item["sample_id"], row["integrity_violations"])
+                if len(buffer) >= config.flush_every_n:
+                    await flush(min_rows=config.flush_every_n)
+
+        async def timed_flusher() -> None:
+            while True:
+                await asyncio.sleep(min(1.0, config.flush_every_s))
+                if buffer and time.monotonic() - last_flush >= config.flush_every_s:
+                    await flush()
+
+        async def reporter() -> None:
+            assert progress is not None
+            while True:
+                await asyncio.sleep(progress_every_s)
+                _call_progress(progress, stats.progress())
+
+        bg.append(asyncio.create_task(timed_flusher(), name="flusher"))
+        if progress is not None:
+            bg.append(asyncio.create_task(reporter(), name="progress"))
+        workers = [asyncio.create_task(worker(clients[i % len(clients)]), name=f"worker-{i}") for i in range(n_workers)]
+        try:
+            # The first failure (e.g. StoreWriteError, AuthError) cancels everything and is raised.
+            await _gather_or_fail(workers, bg, fatal)
+        finally:
+            for t in bg:
+                t.cancel()
+            await asyncio.gather(*bg, return_exceptions=True)
+            bg.clear()
+            if not any(isinstance(e, StoreWriteError) for e in fatal):
+                # Samples already answered are kept even when the run fails for another reason.
+                await flush(force_errors=True)
+        if progress is not None:
+            _call_progress(progress, stats.progress())
+        stats.fill(report)
+        report.failed += carried.height
+        for reason in carried.get_column("reason").to_list():
+            report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
+        report.per_endpoint = pool.per_endpoint()
+        report.chunks_written = store.chunks_written
+        return report
+    finally:
+        for t in bg:
+            t.cancel()
+        await pool.stop()
+        for c in clients:
+            await c.aclose()
+        store.close()
+
+
+async def _gather_or_fail(workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]) -> None:
+    """Wait for the workers; the first exception in a worker or a background task cancels the rest."""
+    pending = set(workers) | set(bg)
+    while any(not w.done() for w in workers):
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                fatal.append(t.exception())  # type: ignore[arg-type]
+        if fatal:
+            for t in workers:
+                t.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise fatal[0]
+
+
+def _call_progress(progress: Callable[[ProgressReport], None], rep: ProgressReport) -> None:
+    try:
+        progress(rep)
+    except Exception:  # a broken progress sink must not stop generation
+        log.exception("progress callback failed")
+
+
+def _run(coro_factory: Callable[[], Any]) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    # Called from inside an event loop (e.g. a notebook): run ours on a private thread.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["v"] = asyncio.run(coro_factory())
+        except BaseException as e:  # re-raised in the caller's thread
+            box["e"] = e
+
+    th = threading.Thread(target=target, name="generate_shard")
+    th.start()
+    th.join()
+    if "e" in box:
+        raise box["e"]
+    return box["v"]
+
+
+def generate_shard(
+    tokenized: TokenizedSource,
+    out_dir: Path,
+    config: GenerationConfig,
+    *,
+    progress: Callable[[ProgressReport], None] | None = None,
+    progress_every_s: float = 10.0,
+) -> ShardReport:
+    """Generate every sample of one shard that is not stored yet; see the module docstring.
+
+    `tokenized`: rows of schemas.TOKENIZED_PROMPTS as a DataFrame, or a Path to the shard's
+    Parquet file / folder (streamed: memory stays flat however large the shard).
+    """
+    return _run(lambda: generate_shard_async(tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s))

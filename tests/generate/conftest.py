@@ -1,0 +1,57 @@
+"""Fixtures for the generation client: real simulator processes on 127.0.0.1, small shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from gen_helpers import Sim
+
+
+@pytest.fixture
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
+    sims: list[Sim] = []
+
+    def _start(*extra_args: str, env: dict[str, str] | None = None, port: int | None = None, wait: bool = True) -> Sim:
+        d = tmp_path / f"sim-{len(sims)}"
+        d.mkdir()
+        s = Sim(port=port, extra_args=tuple(extra_args), env=env, log_path=d / "sim.log", wait=wait)
+        sims.append(s)
+        return s
+
+    yield _start
+    for s in sims:
+        s.kill()
+
+
+@pytest.fixture
+def sim(start_sim: Callable[..., Sim]) -> Sim:
+    return start_sim()
+
+
+@pytest.fixture(scope="module")
+def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    """One simulator for a module's tests (faults cleared before each use): saves process start-ups."""
+    s = Sim(log_path=tmp_path_factory.mktemp("sim") / "sim.log")
+    yield s
+    s.kill()
+
+
+@pytest.fixture
+def clean_sim(shared_sim: Sim) -> Sim:
+    shared_sim.faults(clear=True)
+    return shared_sim
+
+
+@pytest.fixture
+def two_sims(start_sim: Callable[..., Sim]) -> Callable[..., tuple[Sim, Sim]]:
+    """Two simulators started in parallel (process start-up dominates these tests on 2 cores)."""
+
+    def _two(*extra_args: str) -> tuple[Sim, Sim]:
+        a, b = start_sim(*extra_args, wait=False), start_sim(*extra_args, wait=False)
+        a.wait_ready()
+        b.wait_ready()
+        return a, b
+
+    return _two
