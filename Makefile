@@ -14,13 +14,14 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install demo test ui check-defs bench clean
+.PHONY: install demo test ui check-defs bench backfill clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "is ignored" || true
-	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers" 
+	@# pip's own failures fail the target (pipefail); only the notes about absent local indexes are filtered.
+	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }
+	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -36,6 +37,14 @@ ui: $(STAMP)
 
 check-defs: $(STAMP)
 	cd $(CURDIR) && $(VENV)/bin/dg check defs
+
+# One dg launch run per shard, then a snapshot. Needs EAGLE3_SGLANG_URL (a server or `eagle3-sim`).
+backfill: $(STAMP)
+	@test -n "$$EAGLE3_SGLANG_URL" || { echo "set EAGLE3_SGLANG_URL (e.g. run .venv/bin/eagle3-sim --port 30000 and use http://127.0.0.1:30000)"; exit 2; }
+	$(VENV)/bin/dg launch --job ingest
+	for s in $$(seq 0 $$(( $${EAGLE3_N_SHARDS:-4} - 1 ))); do \
+	  $(VENV)/bin/dg launch --job shard_pipeline --partition $$(printf %04d $$s) || exit 1; done
+	$(VENV)/bin/dg launch --assets training_dataset
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
