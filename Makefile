@@ -29,7 +29,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/eagle3 demo
 
-test: $(STAMP)
+# OS packages the reliability tests drive: PostgreSQL (throwaway clusters) and Debian's Chromium.
+# Installs them with apt-get when missing (needs root), else does nothing.
+services:
+	bash scripts/ci-services.sh
+
+test: $(STAMP) services
 	$(PY) -m pytest -q
 
 ui: $(STAMP)

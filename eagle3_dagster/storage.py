@@ -15,7 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-_SHARD_KEY = re.compile(r"^\d{4}$")
+_SHARD_KEY = re.compile(r"[0-9]{4}")  # ASCII only; fullmatch (a `$` would let "0000\n" through)
 
 
 class StorageError(ValueError):
@@ -28,7 +28,7 @@ def shard_key(shard: int) -> str:
 
 def parse_shard_key(key: str) -> int:
     """Partition keys are exactly four digits; anything else (e.g. '../x') is refused."""
-    if not isinstance(key, str) or not _SHARD_KEY.match(key):
+    if not isinstance(key, str) or not _SHARD_KEY.fullmatch(key):
         raise StorageError(f"invalid shard partition key {key!r}: expected four digits like '0003'")
     return int(key)
 

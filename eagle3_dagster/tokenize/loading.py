@@ -107,7 +107,7 @@ def _load_folder(folder: Path, *, trust_remote_code: bool, cache_dir: Path | Non
         tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True))
     elif needs_remote_code or (not _has_plain_tokenizer_files(folder) and _tiktoken_file(folder) is not None):
         # A remote-code release: build a plain, code-free copy (tokenizer.json + clean config) once.
-        plain = _plain_copy(folder, config, cache_dir or default_cache_dir())
+        plain = _guarded(folder, lambda: _plain_copy(folder, config, cache_dir or default_cache_dir()))
         tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(plain), trust_remote_code=False))
     else:
         tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))

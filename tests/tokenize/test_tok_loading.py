@@ -147,3 +147,13 @@ def test_bad_locations_are_clear_errors(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(TokenizerLoadError, match=str(empty)):
         load_tokenizer(str(empty))
+
+
+def test_broken_rank_file_is_a_clear_error_and_leaves_no_cache(tmp_path: Path) -> None:
+    folder = tmp_path / "release"
+    folder.mkdir()
+    (folder / "tiktoken.model").write_text("IQ== 0\nIg== 5\n")  # rank 1 missing
+    (folder / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["t.T", None]}}))
+    with pytest.raises(TokenizerLoadError, match=r"tiktoken\.model: ranks are not a dense"):
+        load_tokenizer(str(folder), cache_dir=tmp_path / "cache")
+    assert not any((tmp_path / "cache").iterdir())

@@ -1,0 +1,139 @@
+"""A person's path through the UI, in a real browser (Debian's Chromium driven by Playwright).
+
+`eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
+the ingest job -> launch one shard partition from the partition dialog -> the run succeeds ->
+the Great Expectations Data Docs list our suites. Screenshots go to the test's tmp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rel_helpers import CHROMIUM, CHROMIUM_ARGS, MISSING_SERVICES
+
+pytestmark = pytest.mark.integration
+
+LOCATION = "/locations/eagle3_dagster.definitions%3Adefs"
+RUN_TIMEOUT_MS = 240_000
+
+
+@pytest.fixture
+def page(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} not found: {MISSING_SERVICES}")
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1600, "height": 1000})
+        # Only this machine: the UI on 127.0.0.1 and file:// pages. Anything else (CDNs, telemetry)
+        # is refused at once, as it would be on an offline cluster, instead of hanging.
+        context.route(
+            re.compile(r"^(?!(https?://127\.0\.0\.1[:/]|file://|data:|blob:)).*"),
+            lambda route: route.abort("blockedbyclient"),
+        )
+        pg = context.new_page()
+        pg.set_default_timeout(30_000)
+        # Dagster's first-visit "Join the community" modal may cover any page: dismiss it when it shows.
+        pg.add_locator_handler(
+            pg.get_by_role("dialog").filter(has_text="Join the Dagster community"),
+            lambda d: d.get_by_role("button", name="Skip").click(),
+        )
+        try:
+            yield pg
+        finally:
+            pg.screenshot(path=str(tmp_path / "last.png"))
+            browser.close()
+
+
+def _launch_and_open_run(page) -> str:
+    """After a launch: the toast says 'Launched run <id>'; open the run page from it."""
+    toast = page.get_by_text(re.compile(r"Launched run [0-9a-f]{8}"))
+    toast.wait_for(timeout=60_000)
+    short = re.search(r"[0-9a-f]{8}", toast.inner_text()).group(0)
+    view = page.get_by_role("link", name="View", exact=True).or_(page.get_by_role("button", name="View", exact=True))
+    view.first.click()
+    page.wait_for_url(re.compile(rf"/runs/{short}[0-9a-f-]+"), timeout=30_000)
+    return page.url.rsplit("/runs/", 1)[1].split("?")[0]
+
+
+def _wait_run_success(page, run_id: str, shot: Path) -> None:
+    page.get_by_text("RUN_SUCCESS").or_(page.get_by_text("RUN_FAILURE")).first.wait_for(timeout=RUN_TIMEOUT_MS)
+    page.screenshot(path=str(shot))
+    assert page.get_by_text("RUN_FAILURE").count() == 0, f"run {run_id} failed (see {shot})"
+
+
+def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
+    base = eagle3_ui.url
+
+    # 1. the asset graph: every stage of the pipeline, wired in order
+    page.goto(f"{base}/assets/generations?view=lineage&lineageDepth=4", wait_until="networkidle")
+    for name in ("source__demo", "prompts", "tokenized_prompts", "generations", "training_samples"):
+        page.get_by_text(name, exact=True).last.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "1-asset-graph.png"))
+
+    # 2. our blocking checks are listed on their assets
+    page.goto(f"{base}/assets/tokenized_prompts?view=checks", wait_until="networkidle")
+    page.get_by_text("thinking_token_ends_prompt").first.wait_for(state="visible")
+    page.goto(f"{base}/assets/generations?view=checks", wait_until="networkidle")
+    page.get_by_text("think_end_present").first.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "2-checks.png"))
+
+    # 3. materialize the ingest job (source__demo + prompts) from its page
+    page.goto(f"{base}{LOCATION}/jobs/ingest", wait_until="networkidle")
+    page.get_by_role("button", name="Materialize all").first.click()
+    ingest_run = _launch_and_open_run(page)
+    _wait_run_success(page, ingest_run, tmp_path / "3-ingest-run.png")
+
+    # 4. one shard: shard_pipeline -> Materialize all… -> Custom partition 0000 -> Launch 1 run
+    page.goto(f"{base}{LOCATION}/jobs/shard_pipeline", wait_until="networkidle")
+    page.get_by_role("button", name="Materialize all").first.click()
+    dialog = page.get_by_role("dialog").filter(has_text="Partition selection")
+    dialog.get_by_text("Select a partition or create one").click()
+    page.get_by_placeholder("Filter partitions").fill("0000")
+    page.locator("label:visible", has_text="0000").first.click()
+    page.keyboard.press("Escape")  # close the partition list, not the dialog
+    launch = dialog.get_by_role("button", name="Launch 1 run")
+    launch.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "4-partition-dialog.png"))
+    launch.click()
+    shard_run = _launch_and_open_run(page)
+    _wait_run_success(page, shard_run, tmp_path / "5-shard-run.png")
+    header = page.inner_text("body")
+    assert re.search(r"partition:\s*0000", header) and "Success" in header  # the run's header
+
+    # the checks ran and passed for that shard (the assets' check pages say so)
+    page.goto(f"{base}/assets/generations?view=checks", wait_until="networkidle")
+    page.get_by_text("Passed").first.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "6-checks-after.png"))
+    assert re.search(r"think_end_present\s+Succeeded", page.inner_text("body"))
+    page.goto(f"{base}/assets/tokenized_prompts?view=checks", wait_until="networkidle")
+    page.get_by_text("Passed").first.wait_for(state="visible")
+    assert re.search(r"thinking_token_ends_prompt\s+Succeeded", page.inner_text("body"))
+
+    # 5. the GX Data Docs written by the gates list our suites; the gate result (also the check's
+    # `data_docs` metadata link) says where: <data>/gx/gx/uncommitted/data_docs/local_site/index.html
+    gate = json.loads((eagle3_ui.data / "gates" / "generations" / "shard=0000.json").read_text())
+    index = Path(gate["data_docs_index"])
+    assert index.name == "index.html" and index.is_relative_to(eagle3_ui.data) and index.exists(), index
+    page.goto(index.as_uri(), wait_until="load")
+    page.get_by_text("Expectation Suites").first.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "7-data-docs-index.png"), full_page=True)
+    # GX renders the index tables with scripts from public CDNs, which an offline machine cannot load;
+    # the rows (suite links) are in the page itself, so read them there and open each suite page,
+    # which is static HTML and renders offline.
+    listed = sorted(set(re.findall(r'href="(expectations/[A-Za-z0-9_]+\.html)"', page.content())))
+    assert listed == [f"expectations/{g}_gate.html" for g in ("generations", "prompts", "training_samples")], listed
+    for href in listed:
+        suite = href.split("/")[1].removesuffix(".html")
+        page.goto((index.parent / href).as_uri(), wait_until="load")
+        text = page.inner_text("body")
+        assert f"Expectations / {suite}" in text and "Expectation Suite Name" in text, text[:1000]
+    page.goto((index.parent / "expectations" / "generations_gate.html").as_uri(), wait_until="load")
+    assert "think_end_count" in page.inner_text("body")
+    page.screenshot(path=str(tmp_path / "8-data-docs-generations-suite.png"), full_page=False)
+    print(f"screenshots: {tmp_path}")
