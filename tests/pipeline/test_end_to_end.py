@@ -107,3 +107,28 @@ def test_dropped_think_end_blocks_training_samples(tmp_path, kimi_profile):
     assert not (data / "training_samples" / f"shard={shard}").exists()
     gate = json.loads((data / "gates" / "generations" / f"shard={shard}.json").read_text())
     assert gate["success"] is False
+
+
+def test_qwen3_profile_end_to_end(tmp_path, qwen_profile):
+    """Another reasoning model by profile alone: Qwen3's prompt does not end with <think> (the model opens
+    the block itself), its output does; the same gates pass on Qwen3-shaped output."""
+    data = tmp_path / "data"
+    args = ["--model", "qwen3", "--tokenizer", qwen_profile.tokenizer]
+    with start_simulator(extra_args=args) as sim:
+        res = {
+            "pipeline": PipelineSettings(data_dir=str(data), model="qwen3", tokenizer=qwen_profile.tokenizer,
+                                         max_new_tokens=2048),
+            "sglang": SGLangFleet(urls=sim.url),
+        }
+        with dg.instance_for_test() as instance:
+            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            shard = _shard_with_most_prompts(data)
+            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            assert sh.success, sh
+            assert sh.checks["generations:think_end_present"] is True
+    tok = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "part-0000.parquet")
+    gens = pl.read_parquet(data / "generations" / f"shard={shard}" / "part-*.parquet")
+    assert all(ids[-1] != qwen_profile.think_start_id for ids in tok["input_ids"].to_list())
+    assert all(ids[0] == qwen_profile.think_start_id and qwen_profile.think_end_id in ids for ids in gens["output_ids"].to_list())
+    train = pl.read_parquet(data / "training_samples" / f"shard={shard}" / "part-0000.parquet")
+    assert train.height == gens.height
