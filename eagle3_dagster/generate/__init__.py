@@ -1,11 +1,22 @@
 """Generation client: tokenized prompts -> SGLang native POST /generate -> stored raw output_ids.
 
-Public API (the Dagster `generations` asset calls `generate_shard`).
+The Dagster `generations` asset calls:
+
+    cfg = GenerationConfig.from_profile(active_profile())          # endpoints from EAGLE3_SGLANG_URL
+    report = generate_shard(tokenized, shard_dir(data, "generations", k), cfg, progress=log_progress)
+    MaterializeResult(metadata=report.as_metadata())
+    df = read_generations(shard_dir(...))                          # schemas.GENERATIONS, one row a sample
+
+`tokenized` is a TOKENIZED_PROMPTS DataFrame or the Path of the shard's Parquet (streamed).
+Modules: config (what is sent, cache keys), endpoints (health, balancing, circuit breaker),
+client (one request with retries, integrity checks), inputs (which rows to send), store (atomic
+chunks, lock, resume), report (progress and metadata), shard (the run).
 """
 
 from .client import integrity_violations
 from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
 from .endpoints import AuthError, ModelRevisionError, NoEndpointError
+from .inputs import InputChangedError, TokenizedSource
 from .report import ProgressReport, ShardReport
 from .shard import generate_shard, generate_shard_async
 from .store import ShardBusyError, StoreWriteError, read_generation_errors, read_generations
@@ -13,6 +24,8 @@ from .store import ShardBusyError, StoreWriteError, read_generation_errors, read
 __all__ = [
     "AuthError",
     "GenerationConfig",
+    "InputChangedError",
+    "TokenizedSource",
     "ModelRevisionError",
     "NoEndpointError",
     "ProgressReport",

@@ -64,6 +64,7 @@ class Endpoint:
     circuit_opens: int = 0
     health_503: int = 0
     revision_checked: bool = False
+    revision: str = ""
     server_info: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -180,6 +181,7 @@ class EndpointPool:
         if info is None:
             return False  # not ready to tell us what it serves: not routable yet
         rev = model_revision_of(info)
+        ep.revision = rev
         if self.model_revision is None:
             self.model_revision = rev
         elif rev != self.model_revision:
@@ -199,10 +201,12 @@ class EndpointPool:
                 ep.revision_checked = True
             await asyncio.gather(*(self._read_server_info(ep) for ep in self.endpoints))
         await asyncio.gather(*(self.check_health(ep) for ep in self.endpoints))
+        revs = {ep.name: ep.revision for ep in self.endpoints if ep.revision}
+        if len(set(revs.values())) > 1:
+            # Which one is "right" is not ours to guess: pin GenerationConfig.model_revision or fix the fleet.
+            raise ModelRevisionError(f"the endpoints serve different model revisions: {revs}")
         self._task = asyncio.create_task(self._monitor(), name="endpoint-monitor")
         await self.wait_routable()
-        if configured_revision is not None and self.model_revision != configured_revision:
-            raise ModelRevisionError("internal: configured revision changed")
 
     async def _read_server_info(self, ep: Endpoint) -> None:
         ep.server_info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info") or {}

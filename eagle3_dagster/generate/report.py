@@ -49,6 +49,7 @@ class ShardReport:
     output_tokens: int = 0
     chunks_written: int = 0
     max_in_flight: int = 0
+    http_pools: int = 0  # httpx clients the workers were spread over
     carried_failed: int = 0  # permanent failures of an earlier run, not sent again (in `failed`)
 
     @property

@@ -26,7 +26,7 @@ import httpx
 import polars as pl
 
 from .client import Outcome, generate_one, integrity_violations
-from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
+from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .report import ProgressReport, RunStats, ShardReport
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
@@ -118,7 +118,6 @@ async def generate_shard_async(
 ) -> ShardReport:
     out_dir = Path(out_dir)
     store = ShardStore(out_dir, write_retries=config.write_retries)
-    store.open()
     headers = _auth_headers(config)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
     # One TLS context for every pool: building one loads the CA bundle (~25 ms), per client it adds up.
@@ -139,6 +138,7 @@ async def generate_shard_async(
     report = ShardReport()
     bg: list[asyncio.Task[Any]] = []
     try:
+        store.open()  # the shard's lock first: a second process on the same shard stops here
         await pool.start(configured_revision=config.model_revision)
         revision = pool.model_revision or "unknown"
         s_hash = sampling_hash(config)
@@ -174,23 +174,26 @@ async def generate_shard_async(
         buffer: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = carried.to_dicts()
         errors_written = -1
-        last_flush = time.monotonic()
+        last_flush = last_errors_write = time.monotonic()
         write_lock = asyncio.Lock()
         fatal: list[BaseException] = []
 
-        async def flush(*, min_rows: int = 1, force_errors: bool = False) -> None:
-            nonlocal buffer, last_flush, errors_written
+        async def flush(*, min_rows: int = 1, with_errors: bool = False, force_errors: bool = False) -> None:
+            """Write the buffer as one chunk; errors.parquet (rewritten whole) only on the timer and at the end."""
+            nonlocal buffer, last_flush, errors_written, last_errors_write
             async with write_lock:
-                if len(buffer) < min_rows and not force_errors:
+                errors_due = force_errors or (with_errors and len(errors) != errors_written)
+                if len(buffer) < min_rows and not errors_due:
                     return  # another worker flushed while we waited for the lock
                 rows, buffer = buffer, []
                 last_flush = time.monotonic()
                 if rows:
                     await asyncio.to_thread(store.write_chunk, rows)
-                if force_errors or len(errors) != errors_written:
+                if errors_due:
                     snapshot = list(errors)
                     await asyncio.to_thread(store.write_errors, snapshot)
                     errors_written = len(snapshot)
+                    last_errors_write = time.monotonic()
 
         # httpcore scans its whole pool for every request (O(connections)): with hundreds in flight
         # that scan costs more than the HTTP work, so workers are spread over small pools.
@@ -239,8 +242,11 @@ async def generate_shard_async(
         async def timed_flusher() -> None:
             while True:
                 await asyncio.sleep(min(1.0, config.flush_every_s))
-                if buffer and time.monotonic() - last_flush >= config.flush_every_s:
-                    await flush()
+                now = time.monotonic()
+                rows_due = bool(buffer) and now - last_flush >= config.flush_every_s
+                errors_due = len(errors) != errors_written and now - last_errors_write >= config.flush_every_s
+                if rows_due or errors_due:
+                    await flush(with_errors=errors_due)
 
         async def reporter() -> None:
             assert progress is not None
@@ -271,6 +277,7 @@ async def generate_shard_async(
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
         report.per_endpoint = pool.per_endpoint()
         report.chunks_written = store.chunks_written
+        report.http_pools = len(clients)
         return report
     finally:
         for t in bg:
@@ -284,16 +291,21 @@ async def generate_shard_async(
 async def _gather_or_fail(workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]) -> None:
     """Wait for the workers; the first exception in a worker or a background task cancels the rest."""
     pending = set(workers) | set(bg)
-    while any(not w.done() for w in workers):
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            if not t.cancelled() and t.exception() is not None:
-                fatal.append(t.exception())  # type: ignore[arg-type]
-        if fatal:
-            for t in workers:
-                t.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            raise fatal[0]
+    try:
+        while any(not w.done() for w in workers):
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    fatal.append(t.exception())  # type: ignore[arg-type]
+            if fatal:
+                raise fatal[0]
+    except BaseException:
+        # An error, or our own cancellation (Ctrl-C, a Dagster run stop): stop every worker before
+        # the caller flushes, so nothing is appended to the buffer after the last write.
+        for t in workers:
+            t.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+        raise
 
 
 def _call_progress(progress: Callable[[ProgressReport], None], rep: ProgressReport) -> None:

@@ -25,11 +25,6 @@ def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
         s.kill()
 
 
-@pytest.fixture
-def sim(start_sim: Callable[..., Sim]) -> Sim:
-    return start_sim()
-
-
 @pytest.fixture(scope="module")
 def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     """One simulator for a module's tests (faults cleared before each use): saves process start-ups."""
@@ -42,16 +37,3 @@ def shared_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 def clean_sim(shared_sim: Sim) -> Sim:
     shared_sim.faults(clear=True)
     return shared_sim
-
-
-@pytest.fixture
-def two_sims(start_sim: Callable[..., Sim]) -> Callable[..., tuple[Sim, Sim]]:
-    """Two simulators started in parallel (process start-up dominates these tests on 2 cores)."""
-
-    def _two(*extra_args: str) -> tuple[Sim, Sim]:
-        a, b = start_sim(*extra_args, wait=False), start_sim(*extra_args, wait=False)
-        a.wait_ready()
-        b.wait_ready()
-        return a, b
-
-    return _two

@@ -6,79 +6,127 @@ import json
 import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import polars as pl
 import pytest
 from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
 
-from eagle3_dagster.generate import AuthError, GenerationConfig, generate_shard, read_generation_errors, read_generations
+from eagle3_dagster.generate import (
+    AuthError,
+    GenerationConfig,
+    ModelRevisionError,
+    generate_shard,
+    read_generation_errors,
+    read_generations,
+)
 
 pytestmark = pytest.mark.integration
 
 
-def test_two_endpoints_share_the_load_by_least_outstanding(two_sims, tmp_path: Path):
-    a, b = two_sims("--token-latency-ms", "1")
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> Iterator[tuple[Sim, Sim]]:
+    """Two simulators shared by this module's fleet tests (started in parallel; faults cleared per test)."""
+    a = Sim(log_path=tmp_path_factory.mktemp("sim-a") / "sim.log", wait=False)
+    b = Sim(log_path=tmp_path_factory.mktemp("sim-b") / "sim.log", wait=False)
+    a.wait_ready()
+    b.wait_ready()
+    yield a, b
+    a.kill()
+    b.kill()
+
+
+@pytest.fixture
+def sims(pair: tuple[Sim, Sim]) -> tuple[Sim, Sim]:
+    for s in pair:
+        s.faults(clear=True, health="ok")
+    return pair
+
+
+def _requests(s: Sim) -> int:
+    return s.stats()["requests"]
+
+
+def test_two_endpoints_share_the_load_by_least_outstanding(sims, tmp_path: Path):
+    a, b = sims
+    for s in sims:
+        s.faults(slow_tokens_ms=1)
+    a0, b0 = _requests(a), _requests(b)
     prompts = make_prompts(40, seed=31)
     rep = generate_shard(prompts, tmp_path / "s", make_config(a.url, b.url, max_in_flight=8))
     assert rep.succeeded == 40
-    ra, rb = a.stats()["requests"], b.stats()["requests"]
+    ra, rb = _requests(a) - a0, _requests(b) - b0
     assert ra + rb == 40 and min(ra, rb) >= 12  # both used, roughly evenly
     assert rep.per_endpoint[a.url]["succeeded"] == ra and rep.per_endpoint[b.url]["succeeded"] == rb
     assert read_generations(tmp_path / "s").height == 40
 
 
-def test_draining_or_dead_endpoints_get_no_work(two_sims, tmp_path: Path):
-    live, draining = two_sims()
+def test_draining_or_dead_endpoints_get_no_work(sims, tmp_path: Path):
+    live, draining = sims
     draining.faults(health="draining")  # /health 503: not routable
+    d0 = _requests(draining)
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens here
     rep = generate_shard(make_prompts(12, seed=32), tmp_path / "s", make_config(dead, draining.url, live.url))
     assert rep.succeeded == 12 and rep.failed == 0
-    assert draining.stats()["requests"] == 0
+    assert _requests(draining) == d0
     assert rep.per_endpoint[live.url]["requests"] == 12
     assert rep.per_endpoint[draining.url]["health_503"] >= 1
 
 
-def test_starting_endpoint_joins_when_healthy(two_sims, tmp_path: Path):
-    a, b = two_sims("--token-latency-ms", "5")
+def test_starting_endpoint_joins_when_healthy(sims, tmp_path: Path):
+    a, b = sims
+    for s in sims:
+        s.faults(slow_tokens_ms=5)
     b.faults(health="starting")
+    b0 = _requests(b)
     prompts = make_prompts(40, seed=33)
     cfg = make_config(a.url, b.url, max_in_flight=4)
-    import threading
-
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("rep", generate_shard(prompts, tmp_path / "s", cfg)))
     t.start()
     time.sleep(0.6)
-    assert b.stats()["requests"] == 0
+    assert _requests(b) == b0
     b.faults(health="ok")
     t.join(60)
     assert box["rep"].succeeded == 40
-    assert b.stats()["requests"] > 0  # probed back in while the shard was still running
+    assert _requests(b) > b0  # probed back in while the shard was still running
 
 
-def test_circuit_breaker_takes_a_failing_endpoint_out(two_sims, tmp_path: Path):
-    good, bad = two_sims()
+def test_circuit_breaker_takes_a_failing_endpoint_out(sims, tmp_path: Path):
+    good, bad = sims
     bad.faults(reset_mid_body=10_000)  # answers /health 200 but every /generate dies mid-body
+    bad0 = _requests(bad)
     prompts = make_prompts(40, seed=34)
     cfg = make_config(good.url, bad.url, max_in_flight=4, breaker_threshold=3, breaker_cooldown_s=30)
     rep = generate_shard(prompts, tmp_path / "s", cfg)
+    bad_n = _requests(bad) - bad0
     assert (rep.succeeded, rep.failed) == (40, 0)
     assert rep.per_endpoint[bad.url]["circuit_opens"] == 1
     assert rep.per_endpoint[bad.url]["succeeded"] == 0
     # Out of rotation after 3 consecutive failures (plus the few already in flight then).
-    assert bad.stats()["requests"] <= 3 + 4
-    assert rep.retried_by_kind == {"reset": bad.stats()["requests"]}
-    ref = as_map(read_generations(tmp_path / "s"))
-    assert len(ref) == 40
+    assert 3 <= bad_n <= 3 + 4
+    assert rep.retried_by_kind == {"reset": bad_n}
+    # Every sample came from the healthy server, exactly as it answers directly.
+    good_only = generate_shard(prompts, tmp_path / "ref", make_config(good.url))
+    assert good_only.succeeded == 40
+    assert as_map(read_generations(tmp_path / "s")) == as_map(read_generations(tmp_path / "ref"))
 
 
 def test_max_in_flight_from_server_info(start_sim, tmp_path: Path):
     sim = start_sim("--max-running-requests", "3")
     rep = generate_shard(make_prompts(20, seed=35), tmp_path / "s", make_config(sim.url, max_in_flight=None, in_flight_headroom=2))
     assert rep.max_in_flight == 5 and rep.succeeded == 20
+    assert rep.http_pools == 1
+
+
+def test_workers_are_spread_over_small_connection_pools(clean_sim, tmp_path: Path):
+    # httpcore scans its whole pool per request: 20 workers at 8 a pool -> 3 pools (bench/generate.py).
+    rep = generate_shard(make_prompts(30, seed=41), tmp_path / "s", make_config(clean_sim.url, max_in_flight=20))
+    assert (rep.max_in_flight, rep.http_pools, rep.succeeded) == (20, 3, 30)
 
 
 def _start_router(worker: str, *args: str) -> tuple[subprocess.Popen, str]:
@@ -97,7 +145,8 @@ def _start_router(worker: str, *args: str) -> tuple[subprocess.Popen, str]:
     raise TimeoutError("router did not start")
 
 
-def test_behind_a_router_refusals_are_retried(sim, tmp_path: Path):
+def test_behind_a_router_refusals_are_retried(clean_sim, tmp_path: Path):
+    sim = clean_sim
     router, url = _start_router(sim.url, "--no-workers", "3", "--queue-full", "2", "--queue-timeout", "2")
     try:
         prompts = make_prompts(10, seed=36)
@@ -150,11 +199,15 @@ def test_api_key_is_sent_and_never_leaks(start_sim, tmp_path: Path, monkeypatch,
     assert SECRET not in {str(getattr(cfg, f)) for f in GenerationConfig.__dataclass_fields__}
 
 
-def test_progress_reports_during_the_run(start_sim, tmp_path: Path):
-    sim = start_sim("--token-latency-ms", "10")
+def test_progress_reports_during_the_run(clean_sim, tmp_path: Path):
+    sim = clean_sim
+    sim.faults(slow_tokens_ms=10)
     seen = []
-    rep = generate_shard(make_prompts(16, seed=39), tmp_path / "s", make_config(sim.url, max_in_flight=4),
-                         progress=seen.append, progress_every_s=0.1)
+    # flush_every_n is never reached: chunks are written on the timer (flush_every_s) during the run.
+    cfg = make_config(sim.url, max_in_flight=4, flush_every_n=1000, flush_every_s=0.2)
+    rep = generate_shard(make_prompts(16, seed=39), tmp_path / "s", cfg, progress=seen.append, progress_every_s=0.1)
+    sim.faults(clear=True)
+    assert rep.chunks_written >= 3 and read_generations(tmp_path / "s").height == 16
     assert len(seen) >= 4  # ~1 s of work, a report every 0.1 s
     assert all(p.total == 16 for p in seen)
     assert [p.done for p in seen] == sorted(p.done for p in seen)
@@ -167,3 +220,15 @@ def test_progress_reports_during_the_run(start_sim, tmp_path: Path):
         assert k in md
     assert 0 < md["latency_p50"] <= md["latency_p90"] <= md["latency_p99"]
     json.dumps(md)
+
+
+def test_endpoints_serving_different_weights_are_refused(sims, start_sim, tmp_path: Path):
+    a, _ = sims
+    other = start_sim("--model-path", "moonshotai/Kimi-K2.5-other")
+    a0 = _requests(a)
+    with pytest.raises(ModelRevisionError, match="different model revisions"):
+        generate_shard(make_prompts(4, seed=40), tmp_path / "s", make_config(a.url, other.url))
+    assert _requests(a) == a0 and other.stats()["requests"] == 0
+    # Pinning the revision is the explicit way to run anyway.
+    rep = generate_shard(make_prompts(4, seed=40), tmp_path / "s", make_config(a.url, other.url, model_revision="pinned@1"))
+    assert rep.succeeded == 4 and rep.model_revision == "pinned@1"

@@ -20,7 +20,7 @@ from eagle3_dagster.generate import (
     sampling_params,
 )
 
-from gen_helpers import KIMI_EOS, as_map, make_config, make_prompts
+from gen_helpers import KIMI_EOS, Sim, make_config, make_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,9 @@ def test_sampling_params_are_explicit(kimi_profile):
         GenerationConfig.from_profile(kimi_profile, "http://a:1", max_new_token=5)
 
 
-def test_clean_run_stores_exact_ids_and_rerun_sends_nothing(sim, tmp_path: Path):
+def test_clean_run_stores_exact_ids_and_rerun_sends_nothing(clean_sim, tmp_path: Path):
+    sim = clean_sim
+    start = sim.stats()["requests"]
     prompts = make_prompts(30)
     out = tmp_path / "generations" / "shard=0000"
     cfg = make_config(sim.url)
@@ -54,7 +56,7 @@ def test_clean_run_stores_exact_ids_and_rerun_sends_nothing(sim, tmp_path: Path)
     assert (rep.requested, rep.succeeded, rep.failed, rep.skipped_cached) == (30, 30, 0, 0)
     assert rep.reconciles and rep.integrity_violations == 0
     assert rep.model_revision == "moonshotai/Kimi-K2.5@default"
-    assert sim.stats()["requests"] == 30
+    assert sim.stats()["requests"] - start == 30
 
     df = read_generations(out)
     assert df.height == 30 and df.get_column("sample_id").n_unique() == 30
@@ -92,7 +94,8 @@ def test_clean_run_stores_exact_ids_and_rerun_sends_nothing(sim, tmp_path: Path)
     assert len(list(out.glob("part-*.parquet"))) == rep.chunks_written
 
 
-def test_changed_sampling_or_seed_regenerates_only_new_keys(sim, tmp_path: Path):
+def test_changed_sampling_or_seed_regenerates_only_new_keys(clean_sim, tmp_path: Path):
+    sim = clean_sim
     prompts = make_prompts(6)
     out = tmp_path / "shard=0001"
     cfg = make_config(sim.url)
@@ -108,34 +111,44 @@ def test_changed_sampling_or_seed_regenerates_only_new_keys(sim, tmp_path: Path)
     assert read_generations(out).height == 15
 
 
-def test_duplicate_input_rows_are_generated_once(sim, tmp_path: Path):
+def test_duplicate_input_rows_are_generated_once(clean_sim, tmp_path: Path):
+    start = clean_sim.stats()["requests"]
     prompts = make_prompts(5)
-    rep = generate_shard(pl.concat([prompts, prompts.head(2)]), tmp_path / "s", make_config(sim.url))
+    rep = generate_shard(pl.concat([prompts, prompts.head(2)]), tmp_path / "s", make_config(clean_sim.url))
     assert (rep.requested, rep.succeeded, rep.duplicates_in_input) == (5, 5, 2)
-    assert sim.stats()["requests"] == 5
+    assert clean_sim.stats()["requests"] - start == 5
 
 
-def test_http_400_is_recorded_with_the_server_message_and_not_retried(start_sim, tmp_path: Path):
-    sim = start_sim("--context-length", "64")
+@pytest.fixture(scope="module")
+def short_ctx_sim(tmp_path_factory):
+    s = Sim(extra_args=("--context-length", "64"), log_path=tmp_path_factory.mktemp("sim64") / "sim.log")
+    yield s
+    s.kill()
+
+
+def test_http_400_is_recorded_with_the_server_message_and_not_retried(short_ctx_sim, tmp_path: Path):
+    sim = short_ctx_sim
+    start = sim.stats()["requests"]
     prompts = make_prompts(6)
     long_ids = list(range(1000, 1050))  # 50 prompt ids + 24 new tokens > 64: the server says 400
     prompts = pl.concat([prompts, make_prompts(1, seed=9).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))])
     rep = generate_shard(prompts, tmp_path / "s", make_config(sim.url))
     assert (rep.requested, rep.succeeded, rep.failed) == (7, 6, 1)
     assert rep.errors_by_kind == {"http_400": 1} and rep.retried_by_kind == {}
-    assert sim.stats()["requests"] == 7  # the 400 was sent exactly once
+    assert sim.stats()["requests"] - start == 7  # the 400 was sent exactly once
     err = read_generation_errors(tmp_path / "s").row(0, named=True)
     assert err["reason"] == "http_400" and err["status"] == 400 and err["prompt_id"] == "p9-000000"
     assert "maximum context length" in err["detail"]
 
 
-def test_bad_prompts_are_rejected_before_sending(sim, tmp_path: Path):
+def test_bad_prompts_are_rejected_before_sending(clean_sim, tmp_path: Path):
+    start = clean_sim.stats()["requests"]
     prompts = make_prompts(3)
     bad = make_prompts(2, seed=11).with_columns(pl.Series("input_ids", [[], [5, 999_999]], dtype=pl.List(pl.Int32)))
-    rep = generate_shard(pl.concat([prompts, bad]), tmp_path / "s", make_config(sim.url))
+    rep = generate_shard(pl.concat([prompts, bad]), tmp_path / "s", make_config(clean_sim.url))
     assert rep.errors_by_kind == {"empty_input_ids": 1, "input_id_out_of_vocab": 1}
     assert (rep.succeeded, rep.failed) == (3, 2) and rep.reconciles
-    assert sim.stats()["requests"] == 3
+    assert clean_sim.stats()["requests"] - start == 3
 
 
 def test_integrity_violations_are_recorded_not_hidden(start_sim, tmp_path: Path):
@@ -148,8 +161,8 @@ def test_integrity_violations_are_recorded_not_hidden(start_sim, tmp_path: Path)
         assert any(x.startswith("len_output_ids_") for x in v)
 
 
-def test_rerun_does_not_resend_permanent_failures_unless_asked(start_sim, tmp_path: Path):
-    sim = start_sim("--context-length", "64")
+def test_rerun_does_not_resend_permanent_failures_unless_asked(short_ctx_sim, tmp_path: Path):
+    sim = short_ctx_sim
     long_ids = list(range(1000, 1050))
     prompts = pl.concat([make_prompts(4), make_prompts(1, seed=9).with_columns(
         pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))])
@@ -165,3 +178,51 @@ def test_rerun_does_not_resend_permanent_failures_unless_asked(start_sim, tmp_pa
     rep = generate_shard(prompts, out, cfg.with_(retry_permanent_errors=True))
     assert sim.stats()["requests"] == before + 1 and rep.failed == 1 and rep.carried_failed == 0
     assert read_generation_errors(out).height == 1
+
+
+def test_integrity_checks_on_crafted_responses():
+    from eagle3_dagster.generate import integrity_violations
+
+    ok = {"output_ids": [5, 6, KIMI_EOS], "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}}}
+    assert integrity_violations(ok) == []
+    assert integrity_violations({"output_ids": [5, 6, 7], "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}}}) == [
+        f"stop_matched_{KIMI_EOS}_ne_last_output_id_7"]
+    # A stop string match (str) has no id to compare; a length finish must have exactly `length` ids.
+    assert integrity_violations({"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "stop", "matched": "###"}}}) == []
+    assert integrity_violations({"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "length", "length": 4}}}) == [
+        "length_finish_4_ne_len_output_ids_2"]
+    assert integrity_violations({"meta_info": {}}) == ["output_ids_missing"]
+
+
+def test_endpoints_come_from_the_environment(kimi_profile, monkeypatch):
+    monkeypatch.setenv("EAGLE3_SGLANG_URL", "http://w1:30000/, http://w2:30000")
+    cfg = GenerationConfig.from_profile(kimi_profile)
+    assert cfg.endpoints == ("http://w1:30000", "http://w2:30000")
+    assert cfg.max_new_tokens == kimi_profile.sampling.max_new_tokens and cfg.vocab_size == 163840
+
+
+def test_empty_shard(clean_sim, tmp_path: Path):
+    empty = pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table())
+    rep = generate_shard(empty, tmp_path / "s", make_config(clean_sim.url))
+    assert (rep.requested, rep.succeeded, rep.failed, rep.skipped_cached) == (0, 0, 0, 0)
+    assert read_generations(tmp_path / "s").height == 0 and read_generation_errors(tmp_path / "s").height == 0
+
+
+def test_a_second_writer_on_the_same_shard_is_refused(clean_sim, tmp_path: Path):
+    import fcntl
+    import os
+
+    from eagle3_dagster.generate import ShardBusyError
+
+    out = tmp_path / "s"
+    out.mkdir()
+    fd = os.open(out / ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as another process generating this shard would hold it
+    try:
+        start = clean_sim.stats()["requests"]
+        with pytest.raises(ShardBusyError):
+            generate_shard(make_prompts(3), out, make_config(clean_sim.url))
+        assert clean_sim.stats()["requests"] == start and not list(out.glob("part-*"))
+    finally:
+        os.close(fd)
+    assert generate_shard(make_prompts(3), out, make_config(clean_sim.url)).succeeded == 3
