@@ -14,7 +14,7 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install demo test ui check-defs bench backfill clean
+.PHONY: install instance services demo test ui check-defs bench backfill clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+# The project-local Dagster instance (SQLite, concurrency pool limits); created once.
+instance: $(STAMP)
+	$(PY) -c "from eagle3_dagster.demo import ensure_dagster_home; ensure_dagster_home()"
+
+demo: instance
 	$(VENV)/bin/eagle3 demo
 
 # OS packages the reliability tests drive: PostgreSQL (throwaway clusters) and Debian's Chromium.
@@ -34,17 +38,17 @@ demo: $(STAMP)
 services:
 	bash scripts/ci-services.sh
 
-test: $(STAMP) services
+test: instance services
 	$(PY) -m pytest -q
 
-ui: $(STAMP)
+ui: instance
 	$(VENV)/bin/eagle3 ui
 
-check-defs: $(STAMP)
+check-defs: instance
 	cd $(CURDIR) && $(VENV)/bin/dg check defs
 
 # One dg launch run per shard, then a snapshot. Needs EAGLE3_SGLANG_URL (a server or `eagle3-sim`).
-backfill: $(STAMP)
+backfill: instance
 	@test -n "$$EAGLE3_SGLANG_URL" || { echo "set EAGLE3_SGLANG_URL (e.g. run .venv/bin/eagle3-sim --port 30000 and use http://127.0.0.1:30000)"; exit 2; }
 	$(VENV)/bin/dg launch --job ingest
 	for s in $$(seq 0 $$(( $${EAGLE3_N_SHARDS:-4} - 1 ))); do \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 import sys
@@ -63,11 +64,12 @@ def test_generation_is_pooled_and_retried(repo):
     assert node.retry_policy is not None and node.retry_policy.max_retries >= 1
 
 
-def test_definitions_validate_from_the_workspace():
+def test_definitions_validate_from_the_workspace(tmp_path):
     """What `dagster dev -w workspace.yaml` loads must validate (same check as `dg check defs`)."""
     r = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
         cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
     )
     assert r.returncode == 0, r.stdout + r.stderr
 
