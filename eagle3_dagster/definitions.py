@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from .defs.executors import executor_from_env
 from .defs.generate import generations
 from .defs.ingest import build_ingest_assets
 from .defs.publish import ingest_job, nightly_fanout, nightly_regeneration, prompt_source_sensor, training_dataset
@@ -24,4 +25,5 @@ defs = dg.Definitions(
     schedules=[nightly_regeneration],
     sensors=[nightly_fanout, prompt_source_sensor],
     resources={"pipeline": PipelineSettings(), "sglang": SGLangFleet()},
+    executor=executor_from_env(),  # EAGLE3_EXECUTOR: multiprocess (default), in_process, k8s
 )
