@@ -6,16 +6,66 @@ its real checks and a real instance (runs show up in the UI afterwards).
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+import psutil
 
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+
+
+# Runs started from Python here are executed by this process (in-process executor). If the process
+# dies (SIGKILL, OOM, a lost node), Dagster keeps the run STARTED and its claimed "sglang" pool slot
+# forever: with a pool limit of 2, two such deaths stall every later generation step. These tags
+# let the next run on this host recognise a dead owner and give the slot back.
+HOST_TAG = "eagle3/host"
+PID_TAG = "eagle3/pid"
+PID_STARTED_TAG = "eagle3/pid_started"
+
+
+def owner_tags() -> dict[str, str]:
+    me = psutil.Process()
+    return {HOST_TAG: socket.gethostname(), PID_TAG: str(me.pid), PID_STARTED_TAG: f"{me.create_time():.3f}"}
+
+
+def _owner_alive(tags: dict[str, str]) -> bool:
+    try:
+        proc = psutil.Process(int(tags[PID_TAG]))
+        # a recycled pid belongs to a process created later than the run's owner
+        return abs(proc.create_time() - float(tags[PID_STARTED_TAG])) < 0.01
+    except (psutil.NoSuchProcess, KeyError, ValueError):
+        return False
+
+
+def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Fail the unfinished runs of this host whose owning process is gone, and free their pool slots.
+
+    Only runs carrying our owner tags are touched; runs launched by the daemon or `dg launch` are
+    watched by Dagster's own run monitoring (docs/scale-out.md).
+    """
+    host = socket.gethostname()
+    unfinished = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+                              tags={HOST_TAG: host})
+    )
+    reaped = []
+    for run in unfinished:
+        if run.tags.get(PID_TAG) == str(os.getpid()) or _owner_alive(run.tags):
+            continue
+        instance.report_run_failed(
+            run, f"the process that ran this run (pid {run.tags.get(PID_TAG)} on {host}) is gone; "
+                 "marked failed and its concurrency slots freed before a new run"
+        )
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        reaped.append(run.run_id)
+    return reaped
 
 
 @dataclass
@@ -35,6 +85,7 @@ class GraphOutcome:
     shards: list[ShardOutcome]
     publish_success: bool | None = None  # None: not attempted
     snapshot_version: str | None = None
+    reaped_runs: list[str] = field(default_factory=list)  # dead runs failed and freed before starting
 
     @property
     def success(self) -> bool:
@@ -66,15 +117,17 @@ def materialize_graph(
     assets = list(defs.assets or [])
     res = dict(defs.resources or {})
     res.update(resources or {})
+    reaped = reap_dead_runs(instance)
+    tags = owner_tags()
     ingest_ok, ingest_run = True, ""
     if run_ingest:
         r = dg.materialize(
             assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res,
-            raise_on_error=False, run_config=run_config or QUIET,
+            raise_on_error=False, run_config=run_config or QUIET, tags=tags,
         )
         ingest_ok, ingest_run = r.success, r.run_id
         if not r.success:
-            return GraphOutcome(False, r.run_id, [])
+            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped)
     outcomes = []
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
         r = dg.materialize(
@@ -85,6 +138,7 @@ def materialize_graph(
             resources=res,
             raise_on_error=False,
             run_config=run_config or QUIET,
+            tags=tags,
         )
         done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events()})
         outcomes.append(
@@ -97,11 +151,11 @@ def materialize_graph(
                 run_id=r.run_id,
             )
         )
-    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes)
+    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped)
     if run_publish:
         r = dg.materialize(
             assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
-            run_config=run_config or QUIET,
+            run_config=run_config or QUIET, tags=tags,
         )
         outcome.publish_success = r.success
         for ev in r.get_asset_materialization_events():
