@@ -5,7 +5,9 @@
 Prompts come from the shared datasets through the project's ingest stage (source specs in
 examples/shared-sources). Three timings on the same rows:
   pipeline    tokenize_prompts(): JSON parse + template render + one batched encode + frames
-  raw encode  tokenizer(texts, add_special_tokens=False) on the texts the pipeline renders
+              (the function the Dagster asset calls; native template rendering when it applies)
+  raw encode  tokenizer(texts, add_special_tokens=False) on the same prompt texts, rendered up
+              front through the Jinja template (apply_chat_template), not timed
   naive loop  per row json.loads + apply_chat_template(tokenize=True, return_dict=False)
 Each is timed --rounds times, interleaved; ratios are medians of per-round ratios (the machine is shared).
 The last stdout line is one JSON object: vs_raw_encode (target >= 0.7), vs_naive_loop, rows, seconds.
@@ -66,7 +68,7 @@ def main(argv: list[str]) -> int:
                         help="default: EAGLE3_TOKENIZER, else ../shared/tokenizers/<profile name> when present")
     parser.add_argument("--sources", type=Path, default=SOURCES_DIR, help="folder of source specs to ingest")
     parser.add_argument("--repeat", type=int, default=1, help="copies of the dataset rows")
-    parser.add_argument("--rounds", type=int, default=5,
+    parser.add_argument("--rounds", type=int, default=7,
                         help="interleaved timing rounds; ratios are medians of per-round ratios")
     args = parser.parse_args(argv)
 
@@ -79,6 +81,7 @@ def main(argv: list[str]) -> int:
         profile = profile.with_tokenizer(tokenizer)
     renderer = PromptRenderer(profile)
     tok = renderer.tokenizer
+    jinja_renderer = PromptRenderer(profile, tok, native_templates=False)  # baseline texts: the template itself
     max_new = profile.sampling.max_new_tokens
     frame = ingest_shared_prompts(args.sources, args.repeat)
     rows = frame.to_dicts()
@@ -86,7 +89,7 @@ def main(argv: list[str]) -> int:
 
     # warm-up (template compile, tokenizer caches) outside the timings
     tokenize_prompts(frame.head(64), renderer, max_new_tokens=max_new)
-    texts = [renderer.render_text(json.loads(r["messages"]), json.loads(r["tools"]) if r["tools"] else None)
+    texts = [jinja_renderer.render_text(json.loads(r["messages"]), json.loads(r["tools"]) if r["tools"] else None)
              for r in rows]
 
     def run_pipeline():
@@ -135,6 +138,7 @@ def main(argv: list[str]) -> int:
     result = {
         "rows": n,
         "tokenized": tokenized.height,
+        "native_template": renderer.native_template,
         "rejected": rejects.height,
         "prompt_tokens": tokens,
         "id_mismatches": mismatches,

@@ -8,6 +8,10 @@ this equals `apply_chat_template(tokenize=True)` (checked against the golden ren
 
 For Kimi (`template_family == "kimi_ts"`) the tools are deep-sorted and declared through our own
 `tools_ts_str` (kimi_tools.py), exactly as the official remote-code tokenizer does.
+
+Speed: for a chat template we know byte for byte (Kimi-K2.5, Qwen3; by hash) a native renderer
+(native.py) builds the same text without Jinja; it declines anything it does not model exactly,
+and those rows go through apply_chat_template as before. `native_templates=False` turns it off.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from ..profiles import ModelProfile
 from .kimi_tools import TOOLS_TS_VERSION, compute_tools_ts_str
 from .loading import load_tokenizer
+from .native import NativeRender, native_renderer_for
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +116,17 @@ class PendingRender:
 
     def results(self) -> list[RenderResult]:
         results: list[RenderResult | None] = [self._failures.get(i) for i in range(len(self._requests))]
+        renderer = self._renderer
         try:
             ids_per_text = [e.ids for e in self._future.result()] if self._future is not None else []
+            # One pass over the chunk: rows are scanned for out-of-vocabulary ids only if some id is.
+            scan = max(map(max, filter(None, ids_per_text)), default=-1) >= renderer._vocab_limit
         except Exception:  # never expected; isolate the text that breaks the batch instead of failing all
-            ids_per_text = [self._renderer._encode_one(text) for text in self._texts]
+            ids_per_text = [renderer._encode_one(text) for text in self._texts]
+            scan = True
         for position, text, ids in zip(self._positions, self._texts, ids_per_text):
             results[position] = (
-                self._renderer._checked(self._requests[position], text, ids) if isinstance(ids, list) else ids
+                renderer._checked(self._requests[position], text, ids, scan) if isinstance(ids, list) else ids
             )
         return results  # type: ignore[return-value]
 
@@ -129,7 +138,8 @@ class PromptRenderer:
     # rendering the next chunk overlaps encoding this one.
     chunk_rows: int = 1024
 
-    def __init__(self, profile: ModelProfile, tokenizer=None, *, cache_dir=None) -> None:
+    def __init__(self, profile: ModelProfile, tokenizer=None, *, cache_dir=None,
+                 native_templates: bool = True) -> None:
         self.profile = profile
         if tokenizer is None:
             tokenizer = load_tokenizer(
@@ -144,6 +154,16 @@ class PromptRenderer:
         self._vocab_limit = min(int(profile.vocab_size), len(tokenizer))
         self.tokenizer_fingerprint: str = tokenizer_fingerprint(tokenizer)
         self.template_hash: str = self._template_hash()
+        # Same text as the template, without Jinja; None when the template is not one we know (or
+        # the probe comparison in native_renderer_for finds a difference).
+        self._native: NativeRender | None = (
+            native_renderer_for(tokenizer, self._apply_template) if native_templates else None
+        )
+
+    @property
+    def native_template(self) -> bool:
+        """Whether rows may be rendered natively (without Jinja) for this tokenizer's template."""
+        return self._native is not None
 
     def _template_hash(self) -> str:
         identity = {
@@ -219,6 +239,10 @@ class PromptRenderer:
         """The prompt text exactly as the served model's template produces it. Raises on bad input."""
         request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
         template_tools, kwargs, _ = self._prepare(request)
+        if self._native is not None:
+            text = self._native(messages, template_tools, kwargs, add_generation_prompt)
+            if text is not None:
+                return text
         return self._apply_template([messages], template_tools, kwargs, add_generation_prompt)[0]
 
     def _render_texts(self, requests: Sequence[RenderRequest]) -> list[str | RenderResult]:
@@ -226,12 +250,21 @@ class PromptRenderer:
         out: list[str | RenderResult] = [_failure(RENDER_ERROR, "not rendered")] * len(requests)
         groups: dict[tuple[Any, ...], list[int]] = {}
         prepared: dict[int, tuple[list[Any] | None, dict[str, Any]]] = {}
+        native = self._native
         for i, request in enumerate(requests):
             try:
                 tools, kwargs, key = self._prepare(request)
             except Exception as e:
                 out[i] = _failure(RENDER_ERROR, f"{type(e).__name__}: {e}")
                 continue
+            if native is not None:
+                try:
+                    text = native(request.messages, tools, kwargs, request.add_generation_prompt)
+                except Exception:  # never expected (it declines instead); Jinja decides
+                    text = None
+                if text is not None:
+                    out[i] = text
+                    continue
             prepared[i] = (tools, kwargs)
             groups.setdefault(key, []).append(i)
         for members in groups.values():
@@ -310,8 +343,9 @@ class PromptRenderer:
             self._encode_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eagle3-encode")
         return self._encode_pool
 
-    def _checked(self, request: RenderRequest, text: str, ids: list[int]) -> RenderResult:
-        if ids and (max(ids) >= self._vocab_limit or min(ids) < 0):
+    def _checked(self, request: RenderRequest, text: str, ids: list[int], scan: bool = True) -> RenderResult:
+        # scan=False: the caller knows every id is below the limit (ids are unsigned, never negative)
+        if scan and ids and (max(ids) >= self._vocab_limit or min(ids) < 0):
             out_of_vocab = [i for i in ids if i >= self._vocab_limit or i < 0]
             return _failure(
                 ID_OUT_OF_VOCAB,
