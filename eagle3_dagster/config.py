@@ -10,6 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import DataPath, data_root
+
 # The project root is the folder holding pyproject.toml; defaults are relative to it so
 # `make demo` works from a fresh clone without any configuration.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -20,9 +22,39 @@ def _path_from_env(var: str, default: Path) -> Path:
     return Path(raw).expanduser().resolve() if raw else default
 
 
+def _data_dir_from_env() -> DataPath:
+    """EAGLE3_DATA_DIR: a local path (default ./data), file://, s3://, gs://, ... or any fsspec URI."""
+    raw = os.environ.get("EAGLE3_DATA_DIR")
+    if not raw:
+        return data_root(PROJECT_ROOT / "data")
+    if "://" in raw:
+        return data_root(raw)
+    return data_root(Path(raw).expanduser().resolve())
+
+
+def work_dir_for(data_dir: DataPath) -> Path:
+    """Local scratch for what cannot live in object storage (GX file context + Data Docs, shard locks).
+
+    EAGLE3_WORK_DIR if set; else the data directory itself when it is local (layout unchanged);
+    else `.eagle3_work/` in the project root (a checkout), or `$TMPDIR/eagle3-work` when the package
+    is installed without one (never inside site-packages).
+    """
+    raw = os.environ.get("EAGLE3_WORK_DIR")
+    if raw:
+        return Path(raw).expanduser().resolve()
+    if data_dir.is_local:
+        return data_dir.local_path
+    if (PROJECT_ROOT / "pyproject.toml").exists():
+        return PROJECT_ROOT / ".eagle3_work"
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / "eagle3-work"
+
+
 @dataclass(frozen=True)
 class Settings:
-    data_dir: Path
+    data_dir: DataPath  # str() is the OS path, or the URI without query/credentials
+    work_dir: Path
     assets_dir: Path
     expectations_dir: Path
     model: str
@@ -42,8 +74,10 @@ class Settings:
 def settings() -> Settings:
     """Read settings now (not at import), so tests and Dagster runs see the current env."""
     urls = tuple(u.strip().rstrip("/") for u in os.environ.get("EAGLE3_SGLANG_URL", "").split(",") if u.strip())
+    data_dir = _data_dir_from_env()
     return Settings(
-        data_dir=_path_from_env("EAGLE3_DATA_DIR", PROJECT_ROOT / "data"),
+        data_dir=data_dir,
+        work_dir=work_dir_for(data_dir),
         assets_dir=_path_from_env("EAGLE3_ASSETS_DIR", PROJECT_ROOT / "assets"),
         expectations_dir=_path_from_env("EAGLE3_EXPECTATIONS_DIR", PROJECT_ROOT / "expectations"),
         model=os.environ.get("EAGLE3_MODEL", "kimi-k2.5"),

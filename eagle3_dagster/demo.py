@@ -15,9 +15,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import polars as pl
-
 from .config import PROJECT_ROOT, settings
+from .storage import DataPath, parquet_num_rows
 
 INSTANCE_YAML = """\
 # Written by eagle3-dagster: a local instance (SQLite under this folder).
@@ -56,18 +55,17 @@ def sglang_endpoint(extra_sim_args: list[str] | None = None) -> Iterator[str]:
             os.environ.pop("EAGLE3_SGLANG_URL", None)
 
 
-def _rows(folder: Path, pattern: str = "part-*.parquet") -> int:
-    files = sorted(folder.glob(pattern)) if folder.exists() else []
-    return sum(pl.scan_parquet(f).select(pl.len()).collect().item() for f in files)
+def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
+    return sum(parquet_num_rows(f) for f in folder.glob(pattern))
 
 
-def summarize(outcome, data_dir: Path) -> str:
+def summarize(outcome, data_dir: DataPath) -> str:
     s = settings()
     lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
     prompts = data_dir / "prompts" / "prompts.parquet"
     rej = data_dir / "prompts" / "prompt_rejects.parquet"
     lines.append(f"model profile: {s.model}   data dir: {data_dir}")
-    for src in sorted((data_dir / "sources").glob("*")):
+    for src in (data_dir / "sources").glob("*"):
         c = json.loads((src / "counts.json").read_text()) if (src / "counts.json").exists() else {}
         lines.append(
             f"source {src.name}: read {c.get('read', '?')} = accepted {c.get('accepted', '?')} + rejected "
@@ -88,7 +86,7 @@ def summarize(outcome, data_dir: Path) -> str:
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
     docs = None
-    for gate_file in sorted((data_dir / "gates").glob("*/shard=*.json")):
+    for gate_file in (data_dir / "gates").glob("*/shard=*.json"):
         docs = json.loads(gate_file.read_text()).get("data_docs_index") or docs
     snap = outcome.snapshot_version
     lines += [

@@ -67,13 +67,17 @@ def generations(
         overrides["model_revision"] = sglang.model_revision
     if sglang.regen_seed is not None:
         overrides["regen_seed"] = sglang.regen_seed
+    if sglang.read_timeout_s is not None:
+        overrides["read_timeout_s"] = sglang.read_timeout_s
+    if sglang.max_retries is not None:
+        overrides["max_retries"] = sglang.max_retries
     config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
     out = shard_dir(data, "generations", shard)
 
     def progress(p) -> None:
         context.log.info(f"shard {shard}: {p}")
 
-    report = generate_shard(tokenized, out, config, progress=progress)
+    report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
     context.log.info(f"shard {shard}: done {report}")
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
@@ -82,7 +86,7 @@ def generations(
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
     features = generation_features(gens, tokenized, profile, tokenizer=renderer.tokenizer)
-    gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile)
+    gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     write_gate_result(data, "generations", shard, gate)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
     return dg.MaterializeResult(

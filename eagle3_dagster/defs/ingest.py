@@ -9,6 +9,7 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
+from ..storage import read_parquet
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings
@@ -44,7 +45,7 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
 
 
 def _prompts_preview(path, n: int = 8) -> str:
-    df = pl.read_parquet(path, n_rows=n) if path.exists() else pl.DataFrame()
+    df = read_parquet(path, n_rows=n) if path.exists() else pl.DataFrame()
     lines = ["| prompt_id | source | shard | turns | tools | last user/tool turn |", "|---|---|---|---|---|---|"]
     for row in df.iter_rows(named=True):
         msgs = json.loads(row["messages"])
@@ -73,7 +74,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         counts = combine_sources([data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS)
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
-            pl.read_parquet(out).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
+            read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
         )
         context.log.info(f"prompts: {counts}")
         return dg.MaterializeResult(

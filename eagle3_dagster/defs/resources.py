@@ -13,12 +13,17 @@ from typing import Optional
 
 import dagster as dg
 
-from ..config import settings
+from ..config import settings, work_dir_for
 from ..profiles import ModelProfile, load_profile
+from ..storage import DataPath, data_root
 
 
 class PipelineSettings(dg.ConfigurableResource):
+    # A local path or a URI: file://, s3://bucket/prefix?endpoint_override=...&region=..., gs://, or any
+    # fsspec protocol. Never put credentials here (they are refused): they come from the environment.
     data_dir: Optional[str] = None
+    # Local scratch for the GX file context / Data Docs and shard locks (default: see config.work_dir_for).
+    work_dir: Optional[str] = None
     assets_dir: Optional[str] = None
     expectations_dir: Optional[str] = None
     model: Optional[str] = None
@@ -26,8 +31,23 @@ class PipelineSettings(dg.ConfigurableResource):
     max_new_tokens: Optional[int] = None
 
     @property
-    def data_path(self) -> Path:
-        return Path(self.data_dir).resolve() if self.data_dir else settings().data_dir
+    def data_path(self) -> DataPath:
+        if not self.data_dir:
+            return settings().data_dir
+        if "://" in self.data_dir:
+            return data_root(self.data_dir)
+        return data_root(Path(self.data_dir).expanduser().resolve())
+
+    @property
+    def work_path(self) -> Path:
+        if self.work_dir:
+            return Path(self.work_dir).expanduser().resolve()
+        return work_dir_for(self.data_path)
+
+    @property
+    def gx_context_dir(self) -> Path:
+        """The GX file context (suites, validation results, Data Docs): always local."""
+        return self.work_path / "gx"
 
     @property
     def assets_path(self) -> Path:
@@ -51,6 +71,10 @@ class SGLangFleet(dg.ConfigurableResource):
     max_in_flight: Optional[int] = None  # default: from /server_info
     model_revision: Optional[str] = None  # default: from /model_info
     regen_seed: Optional[int] = None  # bump to regenerate every sample
+    # Client read timeout per request. Default 3600 s: a disconnect aborts the GPU work, so it
+    # should only fire on a server that is truly stuck (long reasoning answers take minutes).
+    read_timeout_s: Optional[float] = None
+    max_retries: Optional[int] = None  # per request, on 5xx/reset/timeout (default 6)
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:

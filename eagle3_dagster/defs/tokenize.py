@@ -6,7 +6,7 @@ import polars as pl
 
 from ..quality import histograms_markdown, prompt_features, run_gate, write_gate_result
 from ..schemas import PROMPTS, TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import parse_shard_key, shard_dir, write_frame_atomic
+from ..storage import parse_shard_key, read_parquet, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs
 from .metadata import to_metadata
@@ -39,7 +39,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     shard = parse_shard_key(context.partition_key)
     data = pipeline.data_path
     profile = pipeline.profile()
-    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
+    prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     renderer = cached_renderer(profile)
     max_new = pipeline.max_new_tokens or profile.sampling.max_new_tokens
     tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)
@@ -50,7 +50,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
 
     features = prompt_features(tokenized, profile)
     gate = run_gate(
-        "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile,
+        "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile,
     )
     write_gate_result(data, "prompts", shard, gate)
     lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])

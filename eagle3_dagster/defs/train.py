@@ -7,7 +7,7 @@ import polars as pl
 from ..generate import read_generations
 from ..quality import read_gate_result, run_gate, training_features, write_gate_result
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
-from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
+from ..storage import parse_shard_key, parquet_num_rows, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
 from .generate import ACTIVE_FILE
@@ -60,11 +60,11 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     if not active_path.exists():
         raise dg.Failure(f"shard {shard:04d}: {active_path} is missing; materialize `generations` first")
     # only the samples of the latest generations materialization (the current cache keys)
-    gens = read_generations(gen_dir).join(pl.read_parquet(active_path).select("sample_id"), on="sample_id", how="semi")
+    gens = read_generations(gen_dir).join(read_parquet(active_path, columns=["sample_id"]), on="sample_id", how="semi")
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
-    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
+    prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     tokenizer = cached_renderer(profile).tokenizer
     candidates = gens.filter(~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts)))
     conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
@@ -80,7 +80,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
-    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=data / "gx", profile=profile)
+    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     write_gate_result(data, "training_samples", shard, gate)
     context.log.info(f"shard {shard}: {counts}")
     return dg.MaterializeResult(
@@ -88,7 +88,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             **to_metadata(counts),
             **to_metadata(parse_counts),
             "round_trip_rate": rt_rate,
-            "generation_errors": pl.read_parquet(errors_path).height if errors_path.exists() else 0,
+            "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
             "path": dg.MetadataValue.path(str(path)),
         },

@@ -17,11 +17,11 @@ from typing import Any, Iterator, Union
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
+from ..storage import DataPath, as_data_path, parquet_file, parquet_schema, scan_parquet
 from .config import sample_key
 
-TokenizedSource = Union[pl.DataFrame, Path, str]
+TokenizedSource = Union[pl.DataFrame, Path, str, DataPath]
 
 _BATCH = 8192
 _OPTIONAL = ("source", "shard", "template_hash")
@@ -31,9 +31,9 @@ class InputChangedError(RuntimeError):
     """The tokenized input changed between the two passes of one run."""
 
 
-def _files(src: Path) -> list[Path]:
+def _files(src: DataPath) -> list[DataPath]:
     if src.is_dir():
-        files = sorted(src.glob("part-*.parquet")) or sorted(src.glob("*.parquet"))
+        files = src.glob("part-*.parquet") or src.glob("*.parquet")
         return [f for f in files if f.name != "rejects.parquet"]
     if src.exists():
         return [src]
@@ -43,16 +43,16 @@ def _files(src: Path) -> list[Path]:
 def _columns_of(src: TokenizedSource) -> list[str]:
     if isinstance(src, pl.DataFrame):
         return list(src.columns)
-    files = _files(Path(src))
-    return list(pq.read_schema(files[0]).names) if files else ["prompt_id", "input_ids"]
+    files = _files(as_data_path(src))
+    return list(parquet_schema(files[0]).names) if files else ["prompt_id", "input_ids"]
 
 
 def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]:
     if isinstance(src, pl.DataFrame):
         yield from src.select(columns).iter_slices(_BATCH)
         return
-    for f in _files(Path(src)):
-        pf = pq.ParquetFile(f)
+    for f in _files(as_data_path(src)):
+        pf = parquet_file(f)
         for b in pf.iter_batches(batch_size=_BATCH, columns=columns):
             yield pl.from_arrow(b)  # type: ignore[misc]
 
@@ -61,13 +61,13 @@ def _split(sid: str) -> tuple[int, int]:
     return int(sid[:16], 16), int(sid[16:32], 16)
 
 
-def stored_keys(out_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+def stored_keys(out_dir: Path | DataPath) -> tuple[np.ndarray, np.ndarray]:
     """128-bit keys of the stored sample_ids, vectorised (no Python string per stored sample)."""
-    files = sorted(Path(out_dir).glob("part-*.parquet")) if Path(out_dir).exists() else []
+    files = as_data_path(out_dir).glob("part-*.parquet")
     if not files:
         return np.empty(0, np.uint64), np.empty(0, np.uint64)
     sid = pl.col("sample_id")
-    df = pl.scan_parquet(files).select(
+    df = scan_parquet(files, columns=["sample_id"]).select(
         hi=sid.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64),
         lo=sid.str.slice(16, 16).str.to_integer(base=16, dtype=pl.UInt64),
     ).collect()

@@ -48,6 +48,7 @@ class ShardReport:
     requests_sent: int = 0
     output_tokens: int = 0
     chunks_written: int = 0
+    chunk_write_retries: int = 0  # failed chunk/errors-file writes that succeeded on a later attempt
     max_in_flight: int = 0
     http_pools: int = 0  # httpx clients the workers were spread over
     carried_failed: int = 0  # permanent failures of an earlier run, not sent again (in `failed`)

@@ -30,7 +30,8 @@ from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .report import ProgressReport, RunStats, ShardReport
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
-from .store import ShardStore, StoreWriteError, read_generation_errors
+from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
+from ..storage import as_data_path
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +111,15 @@ def _input_problem(ids: Any, vocab_size: int | None) -> str | None:
 
 async def generate_shard_async(
     tokenized: TokenizedSource,
-    out_dir: Path,
+    out_dir: StoreDir,
     config: GenerationConfig,
     *,
     progress: Callable[[ProgressReport], None] | None = None,
     progress_every_s: float = 10.0,
+    lock_dir: Path | None = None,
 ) -> ShardReport:
-    out_dir = Path(out_dir)
-    store = ShardStore(out_dir, write_retries=config.write_retries)
+    out_dir = as_data_path(out_dir)
+    store = ShardStore(out_dir, write_retries=config.write_retries, lock_dir=lock_dir)
     headers = _auth_headers(config)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
     # One TLS context for every pool: building one loads the CA bundle (~25 ms), per client it adds up.
@@ -277,6 +279,7 @@ async def generate_shard_async(
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
         report.per_endpoint = pool.per_endpoint()
         report.chunks_written = store.chunks_written
+        report.chunk_write_retries = store.write_retries_used
         report.http_pools = len(clients)
         return report
     finally:
@@ -339,15 +342,19 @@ def _run(coro_factory: Callable[[], Any]) -> Any:
 
 def generate_shard(
     tokenized: TokenizedSource,
-    out_dir: Path,
+    out_dir: StoreDir,
     config: GenerationConfig,
     *,
     progress: Callable[[ProgressReport], None] | None = None,
     progress_every_s: float = 10.0,
+    lock_dir: Path | None = None,
 ) -> ShardReport:
     """Generate every sample of one shard that is not stored yet; see the module docstring.
 
     `tokenized`: rows of schemas.TOKENIZED_PROMPTS as a DataFrame, or a Path to the shard's
     Parquet file / folder (streamed: memory stays flat however large the shard).
+    `out_dir`: a local Path or a storage.DataPath (object storage); `lock_dir`: where the shard's lock
+    file goes when `out_dir` is not local (default: the work dir's `locks/`).
     """
-    return _run(lambda: generate_shard_async(tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s))
+    return _run(lambda: generate_shard_async(tokenized, out_dir, config, progress=progress,
+                                             progress_every_s=progress_every_s, lock_dir=lock_dir))

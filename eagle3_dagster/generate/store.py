@@ -3,28 +3,37 @@
 Layout of data/generations/shard=NNNN/:
   part-<ns>-<rand>.parquet   generated samples (schemas.GENERATIONS), one file a flush
   errors.parquet             this run's failed samples (schemas.GENERATION_ERRORS), rewritten atomically
-  .lock                      flock held by the one process writing the shard
+  .lock                      flock held by the one process writing the shard (local data only)
 
-Why this is safe: a chunk appears under its final name only via rename, so a SIGKILL leaves
-either the whole chunk or nothing; the rerun reads the stored sample_ids and skips them; the
-lock stops two processes from generating the same shard at once (the only way to duplicate).
+Why this is safe: a chunk appears under its final name only via rename (local) or when its single
+upload completes (object storage), so a SIGKILL leaves either the whole chunk or nothing; the rerun
+reads the stored sample_ids and skips them; the lock stops two processes from generating the same
+shard at once (the only way to duplicate).
+
+On object storage there is no shared lock: the flock is taken on a local file under the work dir
+(`lock_dir`), which guards one machine only. Across machines the guard is Dagster running one run
+per partition at a time (a backfill launches one run per shard; docs/scale-out.md shows the
+`dagster/partition` run-queue limit that enforces it). Even if two writers did race, each chunk is
+whole and readers keep one row per sample_id (`read_generations`): duplicates cost requests, not
+correctness.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import logging
 import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import polars as pl
 import pyarrow as pa
 
 from .. import schemas
-from ..storage import write_table_atomic
+from ..storage import DataPath, as_data_path, read_parquet, scan_parquet, write_table_atomic
 
 log = logging.getLogger(__name__)
 
@@ -40,28 +49,35 @@ class StoreWriteError(RuntimeError):
     """A chunk could not be written after retries; nothing was half-written, the run stops."""
 
 
-def stored_sample_ids(out_dir: Path) -> pl.Series:
-    files = sorted(out_dir.glob(PART_GLOB)) if out_dir.exists() else []
+StoreDir = Union[Path, str, DataPath]
+
+
+def chunk_files(out_dir: StoreDir) -> list[DataPath]:
+    """The shard's chunk files in write order (their names sort by time)."""
+    return as_data_path(out_dir).glob(PART_GLOB)
+
+
+def stored_sample_ids(out_dir: StoreDir) -> pl.Series:
+    files = chunk_files(out_dir)
     if not files:
         return pl.Series("sample_id", [], dtype=pl.String)
-    return pl.scan_parquet(files).select("sample_id").collect().get_column("sample_id").unique()
+    return scan_parquet(files, columns=["sample_id"]).collect().get_column("sample_id").unique()
 
 
-def read_generations(out_dir: Path) -> pl.DataFrame:
+def read_generations(out_dir: StoreDir) -> pl.DataFrame:
     """All stored samples of a shard, one row per sample_id (defensive: the writer never duplicates)."""
-    out_dir = Path(out_dir)
-    files = sorted(out_dir.glob(PART_GLOB)) if out_dir.exists() else []
+    files = chunk_files(out_dir)
     if not files:
         return pl.from_arrow(schemas.GENERATIONS.empty_table())  # type: ignore[return-value]
-    df = pl.read_parquet(files)
+    df = read_parquet(files)
     return df.unique(subset="sample_id", keep="first", maintain_order=True)
 
 
-def read_generation_errors(out_dir: Path) -> pl.DataFrame:
-    p = Path(out_dir) / ERRORS_FILE
+def read_generation_errors(out_dir: StoreDir) -> pl.DataFrame:
+    p = as_data_path(out_dir) / ERRORS_FILE
     if not p.exists():
         return pl.from_arrow(schemas.GENERATION_ERRORS.empty_table())  # type: ignore[return-value]
-    return pl.read_parquet(p)
+    return read_parquet(p)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -78,18 +94,34 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def lock_path_for(out_dir: DataPath, lock_dir: Path | None) -> Path:
+    """The shard's flock file: beside the chunks when local, else under `lock_dir` (a local work dir)."""
+    if out_dir.is_local:
+        return out_dir.local_path / ".lock"
+    if lock_dir is None:
+        from ..config import settings
+
+        lock_dir = settings().work_dir / "locks"
+    digest = hashlib.sha256(str(out_dir).encode()).hexdigest()[:16]
+    table = out_dir.parent.name if "/" in out_dir.rel else "data"
+    return Path(lock_dir) / f"{table}-{out_dir.name}-{digest}.lock"
+
+
 class ShardStore:
-    def __init__(self, out_dir: Path, *, write_retries: int = 3) -> None:
-        self.out_dir = Path(out_dir)
+    def __init__(self, out_dir: StoreDir, *, write_retries: int = 3, lock_dir: Path | None = None) -> None:
+        self.out_dir = as_data_path(out_dir)
+        self.lock_path = lock_path_for(self.out_dir, lock_dir)
         self.write_retries = write_retries
         self._lock_fd: int | None = None
         self.chunks_written = 0
+        self.write_retries_used = 0  # failed write attempts that were retried (disk full, I/O error)
         self.rows_written = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.out_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        self.out_dir.mkdir()
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -97,6 +129,7 @@ class ShardStore:
             raise ShardBusyError(f"{self.out_dir} is being generated by another process (lock held)") from None
         self._lock_fd = fd
         # Temp files of a killed writer are garbage (never visible under a final name); we hold the lock.
+        # (Object storage never gets temp objects; the listing then finds nothing.)
         for tmp in self.out_dir.glob(".*.tmp"):
             try:
                 tmp.unlink()
@@ -110,21 +143,24 @@ class ShardStore:
             self._lock_fd = None
 
     # -- writes ----------------------------------------------------------------------------
-    def _write(self, table: pa.Table, path: Path) -> None:
+    def _write(self, table: pa.Table, path: DataPath) -> None:
         """Atomic write with retries to the SAME final name, so a retry can never add a second copy."""
         last: BaseException | None = None
         for attempt in range(self.write_retries + 1):
             try:
                 write_table_atomic(table, path, schema=None)
-                _fsync_dir(path.parent)
+                if path.is_local:
+                    _fsync_dir(path.parent.local_path)
                 return
             except Exception as e:  # disk full, I/O error, ...
                 last = e
+                if attempt < self.write_retries:
+                    self.write_retries_used += 1
                 log.warning("writing %s failed (attempt %d/%d): %s", path.name, attempt + 1, self.write_retries + 1, e)
                 time.sleep(min(0.05 * 2**attempt, 1.0))
         raise StoreWriteError(f"could not write {path} after {self.write_retries + 1} attempts: {last}") from last
 
-    def write_chunk(self, rows: list[dict[str, Any]]) -> Path | None:
+    def write_chunk(self, rows: list[dict[str, Any]]) -> DataPath | None:
         if not rows:
             return None
         table = pa.Table.from_pylist(rows, schema=schemas.GENERATIONS)

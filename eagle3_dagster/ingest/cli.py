@@ -22,7 +22,7 @@ from .spec import SourceSpec
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok).")
     p.add_argument("file", help="the data file (or a quoted glob)")
-    p.add_argument("--out", required=True, type=Path, help="output folder for accepted/rejects Parquet")
+    p.add_argument("--out", required=True, help="output folder for accepted/rejects Parquet (a path or a URI, e.g. s3://bucket/x)")
     p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
     p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
     p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
@@ -47,15 +47,22 @@ def main(argv: list[str]) -> int:
         from ..config import settings
 
         args.n_shards = settings().n_shards
+    from ..storage import StorageError, data_root
+
+    try:
+        out = data_root(args.out if "://" in args.out else Path(args.out).expanduser().absolute())
+    except StorageError as e:
+        print(f"eagle3 ingest: {e}", file=sys.stderr)
+        return 2
     name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(args.file).name.split(".")[0]) or "cli"
     try:
         spec = SourceSpec(name=name, path=str(Path(args.file).expanduser().absolute()), format=args.format,
                           field_map=field_map, limit=args.limit, prompt_rule=args.prompt_rule, max_bytes=args.max_bytes)
-        counts = ingest_source(spec, args.out, n_shards=args.n_shards)
+        counts = ingest_source(spec, out, n_shards=args.n_shards)
     except (IngestFileError, SourceSpecError, ValueError) as e:
         print(f"eagle3 ingest: {e}", file=sys.stderr)
         return 2
-    print(f"accepted -> {args.out / 'accepted.parquet'}; rejects -> {args.out / 'rejects.parquet'}")
+    print(f"accepted -> {out / 'accepted.parquet'}; rejects -> {out / 'rejects.parquet'}")
     summary = {k: getattr(counts, k) for k in ("read", "accepted", "rejected", "duplicates", "rejects_by_reason")}
     if counts.sampled_out:
         summary["sampled_out"] = counts.sampled_out

@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .. import schemas
+from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .canonical import canonical_json, shard_of
 from .errors import IngestFileError, RowReject
 from .normalize import build_prompt
@@ -86,14 +84,13 @@ class CombineCounts:
 
 
 class _AtomicParquetWriter:
-    """Batched ParquetWriter to a temporary name; commit() renames it into place."""
+    """Batched ParquetWriter that appears under its final name only on commit() (storage.ParquetSink:
+    local temp file + rename, or on object storage a local spool uploaded in one call)."""
 
-    def __init__(self, path: Path, schema: pa.Schema) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: DataPath, schema: pa.Schema) -> None:
         self.path = path
         self.schema = schema
-        self.tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        self._writer = pq.ParquetWriter(self.tmp, schema, compression="zstd")
+        self._sink = ParquetSink(path, schema, compression="zstd")
         self._columns: dict[str, list[Any]] = {n: [] for n in schema.names}
         self._pending = 0
         self.rows = 0
@@ -107,37 +104,29 @@ class _AtomicParquetWriter:
 
     def add_table(self, table: pa.Table) -> None:
         self.flush()
-        self._writer.write_table(table.select(self.schema.names).cast(self.schema))
+        self._sink.write_table(table.select(self.schema.names).cast(self.schema))
         self.rows += table.num_rows
 
     def flush(self) -> None:
         if self._pending:
-            self._writer.write_table(pa.table(self._columns, schema=self.schema))
+            self._sink.write_table(pa.table(self._columns, schema=self.schema))
             self.rows += self._pending
             self._columns = {n: [] for n in self.schema.names}
             self._pending = 0
 
     def close(self) -> None:
         self.flush()
-        self._writer.close()
-        with open(self.tmp, "rb") as f:
-            os.fsync(f.fileno())
+        self._sink.close()
 
     def commit(self) -> None:
-        os.replace(self.tmp, self.path)
+        self._sink.commit()
 
     def abort(self) -> None:
-        try:
-            self._writer.close()
-        except Exception:
-            pass
-        self.tmp.unlink(missing_ok=True)
+        self._sink.abort()
 
 
-def _write_json_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def _write_json_atomic(obj: Any, path: DataPath) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
@@ -146,7 +135,10 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
     return int.from_bytes(h[:8], "big") < fraction * 2**64
 
 
-def ingest_source(spec: SourceSpec, out_dir: Path, *, n_shards: int) -> SourceCounts:
+OutDir = Union[Path, str, DataPath]
+
+
+def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int) -> SourceCounts:
     """Read every file of `spec`; write out_dir/accepted.parquet, rejects.parquet and counts.json.
 
     Raises IngestFileError (naming the file) when a file is missing or unreadable as a whole;
@@ -155,6 +147,7 @@ def ingest_source(spec: SourceSpec, out_dir: Path, *, n_shards: int) -> SourceCo
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     files = spec.files()
+    out_dir = as_data_path(out_dir)
     counts = SourceCounts()
     seen: set[bytes] = set()
     accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
@@ -225,7 +218,7 @@ def ingest_source(spec: SourceSpec, out_dir: Path, *, n_shards: int) -> SourceCo
     return counts
 
 
-def combine_sources(source_dirs: Sequence[Path], out_dir: Path, *, n_shards: int) -> CombineCounts:
+def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards: int) -> CombineCounts:
     """Union of the sources' accepted rows, in the given order, first occurrence of a prompt wins.
 
     Writes out_dir/prompts.parquet (schemas.PROMPTS, shard recomputed for `n_shards`) and
@@ -235,6 +228,8 @@ def combine_sources(source_dirs: Sequence[Path], out_dir: Path, *, n_shards: int
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     counts = CombineCounts(sources=len(source_dirs))
+    out_dir = as_data_path(out_dir)
+    source_dirs = [as_data_path(d) for d in source_dirs]
     seen: set[bytes] = set()
     prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
     rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
@@ -246,11 +241,11 @@ def combine_sources(source_dirs: Sequence[Path], out_dir: Path, *, n_shards: int
                     raise IngestFileError(f"{p}: missing; ingest the source first")
             before = (counts.input_accepted, counts.rejects)
             try:
-                source_counts = json.loads(counts_path.read_text(encoding="utf-8"))
+                source_counts = json.loads(counts_path.read_text())
                 counts.read += int(source_counts["read"])
                 counts.source_duplicates += int(source_counts["duplicates"])
                 counts.sampled_out += int(source_counts.get("sampled_out", 0))
-                acc_file = pq.ParquetFile(acc_path)
+                acc_file = parquet_file(acc_path)
                 for batch in acc_file.iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
                     for row in batch.to_pylist():
                         counts.input_accepted += 1
@@ -265,7 +260,7 @@ def combine_sources(source_dirs: Sequence[Path], out_dir: Path, *, n_shards: int
                         prompts.add(row)
                         counts.prompts += 1
                         counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
-                for rej_batch in pq.ParquetFile(rej_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names):
+                for rej_batch in parquet_file(rej_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names):
                     rejects.add_table(pa.Table.from_batches([rej_batch]))
                     counts.rejects += rej_batch.num_rows
                     for reason in rej_batch.column("reason").to_pylist():

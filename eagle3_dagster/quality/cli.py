@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from ..config import settings
 from ..profiles import ProfileError, load_profile
 from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
-from ..storage import StorageError, read_parquet_dir, shard_dir
+from ..storage import StorageError, data_root, read_parquet_dir, shard_dir
 from .gate import read_gate_result
 from .reports import histograms_markdown, sample_preview_markdown
 from .suites import GATES
@@ -24,7 +23,8 @@ from .suites import GATES
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3 inspect", description="Preview a shard's generations and its gate results.")
     p.add_argument("--shard", type=int, required=True, help="shard number (e.g. 3 for shard=0003)")
-    p.add_argument("--data-dir", type=Path, default=None, help="data directory (default: EAGLE3_DATA_DIR or ./data)")
+    p.add_argument("--data-dir", default=None,
+                   help="data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)")
     p.add_argument("--model", default=None, help="model profile name or YAML path (default: EAGLE3_MODEL)")
     p.add_argument("-n", type=int, default=3, help="how many samples to preview (default 3)")
     p.add_argument("--sample-id", action="append", default=None, help="preview these sample ids (repeatable)")
@@ -35,7 +35,11 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     s = settings()
-    data_dir = (args.data_dir or s.data_dir).expanduser().resolve()
+    try:
+        data_dir = data_root(args.data_dir) if args.data_dir else s.data_dir
+    except StorageError as e:
+        print(f"eagle3 inspect: {e}", file=sys.stderr)
+        return 2
     if args.shard < 0 or args.n < 0:
         print("eagle3 inspect: --shard and -n must be >= 0", file=sys.stderr)
         return 2

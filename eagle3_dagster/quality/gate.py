@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlparse
 import polars as pl
 
 from ..profiles import ModelProfile
-from ..storage import safe_join, shard_key, write_frame_atomic
+from ..storage import DataPath, PathLike, as_data_path, read_parquet, safe_join, shard_key, write_frame_atomic
 from .features import ROW_ID
 from .suites import ROW_LEVEL_TYPES, ExpectationSpec, SuiteError, SuiteSpec, considered_expr, load_suite, row_pass_expr
 
@@ -324,54 +324,49 @@ def _jsonable(v: Any) -> Any:
 # persistence
 
 
-def gate_result_path(data_dir: Path, gate: str, shard: int) -> Path:
+def gate_result_path(data_dir: PathLike, gate: str, shard: int) -> Any:
+    """data/gates/<gate>/shard=NNNN.json (a Path for a local Path root, else a DataPath)."""
+    if isinstance(data_dir, DataPath):
+        return data_dir.joinpath("gates", gate, f"shard={shard_key(shard)}.json")
     return safe_join(Path(data_dir), "gates", gate, f"shard={shard_key(shard)}.json")
 
 
-def write_gate_result(data_dir: Path, gate: str, shard: int, result: GateResult) -> Path:
+def write_gate_result(data_dir: PathLike, gate: str, shard: int, result: GateResult) -> Any:
     """data/gates/<gate>/shard=NNNN.json (+ its rejects as Parquet beside it), atomic.
 
     The failing rows go to a uniquely named Parquet file that the JSON names, so a systematic
     failure on a million rows does not make a huge JSON, and a reader never pairs a new JSON with
-    an old rejects file: the JSON is renamed into place last, then older rejects files go.
+    an old rejects file: the JSON is put in place last (rename locally, one PUT on object storage),
+    then older rejects files go.
     """
-    path = gate_result_path(data_dir, gate, shard)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    native = gate_result_path(data_dir, gate, shard)
+    path = as_data_path(native)
     stem = path.name[: -len(".json")]
     rejects = path.with_name(f"{stem}.{uuid.uuid4().hex[:12]}.rejects.parquet")
     write_frame_atomic(result.row_failures, rejects)
     body = result.to_json(include_rows=False)
     body["row_failures_file"] = rejects.name
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            json.dump(body, f, indent=1, default=str)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    path.write_text(json.dumps(body, indent=1, default=str))
     for old in path.parent.glob(f"{stem}.*.rejects.parquet"):
         if old.name != rejects.name:
             old.unlink(missing_ok=True)
-    return path
+    return native
 
 
-def read_gate_result(data_dir: Path, gate: str, shard: int) -> GateResult | None:
-    path = gate_result_path(data_dir, gate, shard)
+def read_gate_result(data_dir: PathLike, gate: str, shard: int) -> GateResult | None:
+    path = as_data_path(gate_result_path(data_dir, gate, shard))
     if not path.exists():
         return None
     d = json.loads(path.read_text())
     res = GateResult.from_json(d)
     if d.get("row_failures_file"):
-        res.row_failures = pl.read_parquet(path.with_name(d["row_failures_file"])).select(
+        res.row_failures = read_parquet(path.with_name(d["row_failures_file"])).select(
             pl.col(ROW_ID).cast(pl.String), pl.col("reasons").cast(pl.List(pl.String))
         )
     return res
 
 
-def require_gate_passed(data_dir: Path, gate: str, shard: int) -> GateResult:
+def require_gate_passed(data_dir: PathLike, gate: str, shard: int) -> GateResult:
     """The stored result for (gate, shard) if it passed; GateFailedError if missing or failed."""
     res = read_gate_result(data_dir, gate, shard)
     if res is None:

@@ -10,36 +10,40 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import polars as pl
+
+from ..storage import PathLike, TextSink, as_data_path, read_parquet
 
 SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
 CONVERSATIONS_FILE = "exports/conversations.jsonl"
 
 
-def _snapshot_frame(snapshot_dir: Path, columns: list[str]) -> pl.DataFrame:
-    files = sorted((snapshot_dir / "training_samples").glob("shard=*.parquet"))
+def _snapshot_frame(snapshot_dir: PathLike, columns: list[str]) -> pl.DataFrame:
+    files = as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
     if not files:
         return pl.DataFrame(schema={c: pl.String for c in columns})
-    return pl.read_parquet(files, columns=columns).sort("sample_id")
+    return read_parquet(files, columns=columns).sort("sample_id")
 
 
-def _write_jsonl(path: Path, rows) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+def _write_jsonl(path: PathLike, rows) -> int:
+    """Atomic: a local temporary file, renamed (local data) or uploaded in one call (object storage)."""
+    sink = TextSink(path)
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            sink.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
             n += 1
-    os.replace(tmp, path)
+    except BaseException:
+        sink.abort()
+        raise
+    sink.commit()
     return n
 
 
-def export_specforge_prompts(snapshot_dir: Path, exports_dir: Path) -> dict[str, Any]:
+def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
+    snapshot_dir = as_data_path(snapshot_dir)
     df = _snapshot_frame(snapshot_dir, ["sample_id", "input_ids", "loss_mask"])
     n = _write_jsonl(
         snapshot_dir / SPECFORGE_FILE,
@@ -48,7 +52,8 @@ def export_specforge_prompts(snapshot_dir: Path, exports_dir: Path) -> dict[str,
     return {SPECFORGE_FILE: {"rows": n, "format": "specforge prompts_path (input_ids, loss_mask)"}}
 
 
-def export_conversations(snapshot_dir: Path, exports_dir: Path) -> dict[str, Any]:
+def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
+    snapshot_dir = as_data_path(snapshot_dir)
     df = _snapshot_frame(snapshot_dir, ["sample_id", "conversation", "tools"])
 
     def rows():

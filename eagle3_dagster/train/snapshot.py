@@ -5,6 +5,11 @@ config that produced it), so assembling unchanged inputs again yields the same v
 same bytes: the second nightly run with nothing new produces an identical snapshot rather than a
 near-copy. Shards are copied in, so deleting or regenerating the working tables never changes a
 published snapshot.
+
+Local data: the snapshot is assembled in a staging folder and renamed into place. Object storage
+(no rename): the files are written under snapshots/<version>/ and manifest.json is put LAST, so a
+snapshot exists exactly when its manifest does; a version folder without one (a crash mid-way) is
+deleted and rebuilt, and readers (list_snapshots, LATEST) only ever name versions with a manifest.
 """
 
 from __future__ import annotations
@@ -13,15 +18,11 @@ import datetime as dt
 import hashlib
 import json
 import os
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
-import polars as pl
-
-from ..storage import shard_key
+from ..storage import DataPath, PathLike, _native, as_data_path, parquet_num_rows, sha256_of, shard_key
 
 GATES = ("prompts", "generations", "training_samples")
 
@@ -39,7 +40,7 @@ class ShardDecision:
 @dataclass
 class SnapshotResult:
     version: str
-    path: Path
+    path: Any  # a Path when the data dir was given as a local Path, else a storage.DataPath
     created: bool  # False when an identical snapshot already existed
     rows: int
     shards: list[ShardDecision]
@@ -47,18 +48,15 @@ class SnapshotResult:
     manifest: dict[str, Any]
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def sha256_file(path: PathLike) -> str:
+    return sha256_of(path)
 
 
 def decide_shards(
-    data_dir: Path, shard_ids: Sequence[int], gate_status: Callable[[str, int], Any]
+    data_dir: PathLike, shard_ids: Sequence[int], gate_status: Callable[[str, int], Any]
 ) -> list[ShardDecision]:
     """Which shards a snapshot may use, and why each other one is left out."""
+    data_dir = as_data_path(data_dir)
     out = []
     for k in shard_ids:
         key = shard_key(k)
@@ -77,8 +75,8 @@ def decide_shards(
         if reason != "ok":
             out.append(ShardDecision(key, False, reason, gates=gates))
             continue
-        rows = pl.scan_parquet(f).select(pl.len()).collect().item()
-        out.append(ShardDecision(key, True, "all gates passed", rows=rows, sha256=sha256_file(f), gates=gates))
+        rows = parquet_num_rows(f)
+        out.append(ShardDecision(key, True, "all gates passed", rows=rows, sha256=sha256_of(f), gates=gates))
     return out
 
 
@@ -91,17 +89,12 @@ def _version(decisions: list[ShardDecision], config: dict[str, Any]) -> str:
     return h.hexdigest()[:16]
 
 
-def _copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
-def list_snapshots(root: Path) -> list[tuple[str, str]]:
-    """(version, created_at) of every complete snapshot, oldest first."""
+def list_snapshots(root: PathLike) -> list[tuple[str, str]]:
+    """(version, created_at) of every complete snapshot (one with a manifest), oldest first."""
     out = []
-    for m in root.glob("*/manifest.json"):
+    for m in as_data_path(root).glob("*/manifest.json"):
+        if m.parent.name.startswith("."):
+            continue  # a local staging folder
         try:
             out.append((m.parent.name, json.loads(m.read_text())["created_at"]))
         except (ValueError, KeyError):
@@ -110,38 +103,42 @@ def list_snapshots(root: Path) -> list[tuple[str, str]]:
 
 
 def build_snapshot(
-    data_dir: Path,
+    data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
     *,
     config: dict[str, Any],
     keep: int = 7,
-    exporters: Sequence[Callable[[Path, Path], dict[str, Any]]] = (),
+    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]] = (),
     now: dt.datetime | None = None,
 ) -> SnapshotResult:
-    root = data_dir / "snapshots"
-    decisions = decide_shards(data_dir, shard_ids, gate_status)
+    given = data_dir
+    data = as_data_path(data_dir)
+    root = data / "snapshots"
+    decisions = decide_shards(data, shard_ids, gate_status)
     version = _version(decisions, config)
     snap = root / version
     manifest_path = snap / "manifest.json"
     created = not manifest_path.exists()
     if created:
-        staging = root / f".{version}.staging"
-        if staging.exists():
-            shutil.rmtree(staging)
+        # Local: build beside the final folder, then one rename. Object storage: build in place,
+        # manifest last (a folder without a manifest is an unfinished attempt: start it over).
+        staging = root / f".{version}.staging" if data.is_local else snap
+        staging.rmtree()
+        staging.mkdir()
         files: dict[str, dict[str, Any]] = {}
         for d in decisions:
             if not d.included:
                 continue
             rel = f"training_samples/shard={d.shard}.parquet"
-            _copy(data_dir / "training_samples" / f"shard={d.shard}" / "part-0000.parquet", staging / rel)
+            (data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").copy_to(staging / rel)
             files[rel] = {"sha256": d.sha256, "rows": d.rows}
         exports: dict[str, Any] = {}
         for export in exporters:
             for rel, info in export(staging, staging / "exports").items():
                 exports[rel] = info
         for rel in exports:
-            exports[rel]["sha256"] = sha256_file(staging / rel)
+            exports[rel]["sha256"] = sha256_of(staging / rel)
         manifest = {
             "version": version,
             "created_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(),
@@ -151,20 +148,26 @@ def build_snapshot(
             "shards": [asdict(d) for d in decisions],
             "config": config,
         }
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-        if snap.exists():  # a half-written earlier attempt without a manifest
-            shutil.rmtree(snap)
-        os.replace(staging, snap)
+        body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+        if data.is_local:
+            (staging / "manifest.json").local_path.write_text(body)
+            snap.rmtree()  # a half-written earlier attempt without a manifest
+            os.replace(staging.local_path, snap.local_path)
+        else:
+            manifest_path.write_text(body)
     manifest = json.loads(manifest_path.read_text())
     (root / "LATEST").write_text(version + "\n")
     removed = apply_retention(root, keep=keep, protect=version)
-    return SnapshotResult(version, snap, created, manifest["rows"], decisions, removed, manifest)
+    return SnapshotResult(version, _native(snap, given), created, manifest["rows"], decisions, removed, manifest)
 
 
-def apply_retention(root: Path, *, keep: int, protect: str) -> list[str]:
+def apply_retention(root: PathLike, *, keep: int, protect: str) -> list[str]:
     """Keep the `keep` newest snapshots (never the one just published); delete the rest."""
+    root = as_data_path(root)
     snaps = list_snapshots(root)
     doomed = [v for v, _ in snaps[: max(0, len(snaps) - keep)] if v != protect]
     for v in doomed:
-        shutil.rmtree(root / v, ignore_errors=True)
+        # Manifest first: a half-deleted snapshot is never listed as complete.
+        (root / v / "manifest.json").unlink(missing_ok=True)
+        (root / v).rmtree()
     return doomed
