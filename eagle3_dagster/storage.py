@@ -765,3 +765,36 @@ def shard_dir(data_dir: PathLike, table: str, shard: int) -> Any:
 
 def iter_shard_dirs(data_dir: PathLike, table: str) -> Iterable[DataPath]:
     return as_data_path(data_dir).joinpath(table).glob("shard=*")
+
+
+# --------------------------------------------------------------------------------------- URIs of other files
+# Small public helpers for code that reads files named by a URI outside the data directory (the
+# prompt-source files of eagle3_dagster/ingest): the same validation and display rules as above.
+
+
+def uri_scheme(uri: str) -> str:
+    """The URI's scheme in lower case ('s3', 'memory', 'file'), or '' for a plain path."""
+    return _scheme(uri)
+
+
+def check_uri(uri: str) -> None:
+    """Raise StorageError for a URI carrying credentials (user-info or a credential-like query key),
+    a '..' / backslash / NUL segment, or a '#fragment' (the rules of the data-directory URI)."""
+    _check_uri(uri)
+
+
+def display_uri(uri: str) -> str:
+    """What logs, metadata and lineage may show: scheme://host/path, no user-info, no query at all."""
+    if not _scheme(uri):
+        return uri
+    try:
+        parts = urlsplit(redact_uri(uri))
+    except ValueError:
+        return f"{_scheme(uri)}://<unparsable>"
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
+
+
+def fsspec_filesystem(fs: pafs.FileSystem) -> Any:
+    """The fsspec filesystem behind a PyFileSystem(FSSpecHandler(...)), or None for a native pyarrow one."""
+    handler = getattr(fs, "handler", None)
+    return getattr(handler, "fs", None)

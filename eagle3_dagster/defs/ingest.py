@@ -9,7 +9,7 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
-from ..storage import read_parquet
+from ..storage import display_uri, read_parquet
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings
@@ -25,7 +25,7 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     @dg.asset(
         name=source_asset_name(spec),
         group_name=GROUP,
-        description=f"Prompt source `{spec.name}` ({spec.format}): {spec.path}. Licence: {spec.licence or 'not stated'}",
+        description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}",
         kinds={"parquet"},
         tags={"eagle3/stage": "ingest"},
     )
@@ -37,6 +37,8 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             metadata={
                 **to_metadata(counts),
                 "path": dg.MetadataValue.path(str(out_dir)),
+                # where the prompts came from: the YAML's path or glob (a URI without its query)
+                "source_path": display_uri(spec.path),
                 "licence": spec.licence or "not stated",
             }
         )

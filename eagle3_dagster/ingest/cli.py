@@ -12,6 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from .errors import IngestFileError, SourceSpecError
 from .normalize import FORMAT_ALIASES, PROMPT_RULES
@@ -21,7 +22,7 @@ from .spec import SourceSpec
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok).")
-    p.add_argument("file", help="the data file (or a quoted glob)")
+    p.add_argument("file", help="the data file (or a quoted glob); a path or a URI, e.g. s3://bucket/x/*.jsonl.gz")
     p.add_argument("--out", required=True, help="output folder for accepted/rejects Parquet (a path or a URI, e.g. s3://bucket/x)")
     p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
     p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
@@ -54,9 +55,14 @@ def main(argv: list[str]) -> int:
     except StorageError as e:
         print(f"eagle3 ingest: {e}", file=sys.stderr)
         return 2
-    name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", Path(args.file).name.split(".")[0]) or "cli"
+    from .remote import is_uri
+
+    # A URI (s3://bucket/x/*.jsonl.gz?region=..., memory://..., file://...) is passed through as is.
+    uri = is_uri(args.file)
+    base_name = urlsplit(args.file).path.rstrip("/").rsplit("/", 1)[-1] if uri else Path(args.file).name
+    name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", base_name.split(".")[0]) or "cli"
     try:
-        spec = SourceSpec(name=name, path=str(Path(args.file).expanduser().absolute()), format=args.format,
+        spec = SourceSpec(name=name, path=args.file if uri else str(Path(args.file).expanduser().absolute()), format=args.format,
                           field_map=field_map, limit=args.limit, prompt_rule=args.prompt_rule, max_bytes=args.max_bytes)
         counts = ingest_source(spec, out, n_shards=args.n_shards)
     except (IngestFileError, SourceSpecError, ValueError) as e:

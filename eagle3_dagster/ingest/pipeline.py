@@ -12,6 +12,9 @@ Memory stays flat in the number of rows: records stream from the reader, accepte
 in batches with a ParquetWriter, and deduplication keeps one 16-byte digest per prompt.
 Outputs are written under temporary names and renamed into place only when the whole source
 succeeded, so a failed run leaves the previous outputs untouched.
+
+`source_file` (lineage, on accepted and rejected rows) is the local path of the file read, or for
+a source named by a URI (remote.py) the URI without its query: `s3://bucket/prompts/part-1.jsonl.gz`.
 """
 
 from __future__ import annotations

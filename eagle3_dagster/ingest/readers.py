@@ -16,6 +16,10 @@ In a JSON array, a malformed or oversized element becomes one reject and reading
 it (its end is found by matching brackets and strings). When the array cannot be followed any
 further (missing comma, file ends inside a record), the records before the break are kept, the
 break becomes one `not_json` reject at the next record index, and reading that file stops.
+
+A file is a local `Path` or, for a source named by a URI, a remote `storage.DataPath` (remote.py):
+the same detection and parsing, over a streamed, buffered remote input (Parquet: a random-access
+remote file), so rows and reject reasons are the same wherever the file lives.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import IO, Any
 
 import pyarrow.parquet as pq
 
+from ..storage import DataPath
 from .errors import IngestFileError
+from .remote import SourceFile, open_remote_binary
 
 _BOM = b"\xef\xbb\xbf"
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -65,7 +70,9 @@ def safe_text(text: str) -> str:
         return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
-def _open_binary(path: Path) -> IO[bytes]:
+def _open_binary(path: SourceFile) -> IO[bytes]:
+    if isinstance(path, DataPath):
+        return open_remote_binary(path)
     try:
         f: IO[bytes] = open(path, "rb")
     except FileNotFoundError:
@@ -81,7 +88,7 @@ def _open_binary(path: Path) -> IO[bytes]:
     return f
 
 
-def sniff_container(path: Path) -> str:
+def sniff_container(path: SourceFile) -> str:
     """'parquet' | 'jsonl' | 'json_array' | 'json_document' (an empty file is 'jsonl')."""
     try:
         with _open_binary(path) as f:
@@ -122,12 +129,12 @@ def _parses(raw: bytes) -> bool:
         return False
 
 
-def _whole_file_parses(path: Path) -> bool:
+def _whole_file_parses(path: SourceFile) -> bool:
     with _open_binary(path) as f:
         return _parses(f.read())
 
 
-def iter_records(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
+def iter_records(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
     container = sniff_container(path)
     if container == "parquet":
         yield from _iter_parquet(path, max_bytes=max_bytes)
@@ -139,7 +146,7 @@ def iter_records(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
         yield from _iter_jsonl(path, max_bytes=max_bytes)
 
 
-def _iter_jsonl(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
+def _iter_jsonl(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
     with _open_binary(path) as f:
         line_no = 0
         while True:
@@ -181,7 +188,7 @@ def _iter_jsonl(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
             yield RawRecord(line_no, value=value, raw=text)
 
 
-def _iter_json_document(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
+def _iter_json_document(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
     with _open_binary(path) as f:
         data = f.read()
     if data.startswith(_BOM):
@@ -233,7 +240,7 @@ class _TextBuffer:
         return pos
 
 
-def _iter_json_array(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
+def _iter_json_array(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
     decoder = json.JSONDecoder()
     with _open_binary(path) as f:
         buf = _TextBuffer(f)
@@ -358,10 +365,19 @@ def _skip_value(buf: _TextBuffer, pos: int) -> int:
             return -1
 
 
-def _iter_parquet(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
+def _iter_parquet(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
+    remote = None
     try:
-        pf = pq.ParquetFile(path)
+        if isinstance(path, DataPath):
+            remote = path.open_input_file()  # random access: footer first, then row groups as read
+            pf = pq.ParquetFile(remote)
+        else:
+            pf = pq.ParquetFile(path)
+    except IngestFileError:
+        raise
     except Exception as e:  # pyarrow raises several types for a corrupt file
+        if remote is not None:
+            remote.close()
         raise IngestFileError(f"{path}: not a readable Parquet file: {e}") from None
     row = 0
     try:
@@ -378,4 +394,7 @@ def _iter_parquet(path: Path, *, max_bytes: int) -> Iterator[RawRecord]:
         raise
     except Exception as e:
         raise IngestFileError(f"{path}: Parquet read failed after row {row}: {e}") from None
+    finally:
+        if remote is not None:
+            remote.close()
 

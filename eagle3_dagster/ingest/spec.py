@@ -3,7 +3,9 @@
 Fields (only `path` is required):
 
     name: ultrachat            # default: the file's stem; letters, digits, '_', '-', '.'
-    path: ../data/uc/*.jsonl   # a file or a glob, relative to the YAML's folder (or absolute)
+    path: ../data/uc/*.jsonl   # a file or a glob, relative to the YAML's folder (or absolute), or a
+                               #   URI: s3://bucket/uc/*.jsonl.gz?region=..., gs://, memory://, file://
+                               #   (see remote.py; credentials only from the environment)
     format: auto               # auto | openai | sharegpt | alpaca | question | bfcl (+ aliases
                                #   ultrachat, hermes, no_robots, glaive, gsm8k, magpie, math)
     field_map: {messages: dialog, role: speaker}   # canonical name -> the source's field name
@@ -28,6 +30,7 @@ import yaml
 
 from .errors import SourceSpecError
 from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
+from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -52,14 +55,20 @@ class SourceSpec:
         if problem:
             raise SourceSpecError(f"source {self.name!r}: {problem}")
 
-    def files(self) -> list[Path]:
-        """The data files this source reads, sorted; raises IngestFileError when none match."""
+    def files(self) -> list[SourceFile]:
+        """The data files this source reads, sorted; raises IngestFileError when none match.
+
+        Local files come back as Paths; files named by a remote URI as storage.DataPaths (remote.py).
+        """
         from .errors import IngestFileError
 
-        p = Path(self.path).expanduser()
+        if is_remote(self.path):
+            return list(remote_files(self.path, self.name))
+        raw = file_uri_to_path(self.path) if is_uri(self.path) else self.path
+        p = Path(raw).expanduser()
         if not p.is_absolute():
             p = (self.base_dir or Path.cwd()) / p
-        if any(ch in self.path for ch in "*?["):
+        if any(ch in raw for ch in "*?["):
             matches = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
             if not matches:
                 raise IngestFileError(f"source {self.name!r}: no file matches {self.path!r} (pattern {p})")
@@ -76,6 +85,10 @@ def _validate(spec: SourceSpec) -> str | None:
         return "name must be letters, digits, '_', '-' or '.', starting with a letter or digit"
     if not isinstance(spec.path, str) or not spec.path.strip():
         return "path must be a non-empty string"
+    if is_uri(spec.path):
+        problem = validate_source_uri(spec.path)
+        if problem:
+            return problem
     if spec.format not in FORMAT_ALIASES:
         return f"format {spec.format!r} is not one of {', '.join(sorted(FORMAT_ALIASES))}"
     if spec.prompt_rule not in PROMPT_RULES:

@@ -17,7 +17,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,8 +29,8 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.sim.process import free_port, start_simulator
-from rel_helpers import VENV_BIN
+from eagle3_dagster.sim.process import start_simulator
+from s3_moto import moto_s3_server, set_aws_env
 
 pytestmark = pytest.mark.integration
 
@@ -43,37 +42,8 @@ TIMESTAMPS = ("generated_at", "created_at", "tokenized_at")
 @pytest.fixture(scope="module")
 def moto_s3():
     """A moto S3 server subprocess on 127.0.0.1 (a free port), with one bucket; stopped at the end."""
-    server = VENV_BIN / "moto_server"
-    if not server.exists():
-        raise RuntimeError(f"{server} not found: install the test extra (`make install`, or pip install -e '.[test]')")
-    port = free_port()
-    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{endpoint}/moto-api/", timeout=2)
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.2)
-        import boto3
-
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id="eagle3test", aws_secret_access_key=SECRET)
-        client.create_bucket(Bucket=BUCKET)
+    with moto_s3_server((BUCKET,), SECRET) as (port, client):
         yield port, client
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _keys(client, prefix: str) -> dict[str, int]:
@@ -112,12 +82,7 @@ def _requests(url: str) -> int:
 def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, monkeypatch, capsys):
     port, client = moto_s3
     uri = f"s3://{BUCKET}/{PREFIX}?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "eagle3test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    for var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(var, raising=False)
+    set_aws_env(monkeypatch, SECRET)
     local = tmp_path / "local_data"
     work = tmp_path / "work"
     cwd_before = set(os.listdir(Path.cwd()))
