@@ -3,6 +3,7 @@
     .venv/bin/python bench/generate.py [--n 3000] [--concurrency 64] [--rounds 3]
                                        [--latency-n 2000] [--token-latency-ms 10]
                                        [--rss-small 20000] [--rss-large 200000] [--skip bare,latency,rss,plan]
+    .venv/bin/python bench/generate.py --only asset [--asset-n 50000] [--asset-prompt-len 1000]
 
 Three measurements, each against `eagle3-sim` running in its own process on 127.0.0.1:
   vs_bare_httpx          zero latency: generate_shard's sustained samples/s divided by a bare asyncio
@@ -242,6 +243,87 @@ def bench_rss(small: int, large: int, concurrency: int, tmp: Path) -> dict[str, 
         sim.kill()
 
 
+_ASSET_CHILD = r"""
+import json, sys, time
+def peak_kb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+import polars as pl
+from eagle3_dagster.defs.generate import ECHO_WINDOW, active_sample_ids, tokenized_source
+from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
+from eagle3_dagster.generate.inputs import prompt_view
+from eagle3_dagster.quality.reports import PREVIEW_PROMPT_TAIL
+from eagle3_dagster.schemas import TOKENIZED_PROMPTS
+from eagle3_dagster.storage import data_root, read_parquet_dir, shard_dir
+mode, url, data, conc = sys.argv[1], sys.argv[2], data_root(sys.argv[3]), int(sys.argv[4])
+base = peak_kb()
+cfg = GenerationConfig(endpoints=(url,), max_new_tokens=4, temperature=1.0, top_p=0.95, stop_token_ids=(163586,),
+                       max_in_flight=conc, vocab_size=163840)
+out = shard_dir(data, "generations", 0)
+t0 = time.perf_counter()
+if mode == "whole_frame":  # the asset before: the whole shard in a DataFrame, passed around
+    tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", 0), schema=TOKENIZED_PROMPTS)
+    rep = generate_shard(tokenized, out, cfg)
+    gen_kb = peak_kb()
+    active = active_sample_ids(tokenized, rep.model_revision, rep.sampling_hash, None)
+    gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
+    tails = tokenized.select("prompt_id", pl.col("input_ids").list.tail(ECHO_WINDOW))
+    preview = tokenized.filter(pl.col("prompt_id").is_in(gens.head(3)["prompt_id"].to_list()))
+else:  # the asset now
+    tokenized = tokenized_source(data, 0)
+    rep = generate_shard(tokenized, out, cfg)
+    gen_kb = peak_kb()
+    prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
+    active = active_sample_ids(prompts, rep.model_revision, rep.sampling_hash, None)
+    gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
+    tails = prompts.select("prompt_id", pl.col("input_ids").list.tail(ECHO_WINDOW))
+    preview = prompts.filter(pl.col("prompt_id").is_in(gens.head(3)["prompt_id"].to_list()))
+assert gens.height == active.height == tails.height and preview.height == 3, (gens.height, active.height)
+print(json.dumps({"maxrss_kb": peak_kb(), "import_kb": base, "generate_shard_kb": gen_kb, "succeeded": rep.succeeded,
+                  "wall_s": time.perf_counter() - t0, "reconciles": rep.reconciles}))
+"""
+
+
+def bench_asset_rss(n: int, prompt_len: int, concurrency: int, tmp: Path) -> dict[str, Any]:
+    """Peak RSS of the generations asset's data path: the whole tokenized frame vs streamed (see the docstring)."""
+    from eagle3_dagster.schemas import TOKENIZED_PROMPTS
+    from eagle3_dagster.storage import write_frame_atomic
+
+    src = tmp / "asset_tokenized.parquet"
+    write_frame_atomic(prompts_frame(n, seed=77, prompt_len=prompt_len), src, schema=TOKENIZED_PROMPTS)
+    sim = start_sim("--max-running-requests", "4096", "--prefix-cache-nodes", "1000")
+    try:
+        res: dict[str, Any] = {}
+        for mode in ("whole_frame", "streamed"):
+            data = tmp / f"asset_{mode}"
+            (data / "tokenized_prompts" / "shard=0000").mkdir(parents=True)
+            os.link(src, data / "tokenized_prompts" / "shard=0000" / "part-0000.parquet")
+            out = subprocess.run([sys.executable, "-c", _ASSET_CHILD, mode, sim.url, str(data), str(concurrency)],
+                                 capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(out.stderr[-3000:])
+            d = json.loads(out.stdout.strip().splitlines()[-1])
+            assert d["succeeded"] == n and d["reconciles"], d
+            res[mode] = d
+            print(json.dumps({mode: d}), file=sys.stderr, flush=True)
+        whole, streamed = res["whole_frame"]["maxrss_kb"], res["streamed"]["maxrss_kb"]
+        return {
+            "asset_rss_prompts": n,
+            "asset_rss_prompt_len": prompt_len,
+            "asset_rss_input_mb": round(os.path.getsize(src) / 2**20, 1),
+            "asset_rss_whole_frame_mb": round(whole / 1024, 1),
+            "asset_rss_streamed_mb": round(streamed / 1024, 1),
+            "asset_rss_after_imports_mb": round(res["streamed"]["import_kb"] / 1024, 1),
+            # peak up to the end of generate_shard (before the asset's later steps), per mode
+            "asset_rss_generate_shard_mb": {m: round(r["generate_shard_kb"] / 1024, 1) for m, r in res.items()},
+            "asset_rss_ratio_streamed_vs_whole_frame": round(streamed / whole, 3),
+            "asset_rss_wall_s": {m: round(r["wall_s"], 1) for m, r in res.items()},
+        }
+    finally:
+        sim.kill()
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=3000, help="samples per round for vs_bare_httpx")
@@ -255,9 +337,17 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rss-large", type=int, default=200_000)
     ap.add_argument("--plan-small", type=int, default=100_000)
     ap.add_argument("--plan-large", type=int, default=1_000_000)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare,latency,rss,plan")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare,latency,rss,plan,asset")
+    ap.add_argument("--only", default="", help="comma list of parts to run (default: all but asset)")
+    ap.add_argument("--asset-n", type=int, default=50_000, help="prompts in the asset_rss shard")
+    ap.add_argument("--asset-prompt-len", type=int, default=1000, help="tokens a prompt in the asset_rss shard")
     args = ap.parse_args(argv)
+    parts = {"bare", "latency", "rss", "plan", "asset"}
     skip = set(filter(None, args.skip.split(",")))
+    if args.only:
+        skip |= parts - set(args.only.split(","))
+    else:
+        skip.add("asset")  # minutes of 1k-token requests: run it with --only asset
     result: dict[str, Any] = {"cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as d:
         tmp = Path(d)
@@ -279,6 +369,8 @@ def main(argv: list[str]) -> int:
                                   "the full 100k/1M scale without HTTP")
         if "plan" not in skip:
             result.update(bench_plan_rss(args.plan_small, args.plan_large, tmp))
+        if "asset" not in skip:
+            result.update(bench_asset_rss(args.asset_n, args.asset_prompt_len, args.concurrency, tmp))
     print(json.dumps(result))
     return 0
 

@@ -51,6 +51,24 @@ def work_dir_for(data_dir: DataPath) -> Path:
     return Path(tempfile.gettempdir()) / "eagle3-work"
 
 
+GX_KEEP_VALIDATIONS_ENV = "EAGLE3_GX_KEEP_VALIDATIONS"
+GX_KEEP_VALIDATIONS_DEFAULT = 20
+
+
+def gx_keep_validations() -> int:
+    """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
+    raw = os.environ.get(GX_KEEP_VALIDATIONS_ENV, "").strip()
+    if not raw:
+        return GX_KEEP_VALIDATIONS_DEFAULT
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{GX_KEEP_VALIDATIONS_ENV} must be an integer (0 = keep all), got {raw!r}") from None
+    if n < 0:
+        raise ValueError(f"{GX_KEEP_VALIDATIONS_ENV} must be >= 0 (0 = keep all), got {n}")
+    return n
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: DataPath  # str() is the OS path, or the URI without query/credentials

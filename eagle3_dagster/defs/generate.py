@@ -1,12 +1,21 @@
-"""Generation wiring: `generations[shard]` through SGLang's native /generate, and its gate."""
+"""Generation wiring: `generations[shard]` through SGLang's native /generate, and its gate.
 
+The tokenized shard is never loaded whole: generate_shard streams it from its folder (local or
+object storage) in batches, and the later steps read only what they need, streamed the same way
+(generate.inputs.prompt_view: ids, template hashes, prompt lengths and the last 24 ids of each prompt,
+which is all the echo feature and the sample preview look at), in one more pass over the shard.
+"""
+
+import os
 
 import dagster as dg
 import polars as pl
 
 from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
+from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown, write_gate_result
-from ..storage import parse_shard_key, read_parquet_dir, shard_dir, write_frame_atomic
+from ..quality.reports import PREVIEW_PROMPT_TAIL
+from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs
 from .metadata import to_metadata
@@ -15,6 +24,27 @@ from .resources import PipelineSettings, SGLangFleet, cached_renderer
 
 GROUP = "generate"
 ACTIVE_FILE = "active.parquet"
+ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
+COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
+
+
+def compact_after_chunks_from_env() -> int | None:
+    """EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS: merge a shard's chunks once more than this many exist (0: never)."""
+    raw = os.environ.get(COMPACT_ENV, "").strip()
+    if not raw:
+        return GenerationConfig.__dataclass_fields__["compact_after_chunks"].default  # type: ignore[return-value]
+    n = int(raw)
+    if n < 0:
+        raise ValueError(f"{COMPACT_ENV} must be >= 0 (0 = never compact), got {n}")
+    return n or None
+
+
+def tokenized_source(data, shard: int):
+    """The tokenized shard for generate_shard: its folder (streamed), or an empty frame if it has none."""
+    folder = as_data_path(shard_dir(data, "tokenized_prompts", shard))
+    if not folder.glob("part-*.parquet"):
+        return pl.from_arrow(TOKENIZED_PROMPTS.empty_table())
+    return folder
 
 
 def active_sample_ids(tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed) -> pl.DataFrame:
@@ -57,8 +87,8 @@ def generations(
     shard = parse_shard_key(context.partition_key)
     data = pipeline.data_path
     profile = pipeline.profile()
-    tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
-    overrides = {}
+    tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
+    overrides = {"compact_after_chunks": compact_after_chunks_from_env()}
     if pipeline.max_new_tokens:
         overrides["max_new_tokens"] = pipeline.max_new_tokens
     if sglang.max_in_flight:
@@ -79,13 +109,15 @@ def generations(
 
     report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
     context.log.info(f"shard {shard}: done {report}")
+    # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
+    prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
-    active = active_sample_ids(tokenized, report.model_revision, report.sampling_hash, config.regen_seed)
+    active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
     write_frame_atomic(active, out / ACTIVE_FILE)
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
-    features = generation_features(gens, tokenized, profile, tokenizer=renderer.tokenizer)
+    features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
     gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     write_gate_result(data, "generations", shard, gate)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
@@ -95,7 +127,7 @@ def generations(
             "stored_samples": gens.height,
             "quarantined": gate.row_failures.height,
             "sample_preview": dg.MetadataValue.md(
-                sample_preview_markdown(gens, tokenized, renderer.tokenizer, profile, n=3)
+                sample_preview_markdown(gens, prompts, renderer.tokenizer, profile, n=3)
             ),
             "histograms": dg.MetadataValue.md(
                 histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])

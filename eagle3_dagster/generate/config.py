@@ -46,6 +46,9 @@ class GenerationConfig:
     write_retries: int = 3
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
+    # After a successful run with more than this many chunk files in the shard folder, merge them into
+    # one (store.ShardStore.compact; crash-safe). None: never compact.
+    compact_after_chunks: int | None = 8
 
     def __post_init__(self) -> None:
         eps = tuple(e.strip().rstrip("/") for e in self.endpoints if e and e.strip())
@@ -61,6 +64,8 @@ class GenerationConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.flush_every_n < 1:
             raise ValueError(f"flush_every_n must be >= 1, got {self.flush_every_n}")
+        if self.compact_after_chunks is not None and self.compact_after_chunks < 1:
+            raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
     @classmethod
     def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any) -> "GenerationConfig":

@@ -4,8 +4,15 @@ Pass 1 reads only prompt_id/template_hash, computes every sample_id and keeps it
 (two uint64), then decides with one vectorised numpy sort which rows to send: first occurrence of the
 key in the input and not already stored. Pass 2 re-reads the batches (with input_ids) and yields
 the rows to send; each row's key is checked against pass 1, so a changed input fails loudly.
-A DataFrame input is sliced the same way; a Path (a Parquet file or a folder of part-*.parquet)
-is never fully loaded, which is what keeps a 1M-sample shard's RSS close to a 100k one's.
+A DataFrame input is sliced the same way; a Path or DataPath (a Parquet file or a folder of
+part-*.parquet, local or in object storage) is never fully loaded, which is what keeps a 1M-sample
+shard's RSS close to a 100k one's. Files are read page by page (a buffered Parquet stream over the
+filesystem's random-access file: ranged GETs on object storage), so even a file written as one big
+row group is never held whole, compressed or not.
+
+`prompt_view` and `prompts_by_id` give the later steps of the `generations` asset what they need
+from the tokenized shard (ids, template hashes, prompt tails; full rows for a few previewed
+prompts) by the same streaming, instead of the whole shard with every prompt's input_ids.
 """
 
 from __future__ import annotations
@@ -18,12 +25,16 @@ from typing import Any, Iterator, Union
 import numpy as np
 import polars as pl
 
-from ..storage import DataPath, as_data_path, parquet_file, parquet_schema, scan_parquet
+import pyarrow.parquet as pq
+
+from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet
 from .config import sample_key
 
 TokenizedSource = Union[pl.DataFrame, Path, str, DataPath]
 
 _BATCH = 8192
+_IDS_BATCH = 1024  # rows a batch when input_ids are read: ~4 MB for 1k-token prompts
+_READ_BUFFER = 1 << 20  # bytes read ahead per column stream: page-sized reads, never a whole column chunk
 _OPTIONAL = ("source", "shard", "template_hash")
 
 
@@ -51,10 +62,58 @@ def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]
     if isinstance(src, pl.DataFrame):
         yield from src.select(columns).iter_slices(_BATCH)
         return
+    size = _IDS_BATCH if "input_ids" in columns else _BATCH
     for f in _files(as_data_path(src)):
-        pf = parquet_file(f)
-        for b in pf.iter_batches(batch_size=_BATCH, columns=columns):
-            yield pl.from_arrow(b)  # type: ignore[misc]
+        with _open(f) as pf:
+            # use_threads=False: threaded decoding reads whole column chunks ahead (2-3x the batch memory)
+            for b in pf.iter_batches(batch_size=size, columns=columns, use_threads=False):
+                yield pl.from_arrow(b)  # type: ignore[misc]
+
+
+def _open(f: DataPath) -> pq.ParquetFile:
+    """A streamed Parquet reader: buffered page reads (local file or the object store's ranged reads)."""
+    source: Any = f.path if f.is_local else f.open_input_file()
+    return pq.ParquetFile(source, buffer_size=_READ_BUFFER, pre_buffer=False)
+
+
+def prompt_view(src: TokenizedSource, *, tail: int = 8) -> pl.DataFrame:
+    """One row per input row: prompt_id, template_hash, source, prompt_len and the LAST `tail` input_ids.
+
+    Streamed in batches: memory is ~`tail` ids a prompt, not the prompt. Enough for the sample ids
+    (prompt_id + template_hash) and for generation_features' echo check (the prompt tail, whose
+    default window is 8).
+    """
+    cols = _columns_of(src)
+    th = pl.col("template_hash") if "template_hash" in cols else pl.lit(None, pl.String).alias("template_hash")
+    so = pl.col("source") if "source" in cols else pl.lit(None, pl.String).alias("source")
+    want = ["prompt_id", "input_ids", *[c for c in ("template_hash", "source") if c in cols]]
+    parts = [
+        b.select(
+            pl.col("prompt_id").cast(pl.String), th.cast(pl.String), so.cast(pl.String),
+            pl.col("input_ids").list.len().cast(pl.Int32).alias("prompt_len"),
+            pl.col("input_ids").list.tail(tail).alias("input_ids"),
+        )
+        for b in _batches(src, want)
+    ]
+    if not parts:
+        return pl.DataFrame(schema={"prompt_id": pl.String, "template_hash": pl.String, "source": pl.String,
+                                    "prompt_len": pl.Int32, "input_ids": pl.List(pl.Int32)})
+    return pl.concat(parts, how="vertical").rechunk()
+
+
+def prompts_by_id(src: TokenizedSource, prompt_ids: Any) -> pl.DataFrame:
+    """The full rows (every column) of the given prompt ids, streamed: for a preview of a few samples."""
+    wanted = pl.Series("prompt_id", list(prompt_ids), dtype=pl.String)
+    cols = _columns_of(src)
+    parts = [b.filter(pl.col("prompt_id").is_in(wanted)) for b in _batches(src, cols)] if wanted.len() else []
+    parts = [p for p in parts if p.height]
+    if parts:
+        return pl.concat(parts, how="vertical")
+    if isinstance(src, pl.DataFrame):
+        return src.clear()
+    from .. import schemas
+
+    return pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table())  # type: ignore[return-value]
 
 
 def _split(sid: str) -> tuple[int, int]:

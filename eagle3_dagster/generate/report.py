@@ -52,6 +52,9 @@ class ShardReport:
     max_in_flight: int = 0
     http_pools: int = 0  # httpx clients the workers were spread over
     carried_failed: int = 0  # permanent failures of an earlier run, not sent again (in `failed`)
+    chunks_compacted: int = 0  # chunk files merged into one compacted chunk at the end of this run
+    compaction_leftovers_removed: int = 0  # chunks an interrupted earlier compaction left, removed at start
+    compaction_error: str | None = None  # compaction failed (data intact, the next run tries again)
 
     @property
     def reconciles(self) -> bool:

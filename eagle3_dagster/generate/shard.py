@@ -3,7 +3,8 @@
 Flow: lock the shard store -> probe endpoints (revision, max_running_requests) -> compute
 sample_ids, drop duplicates and the ones already stored (inputs.py) -> N workers, each one
 sample at a time, feed an in-memory buffer -> the buffer is flushed as an atomic chunk every
-`flush_every_n` samples or `flush_every_s` seconds -> errors.parquet -> ShardReport.
+`flush_every_n` samples or `flush_every_s` seconds -> errors.parquet -> compaction of the chunks
+when more than `compact_after_chunks` exist (store.py) -> ShardReport.
 Results are never accumulated in memory; pass the tokenized shard as a Path to stream it too.
 """
 
@@ -278,9 +279,18 @@ async def generate_shard_async(
         for reason in carried.get_column("reason").to_list():
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
         report.per_endpoint = pool.per_endpoint()
+        report.http_pools = len(clients)
+        report.compaction_leftovers_removed = store.compaction_leftovers_removed
+        if config.compact_after_chunks is not None:
+            # Housekeeping after a complete run (lock held, nothing else writing): a failure here
+            # leaves the data as it was (see store.py), so it is reported, not raised.
+            try:
+                report.chunks_compacted = await asyncio.to_thread(store.compact, config.compact_after_chunks)
+            except Exception as e:  # noqa: BLE001
+                log.warning("shard %s: compaction failed, chunks left as they were: %s", out_dir.name, e)
+                report.compaction_error = f"{type(e).__name__}: {e}"[:500]
         report.chunks_written = store.chunks_written
         report.chunk_write_retries = store.write_retries_used
-        report.http_pools = len(clients)
         return report
     finally:
         for t in bg:

@@ -2,6 +2,8 @@
 
 Layout of data/generations/shard=NNNN/:
   part-<ns>-<rand>.parquet   generated samples (schemas.GENERATIONS), one file a flush
+  part-<ns>-<rand>.compacted.parquet
+                             the shard's chunks merged into one (compact()), see below
   errors.parquet             this run's failed samples (schemas.GENERATION_ERRORS), rewritten atomically
   .lock                      flock held by the one process writing the shard (local data only)
 
@@ -16,29 +18,48 @@ per partition at a time (a backfill launches one run per shard; docs/scale-out.m
 `dagster/partition` run-queue limit that enforces it). Even if two writers did race, each chunk is
 whole and readers keep one row per sample_id (`read_generations`): duplicates cost requests, not
 correctness.
+
+Compaction (`ShardStore.compact`, at the end of a successful shard run once more than K chunks
+exist): one new chunk holding every stored row, deduplicated exactly as `read_generations` does
+(first row per sample_id in name order, same row order), then the old chunks are deleted. It is
+crash-safe without any rename:
+- the compacted chunk is written like any chunk (`write_table_atomic`: tmp + rename locally, one
+  PUT on object storage), so a crash before it is complete leaves nothing under a final name;
+- its name sorts after every chunk it replaces, and it holds exactly their winning rows, so while
+  both exist readers still pick the same row per sample_id (the old chunk's, identical);
+- the old chunks are deleted newest first, so every intermediate state also reads identically
+  (whatever remains of them is a name-ordered prefix, whose winners are the compacted rows);
+- its Parquet footer lists the chunks it replaces (`eagle3.compacted_from`): the next open of
+  the store deletes any that a crash left behind ("the next run finishes the job").
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import logging
 import os
+import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Union
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from .. import schemas
-from ..storage import DataPath, as_data_path, read_parquet, scan_parquet, write_table_atomic
+from ..storage import DataPath, as_data_path, parquet_file, parquet_num_rows, read_parquet, scan_parquet, write_table_atomic
 
 log = logging.getLogger(__name__)
 
 PART_GLOB = "part-*.parquet"
+COMPACTED_GLOB = "part-*.compacted.parquet"
+COMPACTED_FROM = b"eagle3.compacted_from"  # footer key: JSON list of the chunk names a compacted chunk replaces
 ERRORS_FILE = "errors.parquet"
+_PART_NS = re.compile(r"^part-([0-9]{20})-")
 
 
 class ShardBusyError(RuntimeError):
@@ -116,6 +137,7 @@ class ShardStore:
         self.chunks_written = 0
         self.write_retries_used = 0  # failed write attempts that were retried (disk full, I/O error)
         self.rows_written = 0
+        self.compaction_leftovers_removed = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self) -> None:
@@ -135,6 +157,11 @@ class ShardStore:
                 tmp.unlink()
             except OSError:
                 pass
+        # A compaction killed between writing its chunk and deleting the old ones: finish it.
+        try:
+            self.compaction_leftovers_removed = self.finish_compaction()
+        except Exception as e:  # housekeeping: the data reads the same either way
+            log.warning("%s: could not finish an interrupted compaction: %s", self.out_dir, e)
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -174,3 +201,80 @@ class ShardStore:
     def write_errors(self, rows: list[dict[str, Any]]) -> None:
         table = pa.Table.from_pylist(rows, schema=schemas.GENERATION_ERRORS)
         self._write(table, self.out_dir / ERRORS_FILE)
+
+    # -- compaction ------------------------------------------------------------------------
+    def compact(self, min_chunks: int) -> int:
+        """Merge the shard's chunks into one when more than `min_chunks` exist; returns how many were replaced.
+
+        Call with the lock held and no chunk being written (the end of a successful run). See the
+        module docstring for why every crash point reads the same data.
+        """
+        files = chunk_files(self.out_dir)
+        if len(files) <= min_chunks:
+            return 0
+        table = compacted_table(files)
+        names = [f.name for f in files]
+        meta = dict(table.schema.metadata or {})
+        meta[COMPACTED_FROM] = json.dumps(names).encode()
+        table = table.replace_schema_metadata(meta)
+        # Sorts after every chunk it replaces, even if the clock stepped back since they were written.
+        ns = max([time.time_ns(), *[int(m.group(1)) + 1 for n in names if (m := _PART_NS.match(n))]])
+        path = self.out_dir / f"part-{ns:020d}-{uuid.uuid4().hex[:8]}.compacted.parquet"
+        self._write(table, path)
+        if parquet_num_rows(path) != table.num_rows:  # never delete data we cannot see in the new file
+            raise StoreWriteError(f"compacted chunk {path} does not hold the {table.num_rows} rows written")
+        self._delete_chunks(files)
+        log.info("%s: compacted %d chunks into %s (%d rows)", self.out_dir, len(files), path.name, table.num_rows)
+        return len(files)
+
+    def finish_compaction(self) -> int:
+        """Delete chunks a compacted chunk replaced but a crash left behind; returns how many."""
+        present = {f.name: f for f in chunk_files(self.out_dir)}
+        leftovers: dict[str, DataPath] = {}
+        for c in self.out_dir.glob(COMPACTED_GLOB):
+            for name in compacted_from(c):
+                # only older names: the compacted chunk must sort after what it replaces
+                if name in present and name < c.name and name != c.name:
+                    leftovers[name] = present[name]
+        if leftovers:
+            self._delete_chunks(list(leftovers.values()))
+            log.info("%s: removed %d chunk(s) an interrupted compaction left behind", self.out_dir, len(leftovers))
+        return len(leftovers)
+
+    def _delete_chunks(self, files: list[DataPath]) -> None:
+        # Newest first: what is left of the replaced chunks is always a name-ordered prefix, so
+        # readers keep picking the same row per sample_id at every step.
+        for f in sorted(files, key=lambda p: p.name, reverse=True):
+            f.unlink(missing_ok=True)
+        if self.out_dir.is_local:
+            _fsync_dir(self.out_dir.local_path)
+
+
+def compacted_from(path: DataPath) -> list[str]:
+    """The chunk names a compacted chunk replaces (from its footer); [] for a plain chunk."""
+    meta = parquet_file(path).schema_arrow.metadata or {}
+    raw = meta.get(COMPACTED_FROM)
+    return [str(n) for n in json.loads(raw)] if raw else []
+
+
+def compacted_table(files: list[DataPath]) -> pa.Table:
+    """The rows `read_generations` returns for these chunks, in its order, as a GENERATIONS table.
+
+    The winner per sample_id is its first row in name order (keep="first" over the concatenation);
+    only sample_id is read to decide, then each chunk is read once and filtered.
+    """
+    schema = schemas.GENERATIONS
+    ids = [parquet_file(f).read(columns=["sample_id"]).column("sample_id").cast(pa.string()) for f in files]
+    keep = pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()),
+                     dtype=pl.String).is_first_distinct().to_numpy()
+    parts: list[pa.Table] = []
+    offset = 0
+    for f, a in zip(files, ids):
+        n = len(a)
+        t = parquet_file(f).read()
+        if t.num_rows != n:
+            raise StoreWriteError(f"{f} changed while it was compacted")
+        t = t.select(schema.names).cast(schema).replace_schema_metadata(schema.metadata)
+        parts.append(t.filter(pa.array(np.asarray(keep[offset:offset + n], dtype=bool))))
+        offset += n
+    return pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()

@@ -28,6 +28,7 @@ import polars as pl
 from ..profiles import ModelProfile
 from ..storage import DataPath, PathLike, as_data_path, read_parquet, safe_join, shard_key, write_frame_atomic
 from .features import ROW_ID
+from .retention import DOCS_INDEX, PruneStats, keep_validations_from_env, prune_validations
 from .suites import ROW_LEVEL_TYPES, ExpectationSpec, SuiteError, SuiteSpec, considered_expr, load_suite, row_pass_expr
 
 _DATASOURCE = "eagle3_features"
@@ -201,8 +202,14 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
 
 def _gx_validate(
     gate: str, pdf: Any, gx_suite: Any, context_dir: Path, *, build_docs: bool, result_format: str,
+    keep_validations: int = 0,
 ) -> tuple[list[Any], str | None]:
-    """Register the suite in a file-backed GX context, validate `pdf`, optionally build Data Docs."""
+    """Register the suite in a file-backed GX context, validate `pdf`, optionally build Data Docs.
+
+    With keep_validations > 0, older validation results of the suite (and their Data Docs pages)
+    are pruned first so that this run's result makes `keep_validations` (retention.py); the
+    caller holds the context lock.
+    """
     import great_expectations as gx
 
     ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))
@@ -232,8 +239,18 @@ def _gx_validate(
         gx.Checkpoint(name=f"{gate}_gate", validation_definitions=[vd], actions=actions,
                       result_format={"result_format": result_format})
     )
+    pruned = PruneStats()
+    if keep_validations > 0:
+        # One slot for this run's result: after it, the suite holds at most keep_validations.
+        pruned = prune_validations(Path(ctx.root_directory), gx_suite.name, keep_validations - 1)
     res = cp.run(batch_parameters={"dataframe": pdf})
     results = list(res.run_results.values())[0].results
+    if pruned.pages_removed and not build_docs and (Path(ctx.root_directory) / DOCS_INDEX).exists():
+        # This run builds no docs, so GX will not rewrite the index: rebuild it (index + the suite
+        # page only; no validation page is re-rendered) so it links no page that was just pruned.
+        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+        ctx.build_data_docs(resource_identifiers=[ExpectationSuiteIdentifier(name=gx_suite.name)])
     index = None
     if build_docs:
         for site in ctx.get_docs_sites_urls():
@@ -254,12 +271,16 @@ def run_gate(
     config_overrides: dict | None = None,
     profile: ModelProfile | None = None,
     result_format: str = "SUMMARY",
+    keep_validations: int | None = None,
 ) -> GateResult:
     """Validate `features` against expectations/<gate>.json in a GX file context at context_dir.
 
     `profile` renders the profile's token ids into expectation names. `result_format` is GX's;
     counts and failing rows come from polars either way, so BOOLEAN_ONLY is safe for speed.
+    `keep_validations`: GX validation results (and Data Docs pages) kept per suite, older ones are
+    pruned under the context lock; None reads EAGLE3_GX_KEEP_VALIDATIONS (default 20), 0 keeps all.
     """
+    keep = keep_validations_from_env() if keep_validations is None else int(keep_validations)
     suite = load_suite(gate, Path(expectations_dir), profile=profile, config_overrides=config_overrides)
     missing = [c for c in [ROW_ID, *suite.columns()] if c not in features.columns]
     if missing:
@@ -270,7 +291,7 @@ def run_gate(
     pdf = features.select(suite.columns()).to_pandas()
     with _locked(Path(context_dir)):
         results, index = _gx_validate(gate, pdf, gx_suite, Path(context_dir), build_docs=build_docs,
-                                      result_format=result_format)
+                                      result_format=result_format, keep_validations=max(keep, 0))
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
     outcomes: list[ExpectationOutcome] = []
     for s in suite.expectations:

@@ -73,6 +73,9 @@ def split_output(ids: list[int], profile: ModelProfile) -> dict[str, Any]:
     }
 
 
+PREVIEW_PROMPT_TAIL = 24  # prompt ids shown (decoded) per previewed sample
+
+
 def sample_preview_markdown(
     generations: pl.DataFrame,
     tokenized: pl.DataFrame | None,
@@ -92,9 +95,13 @@ def sample_preview_markdown(
         df = df.filter(pl.col("sample_id").is_in(list(sample_ids)))
     df = df.head(n)
     prompts: dict[str, list[int]] = {}
+    lengths: dict[str, int] = {}
     if tokenized is not None and df.height:
         sub = tokenized.filter(pl.col("prompt_id").is_in(df["prompt_id"].to_list()))
         prompts = dict(zip(sub["prompt_id"].to_list(), sub["input_ids"].to_list()))
+        if "prompt_len" in sub.columns:
+            # a prompt view (generate.inputs.prompt_view) holds only the tail of input_ids
+            lengths = {k: v for k, v in zip(sub["prompt_id"].to_list(), sub["prompt_len"].to_list()) if v is not None}
     dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     out: list[str] = [f"### Sample preview ({df.height} of {generations.height}, profile `{profile.name}`)"]
     for row in df.iter_rows(named=True):
@@ -113,8 +120,8 @@ def sample_preview_markdown(
         )
         p_ids = prompts.get(row.get("prompt_id"))
         if p_ids is not None:
-            out.append(f"- prompt tail ({len(p_ids)} ids):")
-            out.append(_fence(_excerpt(dec(p_ids[-24:]), 0, 200)))
+            out.append(f"- prompt tail ({lengths.get(row.get('prompt_id'), len(p_ids))} ids):")
+            out.append(_fence(_excerpt(dec(p_ids[-PREVIEW_PROMPT_TAIL:]), 0, 200)))
         out.append(f"- reasoning ({len(parts['reasoning'])} ids):")
         out.append(_fence(_excerpt(dec(parts["reasoning"]), excerpt_chars // 2, excerpt_chars // 2)))
         out.append(f"- answer ({len(parts['answer'])} ids):")

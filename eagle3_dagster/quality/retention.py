@@ -1,0 +1,95 @@
+"""Keep a GX file context from growing forever: only the newest N validation results per suite.
+
+Every gate run stores one validation result (`uncommitted/validations/<suite>/<run_name>/<run_time>/
+<batch>.json`) and, with Data Docs, one page (`uncommitted/data_docs/local_site/validations/<same
+path>.html`). A nightly pipeline of 64 shards x 3 gates would add ~70k files a year, and GX's index
+builder reads every stored result on each docs build, so each run would get slower too.
+
+`prune_validations` deletes all but the newest `keep` runs of one suite, the stored result and its
+page together, and then empty folders. The caller holds the context's file lock (gate._locked), so
+concurrent shard runs never prune under each other. Run folders are named by GX's run time
+(`20261202T135856.199965Z`, fixed width, UTC), so a name sort is a time sort.
+
+The Data Docs index links only pages that exist: GX builds it from the pages present (and drops
+pages whose result is gone) when the validation's UpdateDataDocsAction runs; when docs are not built
+on this run, the caller rebuilds the index (gate._gx_validate).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import GX_KEEP_VALIDATIONS_DEFAULT as DEFAULT_KEEP  # noqa: F401 - re-exported
+from ..config import GX_KEEP_VALIDATIONS_ENV as KEEP_ENV  # noqa: F401
+from ..config import gx_keep_validations as keep_validations_from_env  # noqa: F401
+
+log = logging.getLogger(__name__)
+
+# GX 1.x file-context defaults (great_expectations.yml written by gx.get_context(mode="file")).
+VALIDATIONS_BASE = "uncommitted/validations"
+DOCS_VALIDATIONS_BASE = "uncommitted/data_docs/local_site/validations"
+DOCS_INDEX = "uncommitted/data_docs/local_site/index.html"
+
+
+@dataclass
+class PruneStats:
+    results_removed: int = 0  # validation result runs (folders) deleted
+    pages_removed: int = 0  # Data Docs validation page runs (folders) deleted
+
+
+def _run_dirs(suite_dir: Path) -> dict[tuple[str, str], Path]:
+    """(run_time, run_name) -> the run folder, for <suite_dir>/<run_name>/<run_time>/."""
+    out: dict[tuple[str, str], Path] = {}
+    if not suite_dir.is_dir():
+        return out
+    for run_name in suite_dir.iterdir():
+        if not run_name.is_dir():
+            continue
+        for run_time in run_name.iterdir():
+            if run_time.is_dir():
+                out[(run_time.name, run_name.name)] = run_time
+    return out
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    parent = path.parent
+    try:
+        parent.rmdir()  # the run_name folder, once empty
+    except OSError:
+        pass
+
+
+def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
+    """Delete all but the newest `keep` validation runs of `suite` (results and their Data Docs pages).
+
+    `gx_root` is the context's `gx/` folder; keep < 0 keeps everything, 0 removes every run (the
+    gate prunes to keep-1 before storing a new result). A page whose result is gone (or not among
+    the kept) goes too, so pages never outlive their results.
+    """
+    stats = PruneStats()
+    if keep < 0 or not suite or "/" in suite or suite in (".", ".."):
+        return stats
+    results = _run_dirs(gx_root / VALIDATIONS_BASE / suite)
+    pages = _run_dirs(gx_root / DOCS_VALIDATIONS_BASE / suite)
+    kept = set(sorted(results, reverse=True)[:keep]) if keep else set()
+    for key, d in results.items():
+        if key not in kept:
+            _remove(d)
+            stats.results_removed += 1
+    for key, d in pages.items():
+        if key not in kept:
+            _remove(d)
+            stats.pages_removed += 1
+    if stats.results_removed or stats.pages_removed:
+        log.info("GX context %s: pruned %d old validation result(s) and %d page(s) of %s (keeping %d)",
+                 gx_root, stats.results_removed, stats.pages_removed, suite, keep)
+    return stats
+
+
+def count_validations(gx_root: Path, suite: str) -> tuple[int, int]:
+    """(stored results, Data Docs pages) of a suite: for tests and reports."""
+    return (len(_run_dirs(gx_root / VALIDATIONS_BASE / suite)), len(_run_dirs(gx_root / DOCS_VALIDATIONS_BASE / suite)))
