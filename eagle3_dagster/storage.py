@@ -568,6 +568,29 @@ def write_frame_atomic(df: pl.DataFrame, path: PathLike, *, schema: pa.Schema | 
     return write_table_atomic(table, path, schema=schema)
 
 
+def _staging_file(target: DataPath, suffix: str) -> Path:
+    """Where a streamed write goes before it is published: beside the target locally (so the final
+    rename is atomic on one filesystem), else a local spool file to upload in one call."""
+    if target.is_local:
+        final = target.local_path
+        final.parent.mkdir(parents=True, exist_ok=True)
+        return final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
+    fd, name = tempfile.mkstemp(prefix="eagle3-", suffix=suffix)
+    os.close(fd)
+    return Path(name)
+
+
+def _publish_staged(tmp: Path, target: DataPath) -> None:
+    """Put a finished, fsynced staging file under the target's final name (rename or one upload)."""
+    try:
+        if target.is_local:
+            os.replace(tmp, target.local_path)
+        else:
+            target.upload_file(tmp)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 class ParquetSink:
     """A streamed Parquet file (ParquetWriter) that appears under its final name only on commit().
 
@@ -577,14 +600,7 @@ class ParquetSink:
 
     def __init__(self, path: PathLike, schema: pa.Schema, *, compression: str = "zstd") -> None:
         self.target = as_data_path(path)
-        if self.target.is_local:
-            final = self.target.local_path
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
-        else:
-            fd, name = tempfile.mkstemp(prefix="eagle3-", suffix=".parquet.spool")
-            os.close(fd)
-            self.tmp = Path(name)
+        self.tmp = _staging_file(self.target, ".parquet.spool")
         self.writer = pq.ParquetWriter(self.tmp, schema, compression=compression)
         self._closed = False
 
@@ -600,13 +616,7 @@ class ParquetSink:
     def commit(self) -> None:
         if not self._closed:
             self.close()
-        if self.target.is_local:
-            os.replace(self.tmp, self.target.local_path)
-        else:
-            try:
-                self.target.upload_file(self.tmp)
-            finally:
-                self.tmp.unlink(missing_ok=True)
+        _publish_staged(self.tmp, self.target)
 
     def abort(self) -> None:
         try:
@@ -622,14 +632,7 @@ class TextSink:
 
     def __init__(self, path: PathLike) -> None:
         self.target = as_data_path(path)
-        if self.target.is_local:
-            final = self.target.local_path
-            final.parent.mkdir(parents=True, exist_ok=True)
-            self.tmp = final.with_name(f".{final.name}.{uuid.uuid4().hex}.tmp")
-        else:
-            fd, name = tempfile.mkstemp(prefix="eagle3-", suffix=".spool")
-            os.close(fd)
-            self.tmp = Path(name)
+        self.tmp = _staging_file(self.target, ".spool")
         self.file: io.TextIOWrapper = open(self.tmp, "w", encoding="utf-8")
 
     def write(self, s: str) -> None:
@@ -639,13 +642,7 @@ class TextSink:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
-        try:
-            if self.target.is_local:
-                os.replace(self.tmp, self.target.local_path)
-            else:
-                self.target.upload_file(self.tmp)
-        finally:
-            self.tmp.unlink(missing_ok=True)
+        _publish_staged(self.tmp, self.target)
 
     def abort(self) -> None:
         try:
