@@ -3,6 +3,7 @@
     eagle3 ingest FILE --out DIR        ingest one prompt file outside Dagster
     eagle3 render --model P IN OUT      render + encode conversations exactly as the pipeline does
     eagle3 inspect --shard N            preview a shard's generations and its gate result
+    eagle3 report [--out FILE]          rebuild the offline HTML data-quality report (shards x gates)
     eagle3 demo                         run the whole graph on a local Dagster instance and summarize
     eagle3 ui                           the Dagster UI on 127.0.0.1:3000 with a simulator behind it
 """
@@ -31,6 +32,12 @@ def _inspect(argv: list[str]) -> int:
     return main(argv)
 
 
+def _report(argv: list[str]) -> int:
+    from .quality.cli import report_main
+
+    return report_main(argv)
+
+
 def _demo(argv: list[str]) -> int:
     from .demo import main
 
@@ -47,6 +54,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "ingest": _ingest,
     "render": _render,
     "inspect": _inspect,
+    "report": _report,
     "demo": _demo,
     "ui": _ui,
 }

@@ -89,12 +89,18 @@ def summarize(outcome, data_dir: DataPath) -> str:
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):
         docs = json.loads(gate_file.read_text()).get("data_docs_index") or docs
     snap = outcome.snapshot_version
+    from .quality.report_html import default_report_path
+
+    report = default_report_path(s.work_dir)
     lines += [
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
         + (" (manifest.json, exports/specforge_prompts.jsonl, exports/conversations.jsonl)" if snap else ""),
         f"data docs:  {docs or 'not built'}",
+        f"report:     {report if report.exists() else 'not written'}"
+        + ("  (offline HTML: shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
+           if report.exists() else ""),
         f"instance:   DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}  (see the runs with `make ui`)",
         f"result:     {'SUCCESS' if outcome.success else 'FAILED'}",
     ]

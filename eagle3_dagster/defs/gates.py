@@ -9,9 +9,14 @@ check blocks every downstream asset in the same run; the stored gate result
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
+
+from ..quality import write_gate_result
+from ..quality.report_html import write_report
+from .partitions import N_SHARDS
 
 
 @dataclass(frozen=True)
@@ -102,3 +107,26 @@ def outcomes_table(outcomes: Any) -> str:
             f"| {o.name} | {o.severity} | {o.pass_rate:.4f} | {o.mostly} | {o.unexpected_count} | {'yes' if o.success else '**NO**'} |"
         )
     return "\n".join(lines)
+
+
+def refresh_quality_report(context: Any, pipeline: Any, profile_name: str | None = None) -> Path | None:
+    """Rewrite <work_dir>/reports/index.html (offline HTML report) from every stored gate result.
+
+    The report is a view: a failure to write it is logged, never fails the asset.
+    """
+    try:
+        return write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
+    except Exception as e:  # noqa: BLE001
+        context.log.warning(f"quality report not written: {type(e).__name__}: {e}")
+        return None
+
+
+def store_gate_result(context: Any, pipeline: Any, gate: str, shard: int, result: Any, profile_name: str | None = None
+                      ) -> dict[str, Any]:
+    """Persist the gate result, refresh the HTML quality report; metadata entries naming the report."""
+    write_gate_result(pipeline.data_path, gate, shard, result)
+    return report_metadata(refresh_quality_report(context, pipeline, profile_name))
+
+
+def report_metadata(path: Path | None) -> dict[str, Any]:
+    return {"quality_report": dg.MetadataValue.path(str(path))} if path is not None else {}

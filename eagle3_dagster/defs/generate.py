@@ -13,11 +13,11 @@ import polars as pl
 
 from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
 from ..generate.inputs import prompt_view
-from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown, write_gate_result
+from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
-from .gates import HeadlineCheck, gate_check_results, gate_check_specs
+from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, SGLangFleet, cached_renderer
@@ -119,7 +119,7 @@ def generations(
     renderer = cached_renderer(profile)
     features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
     gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
-    write_gate_result(data, "generations", shard, gate)
+    report_meta = store_gate_result(context, pipeline, "generations", shard, gate, profile.name)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
     return dg.MaterializeResult(
         metadata={
@@ -133,6 +133,7 @@ def generations(
                 histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
             ),
             "path": dg.MetadataValue.path(str(out)),
+            **report_meta,
         },
         check_results=gate_check_results("generations", gate, GENERATION_HEADLINES),
     )

@@ -19,6 +19,7 @@ from ..config import settings
 from ..quality import read_gate_result
 from ..train.export import EXPORTERS
 from ..train.snapshot import build_snapshot
+from .gates import refresh_quality_report, report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings, SGLangFleet
@@ -57,6 +58,9 @@ def training_dataset(
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     if excluded:
         context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
+    report = refresh_quality_report(context, pipeline, profile.name)
+    if report is not None:
+        context.log.info(f"quality report: {report}")
     return dg.MaterializeResult(
         metadata={
             "version": snap.version,
@@ -68,6 +72,7 @@ def training_dataset(
             "exports": dg.MetadataValue.json(snap.manifest.get("exports", {})),
             "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
             "path": dg.MetadataValue.path(str(snap.path)),
+            **report_metadata(report),
         },
         data_version=dg.DataVersion(snap.version),
     )

@@ -4,11 +4,11 @@
 import dagster as dg
 import polars as pl
 
-from ..quality import histograms_markdown, prompt_features, run_gate, write_gate_result
+from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import PROMPTS, TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import parse_shard_key, read_parquet, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
-from .gates import HeadlineCheck, gate_check_results, gate_check_specs
+from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, cached_renderer
@@ -52,7 +52,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     gate = run_gate(
         "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile,
     )
-    write_gate_result(data, "prompts", shard, gate)
+    report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
     lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])
     return dg.MaterializeResult(
         metadata={
@@ -69,6 +69,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
             "tokenizer_fingerprint": renderer.tokenizer_fingerprint,
             "template_hash": renderer.template_hash,
             "path": dg.MetadataValue.path(str(out)),
+            **report_meta,
             "histograms": dg.MetadataValue.md(histograms_markdown(features, ["prompt_len"])),
         },
         check_results=gate_check_results("prompts", gate, PROMPT_HEADLINES),

@@ -5,13 +5,13 @@ import dagster as dg
 import polars as pl
 
 from ..generate import read_generations
-from ..quality import read_gate_result, run_gate, training_features, write_gate_result
+from ..quality import read_gate_result, run_gate, training_features
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from ..storage import parse_shard_key, parquet_num_rows, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
 from .generate import ACTIVE_FILE
-from .gates import gate_check_results, gate_check_specs
+from .gates import gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, cached_renderer
@@ -81,7 +81,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
-    write_gate_result(data, "training_samples", shard, gate)
+    report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
     context.log.info(f"shard {shard}: {counts}")
     return dg.MaterializeResult(
         metadata={
@@ -91,6 +91,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
             "path": dg.MetadataValue.path(str(path)),
+            **report_meta,
         },
         check_results=gate_check_results("training_samples", gate, ()),
     )

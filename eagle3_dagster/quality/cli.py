@@ -1,6 +1,7 @@
 """`eagle3 inspect`: preview a shard's generations and show its stored gate results.
 
     eagle3 inspect --shard N [--data-dir DIR] [--model PROFILE] [-n K] [--sample-id ID ...]
+    eagle3 report [--data-dir URI] [--work-dir DIR] [--out FILE]   (report_main: the offline HTML report)
 
 Reads data/generations/shard=NNNN/part-*.parquet and data/tokenized_prompts/shard=NNNN/part-*.parquet,
 prints the same Markdown preview the Dagster asset shows, then every stored gate result for the shard.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from ..config import settings
 from ..profiles import ProfileError, load_profile
@@ -94,4 +96,46 @@ def main(argv: list[str]) -> int:
                 print(f"- `{row['row_id']}`: {'; '.join(row['reasons'])}")
         if res.data_docs_index:
             print(f"\nData Docs: {res.data_docs_index}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# `eagle3 report`
+
+
+def _report_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="eagle3 report",
+        description="Rebuild the offline HTML data-quality report (shards x gates, failed expectations, quarantine "
+        "by reason, snapshots) from the stored gate results. No scripts or external resources: opens on an "
+        "air-gapped machine.",
+    )
+    p.add_argument("--data-dir", default=None,
+                   help="data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)")
+    p.add_argument("--work-dir", default=None,
+                   help="local work dir holding gx/ (default: EAGLE3_WORK_DIR, else the data dir when local)")
+    p.add_argument("--out", default=None, help="output HTML file (default: <work dir>/reports/index.html)")
+    p.add_argument("--model", default=None, help="model profile shown in the header (default: from the gate results)")
+    return p
+
+
+def report_main(argv: list[str]) -> int:
+    from ..config import work_dir_for
+    from .report_html import write_report
+
+    args = _report_parser().parse_args(argv)
+    s = settings()
+    try:
+        data_dir = data_root(args.data_dir) if args.data_dir else s.data_dir
+    except StorageError as e:
+        print(f"eagle3 report: {e}", file=sys.stderr)
+        return 2
+    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else (
+        s.work_dir if not args.data_dir else work_dir_for(data_dir))
+    try:
+        path = write_report(data_dir, work, out=args.out, n_shards=s.n_shards, profile=args.model)
+    except (StorageError, OSError) as e:
+        print(f"eagle3 report: {e}", file=sys.stderr)
+        return 1
+    print(path)
     return 0

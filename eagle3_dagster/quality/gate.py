@@ -71,6 +71,7 @@ class GateResult:
     row_failures: pl.DataFrame = field(default_factory=_empty_failures)
     n_rows: int = 0
     data_docs_index: str | None = None
+    data_docs_page: str | None = None  # this validation's Data Docs page (absolute path), if built
     suite_sha256: str = ""
     profile: str | None = None
     created_at: str = ""
@@ -90,6 +91,8 @@ class GateResult:
             "n_rows": self.n_rows,
             "n_row_failures": self.row_failures.height,
             "data_docs_index": self.data_docs_index,
+            "data_docs_page": self.data_docs_page,
+            "row_failures_by_reason": self.reason_counts(),
             "suite_sha256": self.suite_sha256,
             "profile": self.profile,
             "created_at": self.created_at,
@@ -107,8 +110,16 @@ class GateResult:
             gate=d["gate"], success=bool(d["success"]),
             outcomes=[ExpectationOutcome(**o) for o in d.get("outcomes", [])],
             row_failures=rf, n_rows=int(d.get("n_rows", 0)), data_docs_index=d.get("data_docs_index"),
-            suite_sha256=d.get("suite_sha256", ""), profile=d.get("profile"), created_at=d.get("created_at", ""),
+            data_docs_page=d.get("data_docs_page"), suite_sha256=d.get("suite_sha256", ""), profile=d.get("profile"),
+            created_at=d.get("created_at", ""),
         )
+
+    def reason_counts(self) -> dict[str, int]:
+        """Quarantined rows per reason (a row with two reasons counts under both), most frequent first."""
+        if not self.row_failures.height:
+            return {}
+        vc = self.row_failures.select(pl.col("reasons").explode().drop_nulls().alias("r")).group_by("r").len()
+        return dict(sorted(((str(r), int(n)) for r, n in vc.iter_rows()), key=lambda kv: (-kv[1], kv[0])))
 
     def summary_markdown(self) -> str:
         lines = [f"**gate `{self.gate}`: {'PASSED' if self.success else 'FAILED'}** — {self.n_rows} rows, "
@@ -203,7 +214,7 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
 def _gx_validate(
     gate: str, pdf: Any, gx_suite: Any, context_dir: Path, *, build_docs: bool, result_format: str,
     keep_validations: int = 0,
-) -> tuple[list[Any], str | None]:
+) -> tuple[list[Any], str | None, str | None]:
     """Register the suite in a file-backed GX context, validate `pdf`, optionally build Data Docs.
 
     With keep_validations > 0, older validation results of the suite (and their Data Docs pages)
@@ -244,21 +255,30 @@ def _gx_validate(
         # One slot for this run's result: after it, the suite holds at most keep_validations.
         pruned = prune_validations(Path(ctx.root_directory), gx_suite.name, keep_validations - 1)
     res = cp.run(batch_parameters={"dataframe": pdf})
-    results = list(res.run_results.values())[0].results
+    vri, vres = list(res.run_results.items())[0]
+    results = vres.results
     if pruned.pages_removed and not build_docs and (Path(ctx.root_directory) / DOCS_INDEX).exists():
         # This run builds no docs, so GX will not rewrite the index: rebuild it (index + the suite
         # page only; no validation page is re-rendered) so it links no page that was just pruned.
         from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
         ctx.build_data_docs(resource_identifiers=[ExpectationSuiteIdentifier(name=gx_suite.name)])
-    index = None
+    index = page = None
     if build_docs:
-        for site in ctx.get_docs_sites_urls():
-            url = site.get("site_url") or ""
-            if url.startswith("file://"):
-                index = unquote(urlparse(url).path)
-                break
-    return results, index
+        index = _local_site_url(ctx.get_docs_sites_urls())
+        try:
+            page = _local_site_url(ctx.get_docs_sites_urls(resource_identifier=vri))
+        except Exception:  # noqa: BLE001 - a link for the report only; never fail a gate over it
+            page = None
+    return results, index, page
+
+
+def _local_site_url(sites: list[dict[str, Any]]) -> str | None:
+    for site in sites:
+        url = site.get("site_url") or ""
+        if url.startswith("file://"):
+            return unquote(urlparse(url).path)
+    return None
 
 
 def run_gate(
@@ -290,8 +310,8 @@ def run_gate(
     # GX sees only the columns the suite reads: narrow and typed keeps the validation fast.
     pdf = features.select(suite.columns()).to_pandas()
     with _locked(Path(context_dir)):
-        results, index = _gx_validate(gate, pdf, gx_suite, Path(context_dir), build_docs=build_docs,
-                                      result_format=result_format, keep_validations=max(keep, 0))
+        results, index, page = _gx_validate(gate, pdf, gx_suite, Path(context_dir), build_docs=build_docs,
+                                            result_format=result_format, keep_validations=max(keep, 0))
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
     outcomes: list[ExpectationOutcome] = []
     for s in suite.expectations:
@@ -328,7 +348,7 @@ def run_gate(
         gate=gate,
         success=all(o.success for o in outcomes if o.severity == "critical"),
         outcomes=outcomes, row_failures=failures, n_rows=features.height, data_docs_index=index,
-        suite_sha256=suite.sha256, profile=profile.name if profile else None,
+        data_docs_page=page, suite_sha256=suite.sha256, profile=profile.name if profile else None,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
 

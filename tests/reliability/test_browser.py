@@ -2,7 +2,8 @@
 
 `eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
 the ingest job -> launch one shard partition from the partition dialog -> the run succeeds ->
-the Great Expectations Data Docs list our suites. Screenshots go to the test's tmp dir.
+the Great Expectations Data Docs list our suites -> the offline HTML quality report shows every shard.
+Screenshots go to the test's tmp dir.
 """
 
 from __future__ import annotations
@@ -136,4 +137,15 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     page.goto((index.parent / "expectations" / "generations_gate.html").as_uri(), wait_until="load")
     assert "think_end_count" in page.inner_text("body")
     page.screenshot(path=str(tmp_path / "8-data-docs-generations-suite.png"), full_page=False)
+
+    # 6. the offline quality report (written after every gate result, beside gx/ in the work dir, which
+    # is the data dir here) renders without the network: every shard row, shard 0000 passed all gates
+    report = eagle3_ui.data / "reports" / "index.html"
+    page.goto(report.as_uri(), wait_until="load")
+    for shard in ("0000", "0001", "0002", "0003"):
+        page.locator(f"th#shard-{shard}").wait_for(state="visible")
+    row = page.locator("tr", has=page.locator("th#shard-0000")).inner_text()
+    assert row.count("PASS") == 3 and "Data Docs" in row, row
+    assert "not run" in page.locator("tr", has=page.locator("th#shard-0001")).inner_text()
+    page.screenshot(path=str(tmp_path / "9-quality-report.png"), full_page=True)
     print(f"screenshots: {tmp_path}")

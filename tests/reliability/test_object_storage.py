@@ -138,7 +138,8 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     assert all(all_keys[k] == 0 for k in markers) and markers <= {"gates/prompts/", "gates/generations/", "gates/training_samples/"}
     s3_keys = {k: v for k, v in all_keys.items() if k not in markers}
     local_files = {str(f.relative_to(local)) for f in local.rglob("*") if f.is_file()}
-    local_tables = {k for k in local_files if not k.startswith("gx/") and not k.endswith("/.lock")}
+    # gx/ and reports/ (the offline quality report) belong to the work dir, which is the data dir when local
+    local_tables = {k for k in local_files if not k.startswith(("gx/", "reports/")) and not k.endswith("/.lock")}
     assert {_normalize(k) for k in s3_keys} == {_normalize(k) for k in local_tables}, (
         sorted(set(map(_normalize, s3_keys)) ^ set(map(_normalize, local_tables))))
     # nothing temporary, no staging, no lock, no GX context, no unfinished multipart upload
@@ -176,8 +177,12 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     assert len(lines) == train.height and json.loads(lines[0]).keys() == {"id", "input_ids", "loss_mask"}
     assert lines == (local / "snapshots" / out.snapshot_version / "exports" / "specforge_prompts.jsonl").read_text().splitlines()
 
-    # ---- no local data folder for the tables: the work dir holds only the GX context and the shard lock
-    assert set(os.listdir(work)) <= {"gx", "locks"}
+    # ---- no local data folder for the tables: the work dir holds only the GX context, the shard lock and
+    # the offline quality report, which names the bucket without the endpoint query or any credential
+    assert set(os.listdir(work)) <= {"gx", "locks", "reports"}
+    report = (work / "reports" / "index.html").read_text()
+    assert f"s3://{BUCKET}/{PREFIX}" in report and SECRET not in report and "endpoint_override" not in report
+    assert f'id="shard-{shard}"' in report and "all gates passed" in report
     assert not [f for f in work.rglob("*") if f.suffix in (".parquet", ".jsonl") or f.name in ("counts.json", "LATEST")]
     assert set(os.listdir(Path.cwd())) - cwd_before <= {".eagle3_work"} and "s3:" not in os.listdir(Path.cwd())
     assert set(os.listdir(PROJECT_ROOT)) - root_before == set()

@@ -1,0 +1,327 @@
+"""The offline HTML quality report (eagle3_dagster/quality/report_html.py).
+
+Offline means: no scripts, no external styles/fonts/images, every link a relative path, a file:// URI
+or an in-page anchor, and each of them resolves. Built from stored results only, so it is the same
+whichever shard run writes it last; after a real pipeline run it shows every shard x gate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
+from eagle3_dagster.quality.report_html import collect, default_report_path, render, write_report
+
+BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
+VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
+EVIL = "<script>alert('x')</script>"
+
+
+class _Doc(HTMLParser):
+    """Tags, attributes, visible text and an open/close balance check."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.stack: list[str] = []
+        self.errors: list[str] = []
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.ids: set[str] = set()
+        self.text: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "style":
+            self._in_style = True
+        if tag in BLOCK:
+            self.text.append(" ")
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag == "style":
+            self._in_style = False
+        if tag in BLOCK:
+            self.text.append(" ")
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1:] or 'nothing'}")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data):
+        if not self._in_style:
+            self.text.append(data)
+
+
+def parse(html_text: str) -> _Doc:
+    d = _Doc()
+    d.feed(html_text)
+    d.close()
+    assert not d.errors and not d.stack, (d.errors, d.stack)
+    return d
+
+
+def assert_offline(html_text: str, report: Path) -> _Doc:
+    doc = parse(html_text)
+    for tag, attrs in doc.tags:
+        assert tag not in ("script", "link", "img", "iframe", "object", "embed", "base"), (tag, attrs)
+        for k, v in attrs.items():
+            assert not k.startswith("on"), (tag, k)  # no inline handlers either
+            if k in ("src", "href", "srcset", "action", "data") and v is not None:
+                low = v.strip().lower()
+                assert not low.startswith(("http:", "https:", "//", "javascript:", "data:")), (tag, k, v)
+    low = html_text.lower()
+    assert "<script" not in low and "@import" not in low and "url(" not in low
+    # every link resolves: an in-page anchor, a relative path, or a file:// URI of an existing file
+    for tag, attrs in doc.tags:
+        href = attrs.get("href")
+        if tag != "a" or href is None:
+            continue
+        if href.startswith("#"):
+            assert href[1:] in doc.ids, href
+        elif href.startswith("file://"):
+            assert Path(unquote(urlparse(href).path)).is_file(), href
+        else:
+            assert (report.parent / unquote(href)).resolve().is_file(), href
+    return doc
+
+
+def rows_text(doc: _Doc) -> str:
+    return " ".join("".join(doc.text).split())
+
+
+# ------------------------------------------------------------------------------------------ unit
+
+
+def _outcome(name: str, key: str, *, ok: bool, severity: str = "critical", evaluated: int = 10, unexpected: int = 0,
+             mostly: float = 0.95, level: str = "row", observed=None) -> ExpectationOutcome:
+    rate = (evaluated - unexpected) / evaluated if evaluated else 1.0
+    return ExpectationOutcome(name=name, severity=severity, mostly=mostly, pass_rate=rate, unexpected_count=unexpected,
+                              success=ok, description="d", key=key, evaluated=evaluated, level=level,
+                              observed_value=observed)
+
+
+@pytest.fixture()
+def stored(tmp_path: Path) -> dict:
+    """Stored results for shards 0 and 1 (2 and 3 never ran), a real-looking Data Docs page and a snapshot."""
+    data, work = tmp_path / "data", tmp_path / "data"
+    site = work / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
+    page = site / "validations" / "generations_gate" / "__none__" / "20261202T000000.000000Z" / "eagle3_features-generations.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html>validation page</html>")
+    (site / "index.html").write_text("<html>index</html>")
+    ok = GateResult("prompts", True, [_outcome("last id is <think>", "thinking_token_ends_prompt", ok=True)], n_rows=10,
+                    profile="kimi-k2.5", created_at="2026-12-02T10:00:00+00:00")
+    failures = pl.DataFrame({"row_id": ["a", "b", "c"], "reasons": [["163607 present", EVIL], ["163607 present"], ["163607 present"]]},
+                            schema={"row_id": pl.String, "reasons": pl.List(pl.String)})
+    bad = GateResult(
+        "generations", False,
+        [_outcome("163607 present", "think_end_present", ok=False, evaluated=10, unexpected=3),
+         _outcome(f"evil {EVIL}", "evil_key", ok=False, severity="warning", evaluated=10, unexpected=1, mostly=0.99),
+         _outcome("row count", "row_count", ok=False, severity="warning", level="table", observed=0, mostly=1.0),
+         _outcome("passes", "fine", ok=True)],
+        row_failures=failures, n_rows=10, data_docs_page=str(page), profile="kimi-k2.5",
+        created_at="2026-12-02T10:01:00+00:00",
+    )
+    pruned = GateResult("prompts", True, [], n_rows=5, profile="kimi-k2.5", created_at="2026-12-02T10:02:00+00:00",
+                        data_docs_page=str(page.parent.parent / "20201231T000000.000000Z" / page.name))
+    write_gate_result(data, "prompts", 0, ok)
+    write_gate_result(data, "generations", 0, bad)
+    write_gate_result(data, "prompts", 1, pruned)
+    snap = data / "snapshots" / "0123456789abcdef"
+    snap.mkdir(parents=True)
+    (snap / "manifest.json").write_text(json.dumps({
+        "version": "0123456789abcdef", "created_at": "2026-12-02T10:05:00+00:00", "rows": 0,
+        "shards": [{"shard": "0000", "included": False, "reason": f"generations gate failed {EVIL}", "rows": 0},
+                   {"shard": "0001", "included": False, "reason": "no generations gate result", "rows": 0}],
+    }))
+    (data / "snapshots" / "LATEST").write_text("0123456789abcdef\n")
+    return {"data": data, "work": work, "page": page}
+
+
+def test_model_statuses_failures_reasons_and_links(stored):
+    m = collect(stored["data"], stored["work"], n_shards=4)
+    assert [r.shard for r in m.shards] == ["0000", "0001", "0002", "0003"]
+    c = m.shards[0].cells
+    assert (c["prompts"].status, c["generations"].status, c["training_samples"].status) == ("PASS", "FAIL", "not run")
+    assert [i.key for i in c["generations"].issues] == ["think_end_present", "evil_key", "row_count"]
+    assert c["generations"].reasons == {"163607 present": 3, EVIL: 1}
+    assert c["generations"].docs_page == stored["page"]
+    assert m.shards[1].cells["prompts"].status == "PASS" and m.shards[1].cells["prompts"].docs_page is None  # pruned
+    assert all(cell.status == "not run" for cell in m.shards[3].cells.values())
+    assert m.profiles == ["kimi-k2.5"] and m.snapshots[0].latest and m.counts()["FAIL"] == 1
+
+
+def test_render_is_offline_escaped_and_linked(stored):
+    out = write_report(stored["data"], stored["work"], n_shards=4, profile="kimi-k2.5")
+    assert out == default_report_path(stored["work"]) == stored["work"] / "reports" / "index.html"
+    text = out.read_text()
+    doc = assert_offline(text, out)
+    assert EVIL not in text and "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in text
+    visible = rows_text(doc)
+    assert EVIL in visible  # shown to the reader as text, not run
+    assert "last id is <think>" not in text  # passed expectations are not listed; names escaped anyway
+    # relative link to the existing validation page, none to the pruned one
+    hrefs = [a.get("href") for t, a in doc.tags if t == "a"]
+    page_links = [h for h in hrefs if h and h.endswith("eagle3_features-generations.html")]
+    assert page_links == ["../gx/gx/uncommitted/data_docs/local_site/validations/generations_gate/__none__/"
+                          "20261202T000000.000000Z/eagle3_features-generations.html"]
+    assert "20201231T000000" not in text
+    assert "3 of 10 rows unexpected (30.0%); pass rate 70.0% &lt; mostly 95.0%" in text
+    assert "observed value <code>0</code>" in text
+    assert "generations gate failed" in visible and "0123456789abcdef (LATEST)" in visible
+    for shard in ("0000", "0001", "0002", "0003"):
+        assert f'id="shard-{shard}"' in text
+
+
+def test_report_outside_work_dir_uses_file_uris(stored, tmp_path):
+    out = write_report(stored["data"], stored["work"], n_shards=1, out=tmp_path / "elsewhere" / "q.html")
+    text = out.read_text()
+    assert_offline(text, out)
+    assert stored["page"].as_uri() in text and 'href="../gx/' not in text
+
+
+def test_secrets_never_shown_for_object_storage_uri(tmp_path):
+    m = collect("memory://bucket/prefix?region=x", tmp_path / "work", n_shards=1)
+    assert m.data_dir == "memory://bucket/prefix"
+    assert "region" not in render(m, tmp_path / "work" / "reports" / "index.html")
+
+
+def test_concurrent_writers_leave_one_complete_report(stored):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as ex:
+        paths = list(ex.map(lambda _: write_report(stored["data"], stored["work"], n_shards=4), range(8)))
+    assert len(set(paths)) == 1
+    parse(paths[0].read_text())
+    assert [p.name for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_cli_report(stored, tmp_path):
+    env = {**os.environ, "EAGLE3_WORK_DIR": str(stored["work"])}
+    out = tmp_path / "cli" / "report.html"
+    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", str(stored["data"]),
+                        "--out", str(out)], capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out)
+    assert_offline(out.read_text(), out)
+    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", "s3://u:p@bucket/x"],
+                       capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=120)
+    assert r.returncode == 2 and "p@" not in r.stderr
+
+
+# ------------------------------------------------------------------------------------------ pipeline
+
+
+def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Path, str, object]:
+    from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
+    from eagle3_dagster.defs.run import materialize_graph
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.sim.process import start_simulator
+
+    data = tmp_path / "data"
+    with start_simulator(extra_args=sim_args) as sim:
+        res = {"pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+               "sglang": SGLangFleet(urls=sim.url)}
+        with dg.instance_for_test() as instance:
+            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            p = pl.read_parquet(data / "prompts" / "prompts.parquet")
+            top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
+            shard = f"{top['shard']:04d}"
+            out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True)
+            meta = {}
+            for key in ("tokenized_prompts", "generations", "training_dataset"):
+                ev = instance.get_latest_materialization_event(dg.AssetKey(key))
+                meta[key] = ev.asset_materialization.metadata if ev else {}
+    return data, shard, (out, meta)
+
+
+@pytest.mark.integration
+def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
+    from eagle3_dagster.defs.partitions import N_SHARDS
+
+    data, shard, (out, meta) = _pipeline_run(tmp_path, kimi_profile, [])
+    assert out.shards[0].success and out.publish_success
+    report = data / "reports" / "index.html"  # local data dir: the work dir is the data dir
+    assert report.is_file()
+    for key in ("tokenized_prompts", "generations", "training_dataset"):
+        assert meta[key]["quality_report"].value == str(report)
+    text = report.read_text()
+    doc = assert_offline(text, report)
+    m = collect(data, data, n_shards=N_SHARDS)
+    assert [r.shard for r in m.shards] == [f"{k:04d}" for k in range(N_SHARDS)]
+    for row in m.shards:
+        statuses = {g: c.status for g, c in row.cells.items()}
+        want = "PASS" if row.shard == shard else "not run"
+        assert statuses == {"prompts": want, "generations": want, "training_samples": want}, (row.shard, statuses)
+        if row.shard == shard:
+            assert all(c.docs_page is not None and c.docs_page.is_file() for c in row.cells.values())
+            assert all(c.n_rows > 0 for c in row.cells.values())
+    visible = rows_text(doc)
+    for k in range(N_SHARDS):
+        assert f"{k:04d}" in visible
+    assert "kimi-k2.5" in visible and str(data) in visible
+    assert visible.count("Data Docs") >= 3 and f"snapshot {out.snapshot_version} (LATEST)" in visible
+    assert "all gates passed" in visible
+
+    # a pruned page loses its link (and only that one); `eagle3 report` rebuilds on demand
+    m.shards[int(shard)].cells["prompts"].docs_page.unlink()
+    env = {**os.environ, "EAGLE3_DATA_DIR": str(data)}
+    env.pop("EAGLE3_WORK_DIR", None)
+    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report"], capture_output=True, text=True,
+                       env=env, cwd=PROJECT_ROOT, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(report)
+    doc2 = assert_offline(report.read_text(), report)
+    assert rows_text(doc2).count("Data Docs") == visible.count("Data Docs") - 1
+
+
+@pytest.mark.integration
+def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
+    data, shard, (out, meta) = _pipeline_run(tmp_path, kimi_profile, ["--mode", "drop-think-end"])
+    assert not out.shards[0].success
+    report = data / "reports" / "index.html"
+    assert meta["generations"]["quality_report"].value == str(report)
+    text = report.read_text()
+    doc = assert_offline(text, report)
+    cells = collect(data, data, n_shards=1).shards
+    row = next(r for r in cells if r.shard == shard)
+    assert row.cells["prompts"].status == "PASS"
+    gen = row.cells["generations"]
+    assert gen.status == "FAIL" and row.cells["training_samples"].status == "not run"
+    assert "think_end_present" in [i.key for i in gen.issues if i.severity == "critical"]
+    think = next(i for i in gen.issues if i.key == "think_end_present")
+    assert gen.n_quarantined == gen.n_rows > 0 and gen.reasons[think.name] == gen.n_rows
+    visible = rows_text(doc)
+    assert f"shard {shard} · gate generations (on generations) FAIL" in visible
+    assert "think_end_present" in visible and think.name in visible
+    assert "blocked: the generations gate failed" in visible  # why training_samples did not run
+    assert f"{gen.n_rows} of {gen.n_rows} rows unexpected (100.0%); pass rate 0.0% < mostly" in visible
+    assert "excluded generations gate failed" in visible  # the snapshot says why the shard is out
+
+
+def test_demo_summary_prints_report_path(stored, monkeypatch):
+    from eagle3_dagster.defs.run import GraphOutcome
+    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.storage import data_root
+
+    monkeypatch.setenv("EAGLE3_DATA_DIR", str(stored["data"]))
+    monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
+    outcome = GraphOutcome(True, "r", [])
+    assert "report:     not written" in summarize(outcome, data_root(stored["data"]))
+    path = write_report(stored["data"], stored["work"], n_shards=1)
+    assert f"report:     {path}  (offline HTML" in summarize(outcome, data_root(stored["data"]))
