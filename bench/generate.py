@@ -165,13 +165,17 @@ def bench_latency(n: int, token_latency_ms: float, max_new_tokens: int, tmp: Pat
         sim.kill()
 
 
-_RSS_CHILD = r"""
-import json, sys, time
+# Prepended to every child script: peak RSS of the child itself. VmHWM, not ru_maxrss: ru_maxrss
+# survives exec and would report the parent's peak.
+_PEAK_KB = r"""
 def peak_kb():
-    # VmHWM, not ru_maxrss: ru_maxrss survives exec and would report the parent's peak.
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
+"""
+
+_RSS_CHILD = _PEAK_KB + r"""
+import json, sys, time
 from pathlib import Path
 from eagle3_dagster.generate import GenerationConfig, generate_shard
 url, src, out, conc = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])
@@ -184,13 +188,8 @@ print(json.dumps({"maxrss_kb": peak_kb(), "succeeded": rep.succeeded,
 """
 
 
-_PLAN_CHILD = r"""
+_PLAN_CHILD = _PEAK_KB + r"""
 import json, sys
-def peak_kb():
-    # VmHWM, not ru_maxrss: ru_maxrss survives exec and would report the parent's peak.
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
 from pathlib import Path
 import polars as pl
 from eagle3_dagster.generate.inputs import iter_pending, plan_shard
@@ -243,12 +242,8 @@ def bench_rss(small: int, large: int, concurrency: int, tmp: Path) -> dict[str, 
         sim.kill()
 
 
-_ASSET_CHILD = r"""
+_ASSET_CHILD = _PEAK_KB + r"""
 import json, sys, time
-def peak_kb():
-    for line in open("/proc/self/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
 import polars as pl
 from eagle3_dagster.defs.generate import ECHO_WINDOW, active_sample_ids, tokenized_source
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations

@@ -146,16 +146,22 @@ def _apply_field_map(record: dict[str, Any], fm: Mapping[str, str]) -> dict[str,
     return out
 
 
+def _decode_json_string(value: Any, reason: str, message: str) -> Any:
+    """Exports (Parquet, CSV, hermes/glaive dumps) often store lists and objects as JSON strings:
+    decode a string, pass anything else through; undecodable JSON rejects the row with `reason`."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise RowReject(reason, message) from None
+
+
 def _list_field(record: dict[str, Any], key: str) -> list[Any]:
     value = record.get(key, _MISSING)
     if value is _MISSING or value is None:
         raise RowReject("missing_field", f"field '{key}' is missing or null")
-    if isinstance(value, str):
-        # Parquet/CSV exports often store the list as a JSON string.
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise RowReject("bad_field", f"field '{key}' is a string that is not a JSON list") from None
+    value = _decode_json_string(value, "bad_field", f"field '{key}' is a string that is not a JSON list")
     if not isinstance(value, list):
         raise RowReject("bad_field", f"field '{key}' must be a list, got {_json_type(value)}")
     return value
@@ -402,11 +408,7 @@ def _content_from_parts(parts: list[Any], where: str) -> tuple[str, str | None, 
 
 def _parse_function_call(value: Any, where: str) -> list[Any]:
     """ShareGPT function_call / hermes tool_call value: JSON {name, arguments} or a list of them."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            raise RowReject("bad_tool_call", f"{where} tool call is not valid JSON") from None
+    value = _decode_json_string(value, "bad_tool_call", f"{where} tool call is not valid JSON")
     if isinstance(value, dict):
         return [value]
     if isinstance(value, list) and value:
@@ -442,10 +444,7 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
     if isinstance(raw, str):
         if not raw.strip():
             return None
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            raise RowReject("bad_tools", "field 'tools' is a string that is not valid JSON") from None
+        raw = _decode_json_string(raw, "bad_tools", "field 'tools' is a string that is not valid JSON")
     if isinstance(raw, dict):
         raise RowReject("bad_tools", "field 'tools' must be a list of function schemas, got an object")
     if not isinstance(raw, list):
@@ -467,11 +466,7 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
             schema["description"] = fn["description"]
         if "parameters" in fn and fn["parameters"] is not None:
             params = fn["parameters"]
-            if isinstance(params, str):
-                try:
-                    params = json.loads(params)
-                except ValueError:
-                    raise RowReject("bad_tools", f"tools[{i}] ({name}) parameters are not valid JSON") from None
+            params = _decode_json_string(params, "bad_tools", f"tools[{i}] ({name}) parameters are not valid JSON")
             if not isinstance(params, dict):
                 raise RowReject("bad_tools", f"tools[{i}] ({name}) parameters must be a JSON schema object, got {_json_type(params)}")
             schema["parameters"] = _dict_type_to_object(params)

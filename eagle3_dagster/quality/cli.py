@@ -13,20 +13,31 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import settings
+from ..config import Settings, settings
 from ..profiles import ProfileError, load_profile
 from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
-from ..storage import StorageError, data_root, read_parquet_dir, shard_dir
+from ..storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
 from .gate import read_gate_result
 from .reports import histograms_markdown, sample_preview_markdown
 from .suites import GATES
 
 
+_DATA_DIR_HELP = "data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)"
+
+
+def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | Path | None:
+    """The --data-dir argument opened (or the configured one); None after printing why it is refused."""
+    try:
+        return data_root(arg) if arg else s.data_dir
+    except StorageError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3 inspect", description="Preview a shard's generations and its gate results.")
     p.add_argument("--shard", type=int, required=True, help="shard number (e.g. 3 for shard=0003)")
-    p.add_argument("--data-dir", default=None,
-                   help="data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)")
+    p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--model", default=None, help="model profile name or YAML path (default: EAGLE3_MODEL)")
     p.add_argument("-n", type=int, default=3, help="how many samples to preview (default 3)")
     p.add_argument("--sample-id", action="append", default=None, help="preview these sample ids (repeatable)")
@@ -37,10 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     s = settings()
-    try:
-        data_dir = data_root(args.data_dir) if args.data_dir else s.data_dir
-    except StorageError as e:
-        print(f"eagle3 inspect: {e}", file=sys.stderr)
+    data_dir = _data_dir("eagle3 inspect", args.data_dir, s)
+    if data_dir is None:
         return 2
     if args.shard < 0 or args.n < 0:
         print("eagle3 inspect: --shard and -n must be >= 0", file=sys.stderr)
@@ -110,8 +119,7 @@ def _report_parser() -> argparse.ArgumentParser:
         "by reason, snapshots) from the stored gate results. No scripts or external resources: opens on an "
         "air-gapped machine.",
     )
-    p.add_argument("--data-dir", default=None,
-                   help="data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)")
+    p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--work-dir", default=None,
                    help="local work dir holding gx/ (default: EAGLE3_WORK_DIR, else the data dir when local)")
     p.add_argument("--out", default=None, help="output HTML file (default: <work dir>/reports/index.html)")
@@ -125,10 +133,8 @@ def report_main(argv: list[str]) -> int:
 
     args = _report_parser().parse_args(argv)
     s = settings()
-    try:
-        data_dir = data_root(args.data_dir) if args.data_dir else s.data_dir
-    except StorageError as e:
-        print(f"eagle3 report: {e}", file=sys.stderr)
+    data_dir = _data_dir("eagle3 report", args.data_dir, s)
+    if data_dir is None:
         return 2
     work = Path(args.work_dir).expanduser().resolve() if args.work_dir else (
         s.work_dir if not args.data_dir else work_dir_for(data_dir))

@@ -59,6 +59,59 @@ def template_sha256(chat_template: Any) -> str | None:
     return hashlib.sha256(chat_template.encode("utf-8")).hexdigest() if isinstance(chat_template, str) else None
 
 
+def _declining(text_fn: Callable[..., str]) -> NativeRender:
+    """A NativeRender from a text builder: any exception (a _Decline, or e.g. arguments json.dumps
+    cannot serialise) means "not modelled here", and the caller renders through Jinja."""
+
+    def render(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
+               add_generation_prompt: bool) -> str | None:
+        try:
+            return text_fn(messages, tools, kwargs, add_generation_prompt)
+        except Exception:
+            return None
+
+    render.__name__ = text_fn.__name__.removesuffix("_text")
+    return render
+
+
+def _check_call(messages: Any, tools: Any, kwargs: Mapping[str, Any], add_generation_prompt: Any,
+                allowed_kwargs: frozenset[str], bool_kwarg: str) -> bool | None:
+    """Decline anything but known kwargs, a bool (or absent) `bool_kwarg`, a bool generation flag,
+    a list of messages and a list of dict tools; returns the value of `bool_kwarg`."""
+    for key in kwargs:
+        if key not in allowed_kwargs:
+            raise _Decline
+    flag = kwargs.get(bool_kwarg)
+    if flag is not None and flag.__class__ is not bool:
+        raise _Decline
+    if add_generation_prompt.__class__ is not bool or messages.__class__ is not list:
+        raise _Decline
+    if tools is not None and (tools.__class__ is not list or any(t.__class__ is not dict for t in tools)):
+        raise _Decline
+    return flag
+
+
+def _message_basics(message: Any) -> tuple[str, list[Any] | None, str | None]:
+    """(role, tool calls, reasoning) of one message after transformers' normalisation: None-valued
+    keys dropped, reasoning from `reasoning_content`, else `thinking`, else `reasoning`."""
+    if message.__class__ is not dict:
+        raise _Decline
+    role = message.get("role")
+    if role.__class__ is not str:
+        raise _Decline
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None and tool_calls.__class__ is not list:
+        raise _Decline
+    reasoning = message.get("reasoning_content")
+    if reasoning is None:
+        reasoning = message.get("thinking")
+        if reasoning is None:
+            reasoning = message.get("reasoning")
+    if reasoning is not None and reasoning.__class__ is not str:
+        raise _Decline
+    return role, tool_calls, reasoning
+
+
 def _content_text(content: Any) -> str:
     """render_content(msg): a string as is, None/missing as nothing, a list of text parts joined."""
     if content.__class__ is str:
@@ -99,56 +152,24 @@ def _tool_calls_text(tool_calls: list[Any]) -> str:
     return "".join(out)
 
 
-def _kimi_k25(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
-              add_generation_prompt: bool) -> str | None:
-    try:
-        return _kimi_k25_text(messages, tools, kwargs, add_generation_prompt)
-    except Exception:  # _Decline, or e.g. arguments json.dumps cannot serialise: Jinja decides
-        return None
-
-
 def _kimi_k25_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
                    add_generation_prompt: bool) -> str:
-    for key in kwargs:
-        if key not in _KIMI_KWARGS:
-            raise _Decline
-    thinking = kwargs.get("thinking")
-    if thinking is not None and thinking.__class__ is not bool:
-        raise _Decline
+    thinking = _check_call(messages, tools, kwargs, add_generation_prompt, _KIMI_KWARGS, "thinking")
     thinking_off = thinking is False  # `thinking is defined and thinking is false`
     tools_ts_str = kwargs.get("tools_ts_str")
     if tools_ts_str is not None and tools_ts_str.__class__ is not str:
         raise _Decline
-    if add_generation_prompt.__class__ is not bool or messages.__class__ is not list:
-        raise _Decline
-    if tools is not None and (tools.__class__ is not list or any(t.__class__ is not dict for t in tools)):
-        raise _Decline
 
-    # Per message: (role, role name, content, tool calls or None, reasoning or None), after
-    # transformers' normalisation (None-valued keys dropped, reasoning aliases).
+    # Per message: (role, role name, content, tool calls or None, reasoning or None, message).
     rows = []
     for message in messages:
-        if message.__class__ is not dict:
-            raise _Decline
-        role = message.get("role")
-        if role.__class__ is not str:
-            raise _Decline
+        role, tool_calls, reasoning = _message_basics(message)
         name = message.get("name")
         if name is None or name == "":
             role_name = role
         elif name.__class__ is str:
             role_name = name
         else:
-            raise _Decline
-        tool_calls = message.get("tool_calls")
-        if tool_calls is not None and tool_calls.__class__ is not list:
-            raise _Decline
-        reasoning = message.get("reasoning_content")
-        if reasoning is None:
-            reasoning = message.get("thinking")
-            if reasoning is None:
-                reasoning = message.get("reasoning")
-        if reasoning is not None and reasoning.__class__ is not str:
             raise _Decline
         rows.append((role, role_name, message.get("content"), tool_calls, reasoning, message))
 
@@ -251,50 +272,20 @@ _QWEN3_TOOLS_FOOTER = (
 )
 
 
-def _qwen3(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
-           add_generation_prompt: bool) -> str | None:
-    try:
-        return _qwen3_text(messages, tools, kwargs, add_generation_prompt)
-    except Exception:  # _Decline, or anything unexpected: Jinja decides
-        return None
-
-
 def _qwen3_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
                 add_generation_prompt: bool) -> str:
-    for key in kwargs:
-        if key not in _QWEN3_KWARGS:
-            raise _Decline
-    enable_thinking = kwargs.get("enable_thinking")
-    if enable_thinking is not None and enable_thinking.__class__ is not bool:
-        raise _Decline
-    if add_generation_prompt.__class__ is not bool or messages.__class__ is not list or not messages:
-        raise _Decline
-    if tools is not None and (tools.__class__ is not list or any(t.__class__ is not dict for t in tools)):
+    enable_thinking = _check_call(messages, tools, kwargs, add_generation_prompt, _QWEN3_KWARGS, "enable_thinking")
+    if not messages:
         raise _Decline
 
-    # Per message (role, content text, raw content is a str, tool calls, reasoning or None), after
-    # transformers' normalisation (None-valued keys dropped, reasoning aliases).
+    # Per message (role, content text, raw content is a str, tool calls, reasoning or None).
     rows = []
     for message in messages:
-        if message.__class__ is not dict:
-            raise _Decline
-        role = message.get("role")
-        if role.__class__ is not str:
-            raise _Decline
+        role, tool_calls, reasoning = _message_basics(message)
         content = message.get("content")
         is_str = content.__class__ is str
         if not is_str and content is not None and content.__class__ is not list:
             raise _Decline  # a dict/number content: `is string` is false, but keep to known shapes
-        tool_calls = message.get("tool_calls")
-        if tool_calls is not None and tool_calls.__class__ is not list:
-            raise _Decline
-        reasoning = message.get("reasoning_content")
-        if reasoning is None:
-            reasoning = message.get("thinking")
-            if reasoning is None:
-                reasoning = message.get("reasoning")
-        if reasoning is not None and reasoning.__class__ is not str:
-            raise _Decline
         rows.append((role, content if is_str else "", is_str, tool_calls, reasoning))
 
     out = []
@@ -413,8 +404,8 @@ class _Native:
 
 
 _NATIVE_BY_TEMPLATE = {
-    KIMI_K25_TEMPLATE_SHA256: _Native("Kimi-K2.5", _kimi_k25, _KIMI_TEMPLATE_VARIABLES, _kimi_probes),
-    QWEN3_TEMPLATE_SHA256: _Native("Qwen3", _qwen3, _QWEN3_TEMPLATE_VARIABLES, _qwen3_probes),
+    KIMI_K25_TEMPLATE_SHA256: _Native("Kimi-K2.5", _declining(_kimi_k25_text), _KIMI_TEMPLATE_VARIABLES, _kimi_probes),
+    QWEN3_TEMPLATE_SHA256: _Native("Qwen3", _declining(_qwen3_text), _QWEN3_TEMPLATE_VARIABLES, _qwen3_probes),
 }
 
 
