@@ -123,7 +123,7 @@ def test_server_restart_mid_shard(start_sim, prompts, reference, tmp_path: Path)
 
 _KILL_SCRIPT = """
 import sys, polars as pl
-sys.path.insert(0, {helpers!r})
+sys.path[:0] = [{helpers!r}, {tests_root!r}]
 from gen_helpers import make_config
 from eagle3_dagster.generate import generate_shard
 generate_shard(pl.read_parquet({prompts!r}), __import__("pathlib").Path({out!r}),
@@ -136,7 +136,7 @@ def test_sigkill_mid_shard_then_rerun(clean_sim: Sim, prompts, reference, tmp_pa
     pq_in = tmp_path / "prompts.parquet"
     prompts.write_parquet(pq_in)
     out = tmp_path / "shard=0000"
-    code = _KILL_SCRIPT.format(helpers=str(Path(__file__).parent), prompts=str(pq_in), out=str(out), url=clean_sim.url)
+    code = _KILL_SCRIPT.format(helpers=str(Path(__file__).parent), tests_root=str(Path(__file__).parent.parent), prompts=str(pq_in), out=str(out), url=clean_sim.url)
     done0 = sum(clean_sim.stats()["finished"].values())
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 60

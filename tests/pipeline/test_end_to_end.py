@@ -12,6 +12,7 @@ from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.sim.process import start_simulator
+from graph_helpers import graph_resources, shard_with_most_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -19,18 +20,10 @@ KIMI_THINK_START, KIMI_THINK_END, KIMI_IM_END = 163606, 163607, 163586
 
 
 def _resources(tmp_path, kimi_profile, url: str, max_new_tokens: int = 2048) -> dict:
-    return {
-        "pipeline": PipelineSettings(
-            data_dir=str(tmp_path / "data"), tokenizer=kimi_profile.tokenizer, max_new_tokens=max_new_tokens
-        ),
-        "sglang": SGLangFleet(urls=url),
-    }
+    return graph_resources(tmp_path / "data", kimi_profile.tokenizer, url, max_new_tokens=max_new_tokens)
 
 
-def _shard_with_most_prompts(data_dir) -> str:
-    p = pl.read_parquet(data_dir / "prompts" / "prompts.parquet")
-    top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
-    return f"{top['shard']:04d}"
+_shard_with_most_prompts = shard_with_most_prompts
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
 from eagle3_dagster.quality.report_html import collect, default_report_path, render, write_report
+from graph_helpers import graph_resources, shard_with_most_prompts
 
 BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
 VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
@@ -228,20 +229,16 @@ def test_cli_report(stored, tmp_path):
 
 
 def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Path, str, object]:
-    from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
     from eagle3_dagster.defs.run import materialize_graph
     from eagle3_dagster.definitions import defs
     from eagle3_dagster.sim.process import start_simulator
 
     data = tmp_path / "data"
     with start_simulator(extra_args=sim_args) as sim:
-        res = {"pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
-               "sglang": SGLangFleet(urls=sim.url)}
+        res = graph_resources(data, kimi_profile.tokenizer, sim.url)
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
-            p = pl.read_parquet(data / "prompts" / "prompts.parquet")
-            top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
-            shard = f"{top['shard']:04d}"
+            shard = shard_with_most_prompts(data)
             out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True)
             meta = {}
             for key in ("tokenized_prompts", "generations", "training_dataset"):

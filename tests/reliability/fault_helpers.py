@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import dagster as dg
-import httpx
 import polars as pl
 from dagster._core.events import DagsterEventType
 
-from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.sim.process import SimProcess, start_simulator
+from graph_helpers import graph_resources, shard_with_most_prompts
+from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 
-KIMI_TOKENIZER_DIR = (PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5").resolve()
-SIM_ARGS = ("--model", "kimi-k2.5", "--tokenizer", str(KIMI_TOKENIZER_DIR), "--log-level", "WARNING")
 MAX_NEW_TOKENS = 2048  # outputs end with a stop well before this, so the finish_reason gate passes
 
 # generations: what a correct run must reproduce exactly. Left out on purpose: rid (a per-run nonce
@@ -86,9 +83,7 @@ def ingest_prompts(spec_path: Path, data: Path) -> str:
     src = data / "sources" / spec.name
     ingest_source(spec, src, n_shards=N_SHARDS)
     combine_sources([src], data / "prompts", n_shards=N_SHARDS)
-    p = pl.read_parquet(data / "prompts" / "prompts.parquet")
-    top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
-    return f"{top['shard']:04d}"
+    return shard_with_most_prompts(data)
 
 
 def fresh_data_dir(template: Path, dest: Path) -> Path:
@@ -100,51 +95,17 @@ def fresh_data_dir(template: Path, dest: Path) -> Path:
 
 # -- the simulator ---------------------------------------------------------------------------
 
-class SimCtl:
-    """One eagle3-sim process (eagle3_dagster.sim.process) with its fault and stats endpoints."""
+class SimCtl(Sim):
+    """The shared test simulator (tests/sim_ctl.py), its log in `log_dir`, with the faults' extra flags."""
 
     def __init__(self, log_dir: Path, *extra: str, port: int | None = None) -> None:
-        self.sp: SimProcess = start_simulator(port=port, extra_args=[*SIM_ARGS, *extra], log_dir=log_dir,
-                                              ready_timeout=90)
-
-    @property
-    def url(self) -> str:
-        return self.sp.url
-
-    @property
-    def proc(self):  # noqa: ANN201
-        return self.sp.proc
-
-    def faults(self, **faults: Any) -> dict[str, Any]:
-        r = httpx.post(self.url + "/_sim/faults", json=faults, timeout=10)
-        r.raise_for_status()
-        return r.json()
-
-    def stats(self) -> dict[str, Any]:
-        return httpx.get(self.url + "/_sim/stats", timeout=10).json()
-
-    def requests(self) -> int:
-        return int(self.stats()["requests"])
-
-    def start_again(self) -> None:
-        """A fresh process on the same port (clients keep their URL), as after a crash or a kill."""
-        self.sp.fixed_port = self.sp.port
-        self.sp.start()
-
-    def stop(self) -> None:
-        self.sp.kill()
+        super().__init__(port=port, extra_args=extra, log_path=Path(log_dir) / "sim.log", ready_timeout=90)
 
 
 # -- Dagster runs ----------------------------------------------------------------------------
 
 def resources(data: Path, url: str, **fleet: Any) -> dict[str, Any]:
-    from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-
-    return {
-        "pipeline": PipelineSettings(data_dir=str(data), tokenizer=str(KIMI_TOKENIZER_DIR),
-                                     max_new_tokens=MAX_NEW_TOKENS),
-        "sglang": SGLangFleet(urls=url, **fleet),
-    }
+    return graph_resources(data, str(KIMI_TOKENIZER_DIR), url, max_new_tokens=MAX_NEW_TOKENS, **fleet)
 
 
 def run_shard(instance: dg.DagsterInstance, data: Path, url: str, shard: str,

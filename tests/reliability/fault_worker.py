@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--overrides", default="{}")
     args = ap.parse_args()
 
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent)]  # fault_helpers, graph_helpers
     import dagster as dg
     from fault_helpers import generation_overrides, run_shard
 

@@ -96,13 +96,13 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
         with dg.DagsterInstance.from_config(str(home)) as instance:
             yield Matrix(root=root, prompts=prompts, shard=shard, home=home, instance=instance, sim=sim)
     finally:
-        sim.stop()
+        sim.kill()
 
 
 @pytest.fixture
 def m(matrix: Matrix) -> Matrix:
     if not matrix.sim.sp.alive():  # a failed restart test must not take the rest of the module down
-        matrix.sim.start_again()
+        matrix.sim.start()
     matrix.sim.faults(clear=True)
     return matrix
 
@@ -161,25 +161,30 @@ def test_clean_reference(clean: Clean) -> None:
     assert clean.meta["chunks_written"] >= 1 and clean.meta["finish_reasons"] == {"stop": clean.n}
 
 
-def test_503_burst(m: Matrix, clean: Clean, tmp_path: Path) -> None:
+def _run_under_faults(m: Matrix, clean: Clean, tmp_path: Path, faults: dict[str, Any],
+                      **fleet: Any) -> tuple[dict, dict, dict]:
+    """A fresh shard run with these simulator faults armed (and `sglang` resource fields);
+    returns (its metadata, checked against the clean run; simulator stats before; after)."""
     data = fresh_data_dir(m.prompts, tmp_path / "data")
     before = m.sim.stats()
-    m.sim.faults(queue_full_burst=7)
-    sh = run_shard(m.instance, data, m.sim.url, m.shard)
+    m.sim.faults(**faults)
+    try:
+        sh = run_shard(m.instance, data, m.sim.url, m.shard, **fleet)
+    finally:
+        m.sim.faults(clear=True)
     after = m.sim.stats()
-    meta = _check_against_clean(m, clean, data, sh)
+    return _check_against_clean(m, clean, data, sh), before, after
+
+
+def test_503_burst(m: Matrix, clean: Clean, tmp_path: Path) -> None:
+    meta, before, after = _run_under_faults(m, clean, tmp_path, {"queue_full_burst": 7})
     assert _injected(before, after, "queue_full") == 7
     assert meta["retried_by_kind"] == {"http_503": 7}
     assert meta["requests_sent"] == clean.n + 7 == after["requests"] - before["requests"]
 
 
 def test_connection_reset_mid_body(m: Matrix, clean: Clean, tmp_path: Path) -> None:
-    data = fresh_data_dir(m.prompts, tmp_path / "data")
-    before = m.sim.stats()
-    m.sim.faults(reset_mid_body=5)
-    sh = run_shard(m.instance, data, m.sim.url, m.shard)
-    after = m.sim.stats()
-    meta = _check_against_clean(m, clean, data, sh)
+    meta, before, after = _run_under_faults(m, clean, tmp_path, {"reset_mid_body": 5})
     assert _injected(before, after, "reset_mid_body") == 5
     assert meta["retried_by_kind"] == {"reset": 5}
     assert meta["requests_sent"] == clean.n + 5 == after["requests"] - before["requests"]
@@ -193,13 +198,7 @@ def test_server_slower_than_client_timeout(m: Matrix, clean: Clean, tmp_path: Pa
     ms, timeout = 2.0, 0.5
     slow = sum(1 for ct in clean.data.generations["completion_tokens"].to_list() if ct * ms / 1000 > timeout)
     assert slow >= 5, "the fault must actually hit some samples"
-    data = fresh_data_dir(m.prompts, tmp_path / "data")
-    before = m.sim.stats()
-    m.sim.faults(slow_tokens_ms=ms)
-    sh = run_shard(m.instance, data, m.sim.url, m.shard, read_timeout_s=timeout)
-    m.sim.faults(clear=True)
-    after = m.sim.stats()
-    meta = _check_against_clean(m, clean, data, sh)
+    meta, before, after = _run_under_faults(m, clean, tmp_path, {"slow_tokens_ms": ms}, read_timeout_s=timeout)
     retried = meta["retried_by_kind"]
     assert set(retried) == {"read_timeout"} and retried["read_timeout"] >= slow, retried
     assert meta["requests_sent"] == clean.n + retried["read_timeout"] == after["requests"] - before["requests"]
@@ -223,7 +222,7 @@ def test_server_restart_mid_shard(m: Matrix, clean: Clean, tmp_path: Path) -> No
                     box["killed_pid"] = m.sim.proc.pid
                     m.sim.sp.kill()  # SIGKILL: in-flight requests die with their connections
                     time.sleep(0.5)  # clients meet connection refused meanwhile
-                    m.sim.start_again()  # same port, a fresh process without faults
+                    m.sim.start()  # same port, a fresh process without faults
                     box["restarted"] = True
                     return
                 time.sleep(0.01)

@@ -30,6 +30,7 @@ from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.sim.process import start_simulator
+from graph_helpers import graph_resources, shard_with_most_prompts
 from s3_moto import moto_s3_server, set_aws_env
 
 pytestmark = pytest.mark.integration
@@ -90,13 +91,10 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
 
     with start_simulator() as sim:
         # 1. the reference: the same graph with a local data dir (the default kind)
-        res_local = {"pipeline": PipelineSettings(data_dir=str(local), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
-                     "sglang": SGLangFleet(urls=sim.url)}
+        res_local = graph_resources(local, kimi_profile.tokenizer, sim.url)
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=[], resources=res_local).ingest_success
-            p = pl.read_parquet(local / "prompts" / "prompts.parquet")
-            top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
-            shard = f"{top['shard']:04d}"
+            shard = shard_with_most_prompts(local)
             out = materialize_graph(defs, instance, shards=[shard], resources=res_local, run_ingest=False, run_publish=True)
             assert out.success, out
         sent_local = _requests(sim.url)

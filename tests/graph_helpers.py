@@ -1,0 +1,28 @@
+"""Shared by tests that run the real graph: resources for a data dir + simulator, and the shard to test.
+
+Lives at tests/ (on sys.path through tests/conftest.py) like s3_moto.py, so any test folder imports it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
+
+
+def graph_resources(data_dir: str | Path, tokenizer: str, url: str, *, max_new_tokens: int = 2048,
+                    **fleet) -> dict:  # noqa: ANN003
+    """The `pipeline` and `sglang` resources of one test run (data dir may be a path or a URI)."""
+    return {
+        "pipeline": PipelineSettings(data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens),
+        "sglang": SGLangFleet(urls=url, **fleet),
+    }
+
+
+def shard_with_most_prompts(data_dir: Path) -> str:
+    """The partition key of the shard holding the most prompts (lowest key on ties), after ingest."""
+    p = pl.read_parquet(Path(data_dir) / "prompts" / "prompts.parquet")
+    top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
+    return f"{top['shard']:04d}"
