@@ -59,6 +59,19 @@ def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
     return sum(parquet_num_rows(f) for f in folder.glob(pattern))
 
 
+def _text_exact_line(data_dir: DataPath, snap: str | None) -> list[str]:
+    """Rows whose text re-encodes to other ids (kept in token-level tables, flagged or left out of text exports)."""
+    manifest = data_dir / "snapshots" / str(snap) / "manifest.json"
+    if not snap or not manifest.exists():
+        return []
+    exports = json.loads(manifest.read_text()).get("exports", {})
+    flagged = exports.get("exports/specforge_prompts.jsonl", {}).get("rows_not_text_exact", 0)
+    pre = exports.get("exports/specforge_preformatted.jsonl", {})
+    return [f"text-exact: {flagged} row(s) not text-exact (non-canonical tokenization): kept in training_samples and "
+            f"specforge_prompts.jsonl, flagged in conversations.jsonl; specforge_preformatted.jsonl has "
+            f"{pre.get('rows', '?')} row(s), {pre.get('rows_left_out', '?')} left out"]
+
+
 def summarize(outcome, data_dir: DataPath) -> str:
     s = settings()
     lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
@@ -96,7 +109,9 @@ def summarize(outcome, data_dir: DataPath) -> str:
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
-        + (" (manifest.json, exports/specforge_prompts.jsonl, exports/conversations.jsonl)" if snap else ""),
+        + (" (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
+           "exports/conversations.jsonl)" if snap else ""),
+        *_text_exact_line(data_dir, snap),
         f"data docs:  {docs or 'not built'}",
         f"report:     {report if report.exists() else 'not written'}"
         + ("  (offline HTML: shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"

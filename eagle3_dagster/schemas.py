@@ -107,4 +107,6 @@ TRAINING_SAMPLES = pa.schema([
     ("generated_at", pa.timestamp("us", tz="UTC")),
     ("conversation", pa.string()),     # JSON: prompt messages + the parsed assistant turn (derived from ids)
     ("tools", pa.string()),            # JSON list of tools offered in the prompt, or null
+    ("text_exact", pa.bool_()),        # the parsed turn's text re-encodes to exactly the output ids
+    ("text_mismatch_pos", pa.int32()), # else the first differing output position (non-canonical tokenization)
 ])

@@ -17,12 +17,12 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 
 from ..config import settings
 from ..quality import read_gate_result
-from ..train.export import EXPORTERS
+from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
 from .gates import refresh_quality_report, report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
-from .resources import PipelineSettings, SGLangFleet
+from .resources import PipelineSettings, SGLangFleet, cached_renderer
 
 GROUP = "publish"
 NIGHTLY_TAG = "eagle3/nightly"
@@ -34,7 +34,8 @@ FANOUT_ASSETS = ("tokenized_prompts", "generations", "training_samples", "traini
     group_name=GROUP,
     deps=["training_samples"],
     description="A versioned snapshot of every gated shard (copied, with a manifest: rows, sha256 per file, shards "
-    "included/excluded and why, gate results, config), plus SpecForge and conversations exports.",
+    "included/excluded and why, gate results, config), plus exports: specforge_prompts.jsonl (SpecForge online), "
+    "specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (speculators).",
     kinds={"parquet", "json"},
     tags={"eagle3/stage": "publish"},
 )
@@ -52,7 +53,8 @@ def training_dataset(
         "n_shards": N_SHARDS,
     }
     snap = build_snapshot(
-        data, range(N_SHARDS), lambda g, k: read_gate_result(data, g, k), config=config, keep=keep, exporters=EXPORTERS
+        data, range(N_SHARDS), lambda g, k: read_gate_result(data, g, k), config=config, keep=keep,
+        exporters=exporters_for(profile.name, lambda: cached_renderer(profile).tokenizer),
     )
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
@@ -70,6 +72,8 @@ def training_dataset(
             "shards_excluded": dg.MetadataValue.json(excluded),
             "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
             "exports": dg.MetadataValue.json(snap.manifest.get("exports", {})),
+            # kept in token-level exports, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl
+            "rows_not_text_exact": int(snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)),
             "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
             "path": dg.MetadataValue.path(str(snap.path)),
             **report_metadata(report),

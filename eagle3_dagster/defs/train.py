@@ -45,7 +45,8 @@ def _require_passed_gates(data, shard: int) -> dict:
     partitions_def=shard_partitions,
     check_specs=gate_check_specs("training_samples", "training_samples", ()),
     description="input_ids = prompt ids + output ids (exactly as generated), loss_mask 0 over the prompt and 1 over "
-    "the output; only rows that passed every critical gate expectation; lineage on every row.",
+    "the output; only rows that passed every critical gate expectation; lineage on every row; text_exact = false "
+    "flags rows whose text re-encodes to other ids (kept: non-canonical tokenization is valid model output).",
     kinds={"parquet"},
     tags={"eagle3/stage": "train"},
 )
@@ -83,11 +84,18 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
     context.log.info(f"shard {shard}: {counts}")
+    if parse_counts["text_exact_false"]:
+        context.log.warning(
+            f"shard {shard}: {parse_counts['text_exact_false']} of {counts['samples']} rows are not text-exact "
+            "(non-canonical tokenization: their text re-encodes to other ids); kept in training_samples and "
+            "specforge_prompts.jsonl, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl"
+        )
     return dg.MaterializeResult(
         metadata={
             **to_metadata(counts),
             **to_metadata(parse_counts),
             "round_trip_rate": rt_rate,
+            "text_exact_rows": int(samples["text_exact"].sum() or 0) if samples.height else 0,
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
             "path": dg.MetadataValue.path(str(path)),

@@ -205,6 +205,18 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
     return dict(sorted(((str(r), int(n)) for r, n in vc.iter_rows()), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _not_text_exact(f: DataPath) -> dict[str, int]:
+    """Kept training rows whose text re-encodes to other ids (non-canonical tokenization), if any."""
+    if not f.exists():
+        return {}
+    try:
+        df = read_parquet(f, columns=["text_exact"])
+    except Exception:  # noqa: BLE001 - auxiliary counts only (older shards have no such column)
+        return {}
+    n = int((df["text_exact"] == False).sum() or 0)  # noqa: E712
+    return {"non_canonical_tokenization (kept; flagged/left out in text exports)": n} if n else {}
+
+
 def collect_snapshots(data: DataPath) -> list[SnapshotView]:
     root = data / "snapshots"
     if not root.exists():
@@ -251,6 +263,8 @@ def collect(
                 data / "tokenized_prompts" / f"shard={shard_key(k)}" / "rejects.parquet", "reason"),
             "parse quarantine (training_samples)": _reason_counts(
                 data / "training_samples" / f"shard={shard_key(k)}" / "quarantine.parquet", "reasons"),
+            "not text-exact (training_samples)": _not_text_exact(
+                data / "training_samples" / f"shard={shard_key(k)}" / "part-0000.parquet"),
         }
         rows.append(ShardRow(shard_key(k), cells, {lab: c for lab, c in other.items() if c}))
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})

@@ -158,6 +158,7 @@ class OutputModel:
         self._lock = threading.Lock()
         self.kimi_shape = profile.generation_prompt_ends_with_think_start
         self.global_seed: int | None = None  # --seed: a different but still deterministic "model"
+        self.splitter: Any = None  # --noncanonical-rate: a sim.noncanonical.NonCanonicalSplitter
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -171,6 +172,9 @@ class OutputModel:
         if hit is not None:
             return hit
         s = self._build(input_ids, random.Random(key))
+        if self.splitter is not None:
+            # Same seed -> same split: a retried request reproduces the sample exactly.
+            s = Script(tuple(self.splitter.apply(s.ids, random.Random(key ^ 0x5EED))), s.filler, s.text, s.tool_call)
         with self._lock:
             if len(self._cache) >= self._cache_size:
                 self._cache.clear()  # crude eviction; rebuilding is cheap and deterministic

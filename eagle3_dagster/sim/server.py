@@ -40,7 +40,8 @@ prefill (`--prefill-ms-per-1k` per 1000 uncached prompt tokens) + tokens x `--to
 
 Useful flags: `--context-length`, `--max-total-num-tokens` (KV capacity; gives max_req_input_len),
 `--stream-interval`, `--incremental-streaming-output` (alias `--stream-output`), `--seed`,
-`--reasoning-parser`, `--timeout-keep-alive` (5 s, like uvicorn), `--api-key-env VAR` (the key is
+`--reasoning-parser`, `--noncanonical-rate R` (a share R of samples carries up to 3 non-canonical token
+splits, text unchanged: sim/noncanonical.py), `--timeout-keep-alive` (5 s, like uvicorn), `--api-key-env VAR` (the key is
 read from the environment, never from argv, and never logged). `eagle3-sim --help` lists all.
 
 Not emulated: sampling (temperature/top_p/... are validated but the output is a deterministic
@@ -70,6 +71,7 @@ from aiohttp import web
 from ..profiles import ModelProfile, active_profile, load_profile
 from . import protocol as P
 from .model import OutputModel
+from .noncanonical import NonCanonicalSplitter
 
 log = logging.getLogger("eagle3_dagster.sim")
 
@@ -595,6 +597,7 @@ class Handlers:
             "busy_seconds": sim.busy_seconds(), "client_disconnects": s.client_disconnects,
             "prefix_cache_nodes": sim.trie.nodes, "prefix_cache_evictions": sim.trie.evictions,
             "faults": sim.faults.as_dict(),
+            "noncanonical": sim.model.splitter.stats() if sim.model.splitter is not None else None,
         }
         d["utilization"] = s.slot_seconds / (up * sim.args.max_running_requests) if up > 0 else 0.0
         if request.query.get("rids"):
@@ -855,6 +858,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--echo-tail-tokens", type=int, default=3)
     ap.add_argument("--tool-call-rate", type=float, default=0.6)
+    ap.add_argument("--noncanonical-rate", type=float, default=0.0,
+                    help="share of samples emitted with up to --noncanonical-max-splits non-canonical token splits "
+                    "(text unchanged; sim/noncanonical.py)")
+    ap.add_argument("--noncanonical-max-splits", type=int, default=3)
     ap.add_argument("--prefix-cache-nodes", type=int, default=2_000_000)
     ap.add_argument("--loading-seconds", type=float, default=0.0, help="do not bind for S seconds")
     ap.add_argument("--starting-seconds", type=float, default=0.0, help="/health 503 for S seconds after binding")
@@ -907,6 +914,8 @@ async def serve(args: argparse.Namespace) -> None:
     sim = Sim(args, profile, tok)
     if args.seed is not None:
         sim.model.global_seed = args.seed
+    if args.noncanonical_rate > 0:
+        sim.model.splitter = NonCanonicalSplitter(tok, args.noncanonical_rate, max_splits=args.noncanonical_max_splits)
     log.info("loaded profile %s (tokenizer %s) in %.1fs; version %s, mode %s", profile.name, profile.tokenizer,
              time.time() - t0, args.version, args.mode)
     if args.loading_seconds > 0:

@@ -2,9 +2,12 @@
 
 Everything is derived from `output_ids` by splitting on marker ids from the profile and decoding
 the pieces between them; nothing is re-encoded to decide anything. The round trip
-(`assistant_turn_ids`) goes the other way, from the parsed message back to ids, to prove the
-parse lost nothing: a row that does not reproduce its ids is quarantined, because a trainer that
-re-tokenizes the conversation would train on different tokens than the model produced.
+(`round_trip_mismatch`) goes the other way, from the parsed message back to ids. A row whose parse
+is clean but whose text does not re-encode to its ids (non-canonical tokenization from a real
+sampler) is kept in every token-level table and flagged `text_exact = false` with the first differing
+position: a trainer that re-tokenizes its text would train on other ids than the model produced.
+Parse problems (no `</think>`, unbalanced tool-call markers, tool-call JSON that does not parse) are
+reason codes and quarantine the row.
 
 Kimi-K2.5 layout (prompt ends with `<think>`):
     reasoning </think> answer [<|tool_calls_section_begin|> (<|tool_call_begin|> id
@@ -140,7 +143,21 @@ def assistant_turn_text(parsed: ParsedGeneration, profile: ModelProfile, tokeniz
     return f"{think_start}{parsed.reasoning}{think_end}{parsed.content}{eot}"
 
 
+def round_trip_mismatch(output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> int | None:
+    """None when the parsed turn encodes back to exactly the generated ids, else the first differing position.
+
+    A mismatch with a clean parse is non-canonical tokenization (a sampler emitted e.g. `hel`+`lo` where
+    encoding the text gives `hello`): the ids are valid training data, but re-tokenizing the text gives
+    other ids, so text-level exports flag or leave out such a row (never the token-level tables).
+    """
+    text = assistant_turn_text(parsed, profile, tokenizer)
+    again = tokenizer.encode(text, add_special_tokens=False)
+    ids = list(output_ids)
+    if again == ids:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(again, ids)) if a != b), min(len(again), len(ids)))
+
+
 def round_trips(output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> bool:
     """True when the parsed turn encodes back to exactly the generated ids."""
-    text = assistant_turn_text(parsed, profile, tokenizer)
-    return tokenizer.encode(text, add_special_tokens=False) == list(output_ids)
+    return round_trip_mismatch(output_ids, parsed, profile, tokenizer) is None

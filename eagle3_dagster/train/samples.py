@@ -2,7 +2,8 @@
 
 Loss-mask convention: every id the model generated is supervised (reasoning, `</think>`, the
 answer, tool-call sections and the end-of-turn token); every prompt id, including the template's
-prefilled `<think>`, is not. Ids are concatenated exactly as stored, never re-encoded.
+prefilled `<think>`, is not. Ids are concatenated exactly as stored, never re-encoded: a row whose
+text does not re-encode to its ids (`text_exact = false`) is kept like any other.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from ..schemas import TRAINING_SAMPLES
+from .conversations import CONVERSATIONS_SCHEMA
 
 LINEAGE_FROM_GENERATIONS = ("model_revision", "template_hash", "sampling_hash", "endpoint", "finish_reason", "generated_at")
 
@@ -39,8 +41,11 @@ def build_training_samples(
     joined = gens.join(prompts, on="prompt_id", how="inner")
     counts["missing_prompt"] = gens.height - joined.height
     if conversations is None:
-        conversations = pl.DataFrame(schema={"sample_id": pl.String, "conversation": pl.String, "tools": pl.String})
-    joined = joined.join(conversations.select("sample_id", "conversation", "tools"), on="sample_id", how="left")
+        conversations = pl.DataFrame(schema=CONVERSATIONS_SCHEMA)
+    for col, dtype in CONVERSATIONS_SCHEMA.items():
+        if col not in conversations.columns:
+            conversations = conversations.with_columns(pl.lit(None, dtype=dtype).alias(col))
+    joined = joined.join(conversations.select(list(CONVERSATIONS_SCHEMA)), on="sample_id", how="left")
 
     out = joined.select(
         "sample_id",
@@ -63,6 +68,8 @@ def build_training_samples(
         "generated_at",
         "conversation",
         "tools",
+        "text_exact",
+        pl.col("text_mismatch_pos").cast(pl.Int32),
     ).sort("sample_id")
     counts["samples"] = out.height
     assert counts["generations"] == counts["samples"] + counts["excluded"] + counts["missing_prompt"]

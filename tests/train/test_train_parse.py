@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from eagle3_dagster.train.conversations import parse_generations
-from eagle3_dagster.train.parse import parse_generation, round_trips
+from eagle3_dagster.train.parse import parse_generation, round_trip_mismatch, round_trips
 
 TOOL_TURN = (
     "The user wants Paris weather.</think>Let me check."
@@ -56,16 +56,20 @@ def test_malformed_generations_are_flagged(kimi_profile, kimi_tokenizer, text, p
     assert problem in p.problems
 
 
-def test_non_canonical_tokenization_fails_the_round_trip(kimi_profile, kimi_tokenizer):
-    """A model may emit a token split the tokenizer would never produce; re-tokenizing trainers would then
-    train on different ids, so such a row must be caught."""
+def test_non_canonical_tokenization_is_flagged_not_a_parse_problem(kimi_profile, kimi_tokenizer):
+    """A model may emit a token split the tokenizer would never produce: valid output (the drafter must learn
+    it), so it is no parse problem; the round trip reports where re-tokenizing its text gives other ids."""
     canonical = _ids(kimi_tokenizer, "hello world</think>ok<|im_end|>")
     # split the first word into single characters: same text, different ids
     chars = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)]
     weird = chars + canonical[len(_ids(kimi_tokenizer, "hello")):]
     assert kimi_tokenizer.decode(weird) == kimi_tokenizer.decode(canonical) and weird != canonical
     p = parse_generation(weird, kimi_profile, kimi_tokenizer)
+    assert p.problems == []
     assert not round_trips(weird, p, kimi_profile, kimi_tokenizer)
+    assert round_trip_mismatch(weird, p, kimi_profile, kimi_tokenizer) == 0
+    assert round_trip_mismatch(canonical, parse_generation(canonical, kimi_profile, kimi_tokenizer), kimi_profile,
+                               kimi_tokenizer) is None
 
 
 def test_qwen3_layout(qwen_profile):
@@ -84,16 +88,45 @@ def test_parse_generations_builds_conversations_and_quarantines(kimi_profile, ki
         "messages": [json.dumps([{"role": "user", "content": "weather?"}]), json.dumps([{"role": "user", "content": "x"}])],
         "tools": [json.dumps([{"type": "function", "function": {"name": "get_weather"}}]), None],
     })
+    canonical = _ids(kimi_tokenizer, "hello world</think>ok<|im_end|>")
+    split = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)] + canonical[len(_ids(kimi_tokenizer, "hello")):]
     gens = pl.DataFrame({
-        "sample_id": ["s1", "s2", "s3"],
-        "prompt_id": ["p1", "p2", "missing"],
-        "output_ids": [_ids(kimi_tokenizer, TOOL_TURN), _ids(kimi_tokenizer, "no think end<|im_end|>"), [1, 2]],
+        "sample_id": ["s1", "s2", "s3", "s4"],
+        "prompt_id": ["p1", "p2", "missing", "p2"],
+        "output_ids": [_ids(kimi_tokenizer, TOOL_TURN), _ids(kimi_tokenizer, "no think end<|im_end|>"), [1, 2], split],
     })
     ok, failed, counts = parse_generations(gens, prompts, kimi_profile, kimi_tokenizer)
-    assert ok["sample_id"].to_list() == ["s1"]
+    # the non-canonical row s4 is kept (flagged), only real parse problems are quarantined
+    assert ok["sample_id"].to_list() == ["s1", "s4"]
+    assert ok["text_exact"].to_list() == [True, False] and ok["text_mismatch_pos"].to_list() == [None, 0]
     conv = json.loads(ok["conversation"][0])
     assert [m["role"] for m in conv] == ["user", "assistant"]
     assert conv[1]["reasoning_content"] == "The user wants Paris weather." and len(conv[1]["tool_calls"]) == 2
+    # the generated turn's arguments: a JSON string, byte for byte as the model emitted them
+    assert conv[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'
+    assert json.loads(ok["conversation"][1])[1]["reasoning_content"] == "hello world"
     reasons = dict(zip(failed["row_id"].to_list(), failed["reasons"].to_list()))
     assert "no_think_end" in reasons["s2"] and reasons["s3"] == ["prompt_missing"]
-    assert counts["parsed"] == 3 and counts["parse_failures"] == 2
+    assert not any("round_trip_mismatch" in r for r in reasons.values())
+    assert counts == {"parsed": 4, "round_trip_ok": 1, "parse_failures": 2, "text_exact_false": 1}
+
+
+def test_history_tool_call_arguments_become_json_strings(kimi_profile, kimi_tokenizer):
+    """One tool-call shape in conversations: OpenAI's, arguments a JSON string, in history turns too."""
+    history = [
+        {"role": "user", "content": "weather in Zürich?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "functions.get_weather:0", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Zürich", "days": [1, 2]}}}]},
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
+        {"role": "user", "content": "and tomorrow?"},
+    ]
+    prompts = pl.DataFrame({"prompt_id": ["p1"], "messages": [json.dumps(history)], "tools": [None]})
+    gens = pl.DataFrame({"sample_id": ["s1"], "prompt_id": ["p1"], "output_ids": [_ids(kimi_tokenizer, TOOL_TURN)]})
+    ok, _, _ = parse_generations(gens, prompts, kimi_profile, kimi_tokenizer)
+    conv = json.loads(ok["conversation"][0])
+    args = [c["function"]["arguments"] for m in conv for c in m.get("tool_calls", [])]
+    assert all(isinstance(a, str) for a in args) and len(args) == 3
+    # history: the text the chat template rendered into the prompt (json.dumps, non-ASCII kept)
+    assert args[0] == '{"city": "Zürich", "days": [1, 2]}'
+    assert args[1:] == ['{"city": "Paris"}', '{"tz": "Europe/Paris"}']
