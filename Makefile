@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's own failures fail the target (pipefail); only the notes about absent local indexes are filtered.
 	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check -e '.[test,specforge]' 2>&1 | { grep -v "is ignored" || true; }
+	@# SpecForge lane: its data code only; --no-deps because its pins pull sglang and a CUDA torch.
+	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --no-deps specforge==0.2.0 2>&1 | { grep -v "is ignored" || true; }
 	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers"
+	$(PY) -c "import specforge.data.preprocessing, specforge.data.prompt_builder"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -20,12 +20,16 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def check_noncanonical_args(rate: float, max_splits: int) -> None:
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError(f"--noncanonical-rate must be within [0, 1], got {rate}")
+    if max_splits < 1:
+        raise ValueError(f"--noncanonical-max-splits must be >= 1, got {max_splits}")
+
+
 class NonCanonicalSplitter:
     def __init__(self, tokenizer: Any, rate: float, *, max_splits: int = 3) -> None:
-        if not 0.0 <= rate <= 1.0:
-            raise ValueError(f"--noncanonical-rate must be within [0, 1], got {rate}")
-        if max_splits < 1:
-            raise ValueError(f"--noncanonical-max-splits must be >= 1, got {max_splits}")
+        check_noncanonical_args(rate, max_splits)
         self.tok = tokenizer
         self.rate = rate
         self.max_splits = max_splits

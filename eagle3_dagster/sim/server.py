@@ -71,7 +71,7 @@ from aiohttp import web
 from ..profiles import ModelProfile, active_profile, load_profile
 from . import protocol as P
 from .model import OutputModel
-from .noncanonical import NonCanonicalSplitter
+from .noncanonical import NonCanonicalSplitter, check_noncanonical_args
 
 log = logging.getLogger("eagle3_dagster.sim")
 
@@ -906,6 +906,7 @@ async def serve(args: argparse.Namespace) -> None:
     t0 = time.time()
     if args.api_key_env and not os.environ.get(args.api_key_env):
         raise SimConfigError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+    check_noncanonical_args(args.noncanonical_rate, args.noncanonical_max_splits)  # before the slow tokenizer load
     profile = resolve_profile(args)
     tok = load_tokenizer_for(profile)
     args.served_model_name = args.served_model_name or args.model_path
