@@ -22,11 +22,18 @@ from ..train.snapshot import build_snapshot
 from .gates import refresh_quality_report, report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
-from .resources import PipelineSettings, SGLangFleet, cached_renderer
+from .resources import PipelineSettings, SGLangFleet
 
 GROUP = "publish"
 NIGHTLY_TAG = "eagle3/nightly"
 FANOUT_ASSETS = ("tokenized_prompts", "generations", "training_samples", "training_dataset")
+
+
+def _tokenizer(profile):
+    """The profile's tokenizer, for the text-level export (loaded only when a new snapshot is built)."""
+    from ..tokenize import load_tokenizer
+
+    return load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
 
 
 @dg.asset(
@@ -54,7 +61,7 @@ def training_dataset(
     }
     snap = build_snapshot(
         data, range(N_SHARDS), lambda g, k: read_gate_result(data, g, k), config=config, keep=keep,
-        exporters=exporters_for(profile.name, lambda: cached_renderer(profile).tokenizer),
+        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
     )
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")

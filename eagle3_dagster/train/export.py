@@ -41,6 +41,7 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "kimi-k2.5": ("kimi-k2-thinking", "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"),
     "qwen3": ("qwen3-thinking", "<|im_start|>assistant\n", "<|im_end|>\n"),
 }
+BATCH_ROWS = 256
 CHECKED_BY = ("eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
               "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)")
 
@@ -93,39 +94,62 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
     }}
 
 
-def specforge_supervised_span(text: str, tokenizer: Any, assistant_header: str, end_of_turn: str) -> tuple[int, int] | None:
-    """[start, end) token span SpecForge supervises in preformatted text with train_only_last_turn.
+def _encode_many(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    if not texts:
+        return []
+    return [list(x) for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
-    Its GeneralParser matches `header(.*?(?:end_of_turn|$))` over the text, keeps the last match and maps
-    characters to tokens by the lengths of encode(text[:start]) and encode(text[:end]).
+
+def check_preformatted_batch(
+    rows: list[tuple[list[int], int]], tokenizer: Any, profile_name: str
+) -> list[tuple[str, str | None]]:
+    """For each (input_ids, prompt_len): (text, None) when SpecForge's offline preformatted route reproduces
+    the row exactly, else (text, reason).
+
+    Mirrors SpecForge 0.2.0 (GeneralParser.parse with preformatted=True, train_only_last_turn=True): it
+    encodes the text, matches `header(.*?(?:end_of_turn|$))` over it, keeps the last match and maps its
+    characters to tokens by the lengths of encode(text[:start]) and encode(text[:end]). Exact: its ids
+    are input_ids and the supervised span is the generated ids (optionally also the prefilled `<think>`
+    at prompt_len - 1, SpecForge's convention for templates that prefill it). Batched encodes.
     """
-    start = text.rfind(assistant_header)
-    if start < 0:
-        return None
-    start += len(assistant_header)
-    eot = text.find(end_of_turn, start)
-    end = len(text) if eot < 0 else eot + len(end_of_turn)
-    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
-    return len(enc(text[:start])), len(enc(text[:end]))
+    texts = tokenizer.batch_decode([list(ids) for ids, _ in rows], skip_special_tokens=False,
+                                   clean_up_tokenization_spaces=False)
+    if profile_name not in SPECFORGE_TEMPLATES:
+        return [(t, "no_specforge_template") for t in texts]
+    _, header, eot = SPECFORGE_TEMPLATES[profile_name]
+    full = _encode_many(tokenizer, texts)
+    spans: list[tuple[int, int] | None] = []
+    for t in texts:
+        start = t.rfind(header)
+        if start < 0:
+            spans.append(None)
+            continue
+        start += len(header)
+        e = t.find(eot, start)
+        spans.append((start, len(t) if e < 0 else e + len(eot)))
+    prefix_texts = [t[: sp[0]] for t, sp in zip(texts, spans) if sp is not None]
+    end_texts = [t[: sp[1]] for t, sp in zip(texts, spans) if sp is not None and sp[1] != len(t)]
+    prefix_lens = iter(len(x) for x in _encode_many(tokenizer, prefix_texts))
+    end_lens = iter(len(x) for x in _encode_many(tokenizer, end_texts))
+    out: list[tuple[str, str | None]] = []
+    for (ids, prompt_len), text, enc, sp in zip(rows, texts, full, spans):
+        if sp is None:
+            out.append((text, "supervised_span_differs"))
+            continue
+        s_tok = next(prefix_lens)
+        e_tok = len(enc) if sp[1] == len(text) else next(end_lens)
+        if enc != list(ids):
+            out.append((text, "not_text_exact"))
+        elif e_tok != len(ids) or s_tok not in (prompt_len, prompt_len - 1):
+            out.append((text, "supervised_span_differs"))
+        else:
+            out.append((text, None))
+    return out
 
 
 def check_preformatted(input_ids: list[int], prompt_len: int, tokenizer: Any, profile_name: str) -> tuple[str, str | None]:
-    """(text, None) when SpecForge's offline preformatted route reproduces this row exactly, else (text, reason).
-
-    Exact: encode(text) == input_ids, and the supervised span is the generated ids (optionally also the
-    prefilled `<think>` at prompt_len - 1, SpecForge's convention for templates that prefill it).
-    """
-    text = tokenizer.decode(list(input_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    if profile_name not in SPECFORGE_TEMPLATES:
-        return text, "no_specforge_template"
-    _, header, eot = SPECFORGE_TEMPLATES[profile_name]
-    if tokenizer.encode(text, add_special_tokens=False) != list(input_ids):
-        return text, "not_text_exact"
-    span = specforge_supervised_span(text, tokenizer, header, eot)
-    n = len(input_ids)
-    if span is None or span[1] != n or span[0] not in (prompt_len, prompt_len - 1):
-        return text, "supervised_span_differs"
-    return text, None
+    """check_preformatted_batch for one row."""
+    return check_preformatted_batch([(input_ids, prompt_len)], tokenizer, profile_name)[0]
 
 
 def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], Any]) -> Callable[..., dict[str, Any]]:
@@ -138,15 +162,19 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
         left_out: dict[str, int] = {}
 
         def rows():
-            for r in df.iter_rows(named=True):
-                if r["text_exact"] is False:  # known non-canonical: no need to re-encode it to know
-                    left_out["not_text_exact"] = left_out.get("not_text_exact", 0) + 1
-                    continue
-                text, reason = check_preformatted(r["input_ids"], r["prompt_len"], tok, profile_name)
-                if reason is not None:
-                    left_out[reason] = left_out.get(reason, 0) + 1
-                    continue
-                yield {"id": r["sample_id"], "text": text}
+            for chunk in df.iter_slices(BATCH_ROWS):
+                todo = []
+                for r in chunk.iter_rows(named=True):
+                    if r["text_exact"] is False:  # known non-canonical: no need to re-encode it to know
+                        left_out["not_text_exact"] = left_out.get("not_text_exact", 0) + 1
+                    else:
+                        todo.append(r)
+                checked = check_preformatted_batch([(r["input_ids"], r["prompt_len"]) for r in todo], tok, profile_name)
+                for r, (text, reason) in zip(todo, checked):
+                    if reason is not None:
+                        left_out[reason] = left_out.get(reason, 0) + 1
+                        continue
+                    yield {"id": r["sample_id"], "text": text}
 
         n = _write_jsonl(snapshot_dir / PREFORMATTED_FILE, rows())
         template = SPECFORGE_TEMPLATES.get(profile_name, (None,))[0]
