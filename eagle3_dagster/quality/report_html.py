@@ -436,7 +436,7 @@ def render(model: ReportModel, report_path: PathLike) -> str:
 
     other = [(row.shard, lab, c) for row in model.shards for lab, c in row.other_rejects.items()]
     if other:
-        h.append("<h2>Other rejects and quarantine</h2>")
+        h.append("<h2>Other rejects, quarantine and flagged rows</h2>")
         h.append("<table><tr><th>shard</th><th>table</th><th>reason</th><th>rows</th></tr>")
         for shard, lab, c in other:
             for r, n in c.items():
