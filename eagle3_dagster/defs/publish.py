@@ -41,8 +41,9 @@ def _tokenizer(profile):
     group_name=GROUP,
     deps=["training_samples"],
     description="A versioned snapshot of every gated shard (copied, with a manifest: rows, sha256 per file, shards "
-    "included/excluded and why, gate results, config), plus exports: specforge_prompts.jsonl (SpecForge online), "
-    "specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (speculators).",
+    "included/excluded and why, gate results, config), plus exports: specforge_prompts.jsonl (SpecForge online, "
+    "vllm speculators), specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (re-rendering "
+    "trainers; not token-exact).",
     kinds={"parquet", "json"},
     tags={"eagle3/stage": "publish"},
 )

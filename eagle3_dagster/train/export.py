@@ -2,7 +2,8 @@
 
 - `specforge_prompts.jsonl` (token level): one object per sample, `{"id", "input_ids", "loss_mask"}` —
   pre-tokenized, token-exact, EVERY row (also the non-text-exact ones); SpecForge's ONLINE path
-  (`data.prompts_path`) reads it as it is.
+  (`data.prompts_path`) and vllm speculators' `prepare_data.py --data` (speculator-format rows pass
+  through) read it as it is.
 - `specforge_preformatted.jsonl` (text level): `{"id", "text"}`, text = the row's ids decoded with
   special tokens kept — SpecForge's OFFLINE path (`data.is_preformatted` / `--is-preformatted`, with
   `train_only_last_turn` and its `kimi-k2-thinking` / `qwen3-thinking` template) re-tokenizes it to the
@@ -10,8 +11,8 @@
   non-text-exact rows (non-canonical tokenization) are LEFT OUT and counted in the manifest.
 - `conversations.jsonl` (text level): `{"id", "conversations": [{"role", "content", "reasoning_content"?,
   "tool_calls"?, "tool_call_id"?}], "tools", "text_exact", "text_mismatch_pos"}` — EVERY row, the
-  non-text-exact ones FLAGGED; for SpecForge's `train_data_path` and vllm speculators, which render it
-  with the chat template themselves (not token-exact for Kimi-K2.5: see README). Tool calls in
+  non-text-exact ones FLAGGED; for trainers that render it with a chat template themselves (SpecForge's
+  `train_data_path`, speculators' /render route) — not token-exact that way: see README. Tool calls in
   OpenAI's shape everywhere: `function.arguments` is a JSON string; in the generated turn it is the
   model's bytes exactly.
 
@@ -207,7 +208,7 @@ def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[
 
     n = _write_jsonl(snapshot_dir / CONVERSATIONS_FILE, rows())
     return {CONVERSATIONS_FILE: {
-        "rows": n, "format": "conversations (SpecForge train_data_path, speculators); tool-call arguments as JSON strings",
+        "rows": n, "format": "conversations (re-rendered by the trainer's chat template); tool-call arguments as JSON strings",
         "rows_not_text_exact": _not_text_exact(df),  # flagged per row: text_exact false + text_mismatch_pos
         "specforge_exact_rows": None,
         "specforge_exact_check": "not measured in the pipeline: SpecForge re-renders conversations with the chat "

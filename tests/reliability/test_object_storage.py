@@ -170,7 +170,9 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     for rel, info in {**manifest["files"], **manifest["exports"]}.items():
         assert hashlib.sha256(_get(client, f"snapshots/{version}/{rel}")).hexdigest() == info["sha256"], rel
         checked += 1
-    assert checked == len(manifest["files"]) + 2
+    assert checked == len(manifest["files"]) + 3  # specforge_prompts, specforge_preformatted, conversations
+    assert manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"] == \
+        local_manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"] > 0
     lines = _get(client, f"snapshots/{version}/exports/specforge_prompts.jsonl").decode().splitlines()
     assert len(lines) == train.height and json.loads(lines[0]).keys() == {"id", "input_ids", "loss_mask"}
     assert lines == (local / "snapshots" / out.snapshot_version / "exports" / "specforge_prompts.jsonl").read_text().splitlines()
