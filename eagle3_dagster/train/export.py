@@ -23,6 +23,7 @@ SpecForge reproduces exactly (`specforge_exact_rows`, with how that was establis
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -119,15 +120,13 @@ def check_preformatted_batch(
         return [(t, "no_specforge_template") for t in texts]
     _, header, eot = SPECFORGE_TEMPLATES[profile_name]
     full = _encode_many(tokenizer, texts)
+    pattern = re.compile(re.escape(header) + r"([\s\S]*?(?:" + re.escape(eot) + "|$))", re.DOTALL)  # SpecForge's
     spans: list[tuple[int, int] | None] = []
     for t in texts:
-        start = t.rfind(header)
-        if start < 0:
-            spans.append(None)
-            continue
-        start += len(header)
-        e = t.find(eot, start)
-        spans.append((start, len(t) if e < 0 else e + len(eot)))
+        last = None
+        for last in pattern.finditer(t):
+            pass
+        spans.append(None if last is None else (last.start(1), last.end(1)))
     prefix_texts = [t[: sp[0]] for t, sp in zip(texts, spans) if sp is not None]
     end_texts = [t[: sp[1]] for t, sp in zip(texts, spans) if sp is not None and sp[1] != len(t)]
     prefix_lens = iter(len(x) for x in _encode_many(tokenizer, prefix_texts))
