@@ -99,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         # a configuration mistake: one readable line per problem, no traceback
         for line in str(e).splitlines():
             print(f"eagle3 {cmd}: error: {line}", file=sys.stderr)
+        if cmd == "demo":
+            print("next:       nothing was run; fix the setting or file named above (`eagle3 check` validates "
+                  "without running), then rerun `make demo`\nresult:     FAILED", flush=True)
         return 2
 
 

@@ -141,15 +141,21 @@ def _failed_checks(result: dg.ExecuteInProcessResult) -> dict[str, str]:
     }
 
 
+def _words(message: str) -> str:
+    """"dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
+    the user's words, without the exception's module path."""
+    return re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", message.strip())
+
+
 def _errors(result: dg.ExecuteInProcessResult) -> list[str]:
     """One line per failed step: the step and the first line of its error (dg.Failure: the description)."""
     out = []
     for ev in result.get_step_failure_events():
         err = ev.step_failure_data.error
-        msg = (err.message if err else "failed").strip()
-        # "dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
-        # keep the user's words
-        msg = re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", msg)
+        # an unexpected exception is wrapped ("Error occurred while executing op ..."): its cause says why
+        while err is not None and _words(err.message).startswith("Error occurred while executing") and err.cause:
+            err = err.cause
+        msg = _words(err.message if err else "failed")
         out.append(f"{ev.step_key}: {msg.splitlines()[0] if msg else 'failed'}")
     return out
 

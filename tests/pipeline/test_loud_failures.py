@@ -177,6 +177,7 @@ def test_cli_rejects_bad_settings_before_any_work_in_one_line_each(tmp_path):
         "eagle3 demo: error: EAGLE3_NIGHTLY_TZ must be an IANA time zone such as 'UTC' or 'Europe/Paris', got 'Mars/Olympus'",
     ]
     # `make instance` (before demo/ui/backfill/check-defs) runs `eagle3 check`: same lines
+    assert r.stdout.rstrip().splitlines()[-1] == "result:     FAILED" and "eagle3 check" in r.stdout
     r = _eagle3(["check"], _env(tmp_path, EAGLE3_N_SHARDS="0"))
     assert (r.returncode, r.stderr.strip()) == (2, "eagle3 check: error: EAGLE3_N_SHARDS must be an integer >= 1, got '0'")
     assert not (tmp_path / "home").exists() and not (tmp_path / "data").exists()  # nothing created
@@ -253,3 +254,23 @@ def test_two_first_uses_of_a_fresh_instance_both_succeed(tmp_path):
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         runs = instance.get_runs()
         assert len(runs) == 2 and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+
+
+def test_failed_publish_step_makes_the_demo_outcome_failed(tmp_path, kimi_profile):
+    """A training_dataset run that fails (here: `snapshots` is a file, not a folder) is FAILED, named, with a next step."""
+    from eagle3_dagster.config import settings
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.demo import problem_lines
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "snapshots").write_text("not a folder")
+    res = graph_resources(data, kimi_profile.tokenizer, UNUSED_URL)
+    with dg.instance_for_test() as instance:
+        out = materialize_graph(defs, instance, shards=[], resources=res, run_publish=True)
+    assert out.ingest_success and out.publish_success is False and not out.success
+    [err] = out.publish_errors
+    assert err.startswith("training_dataset: ") and "snapshots" in err
+    lines = problem_lines(out, settings(), tmp_path / "report.html")
+    assert f"error:      publish {err}" in lines
+    assert any(line.startswith("next:") and "snapshot was not published" in line for line in lines)
