@@ -9,7 +9,9 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
+from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
+from .gates import report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings
@@ -40,6 +42,7 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 # where the prompts came from: the YAML's path or glob (a URI without its query)
                 "source_path": display_uri(spec.path),
                 "licence": spec.licence or "not stated",
+                **report_metadata(default_report_path(pipeline.work_path)),
             }
         )
 
@@ -86,6 +89,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 "n_shards": N_SHARDS,
                 "path": dg.MetadataValue.path(str(out)),
                 "preview": dg.MetadataValue.md(_prompts_preview(out)),
+                **report_metadata(default_report_path(pipeline.work_path)),
             }
         )
 
