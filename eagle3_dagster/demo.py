@@ -122,8 +122,8 @@ def _publish_lines(outcome) -> list[str]:  # noqa: ANN001
     if "publish_gate" in checks and not checks["publish_gate"][0]:
         lines.append(f"publish:    FAILED: {checks['publish_gate'][2]}")
     if "drift_gate" in checks:
-        ok, severity, desc = checks["drift_gate"]
-        lines.append(f"drift:      {'ok' if ok else ('WARNING' if severity == 'WARN' else 'FAILED')}: {desc}")
+        desc = checks["drift_gate"][2]
+        lines.append(f"drift:      {desc.removeprefix('drift: ')}")
     return lines
 
 

@@ -83,8 +83,11 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
     verdict = snap.verdict
     drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
-    line = drift_line(drift)
-    (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
+    if verdict is None:
+        context.log.info(f"snapshot {snap.version} is already LATEST (same content): nothing new to judge")
+    else:
+        line = drift_line(drift)
+        (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
     report = refresh_quality_report(context, pipeline, profile.name)
     if report is not None:
         context.log.info(f"quality report: {report}")

@@ -191,8 +191,9 @@ def build_snapshot(
     attempt = {"version": version, "rows": rows, "published": published, "written": not refused,
                "at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(), "latest_before": latest,
                "verdict": verdict.to_json() if verdict is not None else None, "summary": summary}
-    (data / "gates" / "publish" / "last.json").write_text(json.dumps(attempt, indent=1, default=str))
+    attempt_file = data / "gates" / "publish" / "last.json"
     if refused:
+        attempt_file.write_text(json.dumps(attempt, indent=1, default=str))
         # The publish gate failed: nothing is written, LATEST stays where it was.
         return SnapshotResult(version, None, False, rows, decisions, [], {"version": version, "rows": rows,
                               **gate_fields, "summary": summary}, published=False, verdict=verdict, latest=latest)
@@ -244,6 +245,11 @@ def build_snapshot(
     manifest = json.loads(manifest_path.read_text())
     if published:
         (root / "LATEST").write_text(version + "\n")
+    if verdict is None and judge is not None:
+        # the same content as LATEST: nothing new was judged; what was decided when it was published holds
+        attempt["verdict"] = {"publish": True, "reasons": [], "publish_gate": manifest.get("publish_gate"),
+                              "drift": manifest.get("drift"), "same_as_latest": True}
+    attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
     removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
     return SnapshotResult(version, _native(snap, given), created, manifest["rows"], decisions, removed, manifest,
                           published=published, verdict=verdict, latest=read_latest(root))

@@ -145,7 +145,7 @@ def test_changed_deployment_regenerates_and_drift_holds_back_or_warns_as_configu
     assert "median reasoning length" in failed and "same model revision" in failed
     # the run log, the demo summary and the report name it
     assert "drift: WARNED against snapshot " + v1 in nights["night2_log"]
-    assert f"drift:      WARNING: drift: WARNED against snapshot {v1}" in nights["summary"]
+    assert f"drift:      WARNED against snapshot {v1}" in nights["summary"]
     assert "result:     SUCCESS" in nights["summary"]
     report = (data / "reports" / "index.html").read_text()
     top = report[: report.index("Gates by shard")]
