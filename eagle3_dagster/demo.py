@@ -107,7 +107,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
         *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
         f"report:     {report if report.exists() else 'not written'}"
-        + ("  (offline HTML: shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
+        + ("  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
            if report.exists() else ""),
         f"instance:   DAGSTER_HOME={os.environ.get('DAGSTER_HOME')}  (see the runs with `make ui`)",
         f"result:     {'SUCCESS' if outcome.success else 'FAILED'}",

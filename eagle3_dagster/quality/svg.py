@@ -94,6 +94,8 @@ def histogram(title: str, edges: Sequence[float], counts: Sequence[int], *, x_la
         return empty(title)
     n = sum(counts)
     top = _nice_max(max(counts))
+    if top < 20:  # small counts: whole-number ticks
+        top = 4 * math.ceil(max(counts) / 4)
     plot_w = WIDTH - MARGIN_L - MARGIN_R
     plot_h = HEIGHT - MARGIN_T - MARGIN_B
     bw = plot_w / len(counts)
