@@ -130,8 +130,15 @@ def summarize(outcome, data_dir: DataPath) -> str:
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
     docs = None
+    warned: dict[str, list[str]] = {}  # "gate/expectation key" -> shards where the warning fired
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):
-        docs = json.loads(gate_file.read_text()).get("data_docs_index") or docs
+        stored = json.loads(gate_file.read_text())
+        docs = stored.get("data_docs_index") or docs
+        for o in stored.get("outcomes", []):
+            if o.get("severity") == "warning" and not o.get("success"):
+                warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard="):])
+    lines.append("warnings:   " + ("; ".join(f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items()))
+                                   if warned else "none"))
     snap = outcome.snapshot_version
     from .quality.report_html import default_report_path
 
@@ -143,15 +150,28 @@ def summarize(outcome, data_dir: DataPath) -> str:
         + (" (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
            "exports/conversations.jsonl)" if snap else ""),
         *_text_exact_line(data_dir, snap),
+        *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
         f"report:     {report if report.exists() else 'not written'}"
-        + ("  (offline HTML: shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
+        + ("  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
            if report.exists() else ""),
         f"instance:   DAGSTER_HOME={settings().dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
     lines.append(f"result:     {'SUCCESS' if outcome.success else 'FAILED'}")
     return "\n".join(lines)
+
+
+def _publish_lines(outcome) -> list[str]:  # noqa: ANN001
+    """The publish and drift gates of the snapshot run (asset checks on training_dataset), one line each."""
+    lines = []
+    checks = getattr(outcome, "publish_checks", {}) or {}
+    if "publish_gate" in checks and not checks["publish_gate"][0]:
+        lines.append(f"publish:    FAILED: {checks['publish_gate'][2]}")
+    if "drift_gate" in checks:
+        desc = checks["drift_gate"][2]
+        lines.append(f"drift:      {desc.removeprefix('drift: ')}")
+    return lines
 
 
 def problem_lines(outcome, s, report: Path) -> list[str]:

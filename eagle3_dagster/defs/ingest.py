@@ -11,7 +11,9 @@ from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
 from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
+from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
+from .gates import report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings
@@ -69,6 +71,7 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 # where the prompts came from: the YAML's path or glob (a URI without its query)
                 "source_path": display_uri(spec.path),
                 "licence": spec.licence or "not stated",
+                **report_metadata(default_report_path(pipeline.work_path)),
             },
             check_results=[check],
         )
@@ -116,6 +119,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 "n_shards": N_SHARDS,
                 "path": dg.MetadataValue.path(str(out)),
                 "preview": dg.MetadataValue.md(_prompts_preview(out)),
+                **report_metadata(default_report_path(pipeline.work_path)),
             }
         )
 

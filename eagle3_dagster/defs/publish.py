@@ -17,8 +17,10 @@ from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraph
 
 from ..config import settings
 from ..quality import read_gate_result
+from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
+from ..train.summary import headline
 from .gates import refresh_quality_report, report_metadata
 from .metadata import to_metadata
 from .partitions import N_SHARDS
@@ -34,22 +36,32 @@ def _tokenizer(profile):
     from ..tokenize import load_tokenizer
 
     return load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
+PUBLISH_CHECK = "publish_gate"
+DRIFT_CHECK = "drift_gate"
 
 
 @dg.asset(
     name="training_dataset",
     group_name=GROUP,
     deps=["training_samples"],
-    description="A versioned snapshot of every gated shard (copied, with a manifest: rows, sha256 per file, shards "
-    "included/excluded and why, gate results, config), plus exports: specforge_prompts.jsonl (SpecForge online, "
-    "vllm speculators), specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (re-rendering "
-    "trainers; not token-exact).",
+    description="A versioned snapshot of every gated shard (copied, with a manifest: content identity, rows, sha256 "
+    "per file, shards included/excluded and why, gate results, distribution summary, drift against the previous "
+    "snapshot, config), plus exports: specforge_prompts.jsonl (SpecForge online, vllm speculators), "
+    "specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (re-rendering trainers; not "
+    "token-exact). Published (LATEST moves) only when the publish gate passes (expectations/publish.json) and the "
+    "drift policy allows (expectations/drift.json).",
     kinds={"parquet", "json"},
     tags={"eagle3/stage": "publish"},
+    check_specs=[
+        dg.AssetCheckSpec(PUBLISH_CHECK, asset="training_dataset", blocking=True,
+                          description="expectations/publish.json: not empty, some shard included, not a sudden drop "
+                          "against the previous snapshot; a failure means nothing is published and LATEST stays."),
+        dg.AssetCheckSpec(DRIFT_CHECK, asset="training_dataset", blocking=True,
+                          description="expectations/drift.json: the snapshot's distribution summary against the "
+                          "previous published snapshot's (reasoning/output/answer lengths, rates, model revision)."),
+    ],
 )
-def training_dataset(
-    context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet
-) -> dg.MaterializeResult:
+def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
     data = pipeline.data_path
     profile = pipeline.profile()
     keep = settings().snapshot_retention
@@ -60,22 +72,52 @@ def training_dataset(
         "regen_seed": sglang.regen_seed,
         "n_shards": N_SHARDS,
     }
+
+    def judge(info: dict) -> SnapshotVerdict:
+        return judge_snapshot(
+            rows=info["rows"], shards_included=info["shards_included"], summary=info["summary"],
+            previous=info["previous"], excluded=info["excluded"],
+            expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir,
+        )
+
     snap = build_snapshot(
         data, range(N_SHARDS), lambda g, k: read_gate_result(data, g, k), config=config, keep=keep,
-        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
+        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)), profile=profile, judge=judge,
     )
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     if excluded:
         context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
+    verdict = snap.verdict
+    drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
+    if verdict is None:
+        context.log.info(f"snapshot {snap.version} is already LATEST (same content): nothing new to judge")
+    else:
+        line = drift_line(drift)
+        (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
     report = refresh_quality_report(context, pipeline, profile.name)
     if report is not None:
         context.log.info(f"quality report: {report}")
-    return dg.MaterializeResult(
+    checks = snapshot_check_results(snap, verdict, report)
+    if not snap.published:
+        why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
+        context.log.error(f"snapshot {snap.version} NOT published, LATEST stays {snap.latest or '(none)'}: {why}")
+        yield from checks
+        raise dg.Failure(
+            description=f"training_dataset: snapshot {snap.version} not published, LATEST unchanged "
+                        f"({snap.latest or 'none'}): {why}",
+            metadata={"version": snap.version, "rows": snap.rows, "latest": str(snap.latest),
+                      "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
+                      **report_metadata(report)},
+        )
+    summary = snap.manifest.get("summary") or {}
+    yield dg.MaterializeResult(
         metadata={
             "version": snap.version,
             "new_snapshot": snap.created,
             "rows": snap.rows,
+            **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
+            "drift": (drift or {}).get("status", "none"),
             "shards_included": dg.MetadataValue.json([d.shard for d in snap.shards if d.included]),
             "shards_excluded": dg.MetadataValue.json(excluded),
             "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
@@ -88,6 +130,41 @@ def training_dataset(
         },
         data_version=dg.DataVersion(snap.version),
     )
+    yield from checks
+
+
+def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:  # noqa: ANN001
+    """The publish and drift gates as asset checks (the drift severity is the failed expectations' own)."""
+    rmeta = report_metadata(report)
+    if verdict is None:  # the same content as LATEST: published before, nothing new to judge
+        desc = f"snapshot {snap.version} is already LATEST (same content); nothing new to judge"
+        return [dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc, metadata=rmeta),
+                dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc, metadata=rmeta)]
+    pg = verdict.publish_gate
+    values = {k: v for k, v in (pg.get("values") or {}).items() if k != "row_id" and v is not None}
+    out = [dg.AssetCheckResult(
+        check_name=PUBLISH_CHECK, passed=bool(pg.get("success")), severity=dg.AssetCheckSeverity.ERROR,
+        description=("snapshot may be published" if pg.get("success") else
+                     "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)),
+        metadata={**{k: v for k, v in values.items()}, "version": snap.version, **rmeta},
+    )]
+    d = verdict.drift
+    if d is None:
+        out.append(dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None),
+                                       metadata=rmeta))
+    else:
+        critical = any(not o["success"] and o["severity"] == "critical" for o in d["outcomes"])
+        held = not verdict.publish and pg.get("success")
+        numeric = {k: float(v) for k, v in d["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out.append(dg.AssetCheckResult(
+            check_name=DRIFT_CHECK, passed=d["status"] == "ok",
+            severity=dg.AssetCheckSeverity.ERROR if (critical or held) else dg.AssetCheckSeverity.WARN,
+            description=drift_line(d) + (" -- held back, not published" if held else
+                                         (" -- published, marked drifted in the manifest" if d["status"] != "ok" else "")),
+            metadata={**numeric, "against": str(d.get("against")), "policy": d.get("policy"), "status": d["status"],
+                      "failed": dg.MetadataValue.json(d.get("failed") or []), **rmeta},
+        ))
+    return out
 
 
 ingest_job = dg.define_asset_job(

@@ -105,6 +105,9 @@ class GraphOutcome:
     shards: list[ShardOutcome]
     publish_success: bool | None = None  # None: not attempted
     snapshot_version: str | None = None
+    # the publish run's asset checks (publish_gate, drift_gate): name -> (passed, severity, description)
+    publish_checks: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
+    publish_run_id: str = ""
     reaped_runs: list[str] = field(default_factory=list)  # dead runs failed and freed before starting
     ingest_failed_checks: dict[str, str] = field(default_factory=dict)  # "asset:check" -> "ERROR" | "WARN"
     ingest_errors: list[str] = field(default_factory=list)
@@ -227,6 +230,9 @@ def materialize_graph(
             run_config=run_config or QUIET, tags=tags,
         )
         outcome.publish_success = r.success
+        outcome.publish_run_id = r.run_id
+        for ev in r.get_asset_check_evaluations():
+            outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
         outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
         for ev in r.get_asset_materialization_events():
             version = ev.materialization.metadata.get("version")

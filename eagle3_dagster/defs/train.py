@@ -1,15 +1,19 @@
 """Training wiring: `training_samples[shard]`, consuming only shards whose gates passed."""
 
 
+import json
+
 import dagster as dg
 import polars as pl
 
 from ..generate import read_generations
 from ..quality import read_gate_result, run_gate, training_features
+from ..quality.features import available_source_shares
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from ..storage import parse_shard_key, parquet_num_rows, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
+from ..train.summary import SUMMARY_FILE, headline, summarize_samples
 from .generate import ACTIVE_FILE
 from .gates import gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
@@ -80,7 +84,11 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     write_frame_atomic(parse_failures, out / "quarantine.parquet")
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
-    features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
+    features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN,
+                                 available_shares=available_source_shares(tokenized))
+    # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
+    summary = summarize_samples(samples, profile)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
     context.log.info(f"shard {shard}: {counts}")
@@ -98,6 +106,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "text_exact_rows": int(samples["text_exact"].sum() or 0) if samples.height else 0,
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
+            **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
             "path": dg.MetadataValue.path(str(path)),
             **report_meta,
         },

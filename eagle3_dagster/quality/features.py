@@ -363,11 +363,24 @@ def generation_features(
 # training samples
 
 
-def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total_len: int) -> pl.DataFrame:
+def available_source_shares(tokenized: pl.DataFrame) -> dict[str, float]:
+    """Each source's share of a shard's tokenized prompts: what the sources could give that shard."""
+    if tokenized.height == 0 or "source" not in tokenized.columns:
+        return {}
+    vc = tokenized.select(pl.col("source").cast(pl.String).fill_null("(none)")).to_series().value_counts()
+    return {str(k): int(v) / tokenized.height for k, v in vc.iter_rows()}
+
+
+def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total_len: int,
+                      available_shares: dict[str, float] | None = None) -> pl.DataFrame:
     """One row per training sample (schemas.TRAINING_SAMPLES) -> scalar features.
 
     Table-level features (`input_hash` for the duplicate rate, `source_share` for the source mix)
-    are per-row columns that the suite aggregates.
+    are per-row columns that the suite aggregates. `source_share_excess` is the row's source's
+    share of the samples minus its share of what the sources could give (`available_shares`, e.g.
+    available_source_shares(tokenized prompts of the shard)): a single-source run is 0, a source
+    whose rows were lost to rejects or quarantine makes the others over-represented. Null (not
+    judged) without `available_shares`.
     """
     ids = pl.col("input_ids")
     mask = pl.col("loss_mask")
@@ -397,4 +410,11 @@ def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total
         ids.hash().alias("input_hash"),
     )
     total = max(feats.height, 1)
-    return feats.with_columns((pl.len().over("source") / total).alias("source_share"))
+    feats = feats.with_columns((pl.len().over("source") / total).alias("source_share"))
+    if available_shares is None:
+        excess = pl.lit(None, pl.Float64)
+    else:
+        avail = pl.col("source").fill_null("(none)").replace_strict(
+            {str(k): float(v) for k, v in available_shares.items()}, default=0.0, return_dtype=pl.Float64)
+        excess = pl.col("source_share") - avail
+    return feats.with_columns(excess.alias("source_share_excess"))

@@ -75,6 +75,7 @@ class GateResult:
     suite_sha256: str = ""
     profile: str | None = None
     created_at: str = ""
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [rows, rows quarantined]
 
     @property
     def failed_critical(self) -> list[ExpectationOutcome]:
@@ -96,6 +97,7 @@ class GateResult:
             "suite_sha256": self.suite_sha256,
             "profile": self.profile,
             "created_at": self.created_at,
+            "by_source": self.by_source,
             "outcomes": [asdict(o) for o in self.outcomes],
         }
         if include_rows:
@@ -112,6 +114,7 @@ class GateResult:
             row_failures=rf, n_rows=int(d.get("n_rows", 0)), data_docs_index=d.get("data_docs_index"),
             data_docs_page=d.get("data_docs_page"), suite_sha256=d.get("suite_sha256", ""), profile=d.get("profile"),
             created_at=d.get("created_at", ""),
+            by_source={str(k): [int(x) for x in v] for k, v in (d.get("by_source") or {}).items()},
         )
 
     def reason_counts(self) -> dict[str, int]:
@@ -345,12 +348,24 @@ def run_gate(
             observed_value=_jsonable(res.get("observed_value")),
         ))
     return GateResult(
+        by_source=_by_source(features, failures),
         gate=gate,
         success=all(o.success for o in outcomes if o.severity == "critical"),
         outcomes=outcomes, row_failures=failures, n_rows=features.height, data_docs_index=index,
         data_docs_page=page, suite_sha256=suite.sha256, profile=profile.name if profile else None,
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
+
+
+def _by_source(features: pl.DataFrame, failures: pl.DataFrame) -> dict[str, list[int]]:
+    """Rows and quarantined rows per source (for per-source pass rates in the report)."""
+    if "source" not in features.columns or features.height == 0:
+        return {}
+    bad = failures[ROW_ID].cast(pl.String) if failures.height else pl.Series(ROW_ID, [], pl.String)
+    agg = (features.select(pl.col("source").cast(pl.String).fill_null("(none)"),
+                           pl.col(ROW_ID).cast(pl.String).is_in(bad.implode()).alias("_bad"))
+           .group_by("source").agg(pl.len().alias("n"), pl.col("_bad").sum().alias("q")).sort("source"))
+    return {str(r["source"]): [int(r["n"]), int(r["q"])] for r in agg.iter_rows(named=True)}
 
 
 def _jsonable(v: Any) -> Any:

@@ -33,8 +33,10 @@ from urllib.parse import quote
 import polars as pl
 
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
+from ..train.summary import SUMMARY_FILE
 from .gate import read_gate_result
 from .retention import DOCS_INDEX
+from . import charts
 from .suites import GATES
 
 REPORT_DIR = "reports"
@@ -82,6 +84,7 @@ class GateCell:
     docs_page: Path | None = None  # the validation's Data Docs page, only if it exists
     profile: str | None = None
     error: str = ""
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [rows, quarantined]
 
     @property
     def asset(self) -> str:
@@ -106,6 +109,9 @@ class SnapshotView:
     rows: int
     latest: bool
     shards: list[dict[str, Any]]  # {shard, included, reason, rows}
+    published: bool = True
+    drift_status: str = "none"
+    summary: dict[str, Any] | None = None
 
 
 @dataclass
@@ -150,6 +156,8 @@ class ReportModel:
     shards: list[ShardRow]
     snapshots: list[SnapshotView]
     data_docs_index: Path | None = None
+    shard_summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # training_samples/shard=*/summary.json
+    attempt: dict[str, Any] | None = None  # data/gates/publish/last.json: the latest publish attempt
     sources: list[SourceView] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
@@ -217,6 +225,7 @@ def collect_cell(data: DataPath, gate: str, shard: int, work_dir: Path) -> GateC
             issues=[_issue(o) for o in d.get("outcomes", []) if not o.get("success")],
             reasons={str(k): int(v) for k, v in (reasons or {}).items()},
             docs_page=_existing_page(d.get("data_docs_page"), work_dir), profile=d.get("profile"),
+            by_source={str(k): [int(x) for x in v] for k, v in (d.get("by_source") or {}).items()},
         )
     except Exception as e:  # noqa: BLE001 - one bad file must not hide every other shard
         return GateCell(gate, key, "unreadable", error=f"{type(e).__name__}: {e}")
@@ -267,7 +276,10 @@ def collect_snapshots(data: DataPath) -> list[SnapshotView]:
         shards = [{"shard": str(s.get("shard", "")), "included": bool(s.get("included")),
                    "reason": str(s.get("reason", "")), "rows": int(s.get("rows") or 0)} for s in man.get("shards", [])]
         out.append(SnapshotView(version=str(man.get("version", m.parent.name)), created_at=str(man.get("created_at", "")),
-                                rows=int(man.get("rows") or 0), latest=m.parent.name == latest, shards=shards))
+                                rows=int(man.get("rows") or 0), latest=m.parent.name == latest, shards=shards,
+                                published=man.get("published", True) is not False,
+                                drift_status=str((man.get("drift") or {}).get("status", "none")),
+                                summary=man.get("summary")))
     return sorted(out, key=lambda s: (s.created_at, s.version), reverse=True)
 
 
@@ -303,7 +315,22 @@ def collect(
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})
     profiles = [profile] + [p for p in seen if p != profile] if profile else seen
     index = work / "gx" / "gx" / DOCS_INDEX
+    summaries = {}
+    for k in ids:
+        f = data / "training_samples" / f"shard={shard_key(k)}" / SUMMARY_FILE
+        try:
+            if f.exists():
+                summaries[shard_key(k)] = json.loads(f.read_text())
+        except ValueError:
+            continue
+    attempt = None
+    try:
+        af = data / "gates" / "publish" / "last.json"
+        attempt = json.loads(af.read_text()) if af.exists() else None
+    except ValueError:
+        attempt = None
     return ReportModel(
+        shard_summaries=summaries, attempt=attempt,
         generated_at=(now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds"),
         data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
         snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
@@ -324,6 +351,11 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 .PASS{background:#d8f5d8;color:#135c13} .FAIL{background:#fbd5d5;color:#8a1111}
 .notrun{background:#eee;color:#555} .unreadable{background:#fde9c8;color:#7a4b00} .WARN{background:#fff1c2;color:#6b5200}
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
+.charts{display:flex;flex-wrap:wrap;gap:12px;margin:.5em 0} svg.chart{border:1px solid #ddd;max-width:100%;height:auto}
+.alert{border-left:5px solid #c62828;background:#fdecea;padding:.6em .9em;margin:.8em 0}
+.warnbox{border-left:5px solid #b58900;background:#fff8e1;padding:.6em .9em;margin:.8em 0}
+.okbox{border-left:5px solid #2e7d32;background:#edf7ed;padding:.6em .9em;margin:.8em 0}
+details>summary{cursor:pointer;font-weight:bold;margin:.4em 0}
 """
 
 
@@ -448,6 +480,7 @@ def render(model: ReportModel, report_path: PathLike) -> str:
                  ' <span class="small">(its tables need scripts from the internet; the per-validation '
                  "links below are static pages)</span></td></tr>")
     h.append("</table>")
+    h.extend(charts.top_section(model))
 
     if model.sources:
         h.append("<h2>Prompt sources</h2>")
@@ -481,6 +514,9 @@ def render(model: ReportModel, report_path: PathLike) -> str:
     h.append("<h2>Failed and warned expectations, quarantine by reason</h2>")
     h.extend(details or ["<p>Every expectation passed on every shard that ran; nothing quarantined by a gate.</p>"])
 
+    h.extend(charts.source_gate_section(model))
+    h.extend(charts.shard_sections(model))
+
     other = [(row.shard, lab, c) for row in model.shards for lab, c in row.other_rejects.items()]
     if other:
         h.append("<h2>Other rejects, quarantine and flagged rows</h2>")
@@ -496,7 +532,10 @@ def render(model: ReportModel, report_path: PathLike) -> str:
     for s in model.snapshots:
         inc = [x for x in s.shards if x["included"]]
         exc = [x for x in s.shards if not x["included"]]
-        h.append(f"<h3>snapshot <code>{_e(s.version)}</code>{' (LATEST)' if s.latest else ''}</h3>")
+        marks = (" (LATEST)" if s.latest else "") + ("" if s.published else " — held back, not published")
+        if s.drift_status not in ("none", "ok"):
+            marks += f" — drift {s.drift_status}"
+        h.append(f"<h3>snapshot <code>{_e(s.version)}</code>{_e(marks)}</h3>")
         h.append(f'<div class="small">created {_e(s.created_at)}; {s.rows} rows; {len(inc)} shard(s) included, '
                  f"{len(exc)} excluded</div>")
         h.append("<table><tr><th>shard</th><th>included</th><th>reason</th><th>rows</th></tr>")

@@ -19,7 +19,7 @@ import random
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..profiles import ModelProfile
 
@@ -159,6 +159,7 @@ class OutputModel:
         self.kimi_shape = profile.generation_prompt_ends_with_think_start
         self.global_seed: int | None = None  # --seed: a different but still deterministic "model"
         self.splitter: Any = None  # --noncanonical-rate: a sim.noncanonical.NonCanonicalSplitter
+        self.shape_reasoning: Callable[[str], str] = lambda text: text  # a changed deployment (sim/deployment.py)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -190,6 +191,7 @@ class OutputModel:
         # Mostly longer than SGLang's default max_new_tokens=128, so forgetting to send it shows up.
         reasoning = " ".join(rng.choice(_SENTENCES) for _ in range(rng.randint(6, 30)))
         reasoning += " " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))) + "."
+        reasoning = self.shape_reasoning(reasoning)
         n = rng.randint(2, 9999)
         answer = " ".join(rng.choice(_ANSWER).format(n=n) for _ in range(rng.randint(1, 5)))
         tool_call = None

@@ -30,6 +30,9 @@ Modes (`--mode`) reproduce the bugs the pipeline must catch: `drop-think-end` dr
 id from output_ids; `echo-prompt-tail` prefixes output_ids with the last prompt ids (sglang
 #10896) while completion_tokens counts only the real tokens.
 
+A changed deployment (sim/deployment.py): `--weight-version V` is reported as weight_version in
+/model_info and meta_info; `--reasoning-scale 0.2` makes reasoning about 5x shorter.
+
 Lifecycle: `--loading-seconds S` delays binding (clients see connection refused, as while SGLang
 loads weights); `--starting-seconds S` keeps /health at 503 while /generate works; SIGTERM turns
 /health to 503 and exits once in-flight requests drain.
@@ -70,6 +73,7 @@ from aiohttp import web
 
 from ..profiles import ModelProfile, active_profile, load_profile
 from . import protocol as P
+from .deployment import Deployment
 from .model import OutputModel
 from .noncanonical import NonCanonicalSplitter, check_noncanonical_args
 
@@ -177,6 +181,9 @@ class Sim:
         self.profile = profile
         self.tok = tokenizer
         self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
+        # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
+        self.deployment = Deployment(getattr(args, "weight_version", "default"), getattr(args, "reasoning_scale", 1.0))
+        self.model.shape_reasoning = self.deployment.shape_reasoning
         self.context_length: int = args.context_length or profile.context_length
         self.max_total_num_tokens: int = args.max_total_num_tokens
         self.max_req_input_len = min(self.context_length - 1, self.max_total_num_tokens - 1) - 5
@@ -358,7 +365,7 @@ class Engine:
         m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
         if not pr.queued_abort:
             m["prompt_tokens"] = len(pr.item.input_ids)
-        m["weight_version"] = "default"
+        m["weight_version"] = sim.deployment.weight_version
         m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
         m["completion_tokens"] = len(pr.produced)
         if not pr.queued_abort:
@@ -469,7 +476,7 @@ class Handlers:
         sim = self.sim
         d: dict[str, Any] = {
             "model_path": sim.args.model_path, "tokenizer_path": sim.args.model_path, "is_generation": True,
-            "preferred_sampling_params": None, "weight_version": "default", "has_image_understanding": False,
+            "preferred_sampling_params": None, "weight_version": sim.deployment.weight_version, "has_image_understanding": False,
             "has_audio_understanding": False, "model_type": sim.args.model_type, "architectures": [sim.args.architecture],
         }
         if sim.version == P.V0_5_23:
@@ -871,6 +878,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--drain-timeout", type=float, default=30.0)
     ap.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive close (s), as uvicorn")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--weight-version", default="default", help="reported weight_version (a new deployment)")
+    ap.add_argument("--reasoning-scale", type=float, default=1.0,
+                    help="keep this fraction of each reasoning passage (0.2: ~5x shorter; sim/deployment.py)")
     return ap.parse_args(argv)
 
 
@@ -907,6 +917,7 @@ async def serve(args: argparse.Namespace) -> None:
     if args.api_key_env and not os.environ.get(args.api_key_env):
         raise SimConfigError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
     check_noncanonical_args(args.noncanonical_rate, args.noncanonical_max_splits)  # before the slow tokenizer load
+    Deployment(args.weight_version, args.reasoning_scale)  # bad flags fail before the tokenizer loads
     profile = resolve_profile(args)
     tok = load_tokenizer_for(profile)
     args.served_model_name = args.served_model_name or args.model_path

@@ -1,10 +1,17 @@
 """Versioned training-dataset snapshots assembled from gated shards, with a manifest and exports.
 
-A snapshot's version is a hash of what it contains (each included shard file's sha256, plus the
-config that produced it), so assembling unchanged inputs again yields the same version and the
-same bytes: the second nightly run with nothing new produces an identical snapshot rather than a
-near-copy. Shards are copied in, so deleting or regenerating the working tables never changes a
-published snapshot.
+A snapshot's version is a hash of what a trainer consumes (train/summary.py:ContentHasher: per row
+sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash), so regenerating
+identical tokens on another machine, port or day gives the same version, and assembling unchanged
+inputs again yields the same snapshot rather than a near-copy. The manifest keeps each file's
+sha256 (`files`, `exports`), the full content digest (`identity`), a distribution summary
+(`summary`), and what the snapshot gates decided (`published`, `publish_gate`, `drift`). Shards
+are copied in, so deleting or regenerating the working tables never changes a published snapshot.
+
+Publishing is a gate of its own (`judge`, see quality/snapshot_gates.py): a refused snapshot (no
+rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does
+not move; a snapshot held back by the drift policy is written with `published: false` and LATEST
+does not move either. Every attempt is recorded in data/gates/publish/last.json.
 
 Local data: the snapshot is assembled in a staging folder and renamed into place. Object storage
 (no rename): the files are written under snapshots/<version>/ and manifest.json is put LAST, so a
@@ -15,14 +22,14 @@ deleted and rebuilt, and readers (list_snapshots, LATEST) only ever name version
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..storage import DataPath, PathLike, _native, as_data_path, parquet_num_rows, sha256_of, shard_key
+from ..storage import DataPath, PathLike, _native, as_data_path, parquet_file, parquet_num_rows, sha256_of, shard_key
+from .summary import IDENTITY_SCHEME
 
 GATES = ("prompts", "generations", "training_samples")
 
@@ -46,6 +53,9 @@ class SnapshotResult:
     shards: list[ShardDecision]
     removed_by_retention: list[str]
     manifest: dict[str, Any]
+    published: bool = True  # False: refused by the publish gate (path None) or held back by drift
+    verdict: Any = None  # quality.snapshot_gates.SnapshotVerdict when judged
+    latest: str | None = None  # what LATEST names after this build
 
 
 def sha256_file(path: PathLike) -> str:
@@ -80,15 +90,6 @@ def decide_shards(
     return out
 
 
-def _version(decisions: list[ShardDecision], config: dict[str, Any]) -> str:
-    h = hashlib.sha256()
-    h.update(json.dumps(config, sort_keys=True, default=str).encode())
-    for d in decisions:
-        if d.included:
-            h.update(f"{d.shard}:{d.sha256}\n".encode())
-    return h.hexdigest()[:16]
-
-
 def list_snapshots(root: PathLike) -> list[tuple[str, str]]:
     """(version, created_at) of every complete snapshot (one with a manifest), oldest first."""
     out = []
@@ -102,6 +103,47 @@ def list_snapshots(root: PathLike) -> list[tuple[str, str]]:
     return sorted(out, key=lambda x: (x[1], x[0]))
 
 
+def read_latest(root: PathLike) -> str | None:
+    f = as_data_path(root) / "LATEST"
+    if not f.exists():
+        return None
+    return f.read_text().strip() or None
+
+
+def read_manifest(root: PathLike, version: str | None) -> dict[str, Any] | None:
+    if not version:
+        return None
+    m = as_data_path(root) / version / "manifest.json"
+    try:
+        return json.loads(m.read_text()) if m.exists() else None
+    except ValueError:
+        return None
+
+
+def content_and_summary(
+    data: DataPath, decisions: Sequence[ShardDecision], profile: Any = None
+) -> tuple[str, dict[str, Any] | None]:
+    """(full content digest, distribution summary or None without a profile) of the included shards."""
+    import polars as pl
+
+    from .summary import IDENTITY_COLUMNS, STAT_COLUMNS, ContentHasher, sample_stats, summarize
+
+    hasher = ContentHasher()
+    stats = []
+    cols = list(dict.fromkeys([*IDENTITY_COLUMNS, *STAT_COLUMNS]))
+    for d in decisions:
+        if not d.included:
+            continue
+        table = parquet_file(data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").read(columns=cols)
+        hasher.update(table)
+        if profile is not None:
+            stats.append(sample_stats(pl.from_arrow(table), profile))
+    summary = None
+    if profile is not None:
+        summary = summarize(pl.concat(stats) if stats else sample_stats(pl.DataFrame(), profile))
+    return hasher.hexdigest(), summary
+
+
 def build_snapshot(
     data_dir: PathLike,
     shard_ids: Sequence[int],
@@ -111,14 +153,50 @@ def build_snapshot(
     keep: int = 7,
     exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]] = (),
     now: dt.datetime | None = None,
+    profile: Any = None,
+    judge: Callable[[dict[str, Any]], Any] | None = None,
 ) -> SnapshotResult:
+    """Assemble, judge and (if the gates allow) publish a snapshot.
+
+    `profile` enables the distribution summary. `judge(info)` -> an object with `publish` (bool),
+    `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
+    shards_included, excluded, summary and previous (LATEST's manifest). Without a judge every
+    snapshot is published.
+    """
     given = data_dir
     data = as_data_path(data_dir)
     root = data / "snapshots"
     decisions = decide_shards(data, shard_ids, gate_status)
-    version = _version(decisions, config)
+    digest, summary = content_and_summary(data, decisions, profile)
+    version = digest[:16]
+    rows = sum(d.rows for d in decisions if d.included)
+    latest = read_latest(root)
+    previous = read_manifest(root, latest) if latest != version else None
     snap = root / version
     manifest_path = snap / "manifest.json"
+    verdict = None
+    if judge is not None and latest != version:
+        verdict = judge({
+            "rows": rows, "shards_included": sum(1 for d in decisions if d.included), "summary": summary or {},
+            "previous": previous, "excluded": {d.shard: d.reason for d in decisions if not d.included},
+        })
+    published = verdict is None or bool(verdict.publish)
+    gate_fields: dict[str, Any] = {}
+    if verdict is not None:
+        gate_fields = {"published": published, "publish_gate": verdict.publish_gate, "drift": verdict.drift,
+                       "previous_version": latest}
+        if not published:
+            gate_fields["not_published_because"] = list(verdict.reasons)
+    refused = verdict is not None and not verdict.publish_gate.get("success", True)
+    attempt = {"version": version, "rows": rows, "published": published, "written": not refused,
+               "at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(), "latest_before": latest,
+               "verdict": verdict.to_json() if verdict is not None else None, "summary": summary}
+    attempt_file = data / "gates" / "publish" / "last.json"
+    if refused:
+        attempt_file.write_text(json.dumps(attempt, indent=1, default=str))
+        # The publish gate failed: nothing is written, LATEST stays where it was.
+        return SnapshotResult(version, None, False, rows, decisions, [], {"version": version, "rows": rows,
+                              **gate_fields, "summary": summary}, published=False, verdict=verdict, latest=latest)
     created = not manifest_path.exists()
     if created:
         # Local: build beside the final folder, then one rename. Object storage: build in place,
@@ -141,12 +219,15 @@ def build_snapshot(
             exports[rel]["sha256"] = sha256_of(staging / rel)
         manifest = {
             "version": version,
+            "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
             "created_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(),
-            "rows": sum(d.rows for d in decisions if d.included),
+            "rows": rows,
             "files": files,
             "exports": exports,
             "shards": [asdict(d) for d in decisions],
             "config": config,
+            "summary": summary,
+            **gate_fields,
         }
         body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
         if data.is_local:
@@ -155,17 +236,30 @@ def build_snapshot(
             os.replace(staging.local_path, snap.local_path)
         else:
             manifest_path.write_text(body)
+    elif gate_fields:
+        # The same content judged again against another LATEST (e.g. held back before): the files are
+        # unchanged, the decision fields are the latest one.
+        manifest = json.loads(manifest_path.read_text())
+        manifest.update(gate_fields)
+        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     manifest = json.loads(manifest_path.read_text())
-    (root / "LATEST").write_text(version + "\n")
-    removed = apply_retention(root, keep=keep, protect=version)
-    return SnapshotResult(version, _native(snap, given), created, manifest["rows"], decisions, removed, manifest)
+    if published:
+        (root / "LATEST").write_text(version + "\n")
+    if verdict is None and judge is not None:
+        # the same content as LATEST: nothing new was judged; what was decided when it was published holds
+        attempt["verdict"] = {"publish": True, "reasons": [], "publish_gate": manifest.get("publish_gate"),
+                              "drift": manifest.get("drift"), "same_as_latest": True}
+    attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
+    removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
+    return SnapshotResult(version, _native(snap, given), created, manifest["rows"], decisions, removed, manifest,
+                          published=published, verdict=verdict, latest=read_latest(root))
 
 
-def apply_retention(root: PathLike, *, keep: int, protect: str) -> list[str]:
-    """Keep the `keep` newest snapshots (never the one just published); delete the rest."""
+def apply_retention(root: PathLike, *, keep: int, protect: str, also_protect: str | None = None) -> list[str]:
+    """Keep the `keep` newest snapshots (never the one just built, nor the one LATEST names)."""
     root = as_data_path(root)
     snaps = list_snapshots(root)
-    doomed = [v for v, _ in snaps[: max(0, len(snaps) - keep)] if v != protect]
+    doomed = [v for v, _ in snaps[: max(0, len(snaps) - keep)] if v not in (protect, also_protect)]
     for v in doomed:
         # Manifest first: a half-deleted snapshot is never listed as complete.
         (root / v / "manifest.json").unlink(missing_ok=True)

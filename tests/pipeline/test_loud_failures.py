@@ -257,20 +257,22 @@ def test_two_first_uses_of_a_fresh_instance_both_succeed(tmp_path):
 
 
 def test_failed_publish_step_makes_the_demo_outcome_failed(tmp_path, kimi_profile):
-    """A training_dataset run that fails (here: `snapshots` is a file, not a folder) is FAILED, named, with a next step."""
+    """A training_dataset run that fails (here: `gates` is a file, not a folder, so the publish attempt cannot be
+    recorded) is FAILED, named, with a next step. (With nothing to publish the publish gate refuses anyway:
+    tests/pipeline/test_publish_gates.py; this is about an unexpected error in the step.)"""
     from eagle3_dagster.config import settings
     from eagle3_dagster.definitions import defs
     from eagle3_dagster.demo import problem_lines
 
     data = tmp_path / "data"
     data.mkdir()
-    (data / "snapshots").write_text("not a folder")
+    (data / "gates").write_text("not a folder")
     res = graph_resources(data, kimi_profile.tokenizer, UNUSED_URL)
     with dg.instance_for_test() as instance:
         out = materialize_graph(defs, instance, shards=[], resources=res, run_publish=True)
     assert out.ingest_success and out.publish_success is False and not out.success
     [err] = out.publish_errors
-    assert err.startswith("training_dataset: ") and "snapshots" in err
+    assert err.startswith("training_dataset: ") and "gates" in err
     lines = problem_lines(out, settings(), tmp_path / "report.html")
     assert f"error:      publish {err}" in lines
     assert any(line.startswith("next:") and "snapshot was not published" in line for line in lines)

@@ -308,7 +308,9 @@ def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
     assert "think_end_present" in visible and think.name in visible
     assert "blocked: the generations gate failed" in visible  # why training_samples did not run
     assert f"{gen.n_rows} of {gen.n_rows} rows unexpected (100.0%); pass rate 0.0% < mostly" in visible
-    assert "excluded generations gate failed" in visible  # the snapshot says why the shard is out
+    # every shard is out, so nothing is published; the report opens with that and says why
+    assert out.publish_success is False and out.snapshot_version is None
+    assert "NOT published (refused)" in visible and f"{shard}: generations gate failed" in visible
 
 
 def test_demo_summary_prints_report_path(stored, monkeypatch):

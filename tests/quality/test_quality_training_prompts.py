@@ -58,20 +58,36 @@ def test_duplicate_rate_is_table_level(pair, kimi_profile, gx_dirs):
     assert ok.success
 
 
-def test_source_mix_bounds(pair, kimi_profile, gx_dirs):
+def test_source_mix_is_judged_against_what_the_sources_could_give(pair, kimi_profile, gx_dirs):
     p, o = pair
     rows = [dict(sample_id=f"s{i}", prompt_ids=p, output_ids=o + [i], source="gsm8k" if i < 95 else "alpaca")
             for i in range(100)]
-    f = training_features(training_rows(rows), kimi_profile, max_total_len=10_000)
-    assert f.filter(pl.col("source") == "gsm8k")["source_share"][0] == pytest.approx(0.95)
-    res = run_gate("training_samples", f, **gx_dirs)
+    samples = training_rows(rows)
+    # 95% gsm8k is what these sources gave (95/5 of the prompts): no warning
+    fair = training_features(samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.95, "alpaca": 0.05})
+    assert f_share(fair, "gsm8k") == pytest.approx(0.95)
+    res = run_gate("training_samples", fair, **gx_dirs)
+    assert next(x for x in res.outcomes if x.key == "source_mix").success
+    # a single-source shard is 100% that source and never warns
+    single = training_rows([dict(r, source="gsm8k") for r in rows])
+    one = run_gate("training_samples", training_features(single, kimi_profile, max_total_len=10_000,
+                                                         available_shares={"gsm8k": 1.0}), **gx_dirs)
+    assert next(x for x in one.outcomes if x.key == "source_mix").success and not one.failed_warnings
+    # the prompts were half alpaca, but alpaca's rows got lost: gsm8k is over-represented by 45 points
+    lost = training_features(samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.5, "alpaca": 0.5})
+    res = run_gate("training_samples", lost, **gx_dirs)
     mix = next(x for x in res.outcomes if x.key == "source_mix")
     assert not mix.success and mix.severity == "warning"
     assert res.success and res.row_failures.height == 0  # a warning, and table-level: nothing quarantined
-    strict = run_gate("training_samples", f, config_overrides={"source_mix": {"severity": "critical"}}, **gx_dirs)
+    strict = run_gate("training_samples", lost, config_overrides={"source_mix": {"severity": "critical"}}, **gx_dirs)
     assert not strict.success and strict.row_failures.height == 0
-    loose = run_gate("training_samples", f, config_overrides={"source_mix": {"kwargs": {"max_value": 0.96}}}, **gx_dirs)
+    loose = run_gate("training_samples", lost, config_overrides={"source_mix": {"kwargs": {"max_value": 0.5}}}, **gx_dirs)
     assert next(x for x in loose.outcomes if x.key == "source_mix").success
+    assert res.by_source == {"alpaca": [5, 0], "gsm8k": [95, 0]}
+
+
+def f_share(f, source):
+    return f.filter(pl.col("source") == source)["source_share"][0]
 
 
 def test_prompt_row_checks(kimi, kimi_profile, gx_dirs):

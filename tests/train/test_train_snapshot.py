@@ -14,8 +14,8 @@ from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE
 from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
 
 
-def _write_shard(data, shard: int, n: int) -> None:
-    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+def _write_shard(data, shard: int, n: int, **over) -> None:
+    now = over.pop("generated_at", dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
     rows = []
     for i in range(n):
         sid = f"s{shard}-{i}"
@@ -28,6 +28,7 @@ def _write_shard(data, shard: int, n: int) -> None:
                                         {"role": "assistant", "content": "a", "reasoning_content": "r"}]),
             "tools": None,
         })
+        rows[-1].update(over)
     df = pl.DataFrame(rows, schema=pl.from_arrow(TRAINING_SAMPLES.empty_table()).schema)
     write_frame_atomic(df, data / "training_samples" / f"shard={shard:04d}" / "part-0000.parquet", schema=TRAINING_SAMPLES)
 
@@ -67,9 +68,25 @@ def test_unchanged_inputs_give_the_identical_snapshot(tmp_path):
     b = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
     assert (b.version, b.created) == (a.version, False)
     assert {p.relative_to(b.path): p.read_bytes() for p in b.path.rglob("*") if p.is_file()} == a_bytes
-    # a config change is a new version
-    c = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
-    assert c.version != a.version and c.created
+    m = json.loads((a.path / "manifest.json").read_text())
+    assert m["identity"]["sha256"].startswith(a.version) and "input_ids" in m["identity"]["of"]
+
+
+def test_version_is_what_a_trainer_consumes(tmp_path):
+    """Same tokens from another machine, port or day: same version. Other ids, mask or model: another one."""
+    _write_shard(tmp_path, 0, 3)
+    a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    _write_shard(tmp_path, 0, 3, endpoint="http://other-host:31000",
+                 generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.timezone.utc))
+    b = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
+    assert b.version == a.version and not b.created
+    versions = {a.version}
+    for change in ({"model_revision": "m@v2"}, {"template_hash": "t2"}, {"sampling_hash": "h2"},
+                   {"input_ids": [1, 2, 3, 99]}, {"loss_mask": [0, 0, 1, 1]}):
+        _write_shard(tmp_path, 0, 3, **change)
+        v = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}).version
+        assert v not in versions, change
+        versions.add(v)
 
 
 def test_retention_keeps_the_newest(tmp_path):

@@ -1,0 +1,161 @@
+"""Snapshot-level gates: may this snapshot be published, and did the data drift since the last one?
+
+Both are GX suites like the shard gates (expectations/publish.json, expectations/drift.json), run
+on a one-row frame that describes the snapshot (publish) or compares its distribution summary with
+the previous published snapshot's (drift). Thresholds and severities are data: edit the JSON, or
+pass `config_overrides` for one run.
+
+- publish: a critical failure (0 rows, no shard included, fewer rows than a fraction of the
+  previous snapshot) means: not published, LATEST unchanged.
+- drift: warning expectations warn, critical ones fail; the suite's `meta.drifted_snapshot` says
+  what happens to a drifted snapshot: "publish" (published, marked in its manifest) or "hold".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from .features import ROW_ID
+from .gate import GateResult, run_gate
+from .suites import SuiteError, load_suite
+
+DRIFT_POLICIES = ("publish", "hold")
+RATIO_METRICS = ("reasoning_len", "output_len", "answer_len", "prompt_len")
+RATE_METRICS = ("think_end_rate", "length_finish_rate", "tool_call_rate")
+
+
+def publish_frame(rows: int, shards_included: int, previous_rows: int | None) -> pl.DataFrame:
+    frac = None if not previous_rows else rows / previous_rows
+    return pl.DataFrame({ROW_ID: ["snapshot"], "rows": [rows], "shards_included": [shards_included],
+                         "rows_fraction_of_previous": [frac]},
+                        schema={ROW_ID: pl.String, "rows": pl.Int64, "shards_included": pl.Int64,
+                                "rows_fraction_of_previous": pl.Float64})
+
+
+def _p50(summary: dict[str, Any], col: str) -> float | None:
+    v = ((summary.get("lengths") or {}).get(col) or {}).get("p50")
+    return None if v is None else float(v)
+
+
+def drift_values(new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+    """Before/after numbers of two distribution summaries: p50 ratios, rate changes, what changed."""
+    out: dict[str, Any] = {}
+    for c in RATIO_METRICS:
+        a, b = _p50(old, c), _p50(new, c)
+        out[f"{c}_p50_ratio"] = None if a in (None, 0.0) or b is None else round(b / a, 6)
+    for r in RATE_METRICS:
+        a, b = old.get(r), new.get(r)
+        out[f"{r}_change"] = None if a is None or b is None else round(float(b) - float(a), 6)
+    out["model_revision_changed"] = (new.get("model_revision") or "") != (old.get("model_revision") or "")
+    out["sampling_hash_changed"] = (new.get("sampling_hash") or "") != (old.get("sampling_hash") or "")
+    return out
+
+
+def drift_frame(new: dict[str, Any], old: dict[str, Any]) -> pl.DataFrame:
+    vals = drift_values(new, old)
+    schema = {ROW_ID: pl.String, **{k: (pl.Boolean if k.endswith("_changed") else pl.Float64) for k in vals}}
+    return pl.DataFrame({ROW_ID: ["snapshot"], **{k: [v] for k, v in vals.items()}}, schema=schema)
+
+
+@dataclass
+class SnapshotVerdict:
+    """What the snapshot gates decided; stored in the manifest and in data/gates/publish/last.json."""
+
+    publish: bool
+    reasons: list[str] = field(default_factory=list)  # why not published (empty when published)
+    publish_gate: dict[str, Any] = field(default_factory=dict)
+    drift: dict[str, Any] | None = None  # None: nothing to compare with
+
+    @property
+    def drift_status(self) -> str:
+        return (self.drift or {}).get("status", "none")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"publish": self.publish, "reasons": self.reasons, "publish_gate": self.publish_gate,
+                "drift": self.drift}
+
+
+def _gate_json(res: GateResult) -> dict[str, Any]:
+    return {"success": res.success, "suite_sha256": res.suite_sha256, "created_at": res.created_at,
+            "outcomes": [{"key": o.key, "name": o.name, "severity": o.severity, "success": o.success,
+                          "column": o.column, "description": o.description} for o in res.outcomes]}
+
+
+def _failed_text(res: GateResult, values: dict[str, Any]) -> list[str]:
+    return [f"{o.name} ({o.column} = {values.get(o.column)!r})" for o in res.outcomes if not o.success]
+
+
+def drift_policy(expectations_dir: Path) -> str:
+    suite = load_suite("drift", Path(expectations_dir))
+    policy = str(suite.meta.get("drifted_snapshot", "publish"))
+    if policy not in DRIFT_POLICIES:
+        raise SuiteError(f"{suite.source_path}: meta.drifted_snapshot must be one of {DRIFT_POLICIES}, got {policy!r}")
+    return policy
+
+
+def judge_snapshot(
+    *,
+    rows: int,
+    shards_included: int,
+    summary: dict[str, Any],
+    previous: dict[str, Any] | None,
+    expectations_dir: Path,
+    context_dir: Path,
+    excluded: dict[str, str] | None = None,
+    config_overrides: dict[str, dict[str, Any]] | None = None,
+) -> SnapshotVerdict:
+    """Run the publish gate and (when there is a previous snapshot) the drift gate.
+
+    `previous` is the manifest of the snapshot LATEST names (None on the first night).
+    `config_overrides` = {"publish": {...}, "drift": {...}} as run_gate's, per suite.
+    """
+    ov = config_overrides or {}
+    prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
+    pf = publish_frame(rows, shards_included, prev_rows)
+    pres = run_gate("publish", pf, expectations_dir=expectations_dir, context_dir=context_dir, build_docs=False,
+                    config_overrides=ov.get("publish"))
+    pvals = pf.row(0, named=True)
+    reasons = []
+    if not pres.success:
+        for o in pres.failed_critical:
+            if o.key == "some_shard_included" and excluded:
+                reasons.append(f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})")
+            elif o.key == "rows_vs_previous" and prev_rows:
+                reasons.append(f"{o.name}: {rows} rows vs {prev_rows} in snapshot {previous.get('version')} "
+                               f"({pvals['rows_fraction_of_previous']:.0%})")
+            else:
+                reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column)!r})")
+    publish_gate = {**_gate_json(pres), "values": pvals}
+    drift = None
+    if previous is not None and previous.get("summary"):
+        policy = drift_policy(expectations_dir)
+        df = drift_frame(summary, previous["summary"])
+        dres = run_gate("drift", df, expectations_dir=expectations_dir, context_dir=context_dir, build_docs=False,
+                        config_overrides=ov.get("drift"))
+        dvals = df.row(0, named=True)
+        dvals.pop(ROW_ID, None)
+        failed = [o for o in dres.outcomes if not o.success]
+        status = "failed" if dres.failed_critical else ("warned" if failed else "ok")
+        drift = {
+            **_gate_json(dres), "status": status, "policy": policy, "against": previous.get("version"),
+            "values": dvals, "failed": _failed_text(dres, dvals),
+            "before": {k: previous["summary"].get(k) for k in ("model_revision", "sampling_hash", "rows")},
+        }
+        if failed and policy == "hold":
+            reasons.append(f"held back by the drift gate (expectations/drift.json meta.drifted_snapshot=hold) against "
+                           f"snapshot {previous.get('version')}: " + "; ".join(drift["failed"]))
+    return SnapshotVerdict(publish=not reasons, reasons=reasons, publish_gate=publish_gate, drift=drift)
+
+
+def drift_line(drift: dict[str, Any] | None) -> str:
+    """One line for logs and the demo summary."""
+    if not drift:
+        return "drift: nothing to compare with (first snapshot)"
+    if drift.get("status") == "ok":
+        return f"drift: none against snapshot {drift.get('against')}"
+    return (f"drift: {str(drift.get('status')).upper()} against snapshot {drift.get('against')} "
+            f"(policy: {drift.get('policy')}): " + "; ".join(drift.get("failed") or []))
