@@ -7,7 +7,9 @@ tests can override them.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from .storage import DataPath, data_root
@@ -103,3 +105,62 @@ def settings() -> Settings:
         sglang_urls=urls or ("http://127.0.0.1:30000",),
         n_shards=int(os.environ.get("EAGLE3_N_SHARDS", "4")),
     )
+
+
+# ---------------------------------------------------------------------------------- automation
+NIGHTLY_CRON_ENV = "EAGLE3_NIGHTLY_CRON"
+NIGHTLY_TZ_ENV = "EAGLE3_NIGHTLY_TZ"
+SNAPSHOT_MAX_AGE_ENV = "EAGLE3_SNAPSHOT_MAX_AGE"
+SENSOR_INTERVAL_ENV = "EAGLE3_SENSOR_INTERVAL_S"
+_CRON_FIELD = re.compile(r"^[0-9A-Za-z*/,\-?LW#]+$")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+
+
+def nightly_cron() -> str:
+    """EAGLE3_NIGHTLY_CRON: when the nightly regeneration starts (5-field cron, default 02:00)."""
+    raw = os.environ.get(NIGHTLY_CRON_ENV, "").strip() or "0 2 * * *"
+    fields = raw.split()
+    if len(fields) != 5 or not all(_CRON_FIELD.match(f) for f in fields):
+        raise ValueError(f"{NIGHTLY_CRON_ENV} must be a 5-field cron expression such as '0 2 * * *' "
+                         f"(minute hour day month weekday), got {raw!r}")
+    return " ".join(fields)
+
+
+def nightly_timezone() -> str:
+    """EAGLE3_NIGHTLY_TZ: the IANA time zone the cron is read in (default UTC)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    raw = os.environ.get(NIGHTLY_TZ_ENV, "").strip() or "UTC"
+    try:
+        ZoneInfo(raw)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{NIGHTLY_TZ_ENV} must be an IANA time zone such as 'UTC' or 'Europe/Paris', got {raw!r}") from None
+    return raw
+
+
+def parse_duration(raw: str, var: str) -> timedelta:
+    m = _DURATION.match(raw)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{var} must be a positive duration with a unit s, m, h or d (e.g. '26h', '90m'), got {raw!r}")
+    n, unit = float(m.group(1)), m.group(2)
+    unit_name = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]
+    return timedelta(**{unit_name: n})
+
+
+def snapshot_max_age() -> timedelta:
+    """EAGLE3_SNAPSHOT_MAX_AGE: the freshness check on training_dataset fails past this age (default 26h)."""
+    return parse_duration(os.environ.get(SNAPSHOT_MAX_AGE_ENV, "").strip() or "26h", SNAPSHOT_MAX_AGE_ENV)
+
+
+def sensor_interval_s() -> int:
+    """EAGLE3_SENSOR_INTERVAL_S: minimum seconds between two evaluations of each project sensor (default 30)."""
+    raw = os.environ.get(SENSOR_INTERVAL_ENV, "").strip()
+    if not raw:
+        return 30
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{SENSOR_INTERVAL_ENV} must be a whole number of seconds >= 1, got {raw!r}") from None
+    if n < 1:
+        raise ValueError(f"{SENSOR_INTERVAL_ENV} must be a whole number of seconds >= 1, got {n}")
+    return n
