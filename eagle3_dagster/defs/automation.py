@@ -11,7 +11,8 @@ What the daemon does, night by night (every step is a plain Dagster run, visible
 3. `nightly_publish` (run-status sensor on a successful shard run) launches the `publish` job
    (`training_dataset`: snapshot, LATEST, exports) once EVERY shard run of that night succeeded. A
    night with a failed shard (a gate failed, the server was down, ...) publishes nothing: LATEST is
-   unchanged, the failed runs are red, the sensor's tick says which shards failed.
+   unchanged, the failed runs are red, and `nightly_failed` names each failed run of the night on
+   its tick.
 4. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
    and after every publish) fails when the last publish is older than EAGLE3_SNAPSHOT_MAX_AGE
    (default 26h), so a night that did not publish turns red the next day.
@@ -178,6 +179,27 @@ def nightly_publish(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.Sk
     return dg.RunRequest(run_key=f"publish:{night}", tags={NIGHTLY_TAG: "true", NIGHT_TAG: night})
 
 
+@dg.run_status_sensor(
+    name="nightly_failed",
+    run_status=dg.DagsterRunStatus.FAILURE,
+    monitored_jobs=[ingest_job, shard_pipeline_job, publish_job],
+    minimum_interval_seconds=sensor_interval_s(),
+    description="Names every failed run of a night on its tick (and in the daemon log at ERROR): the night "
+    "published nothing and LATEST is unchanged.",
+    default_status=dg.DefaultSensorStatus.STOPPED,
+)
+def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
+    run = context.dagster_run
+    if run.tags.get(NIGHTLY_TAG) != "true":
+        return dg.SkipReason(f"{run.job_name} run {run.run_id} failed outside the nightly automation")
+    night = run.tags.get(NIGHT_TAG) or run.run_id  # an ingest run names its own night
+    shard = run.tags.get("dagster/partition")
+    what = f"{run.job_name} run {run.run_id}" + (f" (shard {shard})" if shard else "")
+    msg = f"night {night}: {what} FAILED; nothing published, LATEST unchanged"
+    context.log.error(msg)
+    return dg.SkipReason(msg)
+
+
 class SourceListingError(RuntimeError):
     """A remote prompt source could not be listed (store unreachable, access denied): skip the tick."""
 
@@ -275,4 +297,4 @@ freshness_checks, snapshot_freshness = build_freshness()
 
 JOBS = [ingest_job, shard_pipeline_job, publish_job]
 SCHEDULES = [nightly_regeneration]
-SENSORS = [nightly_fanout, nightly_publish, prompt_source_sensor, snapshot_freshness]
+SENSORS = [nightly_fanout, nightly_publish, nightly_failed, prompt_source_sensor, snapshot_freshness]

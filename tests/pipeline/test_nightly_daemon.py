@@ -5,7 +5,7 @@ on 127.0.0.1, a per-minute cron, every schedule and sensor started with `dagster
 start --start-all`. Part 1: a prompt source is added; the chain ingest -> every shard -> publish
 runs by itself and the new LATEST snapshot holds the new source's rows; no schedule or sensor
 tick failed. Part 2: the simulator is stopped; the night fails loudly (failed shard runs, the
-publish sensor names them, the freshness check on training_dataset fails) and LATEST is unchanged.
+`nightly_failed` sensor names them, the freshness check on training_dataset fails) and LATEST is unchanged.
 """
 
 from __future__ import annotations
@@ -100,9 +100,13 @@ def _freshness_evaluations(instance: dg.DagsterInstance) -> list[tuple[float, bo
     return out
 
 
-def _wait(what: str, cond, timeout: float, daemon_log: Path, interval: float = 2.0):  # noqa: ANN001
+def _wait(what: str, cond, timeout: float, daemon: subprocess.Popen, daemon_log: Path,  # noqa: ANN001
+          interval: float = 2.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise AssertionError(f"the daemon exited ({daemon.returncode}) while waiting for: {what}\n"
+                                 + daemon_log.read_text()[-6000:])
         got = cond()
         if got:
             return got
@@ -119,6 +123,7 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
     _source(assets, "base", ["What is 2 + 2?", "Name a prime number larger than 10."])
     home.mkdir()
     (home / "dagster.yaml").write_text(INSTANCE_YAML)
+    dg.DagsterInstance.from_config(str(home)).dispose()  # create the SQLite storage now: daemon and CLI would race
     token = f"{os.getpid()}-{time.time_ns()}"
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -132,8 +137,9 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
         with open(daemon_log, "wb") as out:
             daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=PROJECT_ROOT,
                                       env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        # Turn everything on through the CLI, exactly as the README says.
-        for kind in ("schedule", "sensor"):
+        # Turn everything on through the CLI, as the README says: sensors first (a run-status sensor
+        # only sees runs that end after its first tick), then the schedule.
+        for kind in ("sensor", "schedule"):
             r = subprocess.run([str(BIN / "dagster"), kind, "start", "--start-all", "-w", "workspace.yaml"],
                                cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180)
             assert r.returncode == 0, f"dagster {kind} start --start-all failed:\n{r.stdout}\n{r.stderr}"
@@ -144,18 +150,19 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
         with dg.DagsterInstance.from_config(str(home)) as instance:
             # ---------------------------------------------------------------- part 1: it regenerates
             def published_with_extra():
+                done = instance.get_runs(dg.RunsFilter(job_name="publish", statuses=[dg.DagsterRunStatus.SUCCESS]))
                 v = _latest(data)
-                return v if v and _snapshot_sources(data, v).get("extra") == 3 else None
+                return (done, v) if done and v and _snapshot_sources(data, v).get("extra") == 3 else None
 
-            version = _wait("a LATEST snapshot holding the new source's 3 rows", published_with_extra, 420, daemon_log)
+            publish, version = _wait("a successful publish run whose LATEST snapshot holds the new source's 3 rows",
+                                     published_with_extra, 540, daemon, daemon_log)
             t_published = time.monotonic() - t0
             assert _snapshot_sources(data, version) == {"base": 2, "extra": 3}
             manifest = json.loads((data / "snapshots" / version / "manifest.json").read_text())
             assert manifest["rows"] == 5 and [s["included"] for s in manifest["shards"]] == [True, True]
 
             # the chain ran as daemon runs: ingest -> one shard run per shard -> publish, tied by the night tag
-            publish = [r for r in instance.get_runs(dg.RunsFilter(job_name="publish", statuses=[dg.DagsterRunStatus.SUCCESS]))]
-            assert publish and all(r.tags.get("dagster/sensor_name") == "nightly_publish" for r in publish)
+            assert all(r.tags.get("dagster/sensor_name") == "nightly_publish" for r in publish)
             night = publish[0].tags["eagle3/night"]
             shards = instance.get_runs(dg.RunsFilter(job_name="shard_pipeline", tags={"eagle3/night": night}))
             assert sorted(r.tags["dagster/partition"] for r in shards) == ["0000", "0001"]
@@ -168,10 +175,10 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             assert "prompt_source_sensor" in starters
 
             # the cron fires too (each minute); no tick of any schedule or sensor failed
-            _wait("a tick of nightly_regeneration", lambda: _ticks(instance).get("nightly_regeneration"), 75, daemon_log)
+            _wait("a tick of nightly_regeneration", lambda: _ticks(instance).get("nightly_regeneration"), 75, daemon, daemon_log)
             ticks = _ticks(instance)
-            assert {"nightly_regeneration", "nightly_fanout", "nightly_publish", "prompt_source_sensor",
-                    "snapshot_freshness"} <= set(ticks)
+            assert {"nightly_regeneration", "nightly_fanout", "nightly_publish", "nightly_failed",
+                    "prompt_source_sensor", "snapshot_freshness"} <= set(ticks)
             failed = {n: [t.error.message if t.error else "" for t in ts if t.status == dg.TickStatus.FAILURE]
                       for n, ts in ticks.items()}
             assert not any(failed.values()), f"failed ticks: {failed}"
@@ -185,18 +192,22 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             _source(assets, "late", ["A prompt that arrives while the server is down?"])
 
             def failed_night():
-                runs = instance.get_runs(dg.RunsFilter(job_name="shard_pipeline", statuses=[dg.DagsterRunStatus.FAILURE]))
-                return [r for r in runs if r.create_timestamp.timestamp() > t_kill]
+                recs = instance.get_run_records(dg.RunsFilter(job_name="shard_pipeline",
+                                                              statuses=[dg.DagsterRunStatus.FAILURE]))
+                return [r.dagster_run for r in recs if r.end_time and r.end_time > t_kill]
 
-            failed_runs = _wait("a failed shard run after the simulator stopped", failed_night, 300, daemon_log)
-            _wait("nightly_publish naming the failed night",
-                  lambda: [t for t in _ticks(instance)["nightly_publish"]
-                           if t.skip_reason and "nothing published, LATEST unchanged" in t.skip_reason], 60, daemon_log)
+            failed_runs = _wait("a failed shard run after the simulator stopped", failed_night, 360, daemon, daemon_log)
+            bad_nights = {r.tags["eagle3/night"] for r in failed_runs}
+            _wait("nightly_failed saying the night published nothing",
+                  lambda: [t for t in _ticks(instance)["nightly_failed"] if t.skip_reason
+                           and "nothing published, LATEST unchanged" in t.skip_reason
+                           and any(n in t.skip_reason for n in bad_nights)], 60, daemon, daemon_log)
             _wait("the freshness check on training_dataset failing",
-                  lambda: [e for e in _freshness_evaluations(instance) if e[0] > t_kill and not e[1]], 120, daemon_log)
+                  lambda: [e for e in _freshness_evaluations(instance) if e[0] > t_kill and not e[1]], 120, daemon, daemon_log)
             assert _latest(data) == latest_before
-            late = [r for r in instance.get_runs(dg.RunsFilter(job_name="publish")) if r.create_timestamp.timestamp() > t_kill]
-            assert not [r for r in late if r.status == dg.DagsterRunStatus.SUCCESS], "a night without the server published"
+            for n in bad_nights:
+                assert not instance.get_runs(dg.RunsFilter(job_name="publish", tags={"eagle3/night": n})), \
+                    f"night {n} had a failed shard run but was published"
             ticks = _ticks(instance)
             failed = {n: [t.error.message if t.error else "" for t in ts if t.status == dg.TickStatus.FAILURE]
                       for n, ts in ticks.items()}
