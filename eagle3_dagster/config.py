@@ -164,3 +164,23 @@ def sensor_interval_s() -> int:
     if n < 1:
         raise ValueError(f"{SENSOR_INTERVAL_ENV} must be a whole number of seconds >= 1, got {n}")
     return n
+
+
+SGLANG_WAIT_ENV = "EAGLE3_SGLANG_WAIT_S"
+
+
+def sglang_wait_s() -> float | None:
+    """EAGLE3_SGLANG_WAIT_S: how long a generation step waits for a routable SGLang endpoint before failing.
+
+    None (unset): the generation default (900 s), long enough for a server restart.
+    """
+    raw = os.environ.get(SGLANG_WAIT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = float(raw)
+    except ValueError:
+        raise ValueError(f"{SGLANG_WAIT_ENV} must be a number of seconds > 0, got {raw!r}") from None
+    if not n > 0:
+        raise ValueError(f"{SGLANG_WAIT_ENV} must be a number of seconds > 0, got {raw!r}")
+    return n

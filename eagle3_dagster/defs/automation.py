@@ -27,6 +27,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -95,9 +96,31 @@ def night_verdict(expected: list[str], status_by_shard: Mapping[str, list[str]])
     return "publish", []
 
 
+PENDING_NIGHT_S = 15 * 60  # a night whose ingest ended this recently and has no publish/failure yet is in flight
+
+
 def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
+    """What of a night is still going on: unfinished tagged runs, or a night between two of its runs.
+
+    Between a successful ingest and its shard runs (and between the last shard run and the publish)
+    nothing is running for a few seconds; without the second rule a schedule or source-sensor tick
+    landing there would start a second, overlapping night.
+    """
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS, tags={NIGHTLY_TAG: "true"}), limit=5)
-    return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
+    if runs:
+        return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
+    last = instance.get_run_records(
+        filters=dg.RunsFilter(job_name=ingest_job.name, statuses=[dg.DagsterRunStatus.SUCCESS], tags={NIGHTLY_TAG: "true"}),
+        limit=1,
+    )
+    if not last or not last[0].end_time or time.time() - last[0].end_time > PENDING_NIGHT_S:
+        return []
+    night = last[0].dagster_run.run_id
+    ended = instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1) or \
+        instance.get_runs(filters=dg.RunsFilter(job_name=shard_pipeline_job.name, tags={NIGHT_TAG: night},
+                                                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]),
+                          limit=1)
+    return [] if ended else [f"night {night[:8]} (between its runs)"]
 
 
 # --------------------------------------------------------------------------------------- schedule

@@ -11,6 +11,7 @@ import os
 import dagster as dg
 import polars as pl
 
+from ..config import sglang_wait_s
 from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
@@ -101,6 +102,9 @@ def generations(
         overrides["read_timeout_s"] = sglang.read_timeout_s
     if sglang.max_retries is not None:
         overrides["max_retries"] = sglang.max_retries
+    wait_s = sglang.wait_for_endpoint_s if sglang.wait_for_endpoint_s is not None else sglang_wait_s()
+    if wait_s is not None:
+        overrides["wait_for_endpoint_s"] = wait_s
     config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
     out = shard_dir(data, "generations", shard)
 

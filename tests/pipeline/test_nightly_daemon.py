@@ -33,7 +33,8 @@ pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent
 MARK = "EAGLE3_TEST_NIGHTLY_DAEMON"  # set in every process this test starts, to find stragglers
 FAST = {"EAGLE3_N_SHARDS": "2", "EAGLE3_EXECUTOR": "in_process", "EAGLE3_NIGHTLY_CRON": "* * * * *",
-        "EAGLE3_SENSOR_INTERVAL_S": "5", "EAGLE3_SNAPSHOT_MAX_AGE": "30s"}
+        "EAGLE3_SENSOR_INTERVAL_S": "5", "EAGLE3_SNAPSHOT_MAX_AGE": "30s",
+        "EAGLE3_SGLANG_WAIT_S": "5"}  # a generation step gives up on a dead server after 5 s (x3 step attempts)
 
 
 def _jsonl(path: Path, prompts: list[str]) -> None:
@@ -179,10 +180,10 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             ticks = _ticks(instance)
             assert {"nightly_regeneration", "nightly_fanout", "nightly_publish", "nightly_failed",
                     "prompt_source_sensor", "snapshot_freshness"} <= set(ticks)
-            failed = {n: [t.error.message if t.error else "" for t in ts if t.status == dg.TickStatus.FAILURE]
+            failed = {n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
                       for n, ts in ticks.items()}
             assert not any(failed.values()), f"failed ticks: {failed}"
-            assert any(t.status == dg.TickStatus.SUCCESS for t in ticks["nightly_fanout"])
+            assert any(t.status.value == "SUCCESS" for t in ticks["nightly_fanout"])
             assert any(ok for _, ok in _freshness_evaluations(instance)), "the freshness check never passed"
 
             # ---------------------------------------------------------------- part 2: a broken night is loud
@@ -209,7 +210,7 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
                 assert not instance.get_runs(dg.RunsFilter(job_name="publish", tags={"eagle3/night": n})), \
                     f"night {n} had a failed shard run but was published"
             ticks = _ticks(instance)
-            failed = {n: [t.error.message if t.error else "" for t in ts if t.status == dg.TickStatus.FAILURE]
+            failed = {n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
                       for n, ts in ticks.items()}
             assert not any(failed.values()), f"failed ticks: {failed}"
             t_loud = time.monotonic() - t0

@@ -78,6 +78,9 @@ def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, mo
             instance=instance, tags={NIGHTLY_TAG: "true"},
             resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
         data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo, cursor=first.cursor))
+        # between the ingest run and its shard runs nothing runs, yet the night is in flight: no second night
+        tick = build_nightly_schedule("* * * * *", "UTC").evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert not tick.run_requests and "between its runs" in tick.skip_message
     reqs = data.run_requests
     parts = repo.get_job("shard_pipeline").partitions_def.get_partition_keys()
     assert sorted(r.partition_key for r in reqs) == sorted(parts)
