@@ -220,7 +220,13 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
         if daemon is not None:
             _kill_group(daemon)
         sim.kill()
+        # The daemon starts its code server (and that server the run workers) in their own sessions;
+        # they would exit on their own once the daemon's heartbeats stop. Stop them now, by pid.
         left = _stragglers(token)
         for p in left:
+            p.terminate()
+        _, alive = psutil.wait_procs(left, timeout=10)
+        for p in alive:
             p.kill()
-    assert not left, f"processes left running after the daemon stopped: {[p.pid for p in left]}"
+        psutil.wait_procs(alive, timeout=5)
+    assert not _stragglers(token), "processes started by this test still running after cleanup"
