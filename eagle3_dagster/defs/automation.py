@@ -34,7 +34,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from ..config import nightly_cron, nightly_timezone, sensor_interval_s, settings, snapshot_max_age
+from ..config import settings
 from .partitions import shard_partitions
 
 NIGHTLY_TAG = "eagle3/nightly"
@@ -132,8 +132,8 @@ def build_nightly_schedule(cron: str | None = None, timezone: str | None = None)
     @dg.schedule(
         name="nightly_regeneration",
         job=ingest_job,
-        cron_schedule=cron or nightly_cron(),
-        execution_timezone=timezone or nightly_timezone(),
+        cron_schedule=cron or settings().nightly_cron,
+        execution_timezone=timezone or settings().nightly_tz,
         tags={NIGHTLY_TAG: "true"},
         description="Nightly: re-ingest prompt sources; `nightly_fanout` then regenerates every shard and "
         "`nightly_publish` snapshots. Skips a tick while the previous night is still running.",
@@ -158,7 +158,7 @@ nightly_regeneration = build_nightly_schedule()
     run_status=dg.DagsterRunStatus.SUCCESS,
     monitored_jobs=[ingest_job],
     request_job=shard_pipeline_job,
-    minimum_interval_seconds=sensor_interval_s(),
+    minimum_interval_seconds=settings().sensor_interval_s,
     description="After a successful tagged `ingest` run (nightly or source change), one `shard_pipeline` run per "
     "shard; `nightly_publish` snapshots when all of them succeeded.",
     default_status=dg.DefaultSensorStatus.STOPPED,
@@ -179,7 +179,7 @@ def nightly_fanout(context: dg.RunStatusSensorContext) -> Iterator[dg.RunRequest
     run_status=dg.DagsterRunStatus.SUCCESS,
     monitored_jobs=[shard_pipeline_job],
     request_job=publish_job,
-    minimum_interval_seconds=sensor_interval_s(),
+    minimum_interval_seconds=settings().sensor_interval_s,
     description="When every shard run of a night succeeded, publish the snapshot (`publish` job). A night with a "
     "failed shard publishes nothing (LATEST unchanged; the freshness check turns red).",
     default_status=dg.DefaultSensorStatus.STOPPED,
@@ -206,7 +206,7 @@ def nightly_publish(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.Sk
     name="nightly_failed",
     run_status=dg.DagsterRunStatus.FAILURE,
     monitored_jobs=[ingest_job, shard_pipeline_job, publish_job],
-    minimum_interval_seconds=sensor_interval_s(),
+    minimum_interval_seconds=settings().sensor_interval_s,
     description="Names every failed run of a night on its tick (and in the daemon log at ERROR): the night "
     "published nothing and LATEST is unchanged.",
     default_status=dg.DefaultSensorStatus.STOPPED,
@@ -272,7 +272,7 @@ def source_files_fingerprint() -> str:
 @dg.sensor(
     name="prompt_source_sensor",
     job=ingest_job,
-    minimum_interval_seconds=sensor_interval_s(),
+    minimum_interval_seconds=settings().sensor_interval_s,
     description="Launches a (tagged) ingest run when prompt-source files are added or change; the fan-out and the "
     "publish follow as for a night. Waits (keeps the change) while a night is running.",
     default_status=dg.DefaultSensorStatus.STOPPED,
@@ -304,14 +304,14 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
     result is an asset check (red in the UI, stored with the run history, asserted by tests) and
     their sensor runs under the ordinary daemon, with no instance setting to switch on.
     """
-    age = max_age or snapshot_max_age()
+    age = max_age or settings().snapshot_max_age
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         checks = list(dg.build_last_update_freshness_checks(
             assets=[PUBLISH_ASSET], lower_bound_delta=age, severity=dg.AssetCheckSeverity.ERROR,
         ))
         sensor = dg.build_sensor_for_freshness_checks(
-            freshness_checks=checks, name=FRESHNESS_SENSOR, minimum_interval_seconds=sensor_interval_s(),
+            freshness_checks=checks, name=FRESHNESS_SENSOR, minimum_interval_seconds=settings().sensor_interval_s,
         )
     return checks, sensor
 

@@ -4,10 +4,9 @@ The nightly schedule, the sensors and the jobs that run this asset live in defs/
 """
 
 
-import os
-
 import dagster as dg
 
+from ..config import settings
 from ..quality import read_gate_result
 from ..train.export import EXPORTERS
 from ..train.snapshot import build_snapshot
@@ -33,7 +32,7 @@ def training_dataset(
 ) -> dg.MaterializeResult:
     data = pipeline.data_path
     profile = pipeline.profile()
-    keep = int(os.environ.get("EAGLE3_SNAPSHOT_RETENTION", "7"))
+    keep = settings().snapshot_retention
     config = {
         "profile": profile.name,
         "profile_fingerprint": profile.fingerprint(),

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import Settings, settings, snapshot_max_age
+from ..config import Settings, settings
 from ..profiles import ProfileError, load_profile
 from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
 from ..storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
@@ -132,12 +132,7 @@ def report_main(argv: list[str]) -> int:
     from .report_html import write_report
 
     args = _report_parser().parse_args(argv)
-    s = settings()
-    try:
-        snapshot_max_age()  # the report says whether LATEST is past it: refuse a bad value up front
-    except ValueError as e:
-        print(f"eagle3 report: {e}", file=sys.stderr)
-        return 2
+    s = settings()  # validates every setting (EAGLE3_SNAPSHOT_MAX_AGE too: the report compares LATEST's age to it)
     data_dir = _data_dir("eagle3 report", args.data_dir, s)
     if data_dir is None:
         return 2

@@ -100,17 +100,17 @@ def test_freshness_check_and_its_sensor_are_defined_with_the_configured_age(monk
     assert "training_dataset:freshness_check" in spec
     assert defs.get_sensor_def("snapshot_freshness") is not None
     monkeypatch.setenv("EAGLE3_SNAPSHOT_MAX_AGE", "90m")
-    assert config.snapshot_max_age() == dt.timedelta(minutes=90)
+    assert config.settings().snapshot_max_age == dt.timedelta(minutes=90)
     checks, _ = build_freshness()
     (check_spec,) = list(checks[0].check_specs)
     assert check_spec.asset_key == dg.AssetKey("training_dataset")
     for bad in ("26", "-3h", "soon"):
         monkeypatch.setenv("EAGLE3_SNAPSHOT_MAX_AGE", bad)
         with pytest.raises(ValueError, match=f"EAGLE3_SNAPSHOT_MAX_AGE.*{bad!r}"):
-            config.snapshot_max_age()
+            config.settings()
     monkeypatch.setenv("EAGLE3_SENSOR_INTERVAL_S", "0")
     with pytest.raises(ValueError, match="EAGLE3_SENSOR_INTERVAL_S"):
-        config.sensor_interval_s()
+        config.settings()
 
 
 def test_source_sensor_fires_on_new_or_changed_sources_only(tmp_path, monkeypatch):
