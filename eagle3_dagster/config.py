@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -38,6 +39,10 @@ COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
 SNAPSHOT_RETENTION_ENV = "EAGLE3_SNAPSHOT_RETENTION"
 NIGHTLY_CRON_ENV = "EAGLE3_NIGHTLY_CRON"
 NIGHTLY_TZ_ENV = "EAGLE3_NIGHTLY_TZ"
+SNAPSHOT_MAX_AGE_ENV = "EAGLE3_SNAPSHOT_MAX_AGE"
+SNAPSHOT_MAX_AGE_DEFAULT = timedelta(hours=26)
+SENSOR_INTERVAL_ENV = "EAGLE3_SENSOR_INTERVAL_S"
+SGLANG_WAIT_ENV = "EAGLE3_SGLANG_WAIT_S"
 
 
 class SettingsError(ValueError):
@@ -137,6 +142,27 @@ def _tz(raw: str) -> str:
     return raw.strip()
 
 
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def _duration(var: str, raw: str) -> timedelta:
+    m = _DURATION.match(raw)
+    if not m or float(m.group(1)) <= 0:
+        raise _Problem(f"{var} must be a positive duration with a unit s, m, h or d (e.g. '26h', '90m'), got {raw!r}")
+    return timedelta(**{_UNITS[m.group(2)]: float(m.group(1))})
+
+
+def _positive_seconds(var: str, raw: str) -> float:
+    try:
+        n = float(raw.strip())
+    except ValueError:
+        raise _Problem(f"{var} must be a number of seconds > 0, got {raw!r}") from None
+    if not n > 0:
+        raise _Problem(f"{var} must be a number of seconds > 0, got {raw!r}")
+    return n
+
+
 def _tokenizer(raw: str) -> str:
     # A hub repo id ("org/name") or a local folder; a value that is clearly a path must exist.
     if raw.startswith(("/", "./", "../", "~")) and not _path(raw).is_dir():
@@ -189,6 +215,9 @@ class Settings:
     snapshot_retention: int = 7
     nightly_cron: str = "0 2 * * *"
     nightly_tz: str = "UTC"
+    snapshot_max_age: timedelta = SNAPSHOT_MAX_AGE_DEFAULT  # the training_dataset freshness check fails past it
+    sensor_interval_s: int = 30  # minimum seconds between evaluations of each project sensor
+    sglang_wait_s: float | None = None  # None: GenerationConfig's default (900 s) wait for a routable endpoint
     dagster_home: Path = PROJECT_ROOT / ".dagster_home"
 
     @property
@@ -236,6 +265,10 @@ class Settings:
             snapshot_retention=get(SNAPSHOT_RETENTION_ENV, lambda r: _int(SNAPSHOT_RETENTION_ENV, r, minimum=1), 7),
             nightly_cron=get(NIGHTLY_CRON_ENV, _cron, "0 2 * * *"),
             nightly_tz=get(NIGHTLY_TZ_ENV, _tz, "UTC"),
+            snapshot_max_age=get(SNAPSHOT_MAX_AGE_ENV, lambda r: _duration(SNAPSHOT_MAX_AGE_ENV, r),
+                                 SNAPSHOT_MAX_AGE_DEFAULT),
+            sensor_interval_s=get(SENSOR_INTERVAL_ENV, lambda r: _int(SENSOR_INTERVAL_ENV, r, minimum=1), 30),
+            sglang_wait_s=get(SGLANG_WAIT_ENV, lambda r: _positive_seconds(SGLANG_WAIT_ENV, r), None),
             dagster_home=get("DAGSTER_HOME", _path, PROJECT_ROOT / ".dagster_home"),
         )
         if problems:

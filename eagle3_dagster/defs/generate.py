@@ -96,6 +96,9 @@ def generations(
         overrides["read_timeout_s"] = sglang.read_timeout_s
     if sglang.max_retries is not None:
         overrides["max_retries"] = sglang.max_retries
+    wait_s = sglang.wait_for_endpoint_s if sglang.wait_for_endpoint_s is not None else settings().sglang_wait_s
+    if wait_s is not None:
+        overrides["wait_for_endpoint_s"] = wait_s
     config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
     out = shard_dir(data, "generations", shard)
 

@@ -75,6 +75,8 @@ class SGLangFleet(dg.ConfigurableResource):
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
     read_timeout_s: Optional[float] = None
     max_retries: Optional[int] = None  # per request, on 5xx/reset/timeout (default 6)
+    # How long a generation step waits for a routable endpoint before failing (default EAGLE3_SGLANG_WAIT_S, else 900 s).
+    wait_for_endpoint_s: Optional[float] = None
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:

@@ -132,7 +132,7 @@ def report_main(argv: list[str]) -> int:
     from .report_html import write_report
 
     args = _report_parser().parse_args(argv)
-    s = settings()
+    s = settings()  # validates every setting (EAGLE3_SNAPSHOT_MAX_AGE too: the report compares LATEST's age to it)
     data_dir = _data_dir("eagle3 report", args.data_dir, s)
     if data_dir is None:
         return 2
@@ -144,4 +144,18 @@ def report_main(argv: list[str]) -> int:
         print(f"eagle3 report: {e}", file=sys.stderr)
         return 1
     print(path)
+    _print_latest_age(data_dir)
     return 0
+
+
+def _print_latest_age(data_dir: DataPath | Path) -> None:
+    """How old snapshots/LATEST is, on stderr (stdout stays the report path, for scripts)."""
+    from .report_html import latest_age
+
+    try:
+        age = latest_age(data_dir)
+    except (StorageError, OSError, ValueError) as e:
+        print(f"eagle3 report: LATEST age unknown: {e}", file=sys.stderr)
+        return
+    print(f"eagle3 report: {age.describe() if age else 'no snapshot published yet (no snapshots/LATEST)'}",
+          file=sys.stderr)

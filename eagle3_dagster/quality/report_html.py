@@ -115,6 +115,64 @@ class SnapshotView:
 
 
 @dataclass
+class LatestAge:
+    """How old the published LATEST snapshot is: the nightly freshness signal, readable offline."""
+
+    version: str
+    published_at: dt.datetime  # when LATEST was last written (the last successful publish)
+    created_at: str  # when this snapshot's content was first built (an unchanged night republishes it)
+    age_s: float
+    max_age_s: float  # EAGLE3_SNAPSHOT_MAX_AGE
+
+    @property
+    def stale(self) -> bool:
+        return self.age_s > self.max_age_s
+
+    def describe(self) -> str:
+        state = (f"OLDER than the allowed {_duration(self.max_age_s)} (EAGLE3_SNAPSHOT_MAX_AGE): the nightly did not "
+                 "publish" if self.stale else f"within the allowed {_duration(self.max_age_s)}")
+        return (f"LATEST is {self.version}, published {_duration(self.age_s)} ago "
+                f"({self.published_at.isoformat(timespec='seconds')}), {state}; content first built {self.created_at}")
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(0, seconds))
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m}m {s}s" if m else f"{s}s"
+
+
+def latest_age(data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.timedelta | None = None) -> LatestAge | None:
+    """The age of snapshots/LATEST (None when nothing was ever published).
+
+    Published-at is the LATEST file's modification time (rewritten by every publish, also of an
+    identical snapshot); when the store does not report one, the snapshot's manifest created_at.
+    """
+    from ..config import settings
+
+    data = as_data_path(data_dir)
+    f = data / "snapshots" / "LATEST"
+    if not f.exists():
+        return None
+    version = f.read_text().strip()
+    man_file = data / "snapshots" / version / "manifest.json"
+    created = str(json.loads(man_file.read_text()).get("created_at", "")) if man_file.exists() else "unknown"
+    mtime = f._info().mtime  # noqa: SLF001 - pyarrow FileInfo of our own storage layer
+    if mtime is not None:
+        published = mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.timezone.utc)
+    else:
+        published = dt.datetime.fromisoformat(created) if created not in ("", "unknown") else dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    limit = (max_age or settings().snapshot_max_age).total_seconds()
+    return LatestAge(version, published, created, (now - published).total_seconds(), limit)
+
+
+@dataclass
 class SourceView:
     name: str
     read: int
@@ -159,6 +217,7 @@ class ReportModel:
     shard_summaries: dict[str, dict[str, Any]] = field(default_factory=dict)  # training_samples/shard=*/summary.json
     attempt: dict[str, Any] | None = None  # data/gates/publish/last.json: the latest publish attempt
     sources: list[SourceView] = field(default_factory=list)
+    latest: LatestAge | None = None
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "not run": 0, "unreadable": 0}
@@ -335,6 +394,7 @@ def collect(
         data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
         snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
+        latest=latest_age(data, now),
     )
 
 
@@ -474,6 +534,9 @@ def render(model: ReportModel, report_path: PathLike) -> str:
         f"<tr><td>generated at</td><td>{_e(model.generated_at)}</td></tr>",
         f"<tr><td>gate results</td><td>{counts['PASS']} passed, {counts['FAIL']} failed, {counts['not run']} not run"
         + (f", {counts['unreadable']} unreadable" if counts.get("unreadable") else "") + "</td></tr>",
+        "<tr><td>LATEST snapshot</td><td>" + (
+            (_badge("FAIL", "stale") if model.latest.stale else _badge("PASS", "fresh")) + " " + _e(model.latest.describe())
+            if model.latest else _badge("not run", "none") + " nothing published yet") + "</td></tr>",
     ]
     if model.data_docs_index is not None:
         h.append(f'<tr><td>GX Data Docs</td><td><a href="{_e(link_href(model.data_docs_index, rp, work))}">index</a>'

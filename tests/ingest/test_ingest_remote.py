@@ -278,7 +278,7 @@ def test_bad_source_uris_are_refused_when_the_yaml_loads(path: str, message: str
 
 
 def test_source_sensor_notices_new_and_changed_remote_files(mem_root: str, tmp_path: Path, monkeypatch) -> None:
-    from eagle3_dagster.defs import publish
+    from eagle3_dagster.defs import automation
     from eagle3_dagster.ingest import remote
 
     assets = tmp_path / "assets"
@@ -289,7 +289,7 @@ def test_source_sensor_notices_new_and_changed_remote_files(mem_root: str, tmp_p
 
     def tick(cursor):
         ctx = dg.build_sensor_context(cursor=cursor)
-        return publish.prompt_source_sensor(ctx), ctx.cursor
+        return automation.prompt_source_sensor(ctx), ctx.cursor
 
     first, cur = tick(None)
     assert isinstance(first, dg.RunRequest)
@@ -338,7 +338,7 @@ def moto_prompts():
 
 def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict[str, dict], Any]:
     from eagle3_dagster.defs.ingest import build_ingest_assets
-    from eagle3_dagster.defs.publish import ingest_job
+    from eagle3_dagster.defs.automation import ingest_job
     from eagle3_dagster.defs.resources import PipelineSettings
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
@@ -406,7 +406,7 @@ def test_s3_prompt_sources_materialize_like_local_files(moto_prompts, datasets_d
         f"(cross-source duplicates {s3_meta['prompts']['cross_source_duplicates']}), identical to the local ingest")
 
     # the source sensor on S3: size + LastModified from the listing
-    from eagle3_dagster.defs.publish import prompt_source_sensor
+    from eagle3_dagster.defs.automation import prompt_source_sensor
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(s3_assets))
     ctx = dg.build_sensor_context(cursor=None)

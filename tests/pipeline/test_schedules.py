@@ -1,4 +1,8 @@
-"""Nightly regeneration: the schedule's, the fan-out sensor's and the source sensor's evaluations."""
+"""Nightly regeneration, evaluated the way the daemon evaluates it (the full daemon run: test_nightly_daemon.py).
+
+The sensor ticks here go through `SensorDefinition.evaluate_tick`, which applies the daemon's checks on
+what a sensor may request (the first fan-out passed a direct call and failed every real tick).
+"""
 
 from __future__ import annotations
 
@@ -6,51 +10,107 @@ import datetime as dt
 import shutil
 
 import dagster as dg
+import pytest
 
+from eagle3_dagster import config
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.publish import (
-    FANOUT_ASSETS,
+from eagle3_dagster.defs.automation import (
+    NIGHT_TAG,
     NIGHTLY_TAG,
+    build_freshness,
     build_nightly_schedule,
-    nightly_fanout,
+    night_verdict,
     prompt_source_sensor,
 )
 from eagle3_dagster.defs.resources import PipelineSettings
 
 
-def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time():
+def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatch):
     sched = build_nightly_schedule("30 3 * * *", "Europe/Paris")
     assert (sched.cron_schedule, sched.execution_timezone) == ("30 3 * * *", "Europe/Paris")
-    ctx = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.timezone.utc))
-    reqs = sched.evaluate_tick(ctx).run_requests
+    with dg.instance_for_test() as instance:
+        ctx = dg.build_schedule_context(instance=instance,
+                                        scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.timezone.utc))
+        reqs = sched.evaluate_tick(ctx).run_requests
     assert len(reqs) == 1 and reqs[0].tags[NIGHTLY_TAG] == "true"
     assert sched.job_name == "ingest"
     default = defs.get_schedule_def("nightly_regeneration")
     assert (default.cron_schedule, default.execution_timezone) == ("0 2 * * *", "UTC")
+    # the environment knobs, validated with the variable's name
+    monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "15 1 * * 1-5")
+    monkeypatch.setenv("EAGLE3_NIGHTLY_TZ", "America/New_York")
+    env_sched = build_nightly_schedule()
+    assert (env_sched.cron_schedule, env_sched.execution_timezone) == ("15 1 * * 1-5", "America/New_York")
+    monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "every night")
+    with pytest.raises(ValueError, match="EAGLE3_NIGHTLY_CRON.*'every night'"):
+        build_nightly_schedule()
+    monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "0 2 * * *")
+    monkeypatch.setenv("EAGLE3_NIGHTLY_TZ", "Mars/Olympus")
+    with pytest.raises(ValueError, match="EAGLE3_NIGHTLY_TZ.*Mars/Olympus"):
+        build_nightly_schedule()
 
 
-def test_fanout_backfills_every_shard_then_the_snapshot(tmp_path, monkeypatch):
+def test_schedule_skips_while_the_previous_night_runs():
+    sched = build_nightly_schedule("* * * * *", "UTC")
+    with dg.instance_for_test() as instance:
+        instance.add_run(dg.DagsterRun(job_name="shard_pipeline", run_id="0" * 36, status=dg.DagsterRunStatus.STARTED,
+                                       tags={NIGHTLY_TAG: "true"}))
+        data = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
+    assert not data.run_requests and "still running" in data.skip_message
+
+
+def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "data"))
     repo = defs.get_repository_def()
+    sensor = defs.get_sensor_def("nightly_fanout")
     with dg.instance_for_test() as instance:
-        job = repo.get_job("ingest")
-        result = job.execute_in_process(instance=instance, tags={NIGHTLY_TAG: "true"},
-                                        resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
+        result = repo.get_job("ingest").execute_in_process(
+            instance=instance, tags={NIGHTLY_TAG: "true"},
+            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
         assert result.success
-        run = instance.get_run_by_id(result.run_id)
-        event = next(e for e in result.all_events if e.event_type_value == "PIPELINE_SUCCESS")
-        ctx = dg.build_run_status_sensor_context(
-            sensor_name="nightly_fanout", dagster_instance=instance, dagster_run=run, dagster_event=event,
-            repository_def=repo,
-        )
-        req = nightly_fanout(ctx)
-    subset = req.asset_graph_subset
-    parts = repo.assets_defs_by_key[dg.AssetKey("generations")].partitions_def.get_partition_keys()
-    for name in ("tokenized_prompts", "generations", "training_samples"):
-        assert set(subset.get_partitions_subset(dg.AssetKey(name)).get_partition_keys()) == set(parts)
-    assert dg.AssetKey("training_dataset") in subset.non_partitioned_asset_keys
-    assert {k.to_user_string() for k in subset.asset_keys} == set(FANOUT_ASSETS)
+        # the daemon's path: a run-status sensor tick over the instance's event log, its requests resolved
+        # against the job it declares (a request it may not make raises here, as in the daemon)
+        ctx = dg.build_sensor_context(instance=instance, repository_def=repo, cursor=None)
+        first = sensor.evaluate_tick(ctx)  # the first tick only sets the cursor (events from now on)
+        assert not first.run_requests
+        again = repo.get_job("ingest").execute_in_process(
+            instance=instance, tags={NIGHTLY_TAG: "true"},
+            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
+        data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo, cursor=first.cursor))
+        # between the ingest run and its shard runs nothing runs, yet the night is in flight: no second night
+        tick = build_nightly_schedule("* * * * *", "UTC").evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert not tick.run_requests and "between its runs" in tick.skip_message
+    reqs = data.run_requests
+    parts = repo.get_job("shard_pipeline").partitions_def.get_partition_keys()
+    assert sorted(r.partition_key for r in reqs) == sorted(parts)
+    assert sensor.job_name == "shard_pipeline" and all(r.tags[NIGHT_TAG] == again.run_id for r in reqs)
+    assert all(r.tags["dagster/partition"] == r.partition_key for r in reqs)
+
+
+def test_night_publishes_only_when_every_shard_succeeded():
+    shards = ["0000", "0001", "0002"]
+    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["SUCCESS"], "0002": ["FAILURE", "SUCCESS"]}) == ("publish", [])
+    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["STARTED"]}) == ("waiting", ["0001", "0002"])
+    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["FAILURE"], "0002": ["QUEUED"]}) == ("failed", ["0001"])
+
+
+def test_freshness_check_and_its_sensor_are_defined_with_the_configured_age(monkeypatch):
+    spec = {k.to_user_string() for k in defs.resolve_asset_graph().asset_check_keys}
+    assert "training_dataset:freshness_check" in spec
+    assert defs.get_sensor_def("snapshot_freshness") is not None
+    monkeypatch.setenv("EAGLE3_SNAPSHOT_MAX_AGE", "90m")
+    assert config.settings().snapshot_max_age == dt.timedelta(minutes=90)
+    checks, _ = build_freshness()
+    (check_spec,) = list(checks[0].check_specs)
+    assert check_spec.asset_key == dg.AssetKey("training_dataset")
+    for bad in ("26", "-3h", "soon"):
+        monkeypatch.setenv("EAGLE3_SNAPSHOT_MAX_AGE", bad)
+        with pytest.raises(ValueError, match=f"EAGLE3_SNAPSHOT_MAX_AGE.*{bad!r}"):
+            config.settings()
+    monkeypatch.setenv("EAGLE3_SENSOR_INTERVAL_S", "0")
+    with pytest.raises(ValueError, match="EAGLE3_SENSOR_INTERVAL_S"):
+        config.settings()
 
 
 def test_source_sensor_fires_on_new_or_changed_sources_only(tmp_path, monkeypatch):
@@ -70,4 +130,14 @@ def test_source_sensor_fires_on_new_or_changed_sources_only(tmp_path, monkeypatc
     assert isinstance(again, dg.RunRequest) and again.run_key != first.run_key
     # a new source file is noticed
     (assets / "sources" / "more.yaml").write_text("path: data/demo_prompts.jsonl\nformat: openai\n")
-    assert isinstance(prompt_source_sensor(dg.build_sensor_context(cursor=ctx2.cursor)), dg.RunRequest)
+    ctx3 = dg.build_sensor_context(cursor=ctx2.cursor)
+    assert isinstance(prompt_source_sensor(ctx3), dg.RunRequest)
+    # ... but while a night runs the change waits (cursor kept), so it is not lost
+    with dg.instance_for_test() as instance:
+        instance.add_run(dg.DagsterRun(job_name="ingest", run_id="1" * 36, status=dg.DagsterRunStatus.STARTED,
+                                       tags={NIGHTLY_TAG: "true"}))
+        (assets / "sources" / "more2.yaml").write_text("path: data/demo_prompts.jsonl\nformat: openai\n")
+        busy = dg.build_sensor_context(cursor=ctx3.cursor, instance=instance)
+        skip = prompt_source_sensor(busy)
+        assert isinstance(skip, dg.SkipReason) and "waiting for the running night" in skip.skip_message
+        assert busy.cursor == ctx3.cursor
