@@ -69,6 +69,54 @@ def gx_keep_validations() -> int:
     return n
 
 
+def _float_env(var: str, *, minimum: float) -> float | None:
+    raw = os.environ.get(var, "").strip()
+    if not raw:
+        return None
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ValueError(f"{var} must be a number of seconds (> {minimum:g}), got {raw!r}") from None
+    if not v > minimum:
+        raise ValueError(f"{var} must be a number of seconds (> {minimum:g}), got {raw!r}")
+    return v
+
+
+def _bool_env(var: str) -> bool | None:
+    raw = os.environ.get(var, "").strip().lower()
+    if not raw:
+        return None
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{var} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+
+
+def generation_env() -> dict[str, object]:
+    """GenerationConfig overrides from the environment (only the variables that are set):
+
+    EAGLE3_ENDPOINT_WAIT_S   seconds a generations step waits for a routable endpoint, once (default 600)
+    EAGLE3_STREAM            stream /generate (SSE, stall detection); 0 for one JSON answer (default 1)
+    EAGLE3_STALL_TIMEOUT_S   silence between stream chunks that counts as a stall (default 300)
+    EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)
+    """
+    out: dict[str, object] = {}
+    wait = _float_env("EAGLE3_ENDPOINT_WAIT_S", minimum=0)
+    if wait is not None:
+        out["wait_for_endpoint_s"] = wait
+    stall = _float_env("EAGLE3_STALL_TIMEOUT_S", minimum=0)
+    if stall is not None:
+        out["stall_timeout_s"] = stall
+    stream = _bool_env("EAGLE3_STREAM")
+    if stream is not None:
+        out["stream"] = stream
+    old = _bool_env("EAGLE3_ALLOW_OLD_SGLANG")
+    if old is not None:
+        out["allow_old_server"] = old
+    return out
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: DataPath  # str() is the OS path, or the URI without query/credentials
