@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 
 from ..config import generation_env
+from ..stopping import StopRequested
 from ..generate import (AuthError, GenerationConfig, ModelRevisionError, NoEndpointError, generate_shard,
                         read_generations, sample_key)
 from ..generate.endpoints import EndpointRefusedError
@@ -155,8 +156,9 @@ def generations(
     try:
         with client_logs_to(context):
             report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
-    except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError) as e:
+    except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested) as e:
         # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
+        # A stop request (Ctrl-C / SIGTERM) must not be retried either.
         raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
     context.log.info(result_line(key, report))
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import dagster as dg
 import psutil
@@ -68,6 +68,21 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return reaped
 
 
+def cancel_own_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark this process's unfinished runs CANCELING (a stop was asked for: Ctrl-C, SIGTERM).
+
+    The in-process executor then ends the interrupted run as CANCELED, not as a failure.
+    """
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+                              tags={HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())})
+    )
+    for run in runs:
+        instance.report_run_canceling(run, message="stop requested (Ctrl-C / SIGTERM): the run is canceled; "
+                                                   "a rerun resumes from what was stored")
+    return [r.run_id for r in runs]
+
+
 @dataclass
 class ShardOutcome:
     shard: str
@@ -86,10 +101,12 @@ class GraphOutcome:
     publish_success: bool | None = None  # None: not attempted
     snapshot_version: str | None = None
     reaped_runs: list[str] = field(default_factory=list)  # dead runs failed and freed before starting
+    stopped: bool = False  # a stop was requested: the remaining shards and the snapshot were not started
 
     @property
     def success(self) -> bool:
-        return self.ingest_success and all(s.success for s in self.shards) and self.publish_success is not False
+        return (self.ingest_success and all(s.success for s in self.shards) and self.publish_success is not False
+                and not self.stopped)
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
@@ -108,12 +125,15 @@ def materialize_graph(
     run_ingest: bool = True,
     run_publish: bool = False,
     run_config: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
     """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot.
 
     A failed shard does not stop the others, and the snapshot step still runs: it records which
-    shards it left out and why.
+    shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
+    is started: the outcome says `stopped`.
     """
+    stop = should_stop or (lambda: False)
     assets = list(defs.assets or [])
     res = dict(defs.resources or {})
     res.update(resources or {})
@@ -126,10 +146,12 @@ def materialize_graph(
             raise_on_error=False, run_config=run_config or QUIET, tags=tags,
         )
         ingest_ok, ingest_run = r.success, r.run_id
-        if not r.success:
-            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped)
+        if not r.success or stop():
+            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, stopped=stop())
     outcomes = []
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
+        if stop():
+            break
         r = dg.materialize(
             assets,
             selection=dg.AssetSelection.assets(*SHARD_ASSETS),
@@ -151,8 +173,8 @@ def materialize_graph(
                 run_id=r.run_id,
             )
         )
-    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped)
-    if run_publish:
+    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped, stopped=stop())
+    if run_publish and not outcome.stopped:
         r = dg.materialize(
             assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
             run_config=run_config or QUIET, tags=tags,

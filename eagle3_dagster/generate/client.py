@@ -424,8 +424,9 @@ async def generate_one(
         except _Final as e:
             return Outcome(None, "", rid, 0.0, reason=e.reason, status=e.status, detail=e.detail, attempts=attempt + 1)
         finally:
-            if in_flight is not None:
-                in_flight.pop(rid, None)
+            task = asyncio.current_task()
+            if in_flight is not None and (task is None or not task.cancelling()):
+                in_flight.pop(rid, None)  # kept when cancelled (a stop): the run aborts it on the server
         unroutable_since = None
         fr = (data.get("meta_info") or {}).get("finish_reason")
         if isinstance(fr, dict) and fr.get("type") == "abort":

@@ -32,6 +32,7 @@ from .endpoints import EndpointPool
 from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
+from .. import stopping
 from ..storage import as_data_path
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,29 @@ async def generate_shard_async(
     progress: Callable[[ProgressReport], None] | None = None,
     progress_every_s: float = 5.0,
     lock_dir: Path | None = None,
+) -> ShardReport:
+    """See generate_shard. A stop request (stopping.request_stop: Ctrl-C / SIGTERM on the demo) cancels
+    the run: in-flight requests are aborted, answered samples stored, and StopRequested is raised."""
+    with stopping.cancellable():
+        try:
+            return await _generate_shard(tokenized, out_dir, config, progress=progress,
+                                         progress_every_s=progress_every_s, lock_dir=lock_dir)
+        except asyncio.CancelledError:
+            if stopping.stop_requested():
+                raise stopping.StopRequested(
+                    f"generation of {as_data_path(out_dir).name} stopped ({stopping.stop_reason()}): the samples "
+                    "answered so far are stored, a rerun resumes") from None
+            raise
+
+
+async def _generate_shard(
+    tokenized: TokenizedSource,
+    out_dir: StoreDir,
+    config: GenerationConfig,
+    *,
+    progress: Callable[[ProgressReport], None] | None,
+    progress_every_s: float,
+    lock_dir: Path | None,
 ) -> ShardReport:
     out_dir = as_data_path(out_dir)
     store = ShardStore(out_dir, write_retries=config.write_retries, lock_dir=lock_dir)
