@@ -161,6 +161,14 @@ def generations(
         # A stop request (Ctrl-C / SIGTERM) must not be retried either.
         raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
     context.log.info(result_line(key, report))
+    if report.failed and not (report.succeeded or report.skipped_cached):
+        # Nothing usable came back: a green step with an empty table would hide it.
+        raise dg.Failure(
+            description=f"generations shard {key}: every one of the {report.failed} samples failed "
+                        f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
+                        "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
+                        "passing reason is sent again).",
+            metadata=to_metadata(report), allow_retries=False)
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     # The shard folder keeps every sample ever generated (a config change never deletes work);
