@@ -73,6 +73,7 @@ class StopOnSignal:
         self.requested = False
         self.instance: Any = None
         self._old: dict[int, Any] = {}
+        self._tty_err = 2
 
     def __call__(self, signo: int, frame: Any) -> None:
         from . import stopping
@@ -81,8 +82,10 @@ class StopOnSignal:
             raise KeyboardInterrupt
         self.requested = True
         name = signal.Signals(signo).name
-        print(f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
-              "resumes). Again to stop waiting for the cleanup.", file=sys.stderr, flush=True)
+        # os.write on the terminal's stderr saved at start: a signal handler must not wait on (or re-enter)
+        # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
+        os.write(self._tty_err, f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
+                    "resumes). Again to stop waiting for the cleanup.\n".encode())
         if self.instance is not None:
             try:
                 from .defs.run import cancel_own_runs
@@ -113,6 +116,7 @@ class StopOnSignal:
         return box["v"]
 
     def __enter__(self) -> "StopOnSignal":
+        self._tty_err = os.dup(2)
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self)
         return self
@@ -120,6 +124,7 @@ class StopOnSignal:
     def __exit__(self, *exc: object) -> None:
         for sig, h in self._old.items():
             signal.signal(sig, h)
+        os.close(self._tty_err)
 
 
 def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
