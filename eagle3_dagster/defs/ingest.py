@@ -32,7 +32,8 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     def _asset(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         out_dir = pipeline.data_path / "sources" / spec.name
         counts = ingest_source(spec, out_dir, n_shards=N_SHARDS)
-        context.log.info(f"source {spec.name}: {counts}")
+        context.log.info(f"source {spec.name}: read {counts.read:,} = accepted {counts.accepted:,} + rejected "
+                         f"{counts.rejected:,} + duplicates {counts.duplicates:,} + sampled out {counts.sampled_out:,}")
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),
@@ -78,7 +79,9 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         per_shard = (
             read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
         )
-        context.log.info(f"prompts: {counts}")
+        context.log.info(f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
+                         f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
+                         f"duplicates, {counts.sampled_out:,} sampled out)")
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),

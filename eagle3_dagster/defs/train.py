@@ -82,7 +82,8 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN)
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
-    context.log.info(f"shard {shard}: {counts}")
+    context.log.info(f"training_samples shard {shard:04d}: " + " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
+                                                                   for k, v in dict(counts).items()))
     return dg.MaterializeResult(
         metadata={
             **to_metadata(counts),

@@ -173,7 +173,7 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
     """SSE events -> one result dict; raises _Retry('stall') on silence, _Retry('reset') on a cut stream."""
     loop = asyncio.get_running_loop()
     incremental = ep.incremental_stream
-    buf = b""
+    buf = bytearray()
     last: bytes | None = None
     ids: list[int] = []
     texts: list[str] = []
@@ -183,12 +183,15 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
         async with asyncio.timeout(mode.first_chunk_timeout_s) as cm:
             async for raw in r.aiter_raw():
                 cm.reschedule(loop.time() + mode.stall_timeout_s)
+                start = max(0, len(buf) - 1)  # only the new bytes (and one before) can hold a new separator
                 buf += raw
                 while True:
-                    cut = buf.find(b"\n\n")
+                    cut = buf.find(b"\n\n", start)
                     if cut < 0:
                         break
-                    ev, buf = buf[:cut].strip(), buf[cut + 2:]
+                    ev = bytes(buf[:cut]).strip()
+                    del buf[:cut + 2]
+                    start = 0
                     if not ev.startswith(b"data:"):
                         continue
                     payload = ev[5:].strip()

@@ -53,8 +53,9 @@ class GenerationConfig:
     # Streaming (SSE): silence between chunks longer than stall_timeout_s means the request is stuck
     # (or a proxy dropped it): it is aborted and retried with a new rid. Queued requests send nothing,
     # so the first chunk gets its own, generous limit. stream_interval: tokens per chunk (None: about
-    # 8 chunks per sample, 16..1024 tokens); each cumulative chunk carries all ids so far, so fewer
-    # chunks keep the client's CPU near the non-streamed path. stall_timeout_s must exceed
+    # 4 chunks per sample, 16..2048 tokens); each cumulative chunk carries all ids so far, so fewer
+    # chunks keep the client's CPU near the non-streamed path (bench/generate.py stream_cpu_ratio_8k).
+    # stall_timeout_s must exceed
     # stream_interval x the slowest per-request token time of the fleet.
     stream: bool = True
     stall_timeout_s: float = 300.0
@@ -129,7 +130,7 @@ class GenerationConfig:
     def effective_stream_interval(self) -> int:
         if self.stream_interval is not None:
             return int(self.stream_interval)
-        return max(16, min(1024, -(-int(self.max_new_tokens) // 8)))
+        return max(16, min(2048, -(-int(self.max_new_tokens) // 4)))
 
 
 def sampling_params(config: GenerationConfig) -> dict[str, Any]:
