@@ -88,3 +88,60 @@ def test_error_bodies_are_errors_and_counts_are_right_after_recovery(tmp_path, k
         summary = summarize(good, data)
         row = next(line for line in summary.splitlines() if line.strip().startswith(shard))
         assert row.split()[1:3] == [str(n), str(n)], row  # tokenized == generated: nothing counted twice
+
+
+def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
+    """Behind an sglang-router that has no worker yet: the step names it within 10 s and waits without
+    spending retries; once a worker joins, the shard is generated; the one `NaN happened` finish is
+    stored, flagged and quarantined by the gate (which fails the shard: 1 of ~9 rows is above 1%)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+
+    import httpx
+
+    data = tmp_path / "data"
+    sim.faults(clear=True, nan_finish=1)
+    port = free_port()
+    router = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "generate" / "mini_router.py"),
+                               "--port", str(port), "--worker", sim.url, "--start-empty"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(200):
+            try:
+                httpx.get(url + "/liveness", timeout=0.5)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.05)
+        res = graph_resources(data, kimi_profile.tokenizer, url, max_retries=0)
+        with dg.instance_for_test() as instance:
+            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            shard = shard_with_most_prompts(data)
+            def add_worker() -> None:  # 3 s into the generations step (its shard folder appears first)
+                while not (data / "generations" / f"shard={shard}").exists():
+                    time.sleep(0.05)
+                time.sleep(3.0)
+                httpx.post(url + "/_router/workers", json={"urls": [sim.url]}, timeout=5)
+
+            t = threading.Thread(target=add_worker, daemon=True)
+            t.start()
+            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            t.join(5)
+            events = _step_events(instance, sh.run_id, "generations")
+            start = next(e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_START")
+            named = [e.timestamp - start for e in events if not e.dagster_event
+                     and f"{url}: router has no ready worker (/readiness 503)" in e.user_message]
+            assert named and named[0] < 10.0
+            meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
+            assert meta["failed"].value == 0 and meta["succeeded"].value == meta["requested"].value  # no retries spent
+            assert meta["nan_finishes"].value == 1 and meta["integrity_violations"].value == 1
+            assert meta["quarantined"].value == 1
+            assert sh.checks["generations:generations_gate"] is False and "training_samples" in sh.skipped_or_failed
+    finally:
+        router.kill()
+        router.wait()
+        sim.faults(clear=True)
+    gens = read_generations(data / "generations" / f"shard={shard}")
+    assert gens.filter(pl.col("integrity_violations").list.contains("nan_happened")).height == 1
