@@ -208,8 +208,11 @@ def test_server_slower_than_client_timeout(m: Matrix, clean: Clean, tmp_path: Pa
 def test_stalled_requests_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> None:
     """Three requests go silent after a few tokens, connection open (a stuck request, a dropped proxy
     connection): the streamed client notices the silence between chunks, aborts, retries with a new rid."""
-    meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
-                                            stall_timeout_s=1.0)
+    # chunks every 4 tokens, so the stall comes after the first chunk (silence before the first chunk is
+    # bounded by first_chunk_timeout_s instead: queued requests send nothing)
+    with generation_overrides(stream_interval=4):
+        meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
+                                                stall_timeout_s=1.0)
     assert _injected(before, after, "stall") == 3
     assert meta["streamed"] is True and meta["retried_by_kind"] == {"stall": 3}
     assert meta["requests_sent"] == clean.n + 3 == after["requests"] - before["requests"]
