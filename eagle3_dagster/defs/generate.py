@@ -8,17 +8,16 @@ which is all the echo feature and the sample preview look at), in one more pass 
 
 import contextlib
 import logging
-import os
 
 import dagster as dg
 import polars as pl
 
-from ..config import generation_env
-from ..stopping import StopRequested
+from ..config import COMPACT_ENV, generation_env, settings  # noqa: F401 - COMPACT_ENV re-exported
 from ..generate import (AuthError, GenerationConfig, ModelRevisionError, NoEndpointError, generate_shard,
                         read_generations, sample_key)
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.report import progress_line, result_line
+from ..stopping import StopRequested
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
@@ -32,17 +31,13 @@ from .resources import PipelineSettings, SGLangFleet, cached_renderer
 GROUP = "generate"
 ACTIVE_FILE = "active.parquet"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
-COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
 
 
 def compact_after_chunks_from_env() -> int | None:
     """EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS: merge a shard's chunks once more than this many exist (0: never)."""
-    raw = os.environ.get(COMPACT_ENV, "").strip()
-    if not raw:
+    n = settings().generation_compact_after_chunks  # validated in config.py
+    if n is None:
         return GenerationConfig.__dataclass_fields__["compact_after_chunks"].default  # type: ignore[return-value]
-    n = int(raw)
-    if n < 0:
-        raise ValueError(f"{COMPACT_ENV} must be >= 0 (0 = never compact), got {n}")
     return n or None
 
 
