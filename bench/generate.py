@@ -13,6 +13,13 @@ Three measurements, each against `eagle3-sim` running in its own process on 127.
   overhead_with_latency  per-token latency on: generate_shard's whole wall time (probes, planning,
                          writes, teardown included) divided by the simulator's busy time (wall time with
                          at least one request running, from /_sim/stats). Target <= 1.05.
+  server_bound_fraction  the same run streamed and not (--only latency): the simulator's busy time divided by
+                         generate_shard's wall time: the fraction of the server-bound ideal the generations
+                         step reaches with a bounded server batch (64) and per-token latency. The streamed
+                         path (the default, for stall detection) must not fall below the non-streamed one.
+  stream_cpu_ratio_8k    client CPU per sample (process time of this process: parsing, storing), streamed
+                         (SSE, stream_interval automatic: 4 cumulative chunks) over non-streamed, on 8192-token
+                         outputs (ignore_eos, zero latency), rounds interleaved, median. Target <= 1.10.
   rss_ratio_1m_vs_100k   peak RSS (VmHWM) of a fresh process generating a large shard vs a small
                          one (10x fewer), both streamed from Parquet, short outputs. Target <= 1.5.
                          Scaled to 20k vs 200k by default (see `note`); the input side alone is also
@@ -143,23 +150,53 @@ def bench_vs_bare(n: int, concurrency: int, rounds: int, tmp: Path) -> dict[str,
 
 def bench_latency(n: int, token_latency_ms: float, max_new_tokens: int, tmp: Path) -> dict[str, Any]:
     sim = start_sim("--token-latency-ms", str(token_latency_ms), "--max-running-requests", "64")
+    out: dict[str, Any] = {}
     try:
-        cfg = config(sim.url, max_new_tokens, None)  # in flight from /server_info: 64 + headroom
-        p = prompts_frame(n, seed=7)
-        busy0 = httpx.get(sim.url + "/_sim/stats").json()["busy_seconds"]
-        t0 = time.perf_counter()
-        rep = generate_shard(p, tmp / "latency", cfg)
-        wall = time.perf_counter() - t0
-        busy = httpx.get(sim.url + "/_sim/stats").json()["busy_seconds"] - busy0
-        assert rep.succeeded == n, rep.as_metadata()
+        for stream in (False, True):
+            cfg = config(sim.url, max_new_tokens, None, stream=stream)  # in flight from /server_info: 64 + headroom
+            p = prompts_frame(n, seed=7 + stream)
+            busy0 = httpx.get(sim.url + "/_sim/stats").json()["busy_seconds"]
+            t0 = time.perf_counter()
+            rep = generate_shard(p, tmp / f"latency-{stream}", cfg)
+            wall = time.perf_counter() - t0
+            busy = httpx.get(sim.url + "/_sim/stats").json()["busy_seconds"] - busy0
+            assert rep.succeeded == n, rep.as_metadata()
+            tag = "_streamed" if stream else ""
+            out.update({
+                f"overhead_with_latency{tag}": round(wall / busy, 4),
+                f"server_bound_fraction{tag}": round(busy / wall, 4),
+                f"latency_wall_s{tag}": round(wall, 3),
+                f"latency_sim_busy_s{tag}": round(busy, 3),
+                f"latency_p50_s{tag}": rep.latency_p50,
+            })
+        out.update({"latency_n": n, "token_latency_ms": token_latency_ms, "latency_max_in_flight": rep.max_in_flight})
+        return out
+    finally:
+        sim.kill()
+
+
+def bench_stream_cpu(n: int, max_new_tokens: int, rounds: int, tmp: Path) -> dict[str, Any]:
+    """Client CPU per sample, streamed vs not, on long outputs (the cost of SSE with cumulative chunks)."""
+    sim = start_sim("--max-running-requests", "64")
+    try:
+        per: dict[bool, list[float]] = {False: [], True: []}
+        ratios = []
+        for r in range(rounds):
+            for stream in (False, True):
+                cfg = config(sim.url, max_new_tokens, 16, stream=stream, ignore_eos=True)
+                p = prompts_frame(n, seed=900 + r)
+                c0 = time.process_time()
+                rep = generate_shard(p, tmp / f"stream-cpu-{r}-{stream}", cfg)
+                cpu = time.process_time() - c0
+                assert rep.succeeded == n and rep.output_tokens == n * max_new_tokens, rep.as_metadata()
+                per[stream].append(cpu / n)
+            ratios.append(per[True][-1] / per[False][-1])
         return {
-            "overhead_with_latency": round(wall / busy, 4),
-            "latency_wall_s": round(wall, 3),
-            "latency_sim_busy_s": round(busy, 3),
-            "latency_n": n,
-            "token_latency_ms": token_latency_ms,
-            "latency_max_in_flight": rep.max_in_flight,
-            "latency_p50_s": rep.latency_p50,
+            "stream_cpu_ratio_8k": round(statistics.median(ratios), 3),
+            "stream_cpu_ms_per_sample": [round(x * 1000, 2) for x in per[True]],
+            "nonstream_cpu_ms_per_sample": [round(x * 1000, 2) for x in per[False]],
+            "stream_cpu_n": n, "stream_cpu_max_new_tokens": max_new_tokens,
+            "stream_interval": config(sim.url, max_new_tokens, 16).effective_stream_interval(),
         }
     finally:
         sim.kill()
@@ -332,12 +369,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--rss-large", type=int, default=200_000)
     ap.add_argument("--plan-small", type=int, default=100_000)
     ap.add_argument("--plan-large", type=int, default=1_000_000)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare,latency,rss,plan,asset")
+    ap.add_argument("--stream-n", type=int, default=150, help="samples per round for stream_cpu")
+    ap.add_argument("--stream-max-new-tokens", type=int, default=8192)
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare,latency,stream,rss,plan,asset")
     ap.add_argument("--only", default="", help="comma list of parts to run (default: all but asset)")
     ap.add_argument("--asset-n", type=int, default=50_000, help="prompts in the asset_rss shard")
     ap.add_argument("--asset-prompt-len", type=int, default=1000, help="tokens a prompt in the asset_rss shard")
     args = ap.parse_args(argv)
-    parts = {"bare", "latency", "rss", "plan", "asset"}
+    parts = {"bare", "latency", "stream", "rss", "plan", "asset"}
     skip = set(filter(None, args.skip.split(",")))
     if args.only:
         skip |= parts - set(args.only.split(","))
@@ -352,6 +391,9 @@ def main(argv: list[str]) -> int:
         if "latency" not in skip:
             result.update(bench_latency(args.latency_n, args.token_latency_ms, args.latency_max_new_tokens, tmp))
             print(json.dumps({k: result[k] for k in result if "latency" in k}), file=sys.stderr, flush=True)
+        if "stream" not in skip:
+            result.update(bench_stream_cpu(args.stream_n, args.stream_max_new_tokens, args.rounds, tmp))
+            print(json.dumps({k: result[k] for k in result if "stream" in k}), file=sys.stderr, flush=True)
         if "rss" not in skip:
             result.update(bench_rss(args.rss_small, args.rss_large, args.concurrency, tmp))
             if args.rss_large != 1_000_000 or args.rss_small != 100_000:

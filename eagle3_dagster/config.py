@@ -42,7 +42,6 @@ NIGHTLY_TZ_ENV = "EAGLE3_NIGHTLY_TZ"
 SNAPSHOT_MAX_AGE_ENV = "EAGLE3_SNAPSHOT_MAX_AGE"
 SNAPSHOT_MAX_AGE_DEFAULT = timedelta(hours=26)
 SENSOR_INTERVAL_ENV = "EAGLE3_SENSOR_INTERVAL_S"
-SGLANG_WAIT_ENV = "EAGLE3_SGLANG_WAIT_S"
 
 
 class SettingsError(ValueError):
@@ -177,6 +176,25 @@ def _model(raw: str) -> str:
     return raw
 
 
+def _seconds(var: str, raw: str) -> float:
+    try:
+        v = float(raw.strip())
+    except ValueError:
+        raise _Problem(f"{var} must be a number of seconds > 0, got {raw!r}") from None
+    if not v > 0:
+        raise _Problem(f"{var} must be a number of seconds > 0, got {raw!r}")
+    return v
+
+
+def _bool(var: str, raw: str) -> bool:
+    v = raw.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise _Problem(f"{var} must be one of 1/0, true/false, yes/no, on/off; got {raw!r}")
+
+
 def work_dir_for(data_dir: DataPath, work_dir: Path | None = None) -> Path:
     """Local scratch for what cannot live in object storage (GX file context + Data Docs, shard locks).
 
@@ -217,8 +235,12 @@ class Settings:
     nightly_tz: str = "UTC"
     snapshot_max_age: timedelta = SNAPSHOT_MAX_AGE_DEFAULT  # the training_dataset freshness check fails past it
     sensor_interval_s: int = 30  # minimum seconds between evaluations of each project sensor
-    sglang_wait_s: float | None = None  # None: GenerationConfig's default (900 s) wait for a routable endpoint
     dagster_home: Path = PROJECT_ROOT / ".dagster_home"
+    # generation client (None: unset, GenerationConfig's default)
+    endpoint_wait_s: float | None = None  # EAGLE3_ENDPOINT_WAIT_S: one bounded wait for a routable endpoint per step
+    stream: bool | None = None  # EAGLE3_STREAM: SSE with stall detection (default on)
+    stall_timeout_s: float | None = None  # EAGLE3_STALL_TIMEOUT_S: silence between chunks that is a stall
+    allow_old_sglang: bool | None = None  # EAGLE3_ALLOW_OLD_SGLANG: accept /server_info versions < 0.5.9
 
     @property
     def sources_dir(self) -> Path:
@@ -268,8 +290,11 @@ class Settings:
             snapshot_max_age=get(SNAPSHOT_MAX_AGE_ENV, lambda r: _duration(SNAPSHOT_MAX_AGE_ENV, r),
                                  SNAPSHOT_MAX_AGE_DEFAULT),
             sensor_interval_s=get(SENSOR_INTERVAL_ENV, lambda r: _int(SENSOR_INTERVAL_ENV, r, minimum=1), 30),
-            sglang_wait_s=get(SGLANG_WAIT_ENV, lambda r: _positive_seconds(SGLANG_WAIT_ENV, r), None),
             dagster_home=get("DAGSTER_HOME", _path, PROJECT_ROOT / ".dagster_home"),
+            endpoint_wait_s=get("EAGLE3_ENDPOINT_WAIT_S", lambda r: _seconds("EAGLE3_ENDPOINT_WAIT_S", r), None),
+            stream=get("EAGLE3_STREAM", lambda r: _bool("EAGLE3_STREAM", r), None),
+            stall_timeout_s=get("EAGLE3_STALL_TIMEOUT_S", lambda r: _seconds("EAGLE3_STALL_TIMEOUT_S", r), None),
+            allow_old_sglang=get("EAGLE3_ALLOW_OLD_SGLANG", lambda r: _bool("EAGLE3_ALLOW_OLD_SGLANG", r), None),
         )
         if problems:
             raise SettingsError(problems)
@@ -284,3 +309,17 @@ def settings() -> Settings:
 def gx_keep_validations() -> int:
     """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
     return settings().gx_keep_validations
+
+
+def generation_env(s: Settings | None = None) -> dict[str, object]:
+    """GenerationConfig overrides from the settings (only those that are set):
+
+    EAGLE3_ENDPOINT_WAIT_S   seconds a generations step waits for a routable endpoint, once (default 600)
+    EAGLE3_STREAM            stream /generate (SSE, stall detection); 0 for one JSON answer (default 1)
+    EAGLE3_STALL_TIMEOUT_S   silence between stream chunks that counts as a stall (default 300)
+    EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)
+    """
+    s = s or settings()
+    pairs = {"wait_for_endpoint_s": s.endpoint_wait_s, "stream": s.stream, "stall_timeout_s": s.stall_timeout_s,
+             "allow_old_server": s.allow_old_sglang}
+    return {k: v for k, v in pairs.items() if v is not None}

@@ -11,10 +11,12 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .config import PROJECT_ROOT, settings
 from .storage import DataPath, parquet_num_rows
@@ -72,13 +74,83 @@ def sglang_endpoint(extra_sim_args: list[str] | None = None) -> Iterator[str]:
         return
     from .sim.process import start_simulator
 
-    with start_simulator(extra_args=extra_sim_args or []) as sim:
-        os.environ["EAGLE3_SGLANG_URL"] = sim.url
-        try:
-            print(f"[demo] simulator (eagle3-sim) at {sim.url}, pid {sim.pid}", flush=True)
-            yield sim.url
-        finally:
-            os.environ.pop("EAGLE3_SGLANG_URL", None)
+    # A short drain: on a stop the client has already aborted its requests.
+    sim = start_simulator(extra_args=["--drain-timeout", "3", *(extra_sim_args or [])])
+    os.environ["EAGLE3_SGLANG_URL"] = sim.url
+    try:
+        print(f"[demo] simulator (eagle3-sim) at {sim.url}, pid {sim.pid}", flush=True)
+        yield sim.url
+    finally:
+        os.environ.pop("EAGLE3_SGLANG_URL", None)
+        sim.stop(timeout=5)
+
+
+class StopOnSignal:
+    """SIGINT (Ctrl-C) and SIGTERM: stop everything within seconds, in order.
+
+    The graph runs on a worker thread (`run`), so the signals stay here on the main thread (Dagster
+    installs its own handlers only on the main thread). The first signal marks this process's
+    running Dagster run CANCELING and asks every stage to stop (stopping.request_stop: the generation
+    client aborts its in-flight requests and stores what was answered); no further run starts; the
+    simulator is stopped on the way out. A second signal stops waiting for the cleanup.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.instance: Any = None
+        self._old: dict[int, Any] = {}
+        self._tty_err = 2
+
+    def __call__(self, signo: int, frame: Any) -> None:
+        from . import stopping
+
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        name = signal.Signals(signo).name
+        # os.write on the terminal's stderr saved at start: a signal handler must not wait on (or re-enter)
+        # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
+        os.write(self._tty_err, f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
+                    "resumes). Again to stop waiting for the cleanup.\n".encode())
+        if self.instance is not None:
+            try:
+                from .defs.run import cancel_own_runs
+
+                cancel_own_runs(self.instance)
+            except Exception as e:  # noqa: BLE001 - the stop itself must go on
+                print(f"[demo] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
+        stopping.request_stop(f"{name} received")
+
+    def run(self, fn: Any) -> Any:
+        """fn() on a worker thread; this (main) thread waits, handling the signals."""
+        import threading
+
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                box["v"] = fn()
+            except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+                box["e"] = e
+
+        th = threading.Thread(target=target, name="eagle3-graph", daemon=True)
+        th.start()
+        while th.is_alive():
+            th.join(0.2)
+        if "e" in box:
+            raise box["e"]
+        return box["v"]
+
+    def __enter__(self) -> "StopOnSignal":
+        self._tty_err = os.dup(2)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
+        os.close(self._tty_err)
 
 
 def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
@@ -96,6 +168,23 @@ def _text_exact_line(data_dir: DataPath, snap: str | None) -> list[str]:
     return [f"text-exact: {flagged} row(s) not text-exact (non-canonical tokenization): kept in training_samples and "
             f"specforge_prompts.jsonl, flagged in conversations.jsonl; specforge_preformatted.jsonl has "
             f"{pre.get('rows', '?')} row(s), {pre.get('rows_left_out', '?')} left out"]
+
+
+def current_generations(folder: DataPath) -> int:
+    """Stored generations of the shard's current cache keys (active.parquet), with output ids.
+
+    A shard folder also keeps samples of earlier revisions / sampling settings; error rows are never
+    in it. Without active.parquet the step did not complete: nothing is current.
+    """
+    from .generate import read_generations
+    from .storage import read_parquet
+
+    active = folder / "active.parquet"
+    if not active.exists():
+        return 0
+    ids = read_parquet(active, columns=["sample_id"]).get_column("sample_id")
+    gens = read_generations(folder)
+    return gens.filter(gens["sample_id"].is_in(ids.to_list()) & gens["output_ids"].is_not_null()).height
 
 
 def _fail_word(sh, check: str) -> str:
@@ -121,7 +210,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
     for sh in outcome.shards:
         k = int(sh.shard)
         tok = _rows(data_dir / "tokenized_prompts" / f"shard={k:04d}")
-        gen = _rows(data_dir / "generations" / f"shard={k:04d}")
+        gen = current_generations(data_dir / "generations" / f"shard={k:04d}")
         trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
         order = {a: i for i, a in enumerate(("tokenized_prompts", "generations", "training_samples"))}
         ranked = sorted(sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0]))
@@ -158,7 +247,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
         f"instance:   DAGSTER_HOME={settings().dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
-    lines.append(f"result:     {'SUCCESS' if outcome.success else 'FAILED'}")
+    lines.append(f"result:     {'STOPPED (rerun to resume)' if getattr(outcome, 'stopped', False) else 'SUCCESS' if outcome.success else 'FAILED'}")
     return "\n".join(lines)
 
 
@@ -227,11 +316,23 @@ def main(argv: list[str]) -> int:
 
     from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
 
-    with sglang_endpoint(args.sim_arg):
-        from .defs.run import materialize_graph
+    with StopOnSignal() as stopper:
+        try:
+            with sglang_endpoint(args.sim_arg):
+                from .defs.run import materialize_graph
 
-        instance = dg.DagsterInstance.get()
-        outcome = materialize_graph(defs, instance, shards=shards, run_publish=True)
+                instance = dg.DagsterInstance.get()
+                stopper.instance = instance
+                outcome = stopper.run(lambda: materialize_graph(defs, instance, shards=shards, run_publish=True,
+                                                                should_stop=lambda: stopper.requested))
+        except KeyboardInterrupt:
+            print("[demo] stopped: simulator ended, no further run started; rerun `eagle3 demo` to resume",
+                  file=sys.stderr, flush=True)
+            return 130
+    if outcome.stopped:
+        print("[demo] stopped: the interrupted run is marked canceled, no further run started; rerun "
+              "`eagle3 demo` to resume", file=sys.stderr, flush=True)
+        return 130
     print(summarize(outcome, settings().data_dir), flush=True)
     summary_path = settings().data_dir / "demo_summary.json"
     summary_path.write_text(json.dumps({
@@ -247,14 +348,28 @@ def ui_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     settings()  # validated before the UI starts
     ensure_dagster_home()
+    import time
+
     from .ingest import load_source_specs
+    from .sim.process import die_with_parent
 
     load_source_specs(settings().sources_dir)  # a bad source YAML: one line per problem, not a failed code location
-    with sglang_endpoint():
+    with StopOnSignal() as stopper, sglang_endpoint():
         env = dict(os.environ)
         cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", args.port]
         print(f"[ui] Dagster UI on http://127.0.0.1:{args.port}  (Ctrl-C to stop)", flush=True)
+        proc = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(signal.SIGTERM))
+        deadline = None
         try:
-            return subprocess.call(cmd, env=env, cwd=PROJECT_ROOT)
-        except KeyboardInterrupt:
-            return 0
+            while proc.poll() is None:
+                if stopper.requested and deadline is None:
+                    # A Ctrl-C in a terminal reached `dagster dev` too; a SIGTERM only us: pass it on.
+                    proc.send_signal(signal.SIGTERM)
+                    deadline = time.monotonic() + 20
+                if deadline is not None and time.monotonic() > deadline:
+                    proc.kill()
+                time.sleep(0.2)
+        except KeyboardInterrupt:  # a second signal: do not wait any longer
+            proc.kill()
+        proc.wait()
+        return 0 if stopper.requested else proc.returncode

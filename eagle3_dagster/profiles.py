@@ -37,6 +37,13 @@ class SamplingDefaults:
     top_p: float = 0.95
     top_k: int = -1
     min_p: float = 0.0
+    # Sent explicitly too (neutral values by default): SGLang merges --preferred-sampling-params under
+    # every request, so a field left out could be changed by whoever started the server.
+    min_new_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,18 @@ object storage) in batches, and the later steps read only what they need, stream
 which is all the echo feature and the sample preview look at), in one more pass over the shard.
 """
 
+import contextlib
+import logging
+
 import dagster as dg
 import polars as pl
 
-from ..config import COMPACT_ENV, settings  # noqa: F401 - COMPACT_ENV re-exported
-from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
+from ..config import COMPACT_ENV, generation_env, settings  # noqa: F401 - COMPACT_ENV re-exported
+from ..generate import (AuthError, GenerationConfig, ModelRevisionError, NoEndpointError, generate_shard,
+                        read_generations, sample_key)
+from ..generate.endpoints import EndpointRefusedError
+from ..generate.report import progress_line, result_line
+from ..stopping import StopRequested
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
@@ -32,6 +39,41 @@ def compact_after_chunks_from_env() -> int | None:
     if n is None:
         return GenerationConfig.__dataclass_fields__["compact_after_chunks"].default  # type: ignore[return-value]
     return n or None
+
+
+class _ToDagsterLog(logging.Handler):
+    """The generation client's log lines (endpoint states, stalls, weight changes) in the step's log."""
+
+    def __init__(self, context: dg.AssetExecutionContext) -> None:
+        super().__init__(logging.INFO)
+        self.context = context
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = record.getMessage()
+            if record.levelno >= logging.ERROR:
+                self.context.log.error(msg)
+            elif record.levelno >= logging.WARNING:
+                self.context.log.warning(msg)
+            else:
+                self.context.log.info(msg)
+        except Exception:  # noqa: BLE001 - logging must never break the step
+            pass
+
+
+@contextlib.contextmanager
+def client_logs_to(context: dg.AssetExecutionContext):
+    logger = logging.getLogger("eagle3_dagster.generate")
+    handler = _ToDagsterLog(context)
+    old = logger.level
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
 
 
 def tokenized_source(data, shard: int):
@@ -83,7 +125,7 @@ def generations(
     data = pipeline.data_path
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
-    overrides = {"compact_after_chunks": compact_after_chunks_from_env()}
+    overrides = {"compact_after_chunks": compact_after_chunks_from_env(), **generation_env()}
     if pipeline.max_new_tokens:
         overrides["max_new_tokens"] = pipeline.max_new_tokens
     if sglang.max_in_flight:
@@ -96,17 +138,32 @@ def generations(
         overrides["read_timeout_s"] = sglang.read_timeout_s
     if sglang.max_retries is not None:
         overrides["max_retries"] = sglang.max_retries
-    wait_s = sglang.wait_for_endpoint_s if sglang.wait_for_endpoint_s is not None else settings().sglang_wait_s
-    if wait_s is not None:
-        overrides["wait_for_endpoint_s"] = wait_s
+    for name in ("wait_for_endpoint_s", "stream", "stall_timeout_s"):
+        if getattr(sglang, name) is not None:
+            overrides[name] = getattr(sglang, name)
     config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
     out = shard_dir(data, "generations", shard)
+    key = f"{shard:04d}"
 
     def progress(p) -> None:
-        context.log.info(f"shard {shard}: {p}")
+        context.log.info(progress_line(key, p))
 
-    report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
-    context.log.info(f"shard {shard}: done {report}")
+    try:
+        with client_logs_to(context):
+            report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
+    except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested) as e:
+        # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
+        # A stop request (Ctrl-C / SIGTERM) must not be retried either.
+        raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
+    context.log.info(result_line(key, report))
+    if report.failed and not (report.succeeded or report.skipped_cached):
+        # Nothing usable came back: a green step with an empty table would hide it.
+        raise dg.Failure(
+            description=f"generations shard {key}: every one of the {report.failed} samples failed "
+                        f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
+                        "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
+                        "passing reason is sent again).",
+            metadata=to_metadata(report), allow_retries=False)
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     # The shard folder keeps every sample ever generated (a config change never deletes work);

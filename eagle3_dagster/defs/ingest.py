@@ -50,7 +50,8 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         except EmptySourceError as e:
             context.log.error(str(e))
             raise dg.Failure(description=str(e)) from None
-        context.log.info(f"source {spec.name}: {counts}")
+        context.log.info(f"source {spec.name}: read {counts.read:,} = accepted {counts.accepted:,} + rejected "
+                         f"{counts.rejected:,} + duplicates {counts.duplicates:,} + sampled out {counts.sampled_out:,}")
         health = assess(spec, counts)
         for problem in health.problems:
             context.log.warning(problem)
@@ -111,7 +112,9 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         per_shard = (
             read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
         )
-        context.log.info(f"prompts: {counts}")
+        context.log.info(f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
+                         f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
+                         f"duplicates, {counts.sampled_out:,} sampled out)")
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),

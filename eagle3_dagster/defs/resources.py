@@ -75,8 +75,10 @@ class SGLangFleet(dg.ConfigurableResource):
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
     read_timeout_s: Optional[float] = None
     max_retries: Optional[int] = None  # per request, on 5xx/reset/timeout (default 6)
-    # How long a generation step waits for a routable endpoint before failing (default EAGLE3_SGLANG_WAIT_S, else 900 s).
+    # One bounded wait for a routable endpoint per step (default EAGLE3_ENDPOINT_WAIT_S, else 600 s).
     wait_for_endpoint_s: Optional[float] = None
+    stream: Optional[bool] = None  # SSE with stall detection (default EAGLE3_STREAM, else on)
+    stall_timeout_s: Optional[float] = None  # silence between chunks = stall (default EAGLE3_STALL_TIMEOUT_S, else 300)
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:

@@ -10,7 +10,7 @@ import os
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import dagster as dg
 import psutil
@@ -70,6 +70,21 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return reaped
 
 
+def cancel_own_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark this process's unfinished runs CANCELING (a stop was asked for: Ctrl-C, SIGTERM).
+
+    The in-process executor then ends the interrupted run as CANCELED, not as a failure.
+    """
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+                              tags={HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())})
+    )
+    for run in runs:
+        instance.report_run_canceling(run, message="stop requested (Ctrl-C / SIGTERM): the run is canceled; "
+                                                   "a rerun resumes from what was stored")
+    return [r.run_id for r in runs]
+
+
 def check_shard_keys(shards: list[str] | None, valid: list[str] | None = None) -> None:
     """Refuse unknown shard keys before anything is written, listing the valid ones."""
     valid = list(shard_partitions.get_partition_keys()) if valid is None else valid
@@ -109,6 +124,7 @@ class GraphOutcome:
     publish_checks: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
     publish_run_id: str = ""
     reaped_runs: list[str] = field(default_factory=list)  # dead runs failed and freed before starting
+    stopped: bool = False  # a stop was requested: the remaining shards and the snapshot were not started
     ingest_failed_checks: dict[str, str] = field(default_factory=dict)  # "asset:check" -> "ERROR" | "WARN"
     ingest_errors: list[str] = field(default_factory=list)
     publish_failed_checks: dict[str, str] = field(default_factory=dict)
@@ -119,7 +135,7 @@ class GraphOutcome:
         """Every run succeeded and no ERROR-severity check failed anywhere (ingest, shards, publish)."""
         no_errors = "ERROR" not in (*self.ingest_failed_checks.values(), *self.publish_failed_checks.values())
         return (self.ingest_success and all(s.ok for s in self.shards) and self.publish_success is not False
-                and no_errors)
+                and no_errors and not self.stopped)
 
     @property
     def warnings(self) -> list[str]:
@@ -172,13 +188,16 @@ def materialize_graph(
     run_ingest: bool = True,
     run_publish: bool = False,
     run_config: dict[str, Any] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
     """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot.
 
     A failed shard does not stop the others, and the snapshot step still runs: it records which
-    shards it left out and why.
+    shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
+    is started: the outcome says `stopped`.
     """
     check_shard_keys(shards)  # before anything is written: an unknown key lists the valid ones
+    stop = should_stop or (lambda: False)
     assets = list(defs.assets or [])
     res = dict(defs.resources or {})
     res.update(resources or {})
@@ -195,10 +214,14 @@ def materialize_graph(
         if not r.success:
             return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, ingest_failed_checks=ingest_checks,
                                 ingest_errors=ingest_errors)
+        if stop():
+            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, stopped=True)
     else:
         ingest_checks, ingest_errors = {}, []
     outcomes = []
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
+        if stop():
+            break
         r = dg.materialize(
             assets,
             selection=dg.AssetSelection.assets(*SHARD_ASSETS),
@@ -222,9 +245,9 @@ def materialize_graph(
                 errors=_errors(r),
             )
         )
-    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped,
+    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped, stopped=stop(),
                            ingest_failed_checks=ingest_checks, ingest_errors=ingest_errors)
-    if run_publish:
+    if run_publish and not outcome.stopped:
         r = dg.materialize(
             assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
             run_config=run_config or QUIET, tags=tags,

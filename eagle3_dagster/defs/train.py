@@ -91,7 +91,8 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
     gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
-    context.log.info(f"shard {shard}: {counts}")
+    context.log.info(f"training_samples shard {shard:04d}: " + " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
+                                                                   for k, v in dict(counts).items()))
     if parse_counts["text_exact_false"]:
         context.log.warning(
             f"shard {shard}: {parse_counts['text_exact_false']} of {counts['samples']} rows are not text-exact "

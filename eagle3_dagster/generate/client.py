@@ -2,7 +2,18 @@
 
 Classification (spec §4): connect errors, resets (also a body cut mid-way), read timeouts, 408,
 429 and 5xx are retried with jittered exponential backoff; a 400 is final and recorded with the
-server's message. A retry gets a new rid (sample_id + run nonce + attempt): SGLang 0.5.23 refuses
+server's message. A 200 whose body is not a result (an `error` object, or no `output_ids` /
+`meta_info`) is the error `server_error_body`, never a success. A 503 "No available workers" from an
+sglang-router means the endpoint has nothing to route to: the sample waits for the endpoint (bounded
+by the endpoint wait) without spending a retry.
+
+Streaming (`stream=True`, spec §3.5): the response is read as SSE with an idle timeout between
+chunks, so a request that goes quiet (a stuck request, a proxy that dropped the connection) is
+detected in `stall_timeout_s` however long the generation is; the wait before the first chunk is
+bounded separately (`first_chunk_timeout_s`: queued requests send nothing). Only the last event is
+parsed when the server streams cumulative `output_ids` (the default), every delta when it streams
+increments. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
+new rid. A retry gets a new rid (sample_id + run nonce + attempt): SGLang 0.5.23 refuses
 a rid that is still in flight, and the old request may be running server-side after a timeout.
 """
 
@@ -11,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .endpoints import AuthError, Endpoint, EndpointPool, jittered_backoff
+from .endpoints import AuthError, Endpoint, EndpointPool, jittered_backoff, parse_version
 from .report import RunStats
 
 log = logging.getLogger(__name__)
@@ -50,6 +62,14 @@ class _Retry(Exception):
         self.breaker = breaker
 
 
+class _Unroutable(Exception):
+    """The endpoint (a router) has no worker to send to: wait for it, do not spend a retry."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
 class _Final(Exception):
     def __init__(self, reason: str, status: int | None, detail: str) -> None:
         super().__init__(detail)
@@ -76,7 +96,40 @@ def _error_message(body: bytes) -> str:
     return text[:1000]
 
 
-def integrity_violations(resp: dict[str, Any]) -> list[str]:
+_SECRETISH = re.compile(r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+")
+
+
+def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """A server's message fit for logs and error rows: known secrets and key-like strings removed, truncated."""
+    for sec in secrets:
+        if sec and len(sec) >= 4:
+            msg = msg.replace(sec, "[redacted]")
+    msg = _SECRETISH.sub(lambda m: (m.group(1) or m.group(3) or "") + "[redacted]", msg)
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+def not_a_result(data: Any) -> str | None:
+    """Why a 200 body is not a generation result (spec §3.1, §3.5), or None when it is one."""
+    if not isinstance(data, dict):
+        return f"expected one JSON object, got {type(data).__name__}"
+    err = data.get("error")
+    if err is not None:
+        if isinstance(err, dict):
+            return str(err.get("message") or json.dumps(err)[:1000])
+        return str(err)
+    missing = [k for k in ("output_ids", "meta_info") if k not in data]
+    if missing:
+        return f"body lacks {' and '.join(missing)} (keys: {sorted(data)[:8]})"
+    if not isinstance(data.get("output_ids"), list) or not isinstance(data.get("meta_info"), dict):
+        return "output_ids is not a list or meta_info is not an object"
+    return None
+
+
+NAN_FINISH = "NaN happened"
+
+
+def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = None) -> list[str]:
     """Checks the spec asks for on every response (§3.1, §7); violations are recorded, never hidden."""
     out: list[str] = []
     ids = resp.get("output_ids")
@@ -94,39 +147,143 @@ def integrity_violations(resp: dict[str, Any]) -> list[str]:
         if isinstance(m, int) and not isinstance(m, bool):
             if not ids or ids[-1] != m:
                 out.append(f"stop_matched_{m}_ne_last_output_id_{ids[-1] if ids else None}")
+        elif m == NAN_FINISH:
+            # SGLang sampled NaN / an out-of-vocab id and replaced the last id with EOS (spec §3.3).
+            out.append("nan_happened")
     elif isinstance(fr, dict) and fr.get("type") == "length":
         n = fr.get("length")
         if isinstance(n, int) and len(ids) != n:
             out.append(f"length_finish_{n}_ne_len_output_ids_{len(ids)}")
+        elif max_new_tokens is not None and len(ids) < max_new_tokens:
+            # The server clamped max_new_tokens (context limit, max_req_len): a truncated trace.
+            out.append(f"length_capped_by_server_{len(ids)}_lt_max_new_tokens_{max_new_tokens}")
     return out
+
+
+@dataclass(frozen=True)
+class StreamMode:
+    """How to read a streamed answer: timeouts, and whether `output_ids` come as deltas (server flag)."""
+
+    first_chunk_timeout_s: float
+    stall_timeout_s: float
+    stream_interval: int | None
+
+
+async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dict[str, Any]:
+    """SSE events -> one result dict; raises _Retry('stall') on silence, _Retry('reset') on a cut stream."""
+    loop = asyncio.get_running_loop()
+    incremental = ep.incremental_stream
+    buf = bytearray()
+    last: bytes | None = None
+    ids: list[int] = []
+    texts: list[str] = []
+    events = 0
+    done = False
+    try:
+        async with asyncio.timeout(mode.first_chunk_timeout_s) as cm:
+            async for raw in r.aiter_raw():
+                cm.reschedule(loop.time() + mode.stall_timeout_s)
+                start = max(0, len(buf) - 1)  # only the new bytes (and one before) can hold a new separator
+                buf += raw
+                while True:
+                    cut = buf.find(b"\n\n", start)
+                    if cut < 0:
+                        break
+                    ev = bytes(buf[:cut]).strip()
+                    del buf[:cut + 2]
+                    start = 0
+                    if not ev.startswith(b"data:"):
+                        continue
+                    payload = ev[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    events += 1
+                    last = payload
+                    if incremental:
+                        d = json.loads(payload)
+                        if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
+                            ids.extend(d["output_ids"])
+                            if isinstance(d.get("text"), str):
+                                texts.append(d["text"])
+                if done:
+                    break
+    except TimeoutError:
+        what = "first chunk" if events == 0 else f"chunk {events + 1}"
+        wait = mode.first_chunk_timeout_s if events == 0 else mode.stall_timeout_s
+        raise _Retry("stall", None, f"{ep.name}: stream silent for {wait:g}s waiting for the {what}",
+                     breaker=False, url=ep.url) from None
+    if not done or last is None:
+        raise _Retry("reset", None, f"{ep.name}: stream ended without [DONE] after {events} chunks", breaker=True)
+    try:
+        data = json.loads(last)
+    except ValueError:
+        raise _Retry("bad_body", 200, f"{ep.name}: stream chunk that is not JSON", breaker=True) from None
+    if incremental and isinstance(data, dict) and "error" not in data:
+        data["output_ids"] = ids
+        if ep.server_version.startswith("0.5.9"):
+            pass  # 0.5.9 --stream-output: text stays cumulative, the last chunk has all of it
+        else:
+            data["text"] = "".join(texts)
+    return data
 
 
 async def _attempt(
     pool: EndpointPool,
     client: httpx.AsyncClient,
     headers: dict[str, str],
-    body: bytes,
+    payload: dict[str, Any],
     timeout: httpx.Timeout,
     stats: RunStats,
+    stream: StreamMode | None,
+    on_endpoint: Any = None,
 ) -> tuple[dict[str, Any], Endpoint, float]:
     ep = await pool.acquire()
+    if on_endpoint is not None:
+        on_endpoint(ep)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     ok = False
     breaker = False
     stats.requests_sent += 1
     stats.in_flight += 1
+    body = payload
+    if stream is not None:
+        sp = dict(payload["sampling_params"])
+        if stream.stream_interval:
+            sp["stream_interval"] = stream.stream_interval
+        body = {**payload, "sampling_params": sp, "stream": True}
+    content = json.dumps(body, separators=(",", ":")).encode()
     try:
         try:
-            r = await client.post(ep.url + "/generate", content=body, headers=headers, timeout=timeout)
+            if stream is None:
+                r = await client.post(ep.url + "/generate", content=content, headers=headers, timeout=timeout)
+                st = r.status_code
+                raw = r.content
+            else:
+                t = httpx.Timeout(connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write,
+                                  pool=None)
+                async with client.stream("POST", ep.url + "/generate", content=content, headers=headers,
+                                         timeout=t) as r:
+                    st = r.status_code
+                    if st == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
+                        data = await _read_stream(r, ep, stream)
+                        raw = b""
+                    else:
+                        raw = await r.aread()
+                        data = None
         except httpx.ConnectError as e:
             breaker = True
-            pool.mark_unhealthy(ep)
+            pool.mark_unhealthy(ep, e)
             raise _Retry("connect", None, f"{ep.name}: connect error: {type(e).__name__}", breaker=True) from None
         except httpx.ConnectTimeout:
             breaker = True
             raise _Retry("connect", None, f"{ep.name}: connect timeout", breaker=True) from None
         except httpx.ReadTimeout:
+            if stream is not None:
+                # No response headers within the first-chunk limit: the same silence as a stall.
+                raise _Retry("stall", None, f"{ep.name}: no answer within {stream.first_chunk_timeout_s:g}s",
+                             breaker=False, url=ep.url) from None
             # Not a breaker failure: a slow server is working, only our patience ran out.
             raise _Retry("read_timeout", None, f"{ep.name}: read timeout after {timeout.read}s", breaker=False, url=ep.url) from None
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.PoolTimeout, httpx.WriteTimeout) as e:
@@ -135,23 +292,43 @@ async def _attempt(
         except httpx.TransportError as e:
             breaker = True
             raise _Retry("transport", None, f"{ep.name}: {type(e).__name__}", breaker=True) from None
-        st = r.status_code
         if st == 200:
-            try:
-                data = json.loads(r.content)
-            except ValueError:
-                breaker = True
-                raise _Retry("bad_body", 200, f"{ep.name}: 200 with a body that is not JSON", breaker=True) from None
-            if not isinstance(data, dict):
-                raise _Final("unexpected_body", 200, f"expected one JSON object, got {type(data).__name__}")
+            if stream is None or data is None:
+                try:
+                    data = json.loads(raw)
+                except ValueError:
+                    breaker = True
+                    ctype = r.headers.get("content-type", "?")
+                    raise _Retry("bad_body", 200, f"{ep.name}: 200 with a body that is not JSON ({ctype})", breaker=True) from None
+            why = not_a_result(data)
+            if why is not None and stream is not None and isinstance(data, dict) and isinstance(data.get("error"), dict):
+                # In a stream, request errors found before the first token come as a 200 chunk
+                # {"error": {...}} (spec §3.5); 0.5.23 adds the status as `code`, 0.5.9 only sends
+                # these for validation errors (400).
+                err = data["error"]
+                code = err.get("code")
+                if not isinstance(code, int) and (parse_version(ep.server_version) or (9,)) < (0, 5, 23):
+                    code = 400
+                if isinstance(code, int):
+                    if code in RETRYABLE_STATUS or err.get("retryable") is True:
+                        raise _Retry(f"http_{code}", code, why, breaker=code not in BUSY_STATUS and code >= 500)
+                    raise _Final(f"http_{code}", code, why)
+            if why is not None:
+                # A 200 that is not a result (SGLang answers some errors as HTTP 200 {"error": ...}).
+                # Not a transport failure: the circuit stays as it is (breaker=False).
+                raise _Final("server_error_body", 200, why)
             ok = True
             return data, ep, loop.time() - t0
-        msg = _error_message(r.content)
+        msg = _error_message(raw)
         if st in (401, 403):
             raise AuthError(f"{ep.name}/generate answered {st}: the API key (env var) is missing or wrong")
         if st == 400 and "Duplicate request ID" in msg:
             # A rid of ours still in flight server-side (a killed earlier run): retry with a fresh rid.
             raise _Retry("duplicate_rid", st, msg, breaker=False)
+        if st == 503 and "No available workers" in msg:
+            # sglang-router with no healthy worker: the endpoint is unroutable, not this sample broken.
+            pool.mark_unroutable(ep, f"router: {msg[:120]}")
+            raise _Unroutable(f"{ep.name}: 503 {msg[:200]}")
         if st in RETRYABLE_STATUS:
             breaker = st not in BUSY_STATUS
             raise _Retry(f"http_{st}", st, msg, breaker=breaker)
@@ -171,12 +348,15 @@ def _spawn(coro: Any) -> None:
     t.add_done_callback(_background.discard)
 
 
-async def _abort_quietly(client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str) -> None:
-    """After our timeout the server may still be generating: tell it to stop (best effort)."""
+async def abort_rid(client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str, timeout: float = 5.0) -> None:
+    """Tell the server to stop a request of ours (best effort: errors are ignored)."""
     try:
-        await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=5.0)
+        await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
     except Exception:
         pass
+
+
+_abort_quietly = abort_rid
 
 
 async def generate_one(
@@ -193,26 +373,49 @@ async def generate_one(
     backoff_base_s: float,
     backoff_max_s: float,
     stats: RunStats,
+    stream: StreamMode | None = None,
+    unroutable_wait_s: float = 900.0,
+    in_flight: dict[str, str] | None = None,
 ) -> Outcome:
+    """One sample to completion. `in_flight` (rid -> endpoint URL) lets the caller abort what is running on stop."""
     attempt = 0
     timeouts = 0
+    unroutable = 0
+    loop = asyncio.get_running_loop()
+    unroutable_since: float | None = None
     while True:
-        rid = f"{rid_base}-{attempt}"
-        body = json.dumps(
-            {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False},
-            separators=(",", ":"),
-        ).encode()
+        rid = f"{rid_base}-{attempt}" if not unroutable else f"{rid_base}-{attempt}u{unroutable}"
+        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
         # After each read timeout the next attempt waits twice as long: short timeouts plus
         # retries would otherwise throw the same GPU work away forever (spec §8).
         read_t = read_timeout_s * (2**timeouts)
         timeout = httpx.Timeout(connect=connect_timeout_s, read=read_t, write=connect_timeout_s + 60.0, pool=None)
+
+        def track(ep: Endpoint, rid: str = rid) -> None:
+            if in_flight is not None:
+                in_flight[rid] = ep.url
+
         try:
-            data, ep, lat = await _attempt(pool, client, headers, body, timeout, stats)
+            data, ep, lat = await _attempt(pool, client, headers, payload, timeout, stats, stream, track)
+        except _Unroutable as e:
+            # Not the sample's fault: wait for the endpoint (the pool probes it), keep the retries.
+            now = loop.time()
+            unroutable_since = unroutable_since or now
+            stats.retried["no_available_workers"] += 1
+            unroutable += 1
+            if now - unroutable_since > unroutable_wait_s:
+                return Outcome(None, "", rid, 0.0, reason="no_available_workers", status=503,
+                               detail=f"{e.detail} for {now - unroutable_since:.0f}s", attempts=attempt + 1)
+            await asyncio.sleep(jittered_backoff(min(unroutable, 6), backoff_base_s, backoff_max_s))
+            continue
         except _Retry as e:
-            if e.kind == "read_timeout":
-                timeouts += 1
+            if e.kind in ("read_timeout", "stall"):
+                if e.kind == "read_timeout":
+                    timeouts += 1
                 if e.url:
-                    _spawn(_abort_quietly(client, headers, e.url, rid))
+                    _spawn(abort_rid(client, headers, e.url, rid))
+            if e.kind == "stall":
+                log.warning("request %s stalled (%s): aborted, retrying with a new rid", rid, e.detail)
             if attempt >= max_retries:
                 return Outcome(None, "", rid, 0.0, reason="retries_exhausted", status=e.status,
                                detail=f"{e.kind} after {attempt + 1} attempts: {e.detail}", attempts=attempt + 1)
@@ -223,6 +426,11 @@ async def generate_one(
             continue
         except _Final as e:
             return Outcome(None, "", rid, 0.0, reason=e.reason, status=e.status, detail=e.detail, attempts=attempt + 1)
+        finally:
+            task = asyncio.current_task()
+            if in_flight is not None and (task is None or not task.cancelling()):
+                in_flight.pop(rid, None)  # kept when cancelled (a stop): the run aborts it on the server
+        unroutable_since = None
         fr = (data.get("meta_info") or {}).get("finish_reason")
         if isinstance(fr, dict) and fr.get("type") == "abort":
             code = fr.get("status_code")
@@ -232,7 +440,8 @@ async def generate_one(
             # An aborted sample is partial: retry it rather than store half a trace.
             if attempt >= max_retries:
                 return Outcome(None, ep.name, rid, lat, reason="aborted", status=code, detail=msg, attempts=attempt + 1)
-            stats.retried["abort"] += 1
+            # A streamed scheduler refusal (503 queue full, ...) is an abort chunk with its status.
+            stats.retried[f"http_{code}" if isinstance(code, int) and code in RETRYABLE_STATUS else "abort"] += 1
             attempt += 1
             await asyncio.sleep(jittered_backoff(attempt - 1, backoff_base_s, backoff_max_s))
             continue

@@ -22,6 +22,11 @@ class GenerationConfig:
     top_p: float
     top_k: int = -1
     min_p: float = 0.0
+    min_new_tokens: int = 0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     max_in_flight: int | None = None  # None -> sum over endpoints of /server_info max_running_requests + headroom, else 64
     read_timeout_s: float = 3600.0  # long: a client disconnect aborts the GPU work server-side
@@ -42,7 +47,21 @@ class GenerationConfig:
     probe_interval_s: float = 1.0  # how often unroutable / circuit-open endpoints are probed back in
     breaker_threshold: int = 5  # consecutive transport/5xx failures that take an endpoint out
     breaker_cooldown_s: float = 1.0  # first open period; doubles on each re-open up to backoff_max_s
-    wait_for_endpoint_s: float = 900.0  # fail the shard loudly if no endpoint is routable for this long
+    # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it):
+    # every endpoint's state is logged at once and every 25 s, then the step fails naming them all.
+    wait_for_endpoint_s: float = 600.0
+    # Streaming (SSE): silence between chunks longer than stall_timeout_s means the request is stuck
+    # (or a proxy dropped it): it is aborted and retried with a new rid. Queued requests send nothing,
+    # so the first chunk gets its own, generous limit. stream_interval: tokens per chunk (None: about
+    # 4 chunks per sample, 16..2048 tokens); each cumulative chunk carries all ids so far, so fewer
+    # chunks keep the client's CPU near the non-streamed path (bench/generate.py stream_cpu_ratio_8k).
+    # stall_timeout_s must exceed
+    # stream_interval x the slowest per-request token time of the fleet.
+    stream: bool = True
+    stall_timeout_s: float = 300.0
+    first_chunk_timeout_s: float = 1800.0
+    stream_interval: int | None = None
+    allow_old_server: bool = False  # /server_info version < 0.5.9 is refused unless this is set
     write_retries: int = 3
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
@@ -64,6 +83,10 @@ class GenerationConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.flush_every_n < 1:
             raise ValueError(f"flush_every_n must be >= 1, got {self.flush_every_n}")
+        if self.stall_timeout_s <= 0 or self.first_chunk_timeout_s <= 0:
+            raise ValueError("stall_timeout_s and first_chunk_timeout_s must be > 0")
+        if self.stream_interval is not None and self.stream_interval < 1:
+            raise ValueError(f"stream_interval must be >= 1 (or None: automatic), got {self.stream_interval}")
         if self.compact_after_chunks is not None and self.compact_after_chunks < 1:
             raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
@@ -86,6 +109,11 @@ class GenerationConfig:
             top_p=s.top_p,
             top_k=s.top_k,
             min_p=s.min_p,
+            min_new_tokens=s.min_new_tokens,
+            frequency_penalty=s.frequency_penalty,
+            presence_penalty=s.presence_penalty,
+            repetition_penalty=s.repetition_penalty,
+            ignore_eos=s.ignore_eos,
             stop_token_ids=tuple(profile.stop_token_ids),
             vocab_size=profile.vocab_size,
         )
@@ -99,14 +127,23 @@ class GenerationConfig:
     def with_(self, **changes: Any) -> "GenerationConfig":
         return replace(self, **changes)
 
+    def effective_stream_interval(self) -> int:
+        if self.stream_interval is not None:
+            return int(self.stream_interval)
+        return max(16, min(2048, -(-int(self.max_new_tokens) // 4)))
+
 
 def sampling_params(config: GenerationConfig) -> dict[str, Any]:
     """The exact `sampling_params` sent with every request.
 
     max_new_tokens is always explicit (the native default of 128 truncates reasoning); the two
     special-token flags only affect `text`, which we keep for reference, never `output_ids`.
-    Only keys the sglang-router forwards are used, except spaces_between_special_tokens, which a
-    router drops silently and which again only touches `text`.
+    Every field that changes the distribution is sent, from the profile, so the server's
+    `--preferred-sampling-params` cannot change it unseen (a server default for a field not sent
+    here refuses the endpoint: endpoints.DISTRIBUTION_KEYS). Only keys the sglang-router forwards
+    are used, except spaces_between_special_tokens, which a router drops silently and which again
+    only touches `text`. `stream_interval` is added per request when streaming (not hashed: it
+    does not change what is generated).
     """
     p: dict[str, Any] = {
         "max_new_tokens": int(config.max_new_tokens),
@@ -114,6 +151,11 @@ def sampling_params(config: GenerationConfig) -> dict[str, Any]:
         "top_p": float(config.top_p),
         "top_k": int(config.top_k),
         "min_p": float(config.min_p),
+        "min_new_tokens": int(config.min_new_tokens),
+        "frequency_penalty": float(config.frequency_penalty),
+        "presence_penalty": float(config.presence_penalty),
+        "repetition_penalty": float(config.repetition_penalty),
+        "ignore_eos": bool(config.ignore_eos),
         "skip_special_tokens": False,
         "spaces_between_special_tokens": False,
     }

@@ -6,13 +6,29 @@ States: an endpoint is routable when its last /health was 200 and its circuit is
 on every re-open, capped); after it, a /health 200 makes it half-open: one trial request at a
 time; a success closes the circuit, a failure opens it again. /health alone cannot close it,
 because a server can answer /health while every /generate fails.
+
+Routers (sglang-router / SMG, spec §6): `/health` there is liveness only, so an endpoint that
+answers `/readiness` (plain SGLang servers answer 404) is a router and is probed there. Its worker
+list (`/workers`, or `/list_workers`) sizes the in-flight window and every worker's revision is read
+where the worker is reachable.
+
+Refused for the whole run (never routable, the step fails at once if nothing else is left): another
+model revision; `/server_info` version older than 0.5.9 (unless allowed); `preferred_sampling_params`
+that set a sampling field the client does not send (it would change the distribution unseen).
+
+While nothing is routable the pool logs every endpoint and its state (`connection refused`, `not an
+SGLang server: /model_info answered text/html`, `/health 503`, ...) at once and then every
+`report_every_s`, and gives up after `wait_for_endpoint_s` naming every endpoint and its state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import json
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +49,61 @@ class AuthError(RuntimeError):
 
 class ModelRevisionError(RuntimeError):
     """The endpoints serve different model revisions; mixing them would poison a dataset."""
+
+
+class EndpointRefusedError(RuntimeError):
+    """Every endpoint was refused for this run (old server version, server-side sampling defaults, ...)."""
+
+
+MIN_SERVER_VERSION = (0, 5, 9)
+# Sampling fields that change what is generated (spec §2.2); a server default for one the client
+# does not send would change the data invisibly. Text-only flags are harmless.
+DISTRIBUTION_KEYS = frozenset({
+    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
+    "presence_penalty", "repetition_penalty", "stop", "stop_regex", "stop_token_ids", "ignore_eos", "n",
+    "sampling_seed", "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "custom_params",
+})
+
+
+def parse_version(v: Any) -> tuple[int, ...] | None:
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(v or ""))
+    if not m:
+        return None
+    return tuple(int(x) for x in m.groups() if x is not None)
+
+
+def preferred_params_of(info: dict[str, Any]) -> dict[str, Any]:
+    """`preferred_sampling_params` from /model_info: SGLang reports the CLI's JSON string (or null)."""
+    raw = info.get("preferred_sampling_params")
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return {"<unparsed>": raw}
+    return dict(raw) if isinstance(raw, dict) else {"<unparsed>": raw}
+
+
+def describe_error(e: BaseException, path: str, timeout: float) -> str:
+    """A transport error as a person reads it."""
+    if isinstance(e, httpx.ConnectError):
+        cause: BaseException | None = e
+        while cause is not None:
+            if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
+                return "connection refused"
+            cause = cause.__cause__ or cause.__context__
+        text = str(e).lower()
+        if "refused" in text:
+            return "connection refused"
+        if "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text:
+            return f"host name does not resolve ({e})"
+        return f"cannot connect ({e or type(e).__name__})"
+    if isinstance(e, httpx.ConnectTimeout):
+        return "connect timeout"
+    if isinstance(e, httpx.TimeoutException):
+        return f"no answer to {path} within {timeout:g}s"
+    return f"{path}: {type(e).__name__}: {e}"[:200]
 
 
 def display_url(url: str) -> str:
@@ -66,10 +137,18 @@ class Endpoint:
     revision_checked: bool = False
     revision: str = ""
     server_info: dict[str, Any] = field(default_factory=dict)
+    kind: str = ""  # "server" | "router" once known
+    state: str = "not probed yet"  # why it is (not) routable, for people
+    refused: str = ""  # refused for the whole run: the reason
+    server_version: str = ""
+    incremental_stream: bool = False  # --incremental-streaming-output: stream chunks carry deltas
+    preferred_sampling_params: dict[str, Any] = field(default_factory=dict)
+    workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
+    worker_window: int | None = None  # a router's in-flight window from its workers
 
     @property
     def routable(self) -> bool:
-        if not self.healthy or self.circuit_open or self.mismatched:
+        if not self.healthy or self.circuit_open or self.mismatched or self.refused:
             return False
         return not self.half_open or self.outstanding == 0  # half-open: one trial request at a time
 
@@ -117,7 +196,15 @@ class EndpointPool:
         wait_for_endpoint_s: float,
         cooldown_base_s: float = 1.0,
         cooldown_max_s: float = 30.0,
+        report_every_s: float = 25.0,
+        first_report_s: float = 5.0,
+        allow_old_server: bool = False,
+        sent_sampling_keys: frozenset[str] | None = None,
     ) -> None:
+        self.report_every_s = report_every_s
+        self.first_report_s = first_report_s
+        self.allow_old_server = allow_old_server
+        self.sent_sampling_keys = sent_sampling_keys
         self.cooldown_base_s = cooldown_base_s
         self.cooldown_max_s = cooldown_max_s
         self.endpoints = [Endpoint(url=u, name=display_url(u)) for u in urls]
@@ -137,31 +224,68 @@ class EndpointPool:
         return f"EndpointPool({[e.name for e in self.endpoints]!r})"
 
     # -- probing ---------------------------------------------------------------------------
+    async def _get(self, ep: Endpoint, path: str, timeout: float | None = None) -> httpx.Response:
+        return await self.client.get(ep.url + path, headers=self._headers, timeout=timeout or self.health_timeout_s)
+
     async def _get_json(self, ep: Endpoint, path: str) -> dict[str, Any] | None:
+        data, _ = await self._get_json_why(ep, path)
+        return data
+
+    async def _get_json_why(self, ep: Endpoint, path: str) -> tuple[dict[str, Any] | None, str]:
+        """(the JSON object, "") or (None, why not) for one GET."""
         try:
-            r = await self.client.get(ep.url + path, headers=self._headers, timeout=self.health_timeout_s)
-        except httpx.HTTPError:
-            return None
+            r = await self._get(ep, path)
+        except httpx.HTTPError as e:
+            return None, describe_error(e, path, self.health_timeout_s)
         if r.status_code in (401, 403):
             raise AuthError(f"{ep.name}{path} answered {r.status_code}: the API key (env var) is missing or wrong")
+        ctype = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
         if r.status_code != 200:
-            return None
+            return None, f"{path} answered {r.status_code} ({ctype})"
         try:
             data = r.json()
         except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+            return None, f"not an SGLang server: {path} answered {ctype}"
+        if not isinstance(data, dict):
+            return None, f"not an SGLang server: {path} answered a JSON {type(data).__name__}"
+        return data, ""
+
+    async def _probe(self, ep: Endpoint) -> bool:
+        """One liveness/readiness probe; sets ep.state. Routers are probed at /readiness (their /health is liveness)."""
+        try:
+            if ep.kind != "server":
+                r = await self._get(ep, "/readiness")
+                if r.status_code in (200, 503) and "html" not in r.headers.get("content-type", ""):
+                    ep.kind = "router"
+                    if r.status_code == 503:
+                        ep.health_503 += 1
+                        ep.state = "router has no ready worker (/readiness 503)"
+                        return False
+                    return True
+                if ep.kind == "router":
+                    ep.state = f"router /readiness answered {r.status_code}"
+                    return False
+                ep.kind = "server" if r.status_code in (404, 405) else ep.kind
+            r = await self._get(ep, "/health")
+        except httpx.HTTPError as e:
+            ep.state = describe_error(e, "/health" if ep.kind == "server" else "/readiness", self.health_timeout_s)
+            return False
+        if r.status_code == 200:
+            return True
+        if r.status_code == 503:
+            ep.health_503 += 1
+            ep.state = "starting or draining (/health 503)"
+        else:
+            ctype = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+            ep.state = f"/health answered {r.status_code} ({ctype})"
+        return False
 
     async def check_health(self, ep: Endpoint) -> bool:
-        try:
-            r = await self.client.get(ep.url + "/health", headers=self._headers, timeout=self.health_timeout_s)
-            ok = r.status_code == 200
-            if r.status_code == 503:
-                ep.health_503 += 1
-        except httpx.HTTPError:
-            ok = False
+        ok = await self._probe(ep)
         if ok and not ep.revision_checked:
             ok = await self._check_revision(ep)
+        if ok:
+            ep.state = "routable" if not ep.circuit_open else "circuit open (cooling down)"
         was = ep.routable
         ep.healthy = ok
         if ok and ep.circuit_open and time.monotonic() >= ep.open_until:
@@ -169,27 +293,102 @@ class EndpointPool:
             ep.circuit_open = False
             ep.half_open = True
         if ep.routable != was:
-            log.info("endpoint %s is now %s", ep.name, "routable" if ep.routable else "not routable")
+            log.info("endpoint %s is now %s", ep.name, "routable" if ep.routable else f"not routable: {ep.state}")
             self._changed.set()
         return ep.routable
 
+    def _refuse(self, ep: Endpoint, why: str) -> None:
+        ep.refused = why
+        ep.state = f"refused: {why}"
+        log.error("endpoint %s refused for this run: %s", ep.name, why)
+
     async def _check_revision(self, ep: Endpoint) -> bool:
-        """First time an endpoint is healthy: read what it serves; refuse a different revision."""
-        info = await self._get_json(ep, "/model_info")
+        """First time an endpoint is healthy: what it serves, its version and server-side defaults."""
+        info, why = await self._get_json_why(ep, "/model_info")
         if info is None:
-            info = await self._get_json(ep, "/get_model_info")
-        if info is None:
-            return False  # not ready to tell us what it serves: not routable yet
+            info, why2 = await self._get_json_why(ep, "/get_model_info")
+            if info is None:
+                ep.state = why if why.startswith("not an SGLang") else (why2 if why2.startswith("not an SGLang") else why)
+                return False  # not ready to tell us what it serves (or not SGLang at all): not routable
         rev = model_revision_of(info)
         ep.revision = rev
+        ep.preferred_sampling_params = preferred_params_of(info)
         if self.model_revision is None:
             self.model_revision = rev
         elif rev != self.model_revision:
             log.error("endpoint %s serves %s, the run uses %s: excluded", ep.name, rev, self.model_revision)
             ep.mismatched = True
+            ep.state = f"serves {rev}, the run uses {self.model_revision}"
         ep.server_info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info") or {}
+        self._note_server_info(ep)
         ep.revision_checked = True
-        return not ep.mismatched
+        if ep.kind == "router" and not ep.mismatched:
+            await self._check_router_workers(ep)
+        self._check_preferred(ep)
+        return not ep.mismatched and not ep.refused
+
+    def _note_server_info(self, ep: Endpoint) -> None:
+        info = ep.server_info
+        ep.server_version = str(info.get("version") or "")
+        ep.incremental_stream = bool(info.get("incremental_streaming_output") or info.get("stream_output"))
+        v = parse_version(ep.server_version)
+        if v is not None and v < MIN_SERVER_VERSION and not self.allow_old_server:
+            self._refuse(ep, f"SGLang {ep.server_version} is older than 0.5.9: releases before the fix of "
+                             "sglang #10896 can put prompt-tail ids at the front of output_ids; upgrade the server, "
+                             "or set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway")
+
+    def _check_preferred(self, ep: Endpoint) -> None:
+        psp = ep.preferred_sampling_params
+        if not psp or self.sent_sampling_keys is None:
+            return
+        hidden = sorted(k for k in psp if (k in DISTRIBUTION_KEYS or k not in _TEXT_ONLY) and k not in self.sent_sampling_keys)
+        if hidden:
+            self._refuse(ep, f"the server's --preferred-sampling-params set {', '.join(f'{k}={psp[k]!r}' for k in hidden)}, "
+                             "which this client does not send: they would change the samples unseen; restart the "
+                             "server without them or add them to the model profile's sampling")
+
+    async def _check_router_workers(self, ep: Endpoint) -> None:
+        """A router: list its workers, size the window from them, check each reachable worker's revision."""
+        data = await self._get_json(ep, "/workers")
+        workers: list[dict[str, Any]] = []
+        if data is not None and isinstance(data.get("workers"), list):
+            workers = [w if isinstance(w, dict) else {"url": str(w)} for w in data["workers"]]
+        else:
+            legacy = await self._get_json(ep, "/list_workers")
+            if legacy is not None and isinstance(legacy.get("urls"), list):
+                workers = [{"url": str(u)} for u in legacy["urls"]]
+        ep.workers = workers
+        if not workers:
+            log.warning("router %s does not list its workers (/workers, /list_workers): the in-flight window "
+                        "needs max_in_flight in the config", ep.name)
+            ep.worker_window = None
+            return
+        window = 0
+        for w in workers:
+            wurl = str(w.get("url") or "").rstrip("/")
+            winfo = None
+            wmodel = None
+            if wurl:
+                probe = Endpoint(url=wurl, name=display_url(wurl))
+                wmodel = await self._get_json(probe, "/model_info")
+                winfo = await self._get_json(probe, "/server_info")
+            if wmodel is not None:
+                wrev = model_revision_of(wmodel)
+                if wrev != ep.revision:
+                    self._refuse(ep, f"router worker {display_url(wurl)} serves {wrev}, the router's first worker "
+                                     f"serves {ep.revision}: one router would mix two model revisions")
+                    return
+                wv = parse_version((winfo or {}).get("version"))
+                if wv is not None and wv < MIN_SERVER_VERSION and not self.allow_old_server:
+                    self._refuse(ep, f"router worker {display_url(wurl)} runs SGLang {(winfo or {}).get('version')}, "
+                                     "older than 0.5.9 (set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway)")
+                    return
+            else:
+                log.info("router %s: worker %s is not reachable from here; its revision is not checked (the router "
+                         "reports %s)", ep.name, display_url(wurl) or "?", w.get("model_id") or "no model id")
+            window += max_running_of(winfo or ep.server_info) or 0
+        ep.worker_window = window or None
+        log.info("router %s: %d worker(s), max_running_requests %s in total", ep.name, len(workers), window or "unknown")
 
     async def start(self, *, configured_revision: str | None) -> None:
         """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background."""
@@ -200,16 +399,31 @@ class EndpointPool:
             for ep in self.endpoints:
                 ep.revision_checked = True
             await asyncio.gather(*(self._read_server_info(ep) for ep in self.endpoints))
-        await asyncio.gather(*(self.check_health(ep) for ep in self.endpoints))
+        t0 = time.monotonic()
+        probes = asyncio.ensure_future(asyncio.gather(*(self.check_health(ep) for ep in self.endpoints)))
+        done, _ = await asyncio.wait({probes}, timeout=self.first_report_s)
+        if not done and not any(ep.routable for ep in self.endpoints):
+            log.warning("SGLang endpoints not answering yet after %.0fs: %s", time.monotonic() - t0, self.describe())
+        await probes
         revs = {ep.name: ep.revision for ep in self.endpoints if ep.revision}
         if len(set(revs.values())) > 1:
             # Which one is "right" is not ours to guess: pin GenerationConfig.model_revision or fix the fleet.
             raise ModelRevisionError(f"the endpoints serve different model revisions: {revs}")
+        self._raise_if_all_refused()
         self._task = asyncio.create_task(self._monitor(), name="endpoint-monitor")
-        await self.wait_routable()
+        await self.wait_routable(started=t0)
+
+    def _raise_if_all_refused(self) -> None:
+        if all(ep.refused or ep.mismatched for ep in self.endpoints):
+            raise EndpointRefusedError("no usable SGLang endpoint: " + self.describe())
+
+    def describe(self) -> str:
+        """Every endpoint and its state, one line."""
+        return "; ".join(f"{ep.name}: {ep.state}" for ep in self.endpoints)
 
     async def _read_server_info(self, ep: Endpoint) -> None:
         ep.server_info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info") or {}
+        self._note_server_info(ep)
 
     async def _monitor(self) -> None:
         last_full = time.monotonic()
@@ -218,7 +432,7 @@ class EndpointPool:
             full = time.monotonic() - last_full >= self.health_interval_s
             if full:
                 last_full = time.monotonic()
-            todo = [ep for ep in self.endpoints if not ep.mismatched and (full or not ep.routable)]
+            todo = [ep for ep in self.endpoints if not ep.mismatched and not ep.refused and (full or not ep.routable)]
             try:
                 await asyncio.gather(*(self.check_health(ep) for ep in todo))
             except AuthError as e:
@@ -234,16 +448,28 @@ class EndpointPool:
             self._task = None
 
     # -- routing ---------------------------------------------------------------------------
-    async def wait_routable(self) -> None:
-        deadline = time.monotonic() + self.wait_for_endpoint_s
+    async def wait_routable(self, started: float | None = None) -> None:
+        """Wait until an endpoint is routable; say which endpoint is in which state at once and every
+        `report_every_s`; give up after `wait_for_endpoint_s` (from `started`) naming them all."""
+        if any(ep.routable for ep in self.endpoints):
+            return
+        t0 = started if started is not None else time.monotonic()
+        deadline = t0 + self.wait_for_endpoint_s
+        next_report = time.monotonic()
         while not any(ep.routable for ep in self.endpoints):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                states = {ep.name: ("mismatched" if ep.mismatched else "circuit-open" if ep.circuit_open else "unhealthy") for ep in self.endpoints}
-                raise NoEndpointError(f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s: {states}")
+            now = time.monotonic()
+            self._raise_if_all_refused()
+            if now >= deadline:
+                raise NoEndpointError(f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
+                                      f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}")
+            if now >= next_report:
+                log.warning("waiting for an SGLang endpoint (%.0fs of at most %.0fs): %s", now - t0,
+                            self.wait_for_endpoint_s, self.describe())
+                next_report = now + self.report_every_s
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), timeout=min(left, self.probe_interval_s))
+                await asyncio.wait_for(self._changed.wait(),
+                                       timeout=max(0.01, min(deadline - now, next_report - now, self.probe_interval_s)))
             except asyncio.TimeoutError:
                 pass
 
@@ -288,21 +514,45 @@ class EndpointPool:
         log.warning("endpoint %s failed %d times in a row: out of rotation for %.1fs", ep.name,
                     ep.consecutive_failures, ep.cooldown_s)
 
-    def mark_unhealthy(self, ep: Endpoint) -> None:
+    def mark_unhealthy(self, ep: Endpoint, error: BaseException | None = None) -> None:
         """A connect error: the server is not there (restarting?); stop routing until a probe passes."""
+        if error is not None:
+            ep.state = describe_error(error, "/generate", self.health_timeout_s)
         if ep.healthy:
             ep.healthy = False
             self._changed.set()
 
+    def mark_unroutable(self, ep: Endpoint, why: str) -> None:
+        """A router answered 503 "No available workers": no work goes there until /readiness says so."""
+        ep.state = why
+        if ep.healthy:
+            ep.healthy = False
+            log.warning("endpoint %s: %s; waiting for it (samples keep their retries)", ep.name, why)
+            self._changed.set()
+
     def max_in_flight(self, headroom: int, fallback: int = 64) -> int:
-        vals = [max_running_of(ep.server_info) for ep in self.endpoints if not ep.mismatched]
+        """Sum over endpoints of max_running_requests + headroom; a router counts each of its workers."""
+        total = 0
+        for ep in self.endpoints:
+            if ep.mismatched or ep.refused or ep.kind != "router":
+                continue
+            if ep.worker_window is None:
+                raise EndpointRefusedError(
+                    f"{ep.name} is an sglang-router that does not list its workers' capacity: set the in-flight "
+                    "window yourself (SGLangFleet.max_in_flight / GenerationConfig.max_in_flight)")
+            total += ep.worker_window + headroom * max(1, len(ep.workers))
+        vals = [max_running_of(ep.server_info) for ep in self.endpoints
+                if not ep.mismatched and not ep.refused and ep.kind != "router"]
         known = [v for v in vals if v]
-        if not known:
+        if not known and not total:
             return fallback
-        return sum(known) + headroom * len(known)
+        return total + sum(known) + headroom * len(known)
 
     def per_endpoint(self) -> dict[str, dict[str, int]]:
         return {ep.name: ep.stats() for ep in self.endpoints}
+
+
+_TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval"})
 
 
 def jittered_backoff(attempt: int, base: float, cap: float) -> float:

@@ -55,6 +55,14 @@ class ShardReport:
     chunks_compacted: int = 0  # chunk files merged into one compacted chunk at the end of this run
     compaction_leftovers_removed: int = 0  # chunks an interrupted earlier compaction left, removed at start
     compaction_error: str | None = None  # compaction failed (data intact, the next run tries again)
+    nan_finishes: int = 0  # finish_reason stop matched "NaN happened": stored, flagged (integrity violation)
+    server_capped_length: int = 0  # `length` finishes shorter than max_new_tokens: the server clamped them
+    streamed: bool = False  # SSE with an idle timeout between chunks (stall detection)
+    in_flight_source: str = ""  # "config" or "server_info" (a router: its workers' server_info)
+    server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
+    # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
+    # does not send refuses the endpoint before anything is sent)
+    preferred_sampling_params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def reconciles(self) -> bool:
@@ -93,6 +101,8 @@ class RunStats:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.integrity_violations = 0
+        self.nan_finishes = 0
+        self.server_capped_length = 0
         self.retried: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.finish: Counter[str] = Counter()
@@ -140,4 +150,51 @@ class RunStats:
         report.wall_s = el
         report.requests_sent = self.requests_sent
         report.output_tokens = self.output_tokens
+        report.nan_finishes = self.nan_finishes
+        report.server_capped_length = self.server_capped_length
         return report
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "?"
+    s = int(round(s))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def _kinds(d: dict[str, int]) -> str:
+    return " ".join(f"{k}={v:,}" for k, v in sorted(d.items()))
+
+
+def progress_line(shard: str, p: ProgressReport) -> str:
+    """`generations shard 0001: 6,200/9,000 (69%) · 41.2 samples/s · 256 in flight · ETA 1m08s · retried http_503=3`"""
+    shard = shard.removeprefix("shard=")
+    pct = (100 * p.done // p.total) if p.total else 100
+    parts = [f"generations shard {shard}: {p.done:,}/{p.total:,} ({pct}%)", f"{p.samples_per_s:.1f} samples/s",
+             f"{p.in_flight:,} in flight", f"ETA {_dur(p.eta_s)}"]
+    if p.retried_by_kind:
+        parts.append(f"retried {_kinds(p.retried_by_kind)}")
+    if p.errors_by_kind:
+        parts.append(f"failed {_kinds(p.errors_by_kind)}")
+    return " · ".join(parts)
+
+
+def result_line(shard: str, r: ShardReport) -> str:
+    """One line for a finished step: what was asked, what came out, what went wrong."""
+    shard = shard.removeprefix("shard=")
+    parts = [f"generations shard {shard}: {r.requested:,} requested = {r.succeeded:,} generated + "
+             f"{r.skipped_cached:,} already stored + {r.failed:,} failed",
+             f"{r.samples_per_s:.1f} samples/s", f"{_dur(r.wall_s)}"]
+    if r.errors_by_kind:
+        parts.append(f"failed {_kinds(r.errors_by_kind)}")
+    if r.retried_by_kind:
+        parts.append(f"retried {_kinds(r.retried_by_kind)}")
+    if r.integrity_violations:
+        parts.append(f"{r.integrity_violations:,} integrity violations")
+    if not r.reconciles:
+        parts.append("COUNTS DO NOT RECONCILE")
+    return " · ".join(parts)

@@ -26,12 +26,13 @@ import certifi
 import httpx
 import polars as pl
 
-from .client import Outcome, generate_one, integrity_violations
+from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
-from .report import ProgressReport, RunStats, ShardReport
+from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
+from .. import stopping
 from ..storage import as_data_path
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: st
 
 def is_permanent_reason(reason: str) -> bool:
     """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
-    if reason in ("empty_input_ids", "input_id_out_of_vocab", "unexpected_body"):
+    if reason in ("empty_input_ids", "input_id_out_of_vocab"):
         return True
     return (reason.startswith("http_4") or reason.startswith("abort_4")) and reason[-3:] not in ("408", "429")
 
@@ -116,8 +117,31 @@ async def generate_shard_async(
     config: GenerationConfig,
     *,
     progress: Callable[[ProgressReport], None] | None = None,
-    progress_every_s: float = 10.0,
+    progress_every_s: float = 5.0,
     lock_dir: Path | None = None,
+) -> ShardReport:
+    """See generate_shard. A stop request (stopping.request_stop: Ctrl-C / SIGTERM on the demo) cancels
+    the run: in-flight requests are aborted, answered samples stored, and StopRequested is raised."""
+    with stopping.cancellable():
+        try:
+            return await _generate_shard(tokenized, out_dir, config, progress=progress,
+                                         progress_every_s=progress_every_s, lock_dir=lock_dir)
+        except asyncio.CancelledError:
+            if stopping.stop_requested():
+                raise stopping.StopRequested(
+                    f"generation of {as_data_path(out_dir).name} stopped ({stopping.stop_reason()}): the samples "
+                    "answered so far are stored, a rerun resumes") from None
+            raise
+
+
+async def _generate_shard(
+    tokenized: TokenizedSource,
+    out_dir: StoreDir,
+    config: GenerationConfig,
+    *,
+    progress: Callable[[ProgressReport], None] | None,
+    progress_every_s: float,
+    lock_dir: Path | None,
 ) -> ShardReport:
     out_dir = as_data_path(out_dir)
     store = ShardStore(out_dir, write_retries=config.write_retries, lock_dir=lock_dir)
@@ -131,13 +155,17 @@ async def generate_shard_async(
 
     client = new_client()  # probes + the first workers
     clients = [client]
+    sp = sampling_params(config)
     pool = EndpointPool(
         config.endpoints, client, headers,
         health_timeout_s=config.health_timeout_s, health_interval_s=config.health_interval_s,
         probe_interval_s=config.probe_interval_s, breaker_threshold=config.breaker_threshold,
         wait_for_endpoint_s=config.wait_for_endpoint_s, cooldown_base_s=config.breaker_cooldown_s,
         cooldown_max_s=max(config.backoff_max_s, config.breaker_cooldown_s),
+        allow_old_server=config.allow_old_server, sent_sampling_keys=frozenset(sp),
     )
+    api_key = headers.get("Authorization", "").removeprefix("Bearer ")
+    in_flight: dict[str, str] = {}  # rid -> endpoint URL: aborted best effort when the run is stopped
     report = ShardReport()
     bg: list[asyncio.Task[Any]] = []
     try:
@@ -145,9 +173,19 @@ async def generate_shard_async(
         await pool.start(configured_revision=config.model_revision)
         revision = pool.model_revision or "unknown"
         s_hash = sampling_hash(config)
-        sp = sampling_params(config)
         report.model_revision = revision
         report.sampling_hash = s_hash
+        report.preferred_sampling_params = {ep.name: ep.preferred_sampling_params for ep in pool.endpoints
+                                            if ep.preferred_sampling_params}
+        report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
+        report.streamed = config.stream
+        # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
+        # (a pinned revision: the first answer's weight_version is the shard's)
+        wv_box: list[str] = [revision.rsplit("@", 1)[1]] if "@" in revision and not config.model_revision else []
+        stream_mode = (StreamMode(first_chunk_timeout_s=config.first_chunk_timeout_s,
+                                  stall_timeout_s=config.stall_timeout_s,
+                                  stream_interval=config.effective_stream_interval())
+                       if config.stream else None)
 
         # A permanent failure of an earlier run (a 400, a bad prompt) is not sent again: the same
         # request would fail the same way. It stays in errors.parquet and counts as failed.
@@ -170,6 +208,7 @@ async def generate_shard_async(
                  out_dir.name, report.requested, report.skipped_cached, carried.height, plan.pending, revision)
 
         n_workers = config.max_in_flight or pool.max_in_flight(config.in_flight_headroom)
+        report.in_flight_source = "config" if config.max_in_flight else "server_info"
         n_workers = max(1, min(n_workers, plan.pending))
         report.max_in_flight = n_workers
         run_nonce = secrets.token_hex(3)  # rids of this run never equal a killed run's still-running rids
@@ -220,13 +259,33 @@ async def generate_shard_async(
                     rid_base=f"{item['sample_id']}-{run_nonce}", read_timeout_s=config.read_timeout_s,
                     connect_timeout_s=config.connect_timeout_s, max_retries=config.max_retries,
                     backoff_base_s=config.backoff_base_s, backoff_max_s=config.backoff_max_s, stats=stats,
+                    stream=stream_mode, unroutable_wait_s=config.wait_for_endpoint_s, in_flight=in_flight,
                 )
+                wv = (o.response.get("meta_info") or {}).get("weight_version") if o.response is not None else None
+                if wv is not None and not wv_box:
+                    wv_box.append(str(wv))
+                if wv is not None:
+                    if str(wv) != wv_box[0]:
+                        # Weights changed under the running shard: never mix two model versions in it.
+                        o = Outcome(None, o.endpoint, o.rid, o.latency_s, reason="weight_version_changed", status=200,
+                                    detail=f"meta_info.weight_version {wv!r}, the shard's revision {revision}",
+                                    attempts=o.attempts)
+                        if stats.errors["weight_version_changed"] == 0:
+                            log.error("shard %s: the server now reports weight_version %r, the shard was started "
+                                      "with %s: those samples fail (rerun to generate them under the new revision)",
+                                      out_dir.name, wv, revision)
                 if o.response is None:
-                    errors.append(_error_row(item, o.reason, o.status, o.detail))
+                    detail = o.detail
+                    if o.reason == "server_error_body":
+                        detail = safe_message(o.detail, secrets=(api_key,))
+                        if stats.errors[o.reason] < 3:
+                            log.warning("shard %s: %s answered 200 without a result: %s", out_dir.name,
+                                        o.endpoint or "the server", detail)
+                    errors.append(_error_row(item, o.reason, o.status, detail))
                     stats.errors[o.reason] += 1
                     stats.failed += 1
                 else:
-                    viol = integrity_violations(o.response)
+                    viol = integrity_violations(o.response, max_new_tokens=config.max_new_tokens)
                     row = _result_row(o, item, model_revision=revision, s_hash=s_hash,
                                       vocab_size=config.vocab_size, violations=viol)
                     buffer.append(row)
@@ -236,6 +295,11 @@ async def generate_shard_async(
                     stats.output_tokens += len(o.response.get("output_ids") or ())
                     stats.prompt_tokens += row["prompt_tokens"] or 0
                     stats.cached_tokens += row["cached_tokens"] or 0
+                    fr = (o.response.get("meta_info") or {}).get("finish_reason")
+                    if isinstance(fr, dict) and fr.get("matched") == NAN_FINISH:
+                        stats.nan_finishes += 1
+                    if any(v.startswith("length_capped_by_server") for v in viol):
+                        stats.server_capped_length += 1
                     if row["integrity_violations"]:
                         stats.integrity_violations += 1
                         log.warning("integrity violation in %s: %s", item["sample_id"], row["integrity_violations"])
@@ -252,18 +316,24 @@ async def generate_shard_async(
                     await flush(with_errors=errors_due)
 
         async def reporter() -> None:
-            assert progress is not None
             while True:
                 await asyncio.sleep(progress_every_s)
-                _call_progress(progress, stats.progress())
+                if progress is not None:
+                    _call_progress(progress, stats.progress())
+                else:
+                    log.info("%s", progress_line(out_dir.name, stats.progress()))
 
         bg.append(asyncio.create_task(timed_flusher(), name="flusher"))
-        if progress is not None:
+        if progress_every_s > 0:
             bg.append(asyncio.create_task(reporter(), name="progress"))
         workers = [asyncio.create_task(worker(clients[i % len(clients)]), name=f"worker-{i}") for i in range(n_workers)]
         try:
             # The first failure (e.g. StoreWriteError, AuthError) cancels everything and is raised.
             await _gather_or_fail(workers, bg, fatal)
+        except asyncio.CancelledError:
+            # Stopped (Ctrl-C, SIGTERM, a Dagster run cancel): tell the servers to drop our requests.
+            await _abort_in_flight(client, headers, in_flight)
+            raise
         finally:
             for t in bg:
                 t.cancel()
@@ -299,6 +369,20 @@ async def generate_shard_async(
         for c in clients:
             await c.aclose()
         store.close()
+
+
+async def _abort_in_flight(client: httpx.AsyncClient, headers: dict[str, str], in_flight: dict[str, str]) -> None:
+    """Best effort, bounded: /abort_request for every request still running when the run is stopped."""
+    todo = dict(in_flight)
+    if not todo:
+        return
+    log.warning("stopping: aborting %d in-flight request(s) on the server(s)", len(todo))
+    try:
+        async with asyncio.timeout(3.0):
+            await asyncio.gather(*(abort_rid(client, headers, url, rid, timeout=2.0) for rid, url in todo.items()),
+                                 return_exceptions=True)
+    except TimeoutError:
+        pass
 
 
 async def _gather_or_fail(workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]) -> None:
@@ -356,7 +440,7 @@ def generate_shard(
     config: GenerationConfig,
     *,
     progress: Callable[[ProgressReport], None] | None = None,
-    progress_every_s: float = 10.0,
+    progress_every_s: float = 5.0,
     lock_dir: Path | None = None,
 ) -> ShardReport:
     """Generate every sample of one shard that is not stored yet; see the module docstring.

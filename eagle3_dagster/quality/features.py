@@ -289,6 +289,9 @@ def generation_features(
         last.cast(pl.Int64).alias("last_id"),
         (last == profile.end_of_turn_id).fill_null(False).alias("ends_with_end_of_turn"),
         (n == pl.col("completion_tokens")).fill_null(False).alias("len_matches_completion_tokens"),
+        # SGLang's NaN guard (spec §3.3): the last id was replaced by EOS, the finish says "NaN happened"
+        ((pl.col("finish_matched").cast(pl.String) == '"NaN happened"').fill_null(False)
+         if "finish_matched" in generations.columns else pl.lit(False)).alias("nan_finish"),
         (
             ids.list.count_matches(t.call_begin).cast(pl.Int32) if t.call_begin is not None else pl.lit(0, pl.Int32)
         ).alias("tool_call_count"),

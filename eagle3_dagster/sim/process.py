@@ -23,6 +23,27 @@ from typing import Literal, Sequence
 import httpx
 
 
+def die_with_parent(sig: int = signal.SIGKILL):  # noqa: ANN201
+    """A preexec_fn: the child gets `sig` when the process that started it dies, even by SIGKILL
+    (Linux prctl PR_SET_PDEATHSIG; elsewhere a no-op). Nothing is left holding a port after a `kill -9`."""
+    parent = os.getpid()
+
+    def _set() -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+        except Exception:  # noqa: BLE001 - best effort
+            return
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return _set
+
+
 class SimulatorError(RuntimeError):
     """The simulator process did not come up; the message carries the tail of its log."""
 
@@ -97,8 +118,10 @@ class SimProcess:
         env.setdefault("TRANSFORMERS_OFFLINE", "1")
         logf = open(self.log_path, "ab")
         try:
+            # Its own session (a Ctrl-C in the terminal reaches the parent, which stops it in order), and
+            # it dies with the parent (a `kill -9` of the parent leaves no simulator holding the port).
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         start_new_session=True, preexec_fn=die_with_parent())
         finally:
             logf.close()
         mode = self.wait_for

@@ -22,6 +22,9 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
         "health": "ok"|"starting"|"draining",   lifecycle state shown by /health
         "mode": "normal"|"drop-think-end"|"echo-prompt-tail",   output bug mode (as --mode)
         "clear": true}              reset every fault first
+       plus the fleet faults of fleet_faults.py: "error_body" (200 {"error": ...}), "stall" (silent
+       with the connection open), "nan_finish", "weight_version", "html" (not SGLang at all),
+       "report_version", "preferred_sampling_params"
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.
@@ -72,6 +75,7 @@ from typing import Any, Sequence
 from aiohttp import web
 
 from ..profiles import ModelProfile, active_profile, load_profile
+from . import fleet_faults as FF
 from . import protocol as P
 from .deployment import Deployment
 from .model import OutputModel
@@ -193,6 +197,7 @@ class Sim:
                              crash_after=args.crash_after, slow_tokens_ms=args.token_latency_ms,
                              prefill_ms_per_1k=args.prefill_ms_per_1k, mode=args.mode)
         self.stats = Stats()
+        self.fleet = FF.FleetFaults(weight_version=self.deployment.weight_version)  # fleet-level faults (fleet_faults.py); --weight-version is the starting version
         self.trie = PrefixTrie(args.prefix_cache_nodes)
         self.in_flight: dict[str, ReqState] = {}
         self.slots = asyncio.Semaphore(args.max_running_requests)
@@ -304,7 +309,10 @@ class Engine:
             pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
             plan = P.plan_output(sim.model, item, eos_ids=sim.eos_ids, context_length=sim.context_length,
                                  version=sim.version, mode=sim.faults.mode)
+            if sim.fleet.take_nan():
+                plan = FF.nan_plan(plan, sim.eos_ids[0])
             pr.plan = plan
+            stall_at = sim.fleet.take_stall()
             prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
             aborted = await self._wait(st, prefill)
             total = len(plan.output_ids)
@@ -314,6 +322,10 @@ class Engine:
             k = 0
             while not aborted and k < total:
                 nk = min(total, k + step)
+                if stall_at is not None and nk > stall_at:
+                    await st.abort.wait()  # silent, connection open, until aborted or the client leaves
+                    aborted = True
+                    break
                 lat = sim.faults.slow_tokens_ms / 1000  # read each step: the fault can change live
                 if await self._wait(st, start + nk * lat - loop.time()):
                     aborted = True
@@ -365,7 +377,7 @@ class Engine:
         m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
         if not pr.queued_abort:
             m["prompt_tokens"] = len(pr.item.input_ids)
-        m["weight_version"] = sim.deployment.weight_version
+        m["weight_version"] = sim.fleet.weight_version
         m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
         m["completion_tokens"] = len(pr.produced)
         if not pr.queued_abort:
@@ -476,7 +488,8 @@ class Handlers:
         sim = self.sim
         d: dict[str, Any] = {
             "model_path": sim.args.model_path, "tokenizer_path": sim.args.model_path, "is_generation": True,
-            "preferred_sampling_params": None, "weight_version": sim.deployment.weight_version, "has_image_understanding": False,
+            "preferred_sampling_params": FF.preferred_for_model_info(sim.fleet),
+            "weight_version": sim.fleet.weight_version, "has_image_understanding": False,
             "has_audio_understanding": False, "model_type": sim.args.model_type, "architectures": [sim.args.architecture],
         }
         if sim.version == P.V0_5_23:
@@ -504,7 +517,7 @@ class Handlers:
                 "effective_max_running_requests_per_dp": a.max_running_requests,
                 "num_running_reqs": sim.running, "num_waiting_reqs": sim.waiting,
             }],
-            "version": sim.version,
+            "version": sim.fleet.report_version or sim.version,
         }
         if sim.version == P.V0_5_23:
             d.update({"launch_command": "python -m sglang.launch_server (simulated)", "startup_time": sim.started_at,
@@ -554,7 +567,7 @@ class Handlers:
 
     # -- admin ---------------------------------------------------------------------------------------
     async def get_faults(self, request: web.Request) -> web.Response:
-        return json_response(self.sim.faults.as_dict())
+        return json_response({**self.sim.faults.as_dict(), **self.sim.fleet.as_dict()})
 
     async def set_faults(self, request: web.Request) -> web.Response:
         try:
@@ -562,8 +575,13 @@ class Handlers:
             if not isinstance(body, dict):
                 raise ValueError("body must be a JSON object")
             a = self.sim.args
+            clear = body.pop("clear", False)
             f = (Faults(slow_tokens_ms=a.token_latency_ms, prefill_ms_per_1k=a.prefill_ms_per_1k, mode=a.mode)
-                 if body.pop("clear", False) else self.sim.faults)
+                 if clear else self.sim.faults)
+            fleet = (FF.FleetFaults(injected=self.sim.fleet.injected, weight_version=self.sim.deployment.weight_version)
+                     if clear else self.sim.fleet)
+            FF.apply(fleet, body)
+            self.sim.fleet = fleet
             unknown = set(body) - set(Faults.__dataclass_fields__)
             if unknown:
                 raise ValueError(f"unknown fault(s): {sorted(unknown)}")
@@ -586,8 +604,8 @@ class Handlers:
         except (ValueError, TypeError) as e:
             return json_response({"error": str(e)}, 400)
         self.sim.faults = f
-        log.info("faults now %s", f.as_dict())
-        return json_response(f.as_dict())
+        log.info("faults now %s %s", f.as_dict(), self.sim.fleet.as_dict())
+        return json_response({**f.as_dict(), **self.sim.fleet.as_dict()})
 
     async def get_stats(self, request: web.Request) -> web.Response:
         sim, s = self.sim, self.sim.stats
@@ -595,7 +613,7 @@ class Handlers:
         d: dict[str, Any] = {
             "version": sim.version, "mode": sim.faults.mode, "model": sim.profile.name, "uptime_seconds": up,
             "health": sim.health_state(), "requests": s.requests, "items": s.items, "chat_requests": s.chat_requests,
-            "finished": s.finished, "errors": s.errors, "faults_injected": s.faults_injected,
+            "finished": s.finished, "errors": s.errors, "faults_injected": {**s.faults_injected, **sim.fleet.injected},
             "rids_seen": len(s.rid_counts), "rids_repeated": sum(1 for c in s.rid_counts.values() if c > 1),
             "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens, "cached_tokens": s.cached_tokens,
             "running": sim.running, "waiting": sim.waiting, "in_flight": len(sim.in_flight), "peak_in_flight": s.peak_in_flight,
@@ -677,6 +695,10 @@ class Handlers:
             return resp
         for it in parsed.items:
             sim.stats.bump(sim.stats.rid_counts, it.rid)
+        if sim.fleet.take_error_body():  # HTTP 200 that is not a result
+            payload = FF.error_body_response(stream)
+            return web.Response(body=payload, status=200,
+                                content_type="text/event-stream" if stream else "application/json")
         if len(parsed.items) > 1 and any(it.sample_index for it in parsed.items):
             # n>1: SGLang first runs each prompt with max_new_tokens=0 to warm the prefix cache.
             for it in parsed.items:
@@ -701,7 +723,7 @@ class Handlers:
             return self._error(sched_err)
 
         reset = False
-        if sim.faults.reset_mid_body > 0:
+        if sim.faults.reset_mid_body > 0 and sched_err is None:  # a refused request has no body to cut
             sim.faults.reset_mid_body -= 1
             sim.stats.bump(sim.stats.faults_injected, "reset_mid_body")
             reset = True
@@ -762,7 +784,7 @@ class Handlers:
             async with lock:
                 await resp.write(_sse(chunk))
                 chunks_sent += 1
-                if (reset or crash) and chunks_sent >= 2:
+                if (reset or crash) and chunks_sent >= 1:  # headers and a first chunk sent, then cut
                     if crash:
                         _hard_exit()
                     _rst(request)
@@ -810,7 +832,7 @@ class Handlers:
 
 def build_app(sim: Sim) -> web.Application:
     h = Handlers(sim)
-    app = web.Application(middlewares=[h.auth], client_max_size=1024 ** 3)
+    app = web.Application(middlewares=[FF.html_middleware(lambda: sim.fleet), h.auth], client_max_size=1024 ** 3)
     r = app.router
     r.add_route("POST", "/generate", h.generate)
     r.add_route("PUT", "/generate", h.generate)

@@ -1,9 +1,14 @@
 """A tiny stand-in for sglang-router (spec §6), run as its own process by the tests.
 
-It proxies /generate, /health, /model_info and /server_info to one worker, forwards only the
-sampling keys the real router forwards (so `spaces_between_special_tokens` is dropped), and
-injects the router's own refusals: `--no-workers N` (503 text/plain "No available workers ..."),
-`--queue-full N` (429), `--queue-timeout N` (408), in that order, on the first /generate calls.
+It proxies /generate (streams passed through as they come), /health, /model_info and /server_info
+to one worker, forwards only the sampling keys the real router forwards (so
+`spaces_between_special_tokens` and `stream_interval` are dropped), and injects the router's own
+refusals: `--no-workers N` (503 text/plain "No available workers ..."), `--queue-full N` (429),
+`--queue-timeout N` (408), in that order, on the first /generate calls.
+
+Like sglang-router: `/health` and `/liveness` always 200, `/readiness` 200 only with a worker,
+`/workers` lists them. `--start-empty` starts with no worker (every /generate answers 503 "No
+available workers"); POST /_router/workers {"urls": [...]} sets the list (test control).
 """
 
 from __future__ import annotations
@@ -26,12 +31,17 @@ def main() -> None:
     ap.add_argument("--no-workers", type=int, default=0)
     ap.add_argument("--queue-full", type=int, default=0)
     ap.add_argument("--queue-timeout", type=int, default=0)
+    ap.add_argument("--start-empty", action="store_true")
     args = ap.parse_args()
+    workers: list[str] = [] if args.start_empty else [args.worker]
     plan = ["503"] * args.no_workers + ["429"] * args.queue_full + ["408"] * args.queue_timeout
     stats = {"generate": 0, "forwarded": 0, "dropped_keys": 0}
 
-    async def generate(request: web.Request) -> web.Response:
+    async def generate(request: web.Request) -> web.StreamResponse:
         stats["generate"] += 1
+        if not workers:
+            stats["no_workers"] = stats.get("no_workers", 0) + 1
+            return web.Response(status=503, text="No available workers (all circuits open or unhealthy)")
         if plan:
             code = plan.pop(0)
             if code == "503":
@@ -47,11 +57,30 @@ def main() -> None:
         stats["dropped_keys"] += len(sp) - len(kept)
         body["sampling_params"] = kept
         stats["forwarded"] += 1
-        async with request.app["session"].post(args.worker + "/generate", json=body) as r:
-            return web.Response(status=r.status, body=await r.read(), content_type=r.content_type)
+        async with request.app["session"].post(workers[0] + "/generate", json=body) as r:
+            if r.content_type != "text/event-stream":
+                return web.Response(status=r.status, body=await r.read(), content_type=r.content_type)
+            out = web.StreamResponse(status=r.status, headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            async for chunk in r.content.iter_any():
+                await out.write(chunk)
+            return out
+
+    async def readiness(request: web.Request) -> web.Response:
+        return web.Response(status=200 if workers else 503)
+
+    async def list_workers(request: web.Request) -> web.Response:
+        return web.json_response({"workers": [{"id": f"w{i}", "url": u, "model_id": "unknown", "is_healthy": True,
+                                               "worker_type": "regular"} for i, u in enumerate(workers)],
+                                  "total": len(workers)})
+
+    async def set_workers(request: web.Request) -> web.Response:
+        workers[:] = list((await request.json()).get("urls") or [])
+        return web.json_response({"urls": workers})
 
     async def proxy_get(request: web.Request) -> web.Response:
-        async with request.app["session"].get(args.worker + request.path) as r:
+        # proxied to the first worker, as sglang-router does (with none, the configured one)
+        async with request.app["session"].get((workers or [args.worker])[0] + request.path) as r:
             return web.Response(status=r.status, body=await r.read(), content_type=r.content_type)
 
     async def get_stats(request: web.Request) -> web.Response:
@@ -68,7 +97,11 @@ def main() -> None:
     app.on_cleanup.append(on_cleanup)
     app.router.add_post("/generate", generate)
     app.router.add_get("/liveness", lambda r: web.Response(status=200))
-    for p in ("/model_info", "/get_model_info", "/server_info", "/get_server_info", "/health"):
+    app.router.add_get("/health", lambda r: web.Response(status=200))  # liveness only, as sglang-router
+    app.router.add_get("/readiness", readiness)
+    app.router.add_get("/workers", list_workers)
+    app.router.add_post("/_router/workers", set_workers)
+    for p in ("/model_info", "/get_model_info", "/server_info", "/get_server_info"):
         app.router.add_get(p, proxy_get)
     app.router.add_get("/_router/stats", get_stats)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)

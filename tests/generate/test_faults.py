@@ -66,7 +66,7 @@ def test_server_slower_than_client_timeout(clean_sim: Sim, prompts, reference, t
     # 24 tokens x 25 ms = 0.6 s > 0.4 s timeout; the retry waits twice as long and gets through.
     clean_sim.faults(slow_tokens_ms=25)
     sub = prompts.head(6)
-    cfg = make_config(clean_sim.url, read_timeout_s=0.4, max_in_flight=6)
+    cfg = make_config(clean_sim.url, read_timeout_s=0.4, max_in_flight=6, stream=False)  # the non-streamed path
     rep = generate_shard(sub, tmp_path / "s", cfg)
     clean_sim.faults(clear=True)
     assert rep.retried_by_kind.get("read_timeout", 0) >= 6  # each sample timed out at least once
@@ -77,7 +77,7 @@ def test_server_slower_than_client_timeout(clean_sim: Sim, prompts, reference, t
 
 def test_timeouts_exhausting_retries_are_recorded(clean_sim: Sim, prompts, tmp_path: Path):
     clean_sim.faults(slow_tokens_ms=200)
-    cfg = make_config(clean_sim.url, read_timeout_s=0.05, max_retries=1, max_in_flight=2)
+    cfg = make_config(clean_sim.url, read_timeout_s=0.05, max_retries=1, max_in_flight=2, stream=False)
     rep = generate_shard(prompts.head(2), tmp_path / "s", cfg)
     clean_sim.faults(clear=True)
     assert (rep.succeeded, rep.failed) == (0, 2) and rep.reconciles

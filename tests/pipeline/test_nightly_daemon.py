@@ -34,7 +34,7 @@ BIN = Path(sys.executable).parent
 MARK = "EAGLE3_TEST_NIGHTLY_DAEMON"  # set in every process this test starts, to find stragglers
 FAST = {"EAGLE3_N_SHARDS": "2", "EAGLE3_EXECUTOR": "in_process", "EAGLE3_NIGHTLY_CRON": "* * * * *",
         "EAGLE3_SENSOR_INTERVAL_S": "5", "EAGLE3_SNAPSHOT_MAX_AGE": "30s",
-        "EAGLE3_SGLANG_WAIT_S": "5"}  # a generation step gives up on a dead server after 5 s (x3 step attempts)
+        "EAGLE3_ENDPOINT_WAIT_S": "5"}  # a generation step gives up on a dead server after 5 s (x3 step attempts)
 
 
 def _jsonl(path: Path, prompts: list[str]) -> None:

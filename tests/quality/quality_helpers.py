@@ -61,7 +61,7 @@ def generation_rows(samples: list[dict[str, Any]]) -> pl.DataFrame:
         rows.append(dict(
             sample_id=s["sample_id"], prompt_id=s["prompt_id"], source=s.get("source", "gsm8k"), shard=0,
             rid="r-" + s["sample_id"], output_ids=ids, text=None, finish_reason=s.get("finish_reason", "stop"),
-            finish_matched=None, prompt_tokens=10, completion_tokens=s.get("completion_tokens", len(ids)),
+            finish_matched=s.get("finish_matched"), prompt_tokens=10, completion_tokens=s.get("completion_tokens", len(ids)),
             cached_tokens=0, e2e_latency=0.1, meta_info="{}", endpoint="http://sim", model_revision="m",
             template_hash="h", sampling_hash="s", integrity_violations=[],
             generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),

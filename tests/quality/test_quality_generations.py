@@ -30,6 +30,7 @@ def _cases(kimi) -> dict[str, tuple[dict, set[str]]]:
         "truncated": (dict(output_ids=k.output(REASONING, "2 + 2", eot=False), finish_reason="length"),
                       {"finish_reason_stop", "last_id_end_of_turn"}),
         "count_mismatch": (dict(output_ids=good, completion_tokens=len(good) + 1), {"len_matches_completion_tokens"}),
+        "nan_finish": (dict(output_ids=good, finish_matched='"NaN happened"'), {"no_nan_finish"}),
         "echo": (dict(output_ids=prompt_tail + good), {"no_prompt_echo", "no_think_start_in_output"}),
         "bad_args": (dict(prompt_id="p1", output_ids=k.output("Call it.", "", tool=(tool[0], '{"city": "Par'))),
                      {"tool_args_json"}),

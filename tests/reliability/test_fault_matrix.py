@@ -193,15 +193,39 @@ def test_connection_reset_mid_body(m: Matrix, clean: Clean, tmp_path: Path) -> N
 
 def test_server_slower_than_client_timeout(m: Matrix, clean: Clean, tmp_path: Path) -> None:
     # The client timeout is the `sglang` resource's read_timeout_s (default 3600 s), set as a user
-    # would in the launchpad. 2 ms a token: every sample longer than 250 tokens
+    # would in the launchpad; it bounds a non-streamed answer (stream=False). 2 ms a token: every sample longer than 250 tokens
     # outlasts the 0.5 s timeout at least once; each retry waits twice as long and gets through.
     ms, timeout = 2.0, 0.5
     slow = sum(1 for ct in clean.data.generations["completion_tokens"].to_list() if ct * ms / 1000 > timeout)
     assert slow >= 5, "the fault must actually hit some samples"
-    meta, before, after = _run_under_faults(m, clean, tmp_path, {"slow_tokens_ms": ms}, read_timeout_s=timeout)
+    meta, before, after = _run_under_faults(m, clean, tmp_path, {"slow_tokens_ms": ms}, read_timeout_s=timeout,
+                                            stream=False)
     retried = meta["retried_by_kind"]
     assert set(retried) == {"read_timeout"} and retried["read_timeout"] >= slow, retried
     assert meta["requests_sent"] == clean.n + retried["read_timeout"] == after["requests"] - before["requests"]
+
+
+def test_stalled_requests_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> None:
+    """Three requests go silent after a few tokens, connection open (a stuck request, a dropped proxy
+    connection): the streamed client notices the silence between chunks, aborts, retries with a new rid."""
+    # chunks every 4 tokens, so the stall comes after the first chunk (silence before the first chunk is
+    # bounded by first_chunk_timeout_s instead: queued requests send nothing)
+    with generation_overrides(stream_interval=4):
+        meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
+                                                stall_timeout_s=1.0)
+    assert _injected(before, after, "stall") == 3
+    assert meta["streamed"] is True and meta["retried_by_kind"] == {"stall": 3}
+    assert meta["requests_sent"] == clean.n + 3 == after["requests"] - before["requests"]
+    assert after["rids_repeated"] == before["rids_repeated"] and after["in_flight"] == 0
+
+
+def test_stalled_requests_not_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> None:
+    """The same stall without streaming: only the read timeout ends it (here 1 s; 3600 s by default)."""
+    meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
+                                            stream=False, read_timeout_s=1.0)
+    assert _injected(before, after, "stall") == 3
+    assert meta["streamed"] is False and meta["retried_by_kind"].get("read_timeout", 0) >= 3
+    assert set(meta["retried_by_kind"]) == {"read_timeout"}
 
 
 def test_server_restart_mid_shard(m: Matrix, clean: Clean, tmp_path: Path) -> None:

@@ -1,0 +1,121 @@
+"""Fleet-level faults of the simulator: the ways real SGLang deployments go wrong that are not a
+protocol error of one request (hooked into server.py; set through POST /_sim/faults like the others).
+
+    {"error_body": N,                 next N /generate calls answer HTTP 200 {"error": {"message": ...}}
+                                      (non-stream), or a 200 SSE stream carrying only that error chunk
+     "stall": N,                      next N requests stop producing after `stall_after_tokens` tokens
+                                      and stay silent with the connection open (until aborted or the
+                                      client goes away): a stuck request, or a proxy that dropped it
+     "stall_after_tokens": K,
+     "nan_finish": N,                 next N requests finish {"type":"stop","matched":"NaN happened"} with
+                                      the last id replaced by EOS (spec §3.3)
+     "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
+     "html": true,                    every SGLang route answers 200 text/html: the URL points at some
+                                      other web server (the /_sim/ routes keep working)
+     "report_version": "0.5.2",       /server_info `version` (an old server)
+     "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
+                                          (and merge under each request)}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from aiohttp import web
+
+HTML_PAGE = (b"<!DOCTYPE html><html><head><title>Welcome</title></head><body><h1>It works!</h1>"
+             b"<p>This is not the service you are looking for.</p></body></html>")
+ERROR_BODY_MESSAGE = ("The scheduler did not return an output for this request (detokenizer timeout). "
+                      "Please retry later.")
+
+
+@dataclass
+class FleetFaults:
+    error_body: int = 0
+    stall: int = 0
+    stall_after_tokens: int = 8
+    nan_finish: int = 0
+    weight_version: str = "default"
+    html: bool = False
+    report_version: str | None = None
+    preferred_sampling_params: dict[str, Any] | None = None
+    injected: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "injected"}
+
+    def _take(self, name: str) -> bool:
+        n = getattr(self, name)
+        if n > 0:
+            setattr(self, name, n - 1)
+            self.injected[name] = self.injected.get(name, 0) + 1
+            return True
+        return False
+
+    def take_error_body(self) -> bool:
+        return self._take("error_body")
+
+    def take_stall(self) -> int | None:
+        """The token count after which this request goes silent, or None."""
+        return self.stall_after_tokens if self._take("stall") else None
+
+    def take_nan(self) -> bool:
+        return self._take("nan_finish")
+
+
+KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
+
+
+def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
+    """Apply the fleet keys of a POST /_sim/faults body (popped from it); raises ValueError on bad values."""
+    for k in ("error_body", "stall", "stall_after_tokens", "nan_finish"):
+        if k in body:
+            v = int(body.pop(k) or 0)
+            if v < 0:
+                raise ValueError(f"{k} must be >= 0")
+            setattr(ff, k, v)
+    if "weight_version" in body:
+        ff.weight_version = str(body.pop("weight_version"))
+    if "html" in body:
+        ff.html = bool(body.pop("html"))
+    if "report_version" in body:
+        v = body.pop("report_version")
+        ff.report_version = None if v is None else str(v)
+    if "preferred_sampling_params" in body:
+        v = body.pop("preferred_sampling_params")
+        if v is not None and not isinstance(v, dict):
+            raise ValueError("preferred_sampling_params must be an object or null")
+        ff.preferred_sampling_params = v
+    return ff
+
+
+def preferred_for_model_info(ff: FleetFaults) -> str | None:
+    # SGLang shows the CLI's JSON string (server_args.preferred_sampling_params), not an object.
+    return None if ff.preferred_sampling_params is None else json.dumps(ff.preferred_sampling_params)
+
+
+def nan_plan(plan: Any, eos_id: int) -> Any:
+    """SGLang's NaN guard: the last sampled id becomes EOS and the finish says so."""
+    ids = list(plan.output_ids) or [eos_id]
+    ids[-1] = eos_id
+    return replace(plan, output_ids=ids, finish_reason={"type": "stop", "matched": "NaN happened"}, stop_trim=1)
+
+
+def html_middleware(get_faults: Any) -> Any:
+    @web.middleware
+    async def mw(request: web.Request, handler: Any) -> web.StreamResponse:
+        if get_faults().html and not request.path.startswith("/_sim/"):
+            return web.Response(body=HTML_PAGE, status=200, content_type="text/html")
+        return await handler(request)
+
+    return mw
+
+
+def error_body_response(stream: bool) -> bytes:
+    """The payload of a 200 that is not a result."""
+    err = {"error": {"message": ERROR_BODY_MESSAGE}}
+    if stream:
+        return f"data: {json.dumps(err, separators=(',', ':'))}\n\ndata: [DONE]\n\n".encode()
+    return json.dumps(err, separators=(",", ":")).encode()
