@@ -116,8 +116,8 @@ def main(argv: list[str]) -> int:
     import dagster as dg
 
     with sglang_endpoint(args.sim_arg):
-        from .defs.run import materialize_graph
         from .definitions import defs
+        from .defs.run import materialize_graph
 
         instance = dg.DagsterInstance.get()
         shards = args.shards.split(",") if args.shards else None

@@ -39,7 +39,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, cast
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import polars as pl
@@ -137,7 +137,7 @@ def _check_uri(uri: str) -> None:
 class DataRoot:
     """A data directory: where it is (display), and a lazily opened pyarrow filesystem."""
 
-    __slots__ = ("uri", "scheme", "local", "_base", "_fs", "_display")
+    __slots__ = ("_base", "_display", "_fs", "local", "scheme", "uri")
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -172,7 +172,7 @@ class DataRoot:
     @property
     def base(self) -> str:
         if not self.local:
-            self.fs  # noqa: B018 - opens the filesystem, which fixes the base path
+            _ = self.fs  # opens the filesystem, which fixes the base path
         return self._base
 
     @property
@@ -226,7 +226,7 @@ class DataPath:
     `str()` is the OS path for local data and the URI without query or credentials otherwise.
     """
 
-    __slots__ = ("root", "rel")
+    __slots__ = ("rel", "root")
 
     def __init__(self, root: DataRoot, rel: str = "") -> None:
         self.root = root
@@ -687,10 +687,10 @@ def read_parquet(paths: PathLike | Sequence[PathLike], *, columns: Sequence[str]
         if left is not None:
             table = table.slice(0, left)
             left -= table.num_rows
-        frames.append(pl.from_arrow(table))
+        frames.append(cast(pl.DataFrame, pl.from_arrow(table)))  # a Table gives a DataFrame
         if left is not None and left <= 0:
             break
-    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]  # type: ignore[return-value]
+    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
 def scan_parquet(paths: Sequence[PathLike], *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
@@ -714,7 +714,7 @@ def read_parquet_dir(folder: PathLike, pattern: str = "part-*.parquet", *, schem
     if not files:
         if schema is None:
             return pl.DataFrame()
-        return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
+        return cast(pl.DataFrame, pl.from_arrow(schema.empty_table()))
     return read_parquet(files)
 
 

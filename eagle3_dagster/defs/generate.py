@@ -7,6 +7,7 @@ which is all the echo feature and the sample preview look at), in one more pass 
 """
 
 import os
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -15,8 +16,8 @@ from ..generate import GenerationConfig, generate_shard, read_generations, sampl
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
-from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
+from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
 from .partitions import shard_partitions
@@ -88,7 +89,7 @@ def generations(
     data = pipeline.data_path
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
-    overrides = {"compact_after_chunks": compact_after_chunks_from_env()}
+    overrides: dict[str, Any] = {"compact_after_chunks": compact_after_chunks_from_env()}
     if pipeline.max_new_tokens:
         overrides["max_new_tokens"] = pipeline.max_new_tokens
     if sglang.max_in_flight:

@@ -20,7 +20,6 @@ from ..quality import read_gate_result
 from ..train.export import EXPORTERS
 from ..train.snapshot import build_snapshot
 from .gates import refresh_quality_report, report_metadata
-from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings, SGLangFleet
 
@@ -116,7 +115,9 @@ def fanout_request(asset_graph, tags: dict[str, str]) -> dg.RunRequest:
 def nightly_fanout(context: dg.RunStatusSensorContext):
     if context.dagster_run.tags.get(NIGHTLY_TAG) != "true":
         return dg.SkipReason("ingest run was not a nightly or source-change run")
-    return fanout_request(context.repository_def.asset_graph, {NIGHTLY_TAG: "true", "eagle3/ingest_run": context.dagster_run.run_id})
+    repo = context.repository_def
+    assert repo is not None, "a run status sensor is evaluated with its repository"
+    return fanout_request(repo.asset_graph, {NIGHTLY_TAG: "true", "eagle3/ingest_run": context.dagster_run.run_id})
 
 
 class SourceListingError(RuntimeError):
@@ -145,7 +146,7 @@ def source_files_fingerprint() -> str:
             if is_remote(spec.path):
                 try:
                     remote_lines.extend(file_version(f, info) for f, info in list_remote(spec.path, spec.name, allow_empty=True))
-                except Exception as e:  # noqa: BLE001 - unreachable store, denied, ...: not a change
+                except Exception as e:  # unreachable store, denied, ...: not a change
                     raise SourceListingError(f"source {spec.name!r}: {e}") from None
                 continue
             raw = file_uri_to_path(spec.path) if is_uri(spec.path) else spec.path

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +36,7 @@ def owner_tags() -> dict[str, str]:
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(me.pid), PID_STARTED_TAG: f"{me.create_time():.3f}"}
 
 
-def _owner_alive(tags: dict[str, str]) -> bool:
+def _owner_alive(tags: Mapping[str, str]) -> bool:
     try:
         proc = psutil.Process(int(tags[PID_TAG]))
         # a recycled pid belongs to a process created later than the run's owner
@@ -114,7 +115,7 @@ def materialize_graph(
     A failed shard does not stop the others, and the snapshot step still runs: it records which
     shards it left out and why.
     """
-    assets = list(defs.assets or [])
+    assets: list[Any] = list(defs.assets or [])  # asset definitions and specs (no cacheable assets here)
     res = dict(defs.resources or {})
     res.update(resources or {})
     reaped = reap_dead_runs(instance)
@@ -140,7 +141,7 @@ def materialize_graph(
             run_config=run_config or QUIET,
             tags=tags,
         )
-        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events()})
+        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
         outcomes.append(
             ShardOutcome(
                 shard=key,

@@ -185,7 +185,7 @@ def collect_cell(data: DataPath, gate: str, shard: int, work_dir: Path) -> GateC
             reasons={str(k): int(v) for k, v in (reasons or {}).items()},
             docs_page=_existing_page(d.get("data_docs_page"), work_dir), profile=d.get("profile"),
         )
-    except Exception as e:  # noqa: BLE001 - one bad file must not hide every other shard
+    except Exception as e:  # one bad file must not hide every other shard
         return GateCell(gate, key, "unreadable", error=f"{type(e).__name__}: {e}")
 
 
@@ -194,7 +194,7 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
         return {}
     try:
         df = read_parquet(f, columns=[column])
-    except Exception:  # noqa: BLE001 - auxiliary counts only
+    except Exception:  # auxiliary counts only
         return {}
     if not df.height:
         return {}
@@ -257,7 +257,7 @@ def collect(
     profiles = [profile] + [p for p in seen if p != profile] if profile else seen
     index = work / "gx" / "gx" / DOCS_INDEX
     return ReportModel(
-        generated_at=(now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds"),
+        generated_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
         snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
     )

@@ -10,7 +10,7 @@ import polars as pl
 from ..profiles import ModelProfile
 from .parse import parse_generation, round_trips
 
-CONVERSATION_FAILURES_SCHEMA = {"row_id": pl.String, "reasons": pl.List(pl.String)}
+CONVERSATION_FAILURES_SCHEMA: dict[str, pl.DataType | type[pl.DataType]] = {"row_id": pl.String, "reasons": pl.List(pl.String)}
 
 
 def parse_generations(

@@ -23,7 +23,7 @@ CONVERSATIONS_FILE = "exports/conversations.jsonl"
 def _snapshot_frame(snapshot_dir: PathLike, columns: list[str]) -> pl.DataFrame:
     files = as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
     if not files:
-        return pl.DataFrame(schema={c: pl.String for c in columns})
+        return pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
     return read_parquet(files, columns=columns).sort("sample_id")
 
 

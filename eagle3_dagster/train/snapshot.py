@@ -141,7 +141,7 @@ def build_snapshot(
             exports[rel]["sha256"] = sha256_of(staging / rel)
         manifest = {
             "version": version,
-            "created_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(),
+            "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
             "rows": sum(d.rows for d in decisions if d.included),
             "files": files,
             "exports": exports,

@@ -15,7 +15,7 @@ from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
 
 
 def _write_shard(data, shard: int, n: int) -> None:
-    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     rows = []
     for i in range(n):
         sid = f"s{shard}-{i}"
@@ -76,7 +76,7 @@ def test_retention_keeps_the_newest(tmp_path):
     versions = []
     for i in range(4):
         _write_shard(tmp_path, 0, i + 1)
-        t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.timezone.utc)
+        t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.UTC)
         versions.append(build_snapshot(tmp_path, [0], _gates(), config={}, keep=2, now=t).version)
     left = sorted(p.name for p in (tmp_path / "snapshots").iterdir() if p.is_dir())
     assert left == sorted(versions[-2:])
