@@ -14,17 +14,41 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install instance services demo test ui check-defs bench backfill clean
+.PHONY: install instance services demo test test-fast lint ruff typecheck format-check format constraints ui \
+	check-defs bench backfill clean
 
-$(STAMP): pyproject.toml
+# The project with the simulator (sim), the test tools (test) and lint / type check / pre-commit (dev).
+EXTRAS := test,sim,dev
+# Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
+CONSTRAINTS := constraints.txt
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's own failures fail the target (pipefail); only the notes about absent local indexes are filtered.
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | { grep -v "is ignored" || true; }
-	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers"
+	set -o pipefail; $(PIP_INSTALL) --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PIP_INSTALL) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 | { grep -v "is ignored" || true; }
+	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers, aiohttp"
+	@# transformers is used for tokenizers only; a torch install (GBs) means a dependency went wrong
+	@$(PY) -c "import importlib.util as u, sys; sys.exit('torch got installed: find what pulled it in (pip show torch)' if u.find_spec('torch') else 0)"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve every dependency (newest versions pyproject.toml allows) in a throwaway venv and write
+# constraints.txt from it; commit the result. `make install` then reinstalls from the new pins.
+constraints:
+	rm -rf .constraints-venv
+	$(PYTHON) -m venv .constraints-venv
+	set -o pipefail; .constraints-venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; .constraints-venv/bin/python -m pip install -q --disable-pip-version-check -e '.[$(EXTRAS),k8s]' 2>&1 | { grep -v "is ignored" || true; }
+	@! .constraints-venv/bin/python -m pip show -q torch 2>/dev/null || { echo "torch got resolved: refusing to pin it"; exit 1; }
+	{ echo "# Pinned versions of every dependency of '.[$(EXTRAS),k8s]' (Python $$(.constraints-venv/bin/python -c 'import platform; print(platform.python_version())'), Linux)."; \
+	  echo "# Written by \`make constraints\` (pip freeze of a fresh resolve); \`make install\` installs with -c this file."; \
+	  .constraints-venv/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).tmp
+	mv $(CONSTRAINTS).tmp $(CONSTRAINTS)
+	rm -rf .constraints-venv
+	@echo "$(CONSTRAINTS): $$(grep -vc '^#' $(CONSTRAINTS)) pinned packages"
 
 # The project-local Dagster instance (SQLite, concurrency pool limits); created once.
 instance: $(STAMP)
@@ -34,12 +58,33 @@ demo: instance
 	$(VENV)/bin/eagle3 demo
 
 # OS packages the reliability tests drive: PostgreSQL (throwaway clusters) and Debian's Chromium.
-# Installs them with apt-get when missing (needs root), else does nothing.
+# Installs them with apt-get when missing and root; not root: warns, and the tests that need them skip.
 services:
 	bash scripts/ci-services.sh
 
-test: instance services
+# Lint and type check run before the tests; `make lint` adds the format check (not yet in `make test`:
+# the tree gets formatted once, see `make format`).
+ruff: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+format-check: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+
+lint: ruff typecheck format-check
+
+test: instance services ruff typecheck
 	$(PY) -m pytest -q
+
+# In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
+# (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker).
+test-fast: instance ruff typecheck
+	$(PY) -m pytest -q -m "not integration"
 
 ui: instance
 	$(VENV)/bin/eagle3 ui

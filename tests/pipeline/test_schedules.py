@@ -6,6 +6,7 @@ import datetime as dt
 import shutil
 
 import dagster as dg
+import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
@@ -22,7 +23,7 @@ from eagle3_dagster.defs.resources import PipelineSettings
 def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time():
     sched = build_nightly_schedule("30 3 * * *", "Europe/Paris")
     assert (sched.cron_schedule, sched.execution_timezone) == ("30 3 * * *", "Europe/Paris")
-    ctx = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.timezone.utc))
+    ctx = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.UTC))
     reqs = sched.evaluate_tick(ctx).run_requests
     assert len(reqs) == 1 and reqs[0].tags[NIGHTLY_TAG] == "true"
     assert sched.job_name == "ingest"
@@ -30,6 +31,7 @@ def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time():
     assert (default.cron_schedule, default.execution_timezone) == ("0 2 * * *", "UTC")
 
 
+@pytest.mark.integration
 def test_fanout_backfills_every_shard_then_the_snapshot(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "data"))
     repo = defs.get_repository_def()
