@@ -50,9 +50,10 @@ constraints:
 	rm -rf .constraints-venv
 	@echo "$(CONSTRAINTS): $$(grep -vc '^#' $(CONSTRAINTS)) pinned packages"
 
-# The project-local Dagster instance (SQLite, concurrency pool limits); created once.
+# Every EAGLE3_* setting and source YAML validated (one line per problem, exit 2), then the
+# project-local Dagster instance (SQLite, concurrency pool limits) created once, under a file lock.
 instance: $(STAMP)
-	$(PY) -c "from eagle3_dagster.demo import ensure_dagster_home; ensure_dagster_home()"
+	$(VENV)/bin/eagle3 check
 
 demo: instance
 	$(VENV)/bin/eagle3 demo

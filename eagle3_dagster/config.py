@@ -1,14 +1,26 @@
-"""Process-wide settings, read from the environment with sane defaults.
+"""Process-wide settings: ONE typed, validated object read from the environment in one place.
 
-One place for every environment variable the project reads, so the README can list them and
-tests can override them.
+Every environment variable the project reads is read here (the simulator's own flags and the
+SGLang API key, a secret the client reads by name, excepted), so the README can list them and
+tests can override them. `settings()` reads the environment now (not at import) and validates
+every setting at once: a bad value raises SettingsError whose message has one line per problem,
+each naming the variable, the bad value and what is allowed:
+
+    EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'
+
+`Settings.from_env(mapping)` does the same for any mapping, so callers can be handed values as
+parameters instead of reading the environment themselves.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from .storage import DataPath, data_root
 
@@ -16,32 +28,141 @@ from .storage import DataPath, data_root
 # `make demo` works from a fresh clone without any configuration.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
+GX_KEEP_VALIDATIONS_ENV = "EAGLE3_GX_KEEP_VALIDATIONS"
+GX_KEEP_VALIDATIONS_DEFAULT = 20
+EXECUTOR_ENV = "EAGLE3_EXECUTOR"
+EXECUTOR_CHOICES = ("multiprocess", "in_process", "k8s")
+_EXECUTOR_ALIASES = {"multiprocess": "multiprocess", "default": "multiprocess", "in_process": "in_process",
+                     "k8s": "k8s", "k8s_job": "k8s"}
+COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
+SNAPSHOT_RETENTION_ENV = "EAGLE3_SNAPSHOT_RETENTION"
+NIGHTLY_CRON_ENV = "EAGLE3_NIGHTLY_CRON"
+NIGHTLY_TZ_ENV = "EAGLE3_NIGHTLY_TZ"
 
-def _path_from_env(var: str, default: Path) -> Path:
-    raw = os.environ.get(var)
-    return Path(raw).expanduser().resolve() if raw else default
+
+class SettingsError(ValueError):
+    """Invalid settings. `problems` holds one readable line per bad variable; str() joins them."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
 
 
-def _data_dir_from_env() -> DataPath:
+class PartitionKeyError(ValueError):
+    """Shard keys that are not partitions of this deployment (EAGLE3_N_SHARDS); raised before any run starts."""
+
+
+class _Problem(Exception):
+    pass
+
+
+T = TypeVar("T")
+
+
+def _int(var: str, raw: str, *, minimum: int, note: str = "") -> int:
+    allowed = f"an integer >= {minimum}{note}"
+    try:
+        n = int(raw.strip())
+    except ValueError:
+        raise _Problem(f"{var} must be {allowed}, got {raw!r}") from None
+    if n < minimum:
+        raise _Problem(f"{var} must be {allowed}, got {raw!r}")
+    return n
+
+
+def _path(raw: str) -> Path:
+    return Path(raw).expanduser().resolve()
+
+
+def _existing_dir(var: str, raw: str) -> Path:
+    p = _path(raw)
+    if not p.is_dir():
+        raise _Problem(f"{var} must be an existing directory, got {raw!r} ({p} is not a directory)")
+    return p
+
+
+def _data_dir(raw: str) -> DataPath:
     """EAGLE3_DATA_DIR: a local path (default ./data), file://, s3://, gs://, ... or any fsspec URI."""
-    raw = os.environ.get("EAGLE3_DATA_DIR")
-    if not raw:
-        return data_root(PROJECT_ROOT / "data")
-    if "://" in raw:
-        return data_root(raw)
-    return data_root(Path(raw).expanduser().resolve())
+    try:
+        return data_root(raw) if "://" in raw else data_root(_path(raw))
+    except Exception as e:  # any refusal (credentials in the URI, unknown scheme) is a settings error
+        raise _Problem(f"EAGLE3_DATA_DIR must be a local path or a storage URI (s3://, gs://, file://, ...), "
+                       f"got {_redact(raw)!r}: {e}") from None
 
 
-def work_dir_for(data_dir: DataPath) -> Path:
+def _redact(raw: str) -> str:
+    """A URI without user info and query (where credentials could hide), for messages."""
+    if "://" not in raw:
+        return raw
+    parts = urlsplit(raw)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
+
+
+def _urls(raw: str) -> tuple[str, ...]:
+    urls = tuple(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
+    for u in urls:
+        try:
+            parts = urlsplit(u)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port is None or parts.port > 0)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _Problem(f"EAGLE3_SGLANG_URL must be comma-separated http(s)://host:port URLs, got {_redact(u)!r}")
+    return urls
+
+
+def _executor(raw: str) -> str:
+    name = raw.strip().lower().replace("-", "_")
+    if name not in _EXECUTOR_ALIASES:
+        raise _Problem(f"{EXECUTOR_ENV} must be one of {', '.join(EXECUTOR_CHOICES)}, got {raw!r}")
+    return _EXECUTOR_ALIASES[name]
+
+
+def _cron(raw: str) -> str:
+    from dagster._utils.schedules import is_valid_cron_string
+
+    if not is_valid_cron_string(raw.strip()):
+        raise _Problem(f"{NIGHTLY_CRON_ENV} must be a 5-field cron expression such as '0 2 * * *', got {raw!r}")
+    return raw.strip()
+
+
+def _tz(raw: str) -> str:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(raw.strip())
+    except (ZoneInfoNotFoundError, ValueError):
+        raise _Problem(f"{NIGHTLY_TZ_ENV} must be an IANA time zone such as 'UTC' or 'Europe/Paris', got {raw!r}") from None
+    return raw.strip()
+
+
+def _tokenizer(raw: str) -> str:
+    # A hub repo id ("org/name") or a local folder; a value that is clearly a path must exist.
+    if raw.startswith(("/", "./", "../", "~")) and not _path(raw).is_dir():
+        raise _Problem(f"EAGLE3_TOKENIZER must be a tokenizer folder or a hub repo id (org/name), got {raw!r} "
+                       "(no such directory)")
+    return raw
+
+
+def _model(raw: str) -> str:
+    if not re.match(r"^[\w.@/~+-][\w .@/~+-]*$", raw):
+        raise _Problem(f"EAGLE3_MODEL must be a model profile name (assets/models/<name>.yaml) or a YAML path, got {raw!r}")
+    return raw
+
+
+def work_dir_for(data_dir: DataPath, work_dir: Path | None = None) -> Path:
     """Local scratch for what cannot live in object storage (GX file context + Data Docs, shard locks).
 
     EAGLE3_WORK_DIR if set; else the data directory itself when it is local (layout unchanged);
     else `.eagle3_work/` in the project root (a checkout), or `$TMPDIR/eagle3-work` when the package
     is installed without one (never inside site-packages).
     """
-    raw = os.environ.get("EAGLE3_WORK_DIR")
-    if raw:
-        return Path(raw).expanduser().resolve()
+    if work_dir is None:
+        raw = os.environ.get("EAGLE3_WORK_DIR")
+        work_dir = _path(raw) if raw else None
+    if work_dir is not None:
+        return work_dir
     if data_dir.is_local:
         return data_dir.local_path
     if (PROJECT_ROOT / "pyproject.toml").exists():
@@ -49,24 +170,6 @@ def work_dir_for(data_dir: DataPath) -> Path:
     import tempfile
 
     return Path(tempfile.gettempdir()) / "eagle3-work"
-
-
-GX_KEEP_VALIDATIONS_ENV = "EAGLE3_GX_KEEP_VALIDATIONS"
-GX_KEEP_VALIDATIONS_DEFAULT = 20
-
-
-def gx_keep_validations() -> int:
-    """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
-    raw = os.environ.get(GX_KEEP_VALIDATIONS_ENV, "").strip()
-    if not raw:
-        return GX_KEEP_VALIDATIONS_DEFAULT
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{GX_KEEP_VALIDATIONS_ENV} must be an integer (0 = keep all), got {raw!r}") from None
-    if n < 0:
-        raise ValueError(f"{GX_KEEP_VALIDATIONS_ENV} must be >= 0 (0 = keep all), got {n}")
-    return n
 
 
 @dataclass(frozen=True)
@@ -79,6 +182,14 @@ class Settings:
     tokenizer_override: str | None
     sglang_urls: tuple[str, ...]
     n_shards: int
+    sglang_url_configured: bool = False  # EAGLE3_SGLANG_URL was set (else the default URL / a demo simulator)
+    executor: str = "multiprocess"  # one of EXECUTOR_CHOICES
+    gx_keep_validations: int = GX_KEEP_VALIDATIONS_DEFAULT  # 0 keeps all
+    generation_compact_after_chunks: int | None = None  # None: unset (GenerationConfig's default); 0: never
+    snapshot_retention: int = 7
+    nightly_cron: str = "0 2 * * *"
+    nightly_tz: str = "UTC"
+    dagster_home: Path = PROJECT_ROOT / ".dagster_home"
 
     @property
     def sources_dir(self) -> Path:
@@ -88,18 +199,55 @@ class Settings:
     def models_dir(self) -> Path:
         return self.assets_dir / "models"
 
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Read and validate every setting from `env`; raise SettingsError listing every bad one."""
+        problems: list[str] = []
+
+        def get(var: str, parse: Callable[[str], T], default: T) -> T:
+            raw = env.get(var)
+            if raw is None or not raw.strip():
+                return default
+            try:
+                return parse(raw)
+            except _Problem as p:
+                problems.append(str(p))
+                return default
+
+        data_dir = get("EAGLE3_DATA_DIR", _data_dir, None) or data_root(PROJECT_ROOT / "data")
+        work = get("EAGLE3_WORK_DIR", _path, None)
+        urls: tuple[str, ...] = get("EAGLE3_SGLANG_URL", _urls, ())
+        values: dict[str, Any] = dict(
+            data_dir=data_dir,
+            work_dir=work_dir_for(data_dir, work),
+            assets_dir=get("EAGLE3_ASSETS_DIR", lambda r: _existing_dir("EAGLE3_ASSETS_DIR", r), PROJECT_ROOT / "assets"),
+            expectations_dir=get("EAGLE3_EXPECTATIONS_DIR", lambda r: _existing_dir("EAGLE3_EXPECTATIONS_DIR", r),
+                                 PROJECT_ROOT / "expectations"),
+            model=get("EAGLE3_MODEL", _model, "kimi-k2.5"),
+            tokenizer_override=get("EAGLE3_TOKENIZER", _tokenizer, None),
+            sglang_urls=urls or ("http://127.0.0.1:30000",),
+            sglang_url_configured=bool(urls),
+            n_shards=get("EAGLE3_N_SHARDS", lambda r: _int("EAGLE3_N_SHARDS", r, minimum=1), 4),
+            executor=get(EXECUTOR_ENV, _executor, "multiprocess"),
+            gx_keep_validations=get(GX_KEEP_VALIDATIONS_ENV,
+                                    lambda r: _int(GX_KEEP_VALIDATIONS_ENV, r, minimum=0, note=" (0 = keep all)"),
+                                    GX_KEEP_VALIDATIONS_DEFAULT),
+            generation_compact_after_chunks=get(COMPACT_ENV, lambda r: _int(COMPACT_ENV, r, minimum=0, note=" (0 = never compact)"), None),
+            snapshot_retention=get(SNAPSHOT_RETENTION_ENV, lambda r: _int(SNAPSHOT_RETENTION_ENV, r, minimum=1), 7),
+            nightly_cron=get(NIGHTLY_CRON_ENV, _cron, "0 2 * * *"),
+            nightly_tz=get(NIGHTLY_TZ_ENV, _tz, "UTC"),
+            dagster_home=get("DAGSTER_HOME", _path, PROJECT_ROOT / ".dagster_home"),
+        )
+        if problems:
+            raise SettingsError(problems)
+        return cls(**values)
+
 
 def settings() -> Settings:
-    """Read settings now (not at import), so tests and Dagster runs see the current env."""
-    urls = tuple(u.strip().rstrip("/") for u in os.environ.get("EAGLE3_SGLANG_URL", "").split(",") if u.strip())
-    data_dir = _data_dir_from_env()
-    return Settings(
-        data_dir=data_dir,
-        work_dir=work_dir_for(data_dir),
-        assets_dir=_path_from_env("EAGLE3_ASSETS_DIR", PROJECT_ROOT / "assets"),
-        expectations_dir=_path_from_env("EAGLE3_EXPECTATIONS_DIR", PROJECT_ROOT / "expectations"),
-        model=os.environ.get("EAGLE3_MODEL", "kimi-k2.5"),
-        tokenizer_override=os.environ.get("EAGLE3_TOKENIZER") or None,
-        sglang_urls=urls or ("http://127.0.0.1:30000",),
-        n_shards=int(os.environ.get("EAGLE3_N_SHARDS", "4")),
-    )
+    """Read and validate the settings now (not at import), so tests and Dagster runs see the current env."""
+    return Settings.from_env(os.environ)
+
+
+def gx_keep_validations() -> int:
+    """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
+    return settings().gx_keep_validations

@@ -14,26 +14,33 @@ code runs steps in one process on a laptop and one Kubernetes pod per step in a 
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 
 import dagster as dg
 
-EXECUTOR_ENV = "EAGLE3_EXECUTOR"
-CHOICES = ("multiprocess", "in_process", "k8s")
+from ..config import EXECUTOR_CHOICES as CHOICES
+from ..config import EXECUTOR_ENV, Settings, SettingsError, settings
 
 
-class ExecutorConfigError(ValueError):
-    pass
+class ExecutorConfigError(SettingsError):
+    def __init__(self, message: str) -> None:
+        super().__init__([message])
 
 
-def executor_from_env(environ: dict[str, str] | None = None) -> dg.ExecutorDefinition:
-    env = os.environ if environ is None else environ
-    name = (env.get(EXECUTOR_ENV) or "multiprocess").strip().lower().replace("-", "_")
-    if name in ("multiprocess", "default"):
+def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:
+    """The executor named by EAGLE3_EXECUTOR in `environ` (default: the process settings, config.py)."""
+    if environ is None:
+        name = settings().executor
+    else:
+        try:
+            name = Settings.from_env({EXECUTOR_ENV: environ.get(EXECUTOR_ENV, "")}).executor
+        except SettingsError as e:
+            raise ExecutorConfigError(str(e)) from None
+    if name == "multiprocess":
         return dg.multi_or_in_process_executor
     if name == "in_process":
         return dg.in_process_executor
-    if name in ("k8s", "k8s_job"):
+    if name == "k8s":
         try:
             from dagster_k8s import k8s_job_executor
         except ImportError as e:  # a clear message instead of a failed code location with a bare traceback
@@ -42,4 +49,4 @@ def executor_from_env(environ: dict[str, str] | None = None) -> dg.ExecutorDefin
                 "(dagster-k8s==0.29.27, matching dagster 1.13.27)"
             ) from e
         return k8s_job_executor
-    raise ExecutorConfigError(f"{EXECUTOR_ENV}={name!r} is not one of {', '.join(CHOICES)}")
+    raise ExecutorConfigError(f"{EXECUTOR_ENV} must be one of {', '.join(CHOICES)}, got {name!r}")

@@ -6,12 +6,13 @@ object storage) in batches, and the later steps read only what they need, stream
 which is all the echo feature and the sample preview look at), in one more pass over the shard.
 """
 
-import os
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
+from ..config import COMPACT_ENV as COMPACT_ENV  # re-exported
+from ..config import settings
 from ..generate import GenerationConfig, generate_shard, read_generations, sample_key
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
@@ -26,17 +27,13 @@ from .resources import PipelineSettings, SGLangFleet, cached_renderer
 GROUP = "generate"
 ACTIVE_FILE = "active.parquet"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
-COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
 
 
 def compact_after_chunks_from_env() -> int | None:
     """EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS: merge a shard's chunks once more than this many exist (0: never)."""
-    raw = os.environ.get(COMPACT_ENV, "").strip()
-    if not raw:
+    n = settings().generation_compact_after_chunks  # validated in config.py
+    if n is None:
         return GenerationConfig.__dataclass_fields__["compact_after_chunks"].default  # type: ignore[return-value]
-    n = int(raw)
-    if n < 0:
-        raise ValueError(f"{COMPACT_ENV} must be >= 0 (0 = never compact), got {n}")
     return n or None
 
 

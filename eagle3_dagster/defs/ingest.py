@@ -9,12 +9,15 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
+from ..ingest.errors import EmptySourceError
+from ..ingest.health import assess
 from ..storage import display_uri, read_parquet
 from .metadata import to_metadata
 from .partitions import N_SHARDS
 from .resources import PipelineSettings
 
 GROUP = "ingest"
+SOURCE_CHECK = "source_yield"  # non-blocking WARN check on every source__<name>
 
 
 def source_asset_name(spec: SourceSpec) -> str:
@@ -22,25 +25,52 @@ def source_asset_name(spec: SourceSpec) -> str:
 
 
 def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
+    name = source_asset_name(spec)
+
     @dg.asset(
-        name=source_asset_name(spec),
+        name=name,
         group_name=GROUP,
         description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}",
         kinds={"parquet"},
         tags={"eagle3/stage": "ingest"},
+        check_specs=[dg.AssetCheckSpec(
+            SOURCE_CHECK, asset=name, blocking=False,
+            description=f"WARN when the source yields no prompt (allow_empty: true) or rejects more than "
+                        f"max_reject_rate ({spec.max_reject_rate:.0%}) of what it reads; with no accepted prompt "
+                        "and no allow_empty the asset itself fails.",
+        )],
     )
     def _asset(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         out_dir = pipeline.data_path / "sources" / spec.name
-        counts = ingest_source(spec, out_dir, n_shards=N_SHARDS)
+        try:
+            # an empty source (unless allowed) fails here and writes nothing: the previous outputs stay
+            counts = ingest_source(spec, out_dir, n_shards=N_SHARDS, require_accepted=not spec.allow_empty)
+        except EmptySourceError as e:
+            context.log.error(str(e))
+            raise dg.Failure(description=str(e)) from None
         context.log.info(f"source {spec.name}: {counts}")
+        health = assess(spec, counts)
+        for problem in health.problems:
+            context.log.warning(problem)
+        check = dg.AssetCheckResult(
+            check_name=SOURCE_CHECK,
+            passed=not (health.empty or health.rate_exceeded),
+            severity=dg.AssetCheckSeverity.WARN,
+            description="; ".join(health.problems) or f"reject rate {health.reject_rate:.1%} within {health.max_reject_rate:.0%}",
+            metadata={"reject_rate": float(round(health.reject_rate, 4)), "max_reject_rate": health.max_reject_rate,
+                      "accepted": counts.accepted, "read": counts.read,
+                      "rejects_by_reason": dg.MetadataValue.json(counts.rejects_by_reason)},
+        )
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),
+                "reject_rate": float(round(health.reject_rate, 4)),
                 "path": dg.MetadataValue.path(str(out_dir)),
                 # where the prompts came from: the YAML's path or glob (a URI without its query)
                 "source_path": display_uri(spec.path),
                 "licence": spec.licence or "not stated",
-            }
+            },
+            check_results=[check],
         )
 
     return _asset

@@ -42,7 +42,7 @@ def training_dataset(
 ) -> dg.MaterializeResult:
     data = pipeline.data_path
     profile = pipeline.profile()
-    keep = int(os.environ.get("EAGLE3_SNAPSHOT_RETENTION", "7"))
+    keep = settings().snapshot_retention
     config = {
         "profile": profile.name,
         "profile_fingerprint": profile.fingerprint(),
@@ -88,8 +88,8 @@ def build_nightly_schedule(cron: str | None = None, timezone: str | None = None)
     return dg.ScheduleDefinition(
         name="nightly_regeneration",
         job=ingest_job,
-        cron_schedule=cron or os.environ.get("EAGLE3_NIGHTLY_CRON", "0 2 * * *"),
-        execution_timezone=timezone or os.environ.get("EAGLE3_NIGHTLY_TZ", "UTC"),
+        cron_schedule=cron or settings().nightly_cron,
+        execution_timezone=timezone or settings().nightly_tz,
         tags={NIGHTLY_TAG: "true"},
         description="Nightly: re-ingest prompt sources; `nightly_fanout` then regenerates every shard and snapshots.",
         default_status=dg.DefaultScheduleStatus.STOPPED,

@@ -7,6 +7,7 @@ its real checks and a real instance (runs show up in the UI afterwards).
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any
 import dagster as dg
 import psutil
 
+from ..config import PartitionKeyError
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
@@ -69,6 +71,17 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return reaped
 
 
+def check_shard_keys(shards: list[str] | None, valid: list[str] | None = None) -> None:
+    """Refuse unknown shard keys before anything is written, listing the valid ones."""
+    valid = list(shard_partitions.get_partition_keys()) if valid is None else valid
+    bad = [k for k in shards or [] if k not in valid]
+    if bad:
+        shown = ", ".join(valid) if len(valid) <= 16 else f"{', '.join(valid[:8])}, ..., {valid[-1]}"
+        raise PartitionKeyError(
+            f"unknown shard key(s) {', '.join(repr(k) for k in bad)}; valid keys ({len(valid)}, from EAGLE3_N_SHARDS): {shown}"
+        )
+
+
 @dataclass
 class ShardOutcome:
     shard: str
@@ -77,6 +90,13 @@ class ShardOutcome:
     materialized: list[str] = field(default_factory=list)
     skipped_or_failed: list[str] = field(default_factory=list)
     run_id: str = ""
+    failed_checks: dict[str, str] = field(default_factory=dict)  # "asset:check" -> "ERROR" | "WARN"
+    errors: list[str] = field(default_factory=list)  # one line per failed step: "step: message"
+
+    @property
+    def ok(self) -> bool:
+        """The run succeeded and no ERROR-severity check failed (WARN ones are warnings)."""
+        return self.success and "ERROR" not in self.failed_checks.values()
 
 
 @dataclass
@@ -87,16 +107,57 @@ class GraphOutcome:
     publish_success: bool | None = None  # None: not attempted
     snapshot_version: str | None = None
     reaped_runs: list[str] = field(default_factory=list)  # dead runs failed and freed before starting
+    ingest_failed_checks: dict[str, str] = field(default_factory=dict)  # "asset:check" -> "ERROR" | "WARN"
+    ingest_errors: list[str] = field(default_factory=list)
+    publish_failed_checks: dict[str, str] = field(default_factory=dict)
+    publish_errors: list[str] = field(default_factory=list)
 
     @property
     def success(self) -> bool:
-        return self.ingest_success and all(s.success for s in self.shards) and self.publish_success is not False
+        """Every run succeeded and no ERROR-severity check failed anywhere (ingest, shards, publish)."""
+        no_errors = "ERROR" not in (*self.ingest_failed_checks.values(), *self.publish_failed_checks.values())
+        return (self.ingest_success and all(s.ok for s in self.shards) and self.publish_success is not False
+                and no_errors)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Failed WARN-severity checks, as "asset:check" names (shard checks prefixed with the shard)."""
+        out = [c for c, sev in self.ingest_failed_checks.items() if sev == "WARN"]
+        out += [f"shard {s.shard} {c}" for s in self.shards for c, sev in s.failed_checks.items() if sev == "WARN"]
+        out += [c for c, sev in self.publish_failed_checks.items() if sev == "WARN"]
+        return out
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for ev in result.get_asset_check_evaluations():
         out[f"{ev.asset_key.to_user_string()}:{ev.check_name}"] = bool(ev.passed)
+    return out
+
+
+def _failed_checks(result: dg.ExecuteInProcessResult) -> dict[str, str]:
+    return {
+        f"{ev.asset_key.to_user_string()}:{ev.check_name}": ev.severity.value
+        for ev in result.get_asset_check_evaluations() if not ev.passed
+    }
+
+
+def _words(message: str) -> str:
+    """"dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
+    the user's words, without the exception's module path."""
+    return re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", message.strip())
+
+
+def _errors(result: dg.ExecuteInProcessResult) -> list[str]:
+    """One line per failed step: the step and the first line of its error (dg.Failure: the description)."""
+    out = []
+    for ev in result.get_step_failure_events():
+        err = ev.step_failure_data.error
+        # an unexpected exception is wrapped ("Error occurred while executing op ..."): its cause says why
+        while err is not None and _words(err.message).startswith("Error occurred while executing") and err.cause:
+            err = err.cause
+        msg = _words(err.message if err else "failed")
+        out.append(f"{ev.step_key}: {msg.splitlines()[0] if msg else 'failed'}")
     return out
 
 
@@ -115,6 +176,7 @@ def materialize_graph(
     A failed shard does not stop the others, and the snapshot step still runs: it records which
     shards it left out and why.
     """
+    check_shard_keys(shards)  # before anything is written: an unknown key lists the valid ones
     assets: list[Any] = list(defs.assets or [])  # asset definitions and specs (no cacheable assets here)
     res = dict(defs.resources or {})
     res.update(resources or {})
@@ -127,8 +189,12 @@ def materialize_graph(
             raise_on_error=False, run_config=run_config or QUIET, tags=tags,
         )
         ingest_ok, ingest_run = r.success, r.run_id
+        ingest_checks, ingest_errors = _failed_checks(r), _errors(r)
         if not r.success:
-            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped)
+            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, ingest_failed_checks=ingest_checks,
+                                ingest_errors=ingest_errors)
+    else:
+        ingest_checks, ingest_errors = {}, []
     outcomes = []
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
         r = dg.materialize(
@@ -150,15 +216,19 @@ def materialize_graph(
                 materialized=done,
                 skipped_or_failed=[a for a in SHARD_ASSETS if a not in done],
                 run_id=r.run_id,
+                failed_checks=_failed_checks(r),
+                errors=_errors(r),
             )
         )
-    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped)
+    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped,
+                           ingest_failed_checks=ingest_checks, ingest_errors=ingest_errors)
     if run_publish:
         r = dg.materialize(
             assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
             run_config=run_config or QUIET, tags=tags,
         )
         outcome.publish_success = r.success
+        outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
         for ev in r.get_asset_materialization_events():
             version = ev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)

@@ -16,6 +16,10 @@ class IngestFileError(ValueError):
     """A whole file (or a source's path) cannot be read; the message names the file."""
 
 
+class EmptySourceError(IngestFileError):
+    """A source yielded no accepted prompt (and its YAML does not say allow_empty); nothing was written."""
+
+
 class SourceSpecError(ValueError):
     """A source YAML is missing, unreadable or inconsistent; the message names file and field."""
 

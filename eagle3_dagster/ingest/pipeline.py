@@ -31,7 +31,7 @@ import pyarrow as pa
 from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .canonical import canonical_json, shard_of
-from .errors import IngestFileError, RowReject
+from .errors import EmptySourceError, IngestFileError, RowReject
 from .normalize import build_prompt
 from .readers import RawRecord, iter_records, safe_text
 from .spec import SourceSpec
@@ -141,11 +141,13 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
 OutDir = Path | str | DataPath
 
 
-def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int) -> SourceCounts:
+def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_accepted: bool = False) -> SourceCounts:
     """Read every file of `spec`; write out_dir/accepted.parquet, rejects.parquet and counts.json.
 
     Raises IngestFileError (naming the file) when a file is missing or unreadable as a whole;
-    then nothing is written. Bad rows never raise: they become reject rows.
+    then nothing is written. Bad rows never raise: they become reject rows. With
+    `require_accepted`, a source with no accepted prompt raises EmptySourceError (naming the
+    source and its reject counts) and writes nothing, so the previous outputs stay.
     """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
@@ -210,13 +212,18 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int) -> Source
                 break
         accepted.close()
         rejects.close()
+        if require_accepted and counts.accepted == 0:
+            from .health import empty_source_message
+
+            raise EmptySourceError(empty_source_message(spec, counts))
     except BaseException:
         accepted.abort()
         rejects.abort()
         raise
     accepted.commit()
     rejects.commit()
-    _write_json_atomic({"source": spec.name, **counts.as_dict()}, out_dir / COUNTS_FILE)
+    _write_json_atomic({"source": spec.name, **counts.as_dict(), "max_reject_rate": spec.max_reject_rate,
+                        "allow_empty": spec.allow_empty}, out_dir / COUNTS_FILE)
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
 

@@ -7,7 +7,7 @@ A source YAML's `path` may be such a URI, with a glob in its path part:
     path: s3://prompts-bucket/sets/**/*.parquet?region=eu-west-1
     path: memory://tests/prompts/part-[0-9].jsonl
 
-The filesystem is opened exactly like the data directory (eagle3_dagster/storage.py): pyarrow's URI
+The filesystem is opened exactly like the data directory (eagle3_dagster/storage/): pyarrow's URI
 options in the query, credentials only from the environment (a URI carrying credentials is refused
 when the YAML is loaded), and what is shown anywhere (lineage `source_file`, errors, metadata,
 logs) is the URI without its query: `s3://prompts-bucket/ultrachat/part-0001.jsonl.gz`.

@@ -15,6 +15,8 @@ Fields (only `path` is required):
     licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
     prompt_rule: last_user_or_tool   # or first_user (see normalize.py)
     max_bytes: 200000          # a raw row larger than this is rejected as too_large
+    allow_empty: false         # true: a source with no accepted prompt is a warning, not a failed asset
+    max_reject_rate: 0.5       # a reject rate (rejected / read) above this warns (check + report)
     description: ""            # free text
 """
 
@@ -49,6 +51,8 @@ class SourceSpec:
     max_bytes: int = 200_000
     base_dir: Path | None = None
     description: str = ""
+    allow_empty: bool = False
+    max_reject_rate: float = 0.5
 
     def __post_init__(self) -> None:
         problem = _validate(self)
@@ -107,6 +111,10 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"seed must be an integer, got {spec.seed!r}"
     if not _is_int(spec.max_bytes) or spec.max_bytes < 2:
         return f"max_bytes must be a positive integer, got {spec.max_bytes!r}"
+    if not isinstance(spec.allow_empty, bool):
+        return f"allow_empty must be true or false, got {spec.allow_empty!r}"
+    if isinstance(spec.max_reject_rate, bool) or not isinstance(spec.max_reject_rate, (int, float)) or not 0 <= spec.max_reject_rate <= 1:
+        return f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}"
     if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
         return "licence and description must be strings"
     return None
@@ -149,21 +157,32 @@ def load_source_spec(path: Path) -> SourceSpec:
     except OSError as e:
         raise SourceSpecError(f"{path}: cannot read: {e.strerror or e}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise SourceSpecError(f"{path}: not valid YAML: {e}") from None
+        raise SourceSpecError(f"{path}: not valid YAML: {' '.join(str(e).split())}") from None
     return spec_from_dict(raw, source=str(path), default_name=path.stem, base_dir=path.parent.resolve())
 
 
 def load_source_specs(sources_dir: Path) -> list[SourceSpec]:
-    """Every *.yaml / *.yml in the folder, sorted by file name. Names must be unique."""
+    """Every *.yaml / *.yml in the folder, sorted by file name. Names must be unique.
+
+    Every file is checked before raising: the SourceSpecError has one line per bad file.
+    """
     if not sources_dir.is_dir():
         raise SourceSpecError(f"sources folder not found: {sources_dir}")
     files = sorted([*sources_dir.glob("*.yaml"), *sources_dir.glob("*.yml")])
     specs: list[SourceSpec] = []
     seen: dict[str, Path] = {}
+    problems: list[str] = []
     for f in files:
-        spec = load_source_spec(f)
+        try:
+            spec = load_source_spec(f)
+        except SourceSpecError as e:
+            problems.append(str(e))
+            continue
         if spec.name in seen:
-            raise SourceSpecError(f"{f}: field 'name': source name {spec.name!r} is already used by {seen[spec.name]}")
+            problems.append(f"{f}: field 'name': source name {spec.name!r} is already used by {seen[spec.name]}")
+            continue
         seen[spec.name] = f
         specs.append(spec)
+    if problems:
+        raise SourceSpecError("\n".join(problems))
     return specs

@@ -109,6 +109,38 @@ class SnapshotView:
 
 
 @dataclass
+class SourceView:
+    name: str
+    read: int
+    accepted: int
+    rejected: int
+    max_reject_rate: float
+    rejects_by_reason: dict[str, int]
+
+    @property
+    def reject_rate(self) -> float:
+        return self.rejected / self.read if self.read else 0.0
+
+    @property
+    def status(self) -> str:  # "PASS" | "WARN": no accepted prompt, or too many rejects
+        return "WARN" if self.accepted == 0 or self.reject_rate > self.max_reject_rate else "PASS"
+
+
+def collect_sources(data: DataPath) -> list[SourceView]:
+    """Every source's counts.json (data/sources/<name>/), as last ingested."""
+    out = []
+    for f in sorted((data / "sources").glob("*/counts.json"), key=str):
+        try:
+            c = json.loads(f.read_text())
+            out.append(SourceView(str(c.get("source") or f.parent.name), int(c["read"]), int(c["accepted"]),
+                                  int(c["rejected"]), float(c.get("max_reject_rate", 0.5)),
+                                  dict(c.get("rejects_by_reason") or {})))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+@dataclass
 class ReportModel:
     generated_at: str
     data_dir: str  # display-safe (no credentials, no query)
@@ -118,6 +150,7 @@ class ReportModel:
     shards: list[ShardRow]
     snapshots: list[SnapshotView]
     data_docs_index: Path | None = None
+    sources: list[SourceView] = field(default_factory=list)
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "not run": 0, "unreadable": 0}
@@ -260,6 +293,7 @@ def collect(
         generated_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
         snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
+        sources=collect_sources(data),
     )
 
 
@@ -400,6 +434,19 @@ def render(model: ReportModel, report_path: PathLike) -> str:
                  ' <span class="small">(its tables need scripts from the internet; the per-validation '
                  "links below are static pages)</span></td></tr>")
     h.append("</table>")
+
+    if model.sources:
+        h.append("<h2>Prompt sources</h2>")
+        h.append('<table><tr><th>source</th><th>read</th><th>accepted</th><th>rejected</th><th>reject rate</th>'
+                 "<th>threshold</th><th>status</th><th>rejects by reason</th></tr>")
+        for src in model.sources:
+            reasons = ", ".join(f"{r} {n}" for r, n in sorted(src.rejects_by_reason.items(), key=lambda kv: -kv[1]))
+            why = ("no accepted prompt" if src.accepted == 0 else "reject rate above threshold") if src.status == "WARN" else None
+            h.append(f'<tr><td><code>{_e(src.name)}</code></td><td class="num">{src.read}</td>'
+                     f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
+                     f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
+                     f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>")
+        h.append("</table>")
 
     h.append("<h2>Gates by shard</h2>")
     h.append("<table><tr><th>shard</th>" + "".join(
