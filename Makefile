@@ -14,20 +14,47 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install instance services demo test ui check-defs bench backfill clean
+.PHONY: install instance services demo test test-fast lint ruff typecheck format-check format constraints ui \
+	check-defs bench backfill clean
 
-$(STAMP): pyproject.toml
+# The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
+# SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports).
+EXTRAS := test,sim,dev,specforge
+# What constraints.txt pins: everything but the SpecForge lane (torch comes from local disk, never a resolve).
+CONSTRAINT_EXTRAS := test,sim,dev,k8s
+# Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
+CONSTRAINTS := constraints.txt
+PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
+
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's own failures fail the target (pipefail); only the notes about absent local indexes are filtered.
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check -e '.[test,specforge]' 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PIP_INSTALL) --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PIP_INSTALL) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 | { grep -v "is ignored" || true; }
 	@# SpecForge lane: its data code only; --no-deps because its pins pull sglang and a CUDA torch.
-	set -o pipefail; $(PY) -m pip install -q --disable-pip-version-check --no-deps specforge==0.2.0 2>&1 | { grep -v "is ignored" || true; }
-	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers"
+	set -o pipefail; $(PIP_INSTALL) --no-deps specforge==0.2.0 2>&1 | { grep -v "is ignored" || true; }
+	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers, aiohttp"
 	$(PY) -c "import specforge.data.preprocessing, specforge.data.prompt_builder"
+	@# torch only for the SpecForge lane, and only the CPU 2.13.0 build from local disk (a CUDA build is GBs)
+	@$(PY) -c "import importlib.metadata as m, sys; v = m.version('torch'); sys.exit(0 if v.startswith('2.13.0') else f'torch {v} got installed, expected the local CPU 2.13.0 build: find what pulled it in (pip show torch)')"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Re-resolve every dependency (newest versions pyproject.toml allows) in a throwaway venv and write
+# constraints.txt from it; commit the result. `make install` then reinstalls from the new pins.
+constraints:
+	rm -rf .constraints-venv
+	$(PYTHON) -m venv .constraints-venv
+	set -o pipefail; .constraints-venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; .constraints-venv/bin/python -m pip install -q --disable-pip-version-check -e '.[$(CONSTRAINT_EXTRAS)]' 2>&1 | { grep -v "is ignored" || true; }
+	@! .constraints-venv/bin/python -m pip show -q torch 2>/dev/null || { echo "torch got resolved: refusing to pin it"; exit 1; }
+	{ echo "# Pinned versions of every dependency of '.[$(CONSTRAINT_EXTRAS)]' (Python $$(.constraints-venv/bin/python -c 'import platform; print(platform.python_version())'), Linux)."; \
+	  echo "# Written by \`make constraints\` (pip freeze of a fresh resolve); \`make install\` installs with -c this file."; \
+	  .constraints-venv/bin/python -m pip freeze --exclude-editable; } > $(CONSTRAINTS).tmp
+	mv $(CONSTRAINTS).tmp $(CONSTRAINTS)
+	rm -rf .constraints-venv
+	@echo "$(CONSTRAINTS): $$(grep -vc '^#' $(CONSTRAINTS)) pinned packages"
 
 # Every EAGLE3_* setting and source YAML validated (one line per problem, exit 2), then the
 # project-local Dagster instance (SQLite, concurrency pool limits) created once, under a file lock.
@@ -38,12 +65,33 @@ demo: instance
 	$(VENV)/bin/eagle3 demo
 
 # OS packages the reliability tests drive: PostgreSQL (throwaway clusters) and Debian's Chromium.
-# Installs them with apt-get when missing (needs root), else does nothing.
+# Installs them with apt-get when missing and root; not root: warns, and the tests that need them skip.
 services:
 	bash scripts/ci-services.sh
 
-test: instance services
+# Lint and type check run before the tests; `make lint` adds the format check (not yet in `make test`:
+# the tree gets formatted once, see `make format`).
+ruff: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+format-check: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+
+lint: ruff typecheck format-check
+
+test: instance services ruff typecheck
 	$(PY) -m pytest -q
+
+# In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
+# (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker).
+test-fast: instance ruff typecheck
+	$(PY) -m pytest -q -m "not integration"
 
 ui: instance
 	$(VENV)/bin/eagle3 ui

@@ -23,10 +23,10 @@ from pathlib import Path
 # tokenize.py would shadow the standard library module: drop it before anything is imported.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
+import argparse
+import json
+import tempfile
+import time
 
 import numpy as np
 import polars as pl

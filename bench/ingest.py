@@ -39,7 +39,7 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 def make_jsonl(path: Path, rows: int, seed: int = 0) -> int:
     """Write `rows` lines: ~1% exact repeats, ~0.1% malformed, ~10% tool conversations."""
     rng = random.Random(seed)
-    words = "the a model prompt data token speculative draft verify accept length batch".split()
+    words = ["the", "a", "model", "prompt", "data", "token", "speculative", "draft", "verify", "accept", "length", "batch"]
     with open(path, "w", encoding="utf-8") as f:
         for i in range(rows):
             r = rng.random()

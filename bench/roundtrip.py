@@ -17,14 +17,14 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 # bench/ holds tokenize.py, which shadows the stdlib module when bench/ is sys.path[0].
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import json
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
 
-import polars as pl  # noqa: E402
+import polars as pl
 
 ROOT = Path(_HERE).parent
 SHARED_KIMI = ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"

@@ -89,7 +89,7 @@ def _data_dir(raw: str) -> DataPath:
     """EAGLE3_DATA_DIR: a local path (default ./data), file://, s3://, gs://, ... or any fsspec URI."""
     try:
         return data_root(raw) if "://" in raw else data_root(_path(raw))
-    except Exception as e:  # noqa: BLE001 - any refusal (credentials in the URI, unknown scheme) is a settings error
+    except Exception as e:  # any refusal (credentials in the URI, unknown scheme) is a settings error
         raise _Problem(f"EAGLE3_DATA_DIR must be a local path or a storage URI (s3://, gs://, file://, ...), "
                        f"got {_redact(raw)!r}: {e}") from None
 
@@ -267,7 +267,7 @@ class Settings:
 
         data_dir = get("EAGLE3_DATA_DIR", _data_dir, None) or data_root(PROJECT_ROOT / "data")
         work = get("EAGLE3_WORK_DIR", _path, None)
-        urls = get("EAGLE3_SGLANG_URL", _urls, ())
+        urls: tuple[str, ...] = get("EAGLE3_SGLANG_URL", _urls, ())
         values: dict[str, Any] = dict(
             data_dir=data_dir,
             work_dir=work_dir_for(data_dir, work),

@@ -65,7 +65,7 @@ class ModelProfile:
     trust_remote_code: bool = False
     source_file: str = ""
 
-    def with_tokenizer(self, tokenizer: str) -> "ModelProfile":
+    def with_tokenizer(self, tokenizer: str) -> ModelProfile:
         d = asdict(self)
         d["tokenizer"] = tokenizer
         d["tool_call_ids"] = self.tool_call_ids
@@ -100,7 +100,7 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
     d = dict(raw)
     tok = str(d["tokenizer"])
     # A relative local path is relative to the profile file, so a profile folder can move as a whole.
-    if base_dir is not None and (tok.startswith("./") or tok.startswith("../")):
+    if base_dir is not None and (tok.startswith(("./", "../"))):
         tok = str((base_dir / tok).resolve())
     d["tokenizer"] = tok
     try:

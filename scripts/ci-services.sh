@@ -2,7 +2,8 @@
 # Install the OS packages the reliability tests need: PostgreSQL (a throwaway cluster per test
 # run, started by the tests themselves on 127.0.0.1) and Debian's Chromium (driven by Playwright).
 # Idempotent: does nothing when both are present; runs `apt-get update` only when it must install.
-# Not root and something missing: says what to install and fails.
+# Not root and something missing: cannot install, so says so and exits 0; the tests that need the
+# missing package then SKIP with that reason (as root, e.g. in CI, a missing package FAILS them).
 set -euo pipefail
 
 PACKAGES=(postgresql chromium)
@@ -23,8 +24,9 @@ if [ ${#missing[@]} -eq 0 ]; then
 fi
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "[ci-services] ERROR: missing ${missing[*]}; run as root (or: sudo apt-get install -y ${missing[*]})" >&2
-  exit 1
+  echo "[ci-services] WARNING: missing ${missing[*]} and not root, so not installing them;" \
+    "the tests that need them will be SKIPPED (to run them: sudo apt-get install -y ${missing[*]})" >&2
+  exit 0
 fi
 if ! command -v apt-get >/dev/null; then
   echo "[ci-services] ERROR: missing ${missing[*]} and apt-get is not available on this machine" >&2

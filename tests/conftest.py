@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
+import subprocess
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,66 @@ os.environ.setdefault("EAGLE3_TOKENIZER", str(KIMI_TOKENIZER_DIR))
 def pytest_configure(config: pytest.Config) -> None:
     if not KIMI_TOKENIZER_DIR.exists():
         raise pytest.UsageError(f"the tests need ../shared beside the project; not found: {SHARED}")
+
+
+# --- the `integration` marker: every test that starts a process (simulator, Dagster, Postgres, Chromium,
+# moto, the CLI) carries it, so `make test-fast` (pytest -m "not integration") runs in-process tests only.
+# A test gets it from its module (`pytestmark`), its own decorator, or here, from a process-starting
+# fixture it uses: (folder or module that defines the fixture, fixture name).
+PROCESS_FIXTURES = {
+    ("tests/sim", "sim"), ("tests/sim", "sim059"), ("tests/sim", "qsim"),
+    ("tests/generate", "start_sim"), ("tests/generate", "shared_sim"),
+    ("tests/generate/test_generate_basic.py", "short_ctx_sim"), ("tests/generate/test_fleet.py", "pair"),
+    ("tests/pipeline/test_end_to_end.py", "normal_sim"),
+    ("tests/reliability", "eagle3_ui"), ("tests/reliability/test_browser.py", "page"),
+    ("tests/reliability/test_postgres_pool.py", "pg"), ("tests/reliability/test_object_storage.py", "moto_s3"),
+    ("tests/reliability/test_fault_matrix.py", "matrix"), ("tests/ingest/test_ingest_remote.py", "moto_prompts"),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("integration"):
+            continue
+        used = {(d.baseid, name) for name, defs in info.name2fixturedefs.items() for d in defs[-1:]}
+        if used & PROCESS_FIXTURES:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _no_process_unless_integration(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    return (yield from _no_process_unless_integration(item, "call"))
+
+
+def _no_process_unless_integration(item: pytest.Item, phase: str) -> Generator[None, None, None]:
+    """Fail a test not marked `integration` that starts a process, so `make test-fast` stays in-process."""
+    if item.get_closest_marker("integration"):
+        return (yield)
+    started: list[str] = []
+    popen_init, process_start = subprocess.Popen.__init__, multiprocessing.process.BaseProcess.start
+
+    def recording_popen_init(self: subprocess.Popen, args: object, *a: object, **kw: object) -> None:
+        started.append(f"subprocess {args!r}"[:200])
+        popen_init(self, args, *a, **kw)
+
+    def recording_process_start(self: multiprocessing.process.BaseProcess) -> None:
+        started.append(f"multiprocessing {self.name}")
+        process_start(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess.Popen, "__init__", recording_popen_init)
+        mp.setattr(multiprocessing.process.BaseProcess, "start", recording_process_start)
+        result = yield
+    if started:
+        pytest.fail(f"{item.nodeid} started a process during {phase} but is not marked integration "
+                    f"(mark it, or list its fixture in tests/conftest.py PROCESS_FIXTURES): {started}")
+    return result
 
 
 @pytest.fixture(scope="session")

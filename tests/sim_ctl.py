@@ -34,7 +34,7 @@ class Sim:
         return self.sp.url
 
     @property
-    def proc(self):  # noqa: ANN201
+    def proc(self):
         return self.sp.proc
 
     def wait_ready(self, timeout: float = 60.0) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from ..config import EXECUTOR_CHOICES as CHOICES  # noqa: F401 - re-exported
+from ..config import EXECUTOR_CHOICES as CHOICES
 from ..config import EXECUTOR_ENV, Settings, SettingsError, settings
 
 

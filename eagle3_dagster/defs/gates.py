@@ -116,7 +116,7 @@ def refresh_quality_report(context: Any, pipeline: Any, profile_name: str | None
     """
     try:
         return write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         context.log.warning(f"quality report not written: {type(e).__name__}: {e}")
         return None
 

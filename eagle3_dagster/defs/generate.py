@@ -21,8 +21,8 @@ from ..stopping import StopRequested
 from ..generate.inputs import prompt_view
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
-from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from ..schemas import TOKENIZED_PROMPTS
+from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
 from .partitions import shard_partitions

@@ -12,7 +12,7 @@ def to_metadata(obj: Any, *, prefix: str = "") -> dict[str, Any]:
     """A dataclass or dict of counts -> metadata: scalars as-is, containers as JSON."""
     if hasattr(obj, "as_metadata"):
         d = obj.as_metadata()
-    elif dataclasses.is_dataclass(obj):
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         d = dataclasses.asdict(obj)
     else:
         d = dict(obj)

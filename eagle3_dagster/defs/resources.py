@@ -9,7 +9,6 @@ SGLANG_API_KEY, so it cannot leak into run config or metadata.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import dagster as dg
 
@@ -21,14 +20,14 @@ from ..storage import DataPath, data_root
 class PipelineSettings(dg.ConfigurableResource):
     # A local path or a URI: file://, s3://bucket/prefix?endpoint_override=...&region=..., gs://, or any
     # fsspec protocol. Never put credentials here (they are refused): they come from the environment.
-    data_dir: Optional[str] = None
+    data_dir: str | None = None
     # Local scratch for the GX file context / Data Docs and shard locks (default: see config.work_dir_for).
-    work_dir: Optional[str] = None
-    assets_dir: Optional[str] = None
-    expectations_dir: Optional[str] = None
-    model: Optional[str] = None
-    tokenizer: Optional[str] = None
-    max_new_tokens: Optional[int] = None
+    work_dir: str | None = None
+    assets_dir: str | None = None
+    expectations_dir: str | None = None
+    model: str | None = None
+    tokenizer: str | None = None
+    max_new_tokens: int | None = None
 
     @property
     def data_path(self) -> DataPath:
@@ -67,10 +66,10 @@ class PipelineSettings(dg.ConfigurableResource):
 class SGLangFleet(dg.ConfigurableResource):
     """The SGLang endpoints (or one sglang-router) that serve the target model."""
 
-    urls: Optional[str] = None  # comma-separated; default EAGLE3_SGLANG_URL
-    max_in_flight: Optional[int] = None  # default: from /server_info
-    model_revision: Optional[str] = None  # default: from /model_info
-    regen_seed: Optional[int] = None  # bump to regenerate every sample
+    urls: str | None = None  # comma-separated; default EAGLE3_SGLANG_URL
+    max_in_flight: int | None = None  # default: from /server_info
+    model_revision: str | None = None  # default: from /model_info
+    regen_seed: int | None = None  # bump to regenerate every sample
     # Client read timeout per request. Default 3600 s: a disconnect aborts the GPU work, so it
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
     read_timeout_s: Optional[float] = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -37,7 +38,7 @@ def owner_tags() -> dict[str, str]:
     return {HOST_TAG: socket.gethostname(), PID_TAG: str(me.pid), PID_STARTED_TAG: f"{me.create_time():.3f}"}
 
 
-def _owner_alive(tags: dict[str, str]) -> bool:
+def _owner_alive(tags: Mapping[str, str]) -> bool:
     try:
         proc = psutil.Process(int(tags[PID_TAG]))
         # a recycled pid belongs to a process created later than the run's owner
@@ -232,7 +233,7 @@ def materialize_graph(
             run_config=run_config or QUIET,
             tags=tags,
         )
-        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events()})
+        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
         outcomes.append(
             ShardOutcome(
                 shard=key,

@@ -1,15 +1,16 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
 
+from typing import cast
+
 import dagster as dg
 import polars as pl
 
 from ..quality import histograms_markdown, prompt_features, run_gate
-from ..schemas import PROMPTS, TOKENIZE_REJECTS, TOKENIZED_PROMPTS
+from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import parse_shard_key, read_parquet, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
-from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, cached_renderer
 
@@ -62,8 +63,8 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
             "rejects_by_reason": dg.MetadataValue.json(
                 dict(rejects.group_by("reason").len().iter_rows()) if rejects.height else {}
             ),
-            "prompt_len_mean": float(lens.mean() or 0),
-            "prompt_len_max": int(lens.max() or 0),
+            "prompt_len_mean": float(cast(float, lens.mean()) or 0),  # an integer column: numbers or None
+            "prompt_len_max": int(cast(int, lens.max()) or 0),
             "profile": profile.name,
             "tokenizer": profile.tokenizer,
             "tokenizer_fingerprint": renderer.tokenizer_fingerprint,

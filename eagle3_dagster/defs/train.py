@@ -10,12 +10,13 @@ from ..generate import read_generations
 from ..quality import read_gate_result, run_gate, training_features
 from ..quality.features import available_source_shares
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
-from ..storage import parse_shard_key, parquet_num_rows, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
+from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
 from ..train.summary import SUMMARY_FILE, headline, summarize_samples
 from .generate import ACTIVE_FILE
 from .gates import gate_check_results, gate_check_specs, store_gate_result
+from .generate import ACTIVE_FILE
 from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, cached_renderer

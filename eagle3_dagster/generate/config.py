@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ..profiles import ModelProfile
 
@@ -91,7 +92,7 @@ class GenerationConfig:
             raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
     @classmethod
-    def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any) -> "GenerationConfig":
+    def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any) -> GenerationConfig:
         """Sampling and stop ids from the model profile; endpoints from the argument or EAGLE3_SGLANG_URL."""
         if endpoints is None:
             from ..config import settings
@@ -124,7 +125,7 @@ class GenerationConfig:
         base.update(overrides)
         return cls(**base)
 
-    def with_(self, **changes: Any) -> "GenerationConfig":
+    def with_(self, **changes: Any) -> GenerationConfig:
         return replace(self, **changes)
 
     def effective_stream_interval(self) -> int:

@@ -172,8 +172,8 @@ def max_running_of(info: dict[str, Any]) -> int | None:
     """max_running_requests from /server_info; the per-DP effective value when the server reports it."""
     states = info.get("internal_states")
     if isinstance(states, list) and states:
-        vals = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
-        vals = [int(v) for v in vals if isinstance(v, (int, float)) and v > 0]
+        raw = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
+        vals = [int(v) for v in raw if isinstance(v, (int, float)) and v > 0]
         if vals:
             return sum(vals)
     v = info.get("max_running_requests")

@@ -18,19 +18,19 @@ prompts) by the same streaming, instead of the whole shard with every prompt's i
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
-
 import pyarrow.parquet as pq
 
 from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet
 from .config import sample_key
 
-TokenizedSource = Union[pl.DataFrame, Path, str, DataPath]
+TokenizedSource = pl.DataFrame | Path | str | DataPath
 
 _BATCH = 8192
 _IDS_BATCH = 1024  # rows a batch when input_ids are read: ~4 MB for 1k-token prompts
@@ -67,7 +67,7 @@ def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]
         with _open(f) as pf:
             # use_threads=False: threaded decoding reads whole column chunks ahead (2-3x the batch memory)
             for b in pf.iter_batches(batch_size=size, columns=columns, use_threads=False):
-                yield pl.from_arrow(b)  # type: ignore[misc]
+                yield cast(pl.DataFrame, pl.from_arrow(b))  # a RecordBatch gives a DataFrame
 
 
 def _open(f: DataPath) -> pq.ParquetFile:
@@ -113,7 +113,7 @@ def prompts_by_id(src: TokenizedSource, prompt_ids: Any) -> pl.DataFrame:
         return src.clear()
     from .. import schemas
 
-    return pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table())  # type: ignore[return-value]
+    return cast(pl.DataFrame, pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()))
 
 
 def _split(sid: str) -> tuple[int, int]:
@@ -190,9 +190,9 @@ def plan_shard(src: TokenizedSource, *, model_revision: str, s_hash: str, regen_
             sid = sample_key(p, model_revision, t or "", s_hash, regen_seed)
             if skip_ids and sid in skip_ids:
                 skipped.append((len(hi_a), sid))
-            h, l = _split(sid)
+            h, low = _split(sid)
             hi_a.append(h)
-            lo_a.append(l)
+            lo_a.append(low)
     hi = np.frombuffer(hi_a, dtype=np.uint64)
     lo = np.frombuffer(lo_a, dtype=np.uint64)
     first, in_store = classify(hi, lo, *stored)

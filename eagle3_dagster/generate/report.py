@@ -83,7 +83,7 @@ class ShardReport:
 def _percentile(sorted_vals: list[float], q: float) -> float | None:
     if not sorted_vals:
         return None
-    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    i = min(len(sorted_vals) - 1, max(0, round(q * (len(sorted_vals) - 1))))
     return sorted_vals[i]
 
 

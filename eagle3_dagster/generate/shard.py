@@ -18,9 +18,10 @@ import secrets
 import ssl
 import threading
 import time
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import certifi
 import httpx
@@ -31,6 +32,7 @@ from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
+from .report import ProgressReport, RunStats, ShardReport
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
 from .. import stopping
 from ..storage import as_data_path
@@ -81,7 +83,7 @@ def _result_row(o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash
         "template_hash": item.get("template_hash"),
         "sampling_hash": s_hash,
         "integrity_violations": violations,
-        "generated_at": datetime.now(timezone.utc),
+        "generated_at": datetime.now(UTC),
     }
 
 
@@ -100,7 +102,7 @@ def is_permanent_reason(reason: str) -> bool:
     """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
     if reason in ("empty_input_ids", "input_id_out_of_vocab"):
         return True
-    return (reason.startswith("http_4") or reason.startswith("abort_4")) and reason[-3:] not in ("408", "429")
+    return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")
 
 
 def _input_problem(ids: Any, vocab_size: int | None) -> str | None:
@@ -356,7 +358,7 @@ async def _generate_shard(
             # leaves the data as it was (see store.py), so it is reported, not raised.
             try:
                 report.chunks_compacted = await asyncio.to_thread(store.compact, config.compact_after_chunks)
-            except Exception as e:  # noqa: BLE001
+            except Exception as e:
                 log.warning("shard %s: compaction failed, chunks left as they were: %s", out_dir.name, e)
                 report.compaction_error = f"{type(e).__name__}: {e}"[:500]
         report.chunks_written = store.chunks_written
@@ -392,8 +394,9 @@ async def _gather_or_fail(workers: list[asyncio.Task[None]], bg: list[asyncio.Ta
         while any(not w.done() for w in workers):
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                if not t.cancelled() and t.exception() is not None:
-                    fatal.append(t.exception())  # type: ignore[arg-type]
+                exc = None if t.cancelled() else t.exception()
+                if exc is not None:
+                    fatal.append(exc)
             if fatal:
                 raise fatal[0]
     except BaseException:

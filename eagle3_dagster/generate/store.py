@@ -44,14 +44,22 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from .. import schemas
-from ..storage import DataPath, as_data_path, parquet_file, parquet_num_rows, read_parquet, scan_parquet, write_table_atomic
+from ..storage import (
+    DataPath,
+    as_data_path,
+    parquet_file,
+    parquet_num_rows,
+    read_parquet,
+    scan_parquet,
+    write_table_atomic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +78,7 @@ class StoreWriteError(RuntimeError):
     """A chunk could not be written after retries; nothing was half-written, the run stops."""
 
 
-StoreDir = Union[Path, str, DataPath]
+StoreDir = Path | str | DataPath
 
 
 def chunk_files(out_dir: StoreDir) -> list[DataPath]:
@@ -89,7 +97,7 @@ def read_generations(out_dir: StoreDir) -> pl.DataFrame:
     """All stored samples of a shard, one row per sample_id (defensive: the writer never duplicates)."""
     files = chunk_files(out_dir)
     if not files:
-        return pl.from_arrow(schemas.GENERATIONS.empty_table())  # type: ignore[return-value]
+        return cast(pl.DataFrame, pl.from_arrow(schemas.GENERATIONS.empty_table()))
     df = read_parquet(files)
     return df.unique(subset="sample_id", keep="first", maintain_order=True)
 
@@ -97,7 +105,7 @@ def read_generations(out_dir: StoreDir) -> pl.DataFrame:
 def read_generation_errors(out_dir: StoreDir) -> pl.DataFrame:
     p = as_data_path(out_dir) / ERRORS_FILE
     if not p.exists():
-        return pl.from_arrow(schemas.GENERATION_ERRORS.empty_table())  # type: ignore[return-value]
+        return cast(pl.DataFrame, pl.from_arrow(schemas.GENERATION_ERRORS.empty_table()))
     return read_parquet(p)
 
 

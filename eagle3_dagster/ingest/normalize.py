@@ -419,7 +419,7 @@ def _parse_function_call(value: Any, where: str) -> list[Any]:
 def _normalize_tool_call(raw: Any, where: str, index: int) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise RowReject("bad_tool_call", f"{where} is a JSON {_json_type(raw)}, expected an object")
-    fn = raw.get("function") if isinstance(raw.get("function"), dict) else raw  # OpenAI or flat shape
+    fn: dict[str, Any] = raw["function"] if isinstance(raw.get("function"), dict) else raw  # OpenAI or flat shape
     name = fn.get("name")
     if not isinstance(name, str) or not name.strip():
         raise RowReject("bad_tool_call", f"{where} has no function name")
@@ -453,7 +453,7 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
             raise RowReject("bad_tools", f"tools[{i}] is a JSON {_json_type(item)}, expected a function schema")
-        fn = item.get("function") if isinstance(item.get("function"), dict) else item
+        fn: dict[str, Any] = item["function"] if isinstance(item.get("function"), dict) else item
         if item.get("type", "function") != "function":
             raise RowReject("bad_tools", f"tools[{i}] has type {str(item.get('type'))[:30]!r}, only 'function' is supported")
         name = fn.get("name")

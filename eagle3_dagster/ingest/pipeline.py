@@ -24,7 +24,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import pyarrow as pa
 
@@ -138,7 +138,7 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
     return int.from_bytes(h[:8], "big") < fraction * 2**64
 
 
-OutDir = Union[Path, str, DataPath]
+OutDir = Path | str | DataPath
 
 
 def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_accepted: bool = False) -> SourceCounts:
@@ -184,7 +184,7 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     tools_json = canonical_json(tools) if tools is not None else None
                     # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
                     # before "tools"), without serializing the prompt twice.
-                    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode("utf-8")
+                    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
                 except UnicodeEncodeError:
                     reject(file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
                     continue
@@ -239,12 +239,12 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     counts = CombineCounts(sources=len(source_dirs))
     out_dir = as_data_path(out_dir)
-    source_dirs = [as_data_path(d) for d in source_dirs]
+    dirs = [as_data_path(d) for d in source_dirs]
     seen: set[bytes] = set()
     prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
     rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
     try:
-        for d in source_dirs:
+        for d in dirs:
             acc_path, rej_path, counts_path = d / ACCEPTED_FILE, d / REJECTS_FILE, d / COUNTS_FILE
             for p in (acc_path, rej_path, counts_path):
                 if not p.is_file():

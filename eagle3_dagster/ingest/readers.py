@@ -397,4 +397,3 @@ def _iter_parquet(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
     finally:
         if remote is not None:
             remote.close()
-

@@ -31,7 +31,7 @@ import io
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import IO, Any, Union
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import pyarrow as pa
@@ -51,7 +51,7 @@ from ..storage import (
 from .errors import IngestFileError
 
 # A data file of a source: a local Path (as always) or a DataPath on a remote filesystem.
-SourceFile = Union[Path, DataPath]
+SourceFile = Path | DataPath
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _REMOTE_BUFFER = 4 << 20
@@ -153,7 +153,7 @@ def _relative(path: str, base: str) -> str | None:
 def _open_root(rp: RemotePattern, source: str) -> DataPath:
     try:
         root = data_root(rp.root_uri)
-        root.fs  # noqa: B018 - opens the filesystem now, so a bad URI is reported here
+        _ = root.fs  # opens the filesystem now, so a bad URI is reported here
         return root
     except StorageError as e:
         raise IngestFileError(f"source {source!r}: {rp.display}: {_shown(e, rp.root_uri)}") from None
@@ -240,7 +240,7 @@ def file_version(f: DataPath, info: pafs.FileInfo) -> str:
     if ffs is not None:
         try:
             raw = ffs.info(f.path)
-        except Exception:  # noqa: BLE001 - the listing's size is still there
+        except Exception:  # the listing's size is still there
             raw = {}
         extra = [f"{k}={raw[k]}" for k in _VERSION_KEYS if raw.get(k) is not None]
         if extra:

@@ -73,7 +73,7 @@ class SourceSpec:
         if not p.is_absolute():
             p = (self.base_dir or Path.cwd()) / p
         if any(ch in raw for ch in "*?["):
-            matches = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
+            matches: list[SourceFile] = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
             if not matches:
                 raise IngestFileError(f"source {self.name!r}: no file matches {self.path!r} (pattern {p})")
             return matches

@@ -21,11 +21,10 @@ from .gate import read_gate_result
 from .reports import histograms_markdown, sample_preview_markdown
 from .suites import GATES
 
-
 _DATA_DIR_HELP = "data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)"
 
 
-def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | Path | None:
+def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | None:
     """The --data-dir argument opened (or the configured one); None after printing why it is refused."""
     try:
         return data_root(arg) if arg else s.data_dir

@@ -209,7 +209,7 @@ def _tool_args_parse(df: pl.DataFrame, profile: ModelProfile, tokenizer: Any) ->
         return pl.Series("tool_args_parse", [None] * n, pl.Boolean)
     open_id = t.argument_begin if t.argument_begin is not None else t.call_begin
     e = pl.element()
-    where = lambda tok: pl.col("output_ids").list.eval(pl.int_range(pl.len()).filter(e == tok))  # noqa: E731
+    where = lambda tok: pl.col("output_ids").list.eval(pl.int_range(pl.len()).filter(e == tok))
     rows = (
         df.with_row_index("_r").filter(pl.col("has_tool_call"))
         .select("_r", "output_ids", where(open_id).alias("_o"), where(t.call_end).alias("_c"))

@@ -17,18 +17,20 @@ import fcntl
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 import polars as pl
 
+from ..config import gx_keep_validations as keep_validations_from_env
 from ..profiles import ModelProfile
 from ..storage import DataPath, PathLike, as_data_path, read_parquet, safe_join, shard_key, write_frame_atomic
 from .features import ROW_ID
-from .retention import DOCS_INDEX, PruneStats, keep_validations_from_env, prune_validations
+from .retention import DOCS_INDEX, PruneStats, prune_validations
 from .suites import ROW_LEVEL_TYPES, ExpectationSpec, SuiteError, SuiteSpec, considered_expr, load_suite, row_pass_expr
 
 _DATASOURCE = "eagle3_features"
@@ -105,7 +107,7 @@ class GateResult:
         return d
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "GateResult":
+    def from_json(cls, d: dict[str, Any]) -> GateResult:
         rows = d.get("row_failures") or []
         rf = pl.DataFrame(rows, schema={ROW_ID: pl.String, "reasons": pl.List(pl.String)}) if rows else _empty_failures()
         return cls(
@@ -199,7 +201,7 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
     try:
         gx_suite = build(suite.expectations)
         ok = len(gx_suite.expectations) == len(suite.expectations)
-    except Exception:  # noqa: BLE001 - re-raised below with the expectation named
+    except Exception:  # re-raised below with the expectation named
         ok = False
     if not ok:
         # GX either raises without naming the expectation or logs and drops it: find and name it.
@@ -208,7 +210,7 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
                 if len(build([e]).expectations) == 1:
                     continue
                 msg = "dropped by GX"
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:
                 msg = str(err).replace("\n", " ")
             raise SuiteError(f"{suite.source_path}: GX rejects expectation {e.key!r} ({e.type}): {msg}")
     return gx_suite
@@ -248,7 +250,8 @@ def _gx_validate(
     vd = ctx.validation_definitions.add_or_update(
         gx.ValidationDefinition(name=f"{gate}_gate", data=batch_def, suite=gx_suite)
     )
-    actions = [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else []
+    actions: list[gx.checkpoint.ValidationAction] = (
+        [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else [])
     cp = ctx.checkpoints.add_or_update(
         gx.Checkpoint(name=f"{gate}_gate", validation_definitions=[vd], actions=actions,
                       result_format={"result_format": result_format})
@@ -258,7 +261,7 @@ def _gx_validate(
         # One slot for this run's result: after it, the suite holds at most keep_validations.
         pruned = prune_validations(Path(ctx.root_directory), gx_suite.name, keep_validations - 1)
     res = cp.run(batch_parameters={"dataframe": pdf})
-    vri, vres = list(res.run_results.items())[0]
+    vri, vres = next(iter(res.run_results.items()))
     results = vres.results
     if pruned.pages_removed and not build_docs and (Path(ctx.root_directory) / DOCS_INDEX).exists():
         # This run builds no docs, so GX will not rewrite the index: rebuild it (index + the suite
@@ -271,7 +274,7 @@ def _gx_validate(
         index = _local_site_url(ctx.get_docs_sites_urls())
         try:
             page = _local_site_url(ctx.get_docs_sites_urls(resource_identifier=vri))
-        except Exception:  # noqa: BLE001 - a link for the report only; never fail a gate over it
+        except Exception:  # a link for the report only; never fail a gate over it
             page = None
     return results, index, page
 
@@ -353,7 +356,7 @@ def run_gate(
         success=all(o.success for o in outcomes if o.severity == "critical"),
         outcomes=outcomes, row_failures=failures, n_rows=features.height, data_docs_index=index,
         data_docs_page=page, suite_sha256=suite.sha256, profile=profile.name if profile else None,
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
 
 

@@ -286,7 +286,7 @@ def collect_cell(data: DataPath, gate: str, shard: int, work_dir: Path) -> GateC
             docs_page=_existing_page(d.get("data_docs_page"), work_dir), profile=d.get("profile"),
             by_source={str(k): [int(x) for x in v] for k, v in (d.get("by_source") or {}).items()},
         )
-    except Exception as e:  # noqa: BLE001 - one bad file must not hide every other shard
+    except Exception as e:  # one bad file must not hide every other shard
         return GateCell(gate, key, "unreadable", error=f"{type(e).__name__}: {e}")
 
 
@@ -295,7 +295,7 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
         return {}
     try:
         df = read_parquet(f, columns=[column])
-    except Exception:  # noqa: BLE001 - auxiliary counts only
+    except Exception:  # auxiliary counts only
         return {}
     if not df.height:
         return {}

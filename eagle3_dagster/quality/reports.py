@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, cast
 
 import polars as pl
 
@@ -102,7 +103,7 @@ def sample_preview_markdown(
         if "prompt_len" in sub.columns:
             # a prompt view (generate.inputs.prompt_view) holds only the tail of input_ids
             lengths = {k: v for k, v in zip(sub["prompt_id"].to_list(), sub["prompt_len"].to_list()) if v is not None}
-    dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
     out: list[str] = [f"### Sample preview ({df.height} of {generations.height}, profile `{profile.name}`)"]
     for row in df.iter_rows(named=True):
         ids = list(row["output_ids"] or [])
@@ -118,9 +119,10 @@ def sample_preview_markdown(
             f"- think-end {profile.think_end_id} at position **{pos if pos is not None else 'MISSING'}**"
             f" (count {ids.count(profile.think_end_id)}); last id {ids[-1] if ids else None}"
         )
-        p_ids = prompts.get(row.get("prompt_id"))
-        if p_ids is not None:
-            out.append(f"- prompt tail ({lengths.get(row.get('prompt_id'), len(p_ids))} ids):")
+        pid = row.get("prompt_id")
+        p_ids = prompts.get(pid) if pid is not None else None
+        if pid is not None and p_ids is not None:
+            out.append(f"- prompt tail ({lengths.get(pid, len(p_ids))} ids):")
             out.append(_fence(_excerpt(dec(p_ids[-PREVIEW_PROMPT_TAIL:]), 0, 200)))
         out.append(f"- reasoning ({len(parts['reasoning'])} ids):")
         out.append(_fence(_excerpt(dec(parts["reasoning"]), excerpt_chars // 2, excerpt_chars // 2)))
@@ -142,7 +144,7 @@ def _numeric_histogram(s: pl.Series, bins: int) -> list[str]:
     v = s.drop_nulls().cast(pl.Float64)
     if v.len() == 0:
         return ["(no values)"]
-    lo, hi = float(v.min()), float(v.max())  # type: ignore[arg-type]
+    lo, hi = cast(float, v.min()), cast(float, v.max())  # a non-empty Float64 column
     integer = s.dtype.is_integer()
     if integer:
         # Integer bins [a, a+width-1] with a whole width, so every label is exact.
@@ -174,7 +176,7 @@ def _categorical_table(s: pl.Series, top: int = 10) -> list[str]:
     total = max(s.len(), 1)
     name = vc.columns[0]
     peak = max(vc["count"].to_list() or [1])
-    return [f"{str(k):>12} | {c:>8} | {100 * c / total:5.1f}% | {'█' * max(1, round(_BAR * c / peak))}"
+    return [f"{k!s:>12} | {c:>8} | {100 * c / total:5.1f}% | {'█' * max(1, round(_BAR * c / peak))}"
             for k, c in zip(vc[name].to_list(), vc["count"].to_list())]
 
 
@@ -190,9 +192,13 @@ def histograms_markdown(features: pl.DataFrame, columns: Sequence[str], *, bins:
         if s.dtype.is_numeric() and s.dtype != pl.Boolean:
             v = s.drop_nulls()
             if v.len():
-                q = lambda p: v.quantile(p, interpolation="nearest")  # noqa: E731
-                stats = (f"n={v.len()} nulls={nulls} min={v.min()} p50={q(0.5)} p90={q(0.9)} "
-                         f"p99={q(0.99)} max={v.max()} mean={v.mean():.4g}")
+                q = lambda p, v=v: v.quantile(p, interpolation="nearest")
+                # numbers (a numeric column), whatever polars' stubs allow
+                lo: Any = v.min()
+                hi: Any = v.max()
+                mean: Any = v.mean()
+                stats = (f"n={v.len()} nulls={nulls} min={lo} p50={q(0.5)} p90={q(0.9)} "
+                         f"p99={q(0.99)} max={hi} mean={mean:.4g}")
             else:
                 stats = f"n=0 nulls={nulls}"
             body = _numeric_histogram(s, bins)

@@ -22,10 +22,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import GX_KEEP_VALIDATIONS_DEFAULT as DEFAULT_KEEP  # noqa: F401 - re-exported
-from ..config import GX_KEEP_VALIDATIONS_ENV as KEEP_ENV  # noqa: F401
-from ..config import gx_keep_validations as keep_validations_from_env  # noqa: F401
-
 log = logging.getLogger(__name__)
 
 # GX 1.x file-context defaults (great_expectations.yml written by gx.get_context(mode="file")).

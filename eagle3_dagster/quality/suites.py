@@ -141,7 +141,7 @@ def load_suite(
         meta = dict(exp.get("meta") or {})
         etype = exp.get("type")
         kwargs = dict(exp.get("kwargs") or {})
-        if not etype or "column" not in kwargs and etype.startswith("expect_column"):
+        if not etype or ("column" not in kwargs and etype.startswith("expect_column")):
             raise SuiteError(f"{where}: needs 'type' and kwargs.column")
         raw_name = str(meta.get("name") or etype)
         key = str(meta.get("key") or raw_name)

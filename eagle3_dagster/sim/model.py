@@ -18,16 +18,13 @@ import json
 import random
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..profiles import ModelProfile
 
-_WORDS = (
-    "the user wants a clear answer so I should check each step first then verify the result "
-    "consider edge cases carefully and compare the options before deciding what matters most here "
-    "a short list may help because the question mentions several parts that depend on each other"
-).split()
+_WORDS = ["the", "user", "wants", "a", "clear", "answer", "so", "I", "should", "check", "each", "step", "first", "then", "verify", "the", "result", "consider", "edge", "cases", "carefully", "and", "compare", "the", "options", "before", "deciding", "what", "matters", "most", "here", "a", "short", "list", "may", "help", "because", "the", "question", "mentions", "several", "parts", "that", "depend", "on", "each", "other"]
 _SENTENCES = (
     "Let me restate the problem in my own words.",
     "First, I need to identify what is being asked.",
@@ -91,7 +88,7 @@ def _fake_value(type_expr: str, rng: random.Random) -> Any:
     t = type_expr.strip()
     if t.startswith('"'):
         return t.split('"')[1]
-    if t.startswith("number") or t.startswith("integer"):
+    if t.startswith(("number", "integer")):
         return rng.randint(1, 99)
     if t.startswith("boolean"):
         return rng.random() < 0.5
@@ -114,8 +111,8 @@ def _tools_from_json(decls: list[Any], rng: random.Random) -> list[ToolDecl]:
         fn = d.get("function", d) if isinstance(d, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             continue
-        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
-        props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        params: dict[str, Any] = fn["parameters"] if isinstance(fn.get("parameters"), dict) else {}
+        props: dict[str, Any] = params["properties"] if isinstance(params.get("properties"), dict) else {}
         args = {k: _fake_value(str((props.get(k) or {}).get("type", "string")), rng)
                 for k in params.get("required") or [] if isinstance(k, str)}
         out.append(ToolDecl(fn["name"], args))

@@ -10,6 +10,7 @@ when `/health` answers 200 (or `/model_info` answers 200 when the server was sta
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -17,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Literal
 
 import httpx
 
@@ -46,6 +48,12 @@ def die_with_parent(sig: int = signal.SIGKILL):  # noqa: ANN201
 
 class SimulatorError(RuntimeError):
     """The simulator process did not come up; the message carries the tail of its log."""
+
+
+SIM_EXTRA_MISSING = (
+    "the simulator (eagle3-sim) needs its optional dependencies, which are not installed: "
+    "pip install 'eagle3-dagster[sim]' (make install does), or set EAGLE3_SGLANG_URL to a real SGLang server"
+)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -93,7 +101,10 @@ class SimProcess:
         key = (env.get(var) or os.environ.get(var)) if var else None
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    def start(self) -> "SimProcess":
+    def start(self) -> SimProcess:
+        # the child runs this interpreter: without the `sim` extra it would die on `import aiohttp`
+        if importlib.util.find_spec("aiohttp") is None:
+            raise SimulatorError(SIM_EXTRA_MISSING)
         attempts = 1 if self.fixed_port else 3  # a free port can be taken between probe and bind
         last: Exception | None = None
         for _ in range(attempts):
@@ -106,7 +117,8 @@ class SimProcess:
                 self.kill()
                 if "address already in use" not in str(e).lower():
                     break
-        raise last  # type: ignore[misc]
+        assert last is not None
+        raise last
 
     def _spawn_and_wait(self) -> None:
         cmd = [sys.executable, "-m", "eagle3_dagster.sim.server", "--host", self.host, "--port", str(self.port),
@@ -170,13 +182,13 @@ class SimProcess:
             self.proc.kill()
             self.proc.wait()
 
-    def restart(self) -> "SimProcess":
+    def restart(self) -> SimProcess:
         """Stop and start again on the same port (clients keep their URL)."""
         self.stop()
         self.fixed_port = self.port
         return self.start()
 
-    def __enter__(self) -> "SimProcess":
+    def __enter__(self) -> SimProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -68,9 +68,10 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -272,7 +273,7 @@ class Engine:
         try:
             await asyncio.wait_for(st.abort.wait(), delay)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def run(self, item: P.Item, stream_interval: int | None, on_chunk: Any = None) -> Progress:
@@ -646,7 +647,7 @@ class Handlers:
         resp = await self._generate(request, crash)
         if crash and isinstance(resp, web.Response):
             # An error answer to the fatal request: it still dies mid-response.
-            await self._send_partial(request, resp.status, resp.content_type, resp.body or b"", crash=True)
+            await self._send_partial(request, resp.status, resp.content_type, cast(bytes, resp.body or b""), crash=True)
         return resp
 
     async def _send_partial(self, request: web.Request, status: int, content_type: str, payload: bytes,
@@ -666,16 +667,17 @@ class Handlers:
         raw = await request.read()
         try:
             body = json.loads(raw)
-        except ValueError as e:
-            return self._error(P.SimError(400, f"[{{'type': 'json_invalid', 'loc': ('body', {e.pos}), 'msg': "
-                                                 f"'JSON decode error', 'ctx': {{'error': '{e.msg}'}}}}]", "pydantic"))
+        except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError (no pos/msg) for a non-UTF-8 body
+            pos, msg = getattr(e, "pos", 0), getattr(e, "msg", str(e))
+            return self._error(P.SimError(400, f"[{{'type': 'json_invalid', 'loc': ('body', {pos}), 'msg': "
+                                                 f"'JSON decode error', 'ctx': {{'error': '{msg}'}}}}]", "pydantic"))
         # Errors before the stream opens: body shape and (0.5.23) the contract gate.
         try:
             P.check_shape(body)
             if body.get("input_ids") is None and body.get("text") is not None:
                 # `text` prompts are tokenized server-side, as SGLang does (no special tokens added).
                 t = body["text"]
-                enc = lambda x: list(sim.tok.encode(x, add_special_tokens=False))  # noqa: E731
+                enc = lambda x: list(sim.tok.encode(x, add_special_tokens=False))
                 body["input_ids"] = enc(t) if isinstance(t, str) else [enc(x) for x in t]
             sps = body.get("sampling_params")
             for sp in ([sps] if isinstance(sps, dict) else (sps or [])):
@@ -912,8 +914,8 @@ def load_tokenizer_for(profile: ModelProfile) -> Any:
     try:
         from ..tokenize import load_tokenizer
     except Exception:  # the tokenize package is optional for the simulator
-        load_tokenizer = None
-    if load_tokenizer is not None:
+        pass
+    else:
         return load_tokenizer(profile.tokenizer, trust_remote_code=False)
     from transformers import AutoTokenizer
 

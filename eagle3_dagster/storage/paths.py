@@ -40,7 +40,7 @@ def _segments(part: str) -> list[str]:
 class DataRoot:
     """A data directory: where it is (display), and a lazily opened pyarrow filesystem."""
 
-    __slots__ = ("uri", "scheme", "local", "_base", "_fs", "_display")
+    __slots__ = ("_base", "_display", "_fs", "local", "scheme", "uri")
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -75,7 +75,7 @@ class DataRoot:
     @property
     def base(self) -> str:
         if not self.local:
-            self.fs  # noqa: B018 - opens the filesystem, which fixes the base path
+            _ = self.fs  # opens the filesystem, which fixes the base path
         return self._base
 
     @property
@@ -129,7 +129,7 @@ class DataPath:
     `str()` is the OS path for local data and the URI without query or credentials otherwise.
     """
 
-    __slots__ = ("root", "rel")
+    __slots__ = ("rel", "root")
 
     def __init__(self, root: DataRoot, rel: str = "") -> None:
         self.root = root
@@ -419,6 +419,7 @@ def is_local(p: PathLike) -> bool:
 
 def display(p: PathLike) -> str:
     """What logs and metadata may show: the OS path, or the URI without secrets or query."""
+    return str(p) if isinstance(p, DataPath) else redact_uri(os.fspath(p))
 
 
 def fsspec_filesystem(fs: pafs.FileSystem) -> Any:

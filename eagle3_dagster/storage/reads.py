@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -47,10 +47,10 @@ def read_parquet(paths: PathLike | Sequence[PathLike], *, columns: Sequence[str]
         if left is not None:
             table = table.slice(0, left)
             left -= table.num_rows
-        frames.append(pl.from_arrow(table))
+        frames.append(cast(pl.DataFrame, pl.from_arrow(table)))  # a Table gives a DataFrame
         if left is not None and left <= 0:
             break
-    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]  # type: ignore[return-value]
+    return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
 
 
 def scan_parquet(paths: Sequence[PathLike], *, columns: Sequence[str] | None = None) -> pl.LazyFrame:
@@ -74,7 +74,7 @@ def read_parquet_dir(folder: PathLike, pattern: str = "part-*.parquet", *, schem
     if not files:
         if schema is None:
             return pl.DataFrame()
-        return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
+        return cast(pl.DataFrame, pl.from_arrow(schema.empty_table()))
     return read_parquet(files)
 
 

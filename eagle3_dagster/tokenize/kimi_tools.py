@@ -103,7 +103,7 @@ def _python_str(value: Any) -> str:
 
 
 def _default_text(value: Any) -> str:
-    if isinstance(value, bool) or isinstance(value, (int, float)):
+    if isinstance(value, (bool, int, float)):
         return _python_str(value)
     # strings, arrays and objects are JSON (", " and ": " separators, non-ASCII raw)
     return json.dumps(value, ensure_ascii=False)

@@ -227,7 +227,7 @@ def _kimi_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[st
     call = {"id": "functions.f:0", "type": "function",
             "function": {"name": "f", "arguments": {"x": "é <&>", "n": [1, 2.5, None, True]}}}
     str_call = {"id": "functions.f:1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}
-    convo = [
+    convo: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q1", "name": "alice"},
         {"role": "assistant", "content": "a1", "reasoning_content": "r1"},
@@ -240,6 +240,7 @@ def _kimi_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[st
         {"role": "developer", "content": "dev"},
     ]
     probes: list[tuple[list[dict[str, Any]], list[Any] | None, dict[str, Any], bool]] = []
+    kwargs: dict[str, Any]
     for kwargs in ({}, {"thinking": True}, {"thinking": False}):
         for gen in (True, False):
             probes.append((convo, None, kwargs, gen))
@@ -366,7 +367,7 @@ def _qwen3_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[s
         "type": "object", "properties": {"x": {"type": "string"}}}}}
     call = {"id": "c0", "type": "function", "function": {"name": "f", "arguments": {"x": "é <&>", "n": [1, None]}}}
     bare_call = {"name": "g", "arguments": "{\"y\": 2}"}
-    convo = [
+    convo: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q1"},
         {"role": "assistant", "content": "<think>\nr1\n</think>\n\na1"},
@@ -382,6 +383,7 @@ def _qwen3_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[s
         {"role": "assistant", "content": "\nfinal", "thinking": "r3"},
     ]
     probes: list[tuple[list[dict[str, Any]], list[Any] | None, dict[str, Any], bool]] = []
+    kwargs: dict[str, Any]
     for kwargs in ({}, {"enable_thinking": True}, {"enable_thinking": False}):
         for gen in (True, False):
             probes.append((convo, None, kwargs, gen))

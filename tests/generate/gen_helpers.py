@@ -6,11 +6,11 @@ import random
 from typing import Any
 
 import polars as pl
+from sim_ctl import Sim as Sim  # re-exported for the tests
 
 from eagle3_dagster import schemas
 from eagle3_dagster.generate import GenerationConfig
-from eagle3_dagster.sim.process import free_port  # noqa: F401  (re-exported for the tests)
-from sim_ctl import Sim  # noqa: F401  (re-exported for the tests)
+from eagle3_dagster.sim.process import free_port as free_port  # re-exported for the tests
 
 KIMI_EOS = 163586
 

@@ -12,14 +12,12 @@ import sys
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 import pytest
 from gen_helpers import Sim, make_config, make_prompts
 
 from eagle3_dagster import schemas
 from eagle3_dagster.generate import generate_shard, read_generations
 from eagle3_dagster.generate.store import ShardStore, chunk_files, compacted_from, stored_sample_ids
-from eagle3_dagster.storage import as_data_path
 
 N = 40
 
@@ -30,7 +28,7 @@ def _row(i: int, version: int) -> dict:
                 prompt_tokens=3, completion_tokens=3, cached_tokens=0, e2e_latency=0.01 * version,
                 meta_info="{}", endpoint="http://e", model_revision="m", template_hash="h", sampling_hash="s",
                 integrity_violations=[] if version % 2 else ["x"],
-                generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=version))
+                generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=version))
 
 
 def _fill(out, n_chunks: int = 10, lock_dir: Path | None = None) -> pl.DataFrame:
@@ -90,6 +88,7 @@ st.compact(8)
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("deletes_before_kill", [0, 4])
 def test_sigkill_between_compacted_write_and_deletes(tmp_path: Path, deletes_before_kill: int):
     out = tmp_path / "shard=0000"
@@ -147,6 +146,7 @@ def test_failed_compacted_write_leaves_nothing_under_a_final_name(tmp_path: Path
     assert read_generations(out).equals(before)
 
 
+@pytest.mark.integration
 def test_compaction_on_object_storage(tmp_path: Path, monkeypatch):
     from s3_moto import moto_s3_server, s3_uri, set_aws_env
 

@@ -91,7 +91,7 @@ def _run_in_thread(fn) -> tuple[threading.Thread, dict]:
     def target() -> None:
         try:
             box["report"] = fn()
-        except BaseException as e:  # noqa: BLE001 - surfaced by the test
+        except BaseException as e:  # surfaced by the test
             box["error"] = e
 
     t = threading.Thread(target=target)

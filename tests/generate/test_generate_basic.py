@@ -8,6 +8,7 @@ import httpx
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
+from gen_helpers import KIMI_EOS, Sim, make_config, make_prompts
 
 from eagle3_dagster import schemas
 from eagle3_dagster.generate import (
@@ -19,8 +20,6 @@ from eagle3_dagster.generate import (
     sampling_hash,
     sampling_params,
 )
-
-from gen_helpers import KIMI_EOS, Sim, make_config, make_prompts
 
 pytestmark = pytest.mark.integration
 

@@ -215,6 +215,7 @@ def test_duplicate_source_names_are_refused(tmp_path: Path) -> None:
         load_source_specs(tmp_path)
 
 
+@pytest.mark.integration
 def test_ingest_domain_code_does_not_import_dagster() -> None:
     import subprocess
     import sys

@@ -42,6 +42,7 @@ def test_cli_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.Captur
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.integration
 def test_eagle3_ingest_console_entry_point(datasets_dir: Path, tmp_path: Path) -> None:
     data = datasets_dir / "bfcl_live_simple" / "BFCL_v4_live_simple.json"
     proc = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "ingest", str(data), "--out", str(tmp_path)],

@@ -186,8 +186,8 @@ def test_sample_fraction_is_stable_content_hashed_and_counted(tmp_path: Path) ->
     (tmp_path / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (tmp_path / "rev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in reversed(records)))
     a = _ingest(tmp_path / "x.jsonl", tmp_path / "a", sample_fraction=0.25, seed=7)
-    b = _ingest(tmp_path / "rev.jsonl", tmp_path / "b", sample_fraction=0.25, seed=7)
-    c = _ingest(tmp_path / "x.jsonl", tmp_path / "c", sample_fraction=0.25, seed=8)
+    _ingest(tmp_path / "rev.jsonl", tmp_path / "b", sample_fraction=0.25, seed=7)
+    _ingest(tmp_path / "x.jsonl", tmp_path / "c", sample_fraction=0.25, seed=8)
     assert a.read == a.accepted + a.sampled_out == 2000
     assert 400 < a.accepted < 600
     assert sorted(_ids(tmp_path / "a")) == sorted(_ids(tmp_path / "b"))  # row order does not matter

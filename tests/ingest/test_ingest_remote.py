@@ -23,11 +23,11 @@ import dagster as dg
 import fsspec
 import pyarrow.parquet as pq
 import pytest
+from s3_moto import moto_s3_server, s3_uri, set_aws_env
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.ingest import IngestFileError, SourceSpec, SourceSpecError, ingest_source, load_source_specs
 from eagle3_dagster.storage import DataPath
-from s3_moto import moto_s3_server, s3_uri, set_aws_env
 
 BAD_DIR = Path(__file__).resolve().parent.parent / "data" / "bad"
 EXAMPLES = PROJECT_ROOT / "examples" / "shared-sources"
@@ -170,7 +170,7 @@ def test_content_not_the_file_name_decides_compression(name: str, mem_root: str,
 
 
 def _layout() -> dict[str, bytes]:
-    row = lambda text: json.dumps({"messages": [{"role": "user", "content": text}]}).encode() + b"\n"  # noqa: E731
+    row = lambda text: json.dumps({"messages": [{"role": "user", "content": text}]}).encode() + b"\n"
     pretty = json.dumps({"messages": [{"role": "user", "content": "pretty document"}]}, indent=2).encode()
     return {
         "p/part-1.jsonl": row("one") + row("two"),
@@ -398,7 +398,7 @@ def test_s3_prompt_sources_materialize_like_local_files(moto_prompts, datasets_d
     assert [{**r, "source_file": to_local[r["source_file"]]} for r in s3_rows] == local_rows
 
     # nothing of the endpoint options or the secret in the run records
-    assert SECRET not in records and "endpoint_override" not in records and "127.0.0.1:%d" % port not in records
+    assert SECRET not in records and "endpoint_override" not in records and f"127.0.0.1:{port}" not in records
 
     print("\n[s3 prompt sources] " + "; ".join(
         f"{n}: read {s3_meta[n]['read']} = accepted {s3_meta[n]['accepted']} + rejected {s3_meta[n]['rejected']} + "

@@ -166,7 +166,7 @@ def test_glaive_tool_calls_get_synthesized_paired_ids(datasets_dir: Path, tmp_pa
 
 def test_hermes_typed_parts_become_text_reasoning_and_tool_calls(datasets_dir: Path, tmp_path: Path) -> None:
     folder = "hermes_reasoning_tool_use"
-    counts, rows, path = _ingest(datasets_dir, folder, tmp_path)
+    _counts, rows, path = _ingest(datasets_dir, folder, tmp_path)
     first, _, _ = _ingest(datasets_dir, folder, tmp_path / "first", prompt_rule="first_user")
     assert first.duplicates == source_fact(datasets_dir, folder, "duplicate_first_user_prompts") == 3
     records = raw_records(path)
@@ -209,7 +209,7 @@ def test_bfcl_questions_and_functions(datasets_dir: Path, tmp_path: Path) -> Non
 
 def test_no_robots_parquet_list_of_structs(datasets_dir: Path, tmp_path: Path) -> None:
     folder = "no_robots_test_parquet"
-    counts, rows, path = _ingest(datasets_dir, folder, tmp_path)
+    _counts, rows, path = _ingest(datasets_dir, folder, tmp_path)
     records = raw_records(path)
     assert sum(_messages(r)[0]["role"] == "system" for r in rows) == 54
     for r in rows:

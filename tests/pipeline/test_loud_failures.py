@@ -20,10 +20,10 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+from graph_helpers import graph_resources
 
 from eagle3_dagster.config import PROJECT_ROOT, PartitionKeyError, Settings, SettingsError
 from eagle3_dagster.defs.run import materialize_graph
-from graph_helpers import graph_resources
 
 pytestmark = pytest.mark.integration
 

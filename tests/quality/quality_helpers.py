@@ -64,7 +64,7 @@ def generation_rows(samples: list[dict[str, Any]]) -> pl.DataFrame:
             finish_matched=s.get("finish_matched"), prompt_tokens=10, completion_tokens=s.get("completion_tokens", len(ids)),
             cached_tokens=0, e2e_latency=0.1, meta_info="{}", endpoint="http://sim", model_revision="m",
             template_hash="h", sampling_hash="s", integrity_violations=[],
-            generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+            generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         ))
     return frame(schemas.GENERATIONS, rows)
 
@@ -83,6 +83,6 @@ def training_rows(samples: list[dict[str, Any]]) -> pl.DataFrame:
             prompt_len=s.get("prompt_len", len(p)), output_len=s.get("output_len", len(o)),
             total_len=s.get("total_len", len(ids)), model_revision="m", template_hash="h",
             tokenizer_fingerprint="t", sampling_hash="s", endpoint="http://sim", finish_reason="stop",
-            generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+            generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
         ))
     return frame(schemas.TRAINING_SAMPLES, rows)

@@ -18,11 +18,11 @@ from urllib.parse import unquote, urlparse
 import dagster as dg
 import polars as pl
 import pytest
+from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
 from eagle3_dagster.quality.report_html import collect, default_report_path, render, write_report
-from graph_helpers import graph_resources, shard_with_most_prompts
 
 BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
 VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
@@ -212,6 +212,7 @@ def test_concurrent_writers_leave_one_complete_report(stored):
     assert [p.name for p in paths[0].parent.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.integration
 def test_cli_report(stored, tmp_path):
     env = {**os.environ, "EAGLE3_WORK_DIR": str(stored["work"])}
     out = tmp_path / "cli" / "report.html"
@@ -229,8 +230,8 @@ def test_cli_report(stored, tmp_path):
 
 
 def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Path, str, object]:
-    from eagle3_dagster.defs.run import materialize_graph
     from eagle3_dagster.definitions import defs
+    from eagle3_dagster.defs.run import materialize_graph
     from eagle3_dagster.sim.process import start_simulator
 
     data = tmp_path / "data"

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from rel_helpers import ROOT, VENV_BIN, child_env, process_tree, stop_process_group, tail, wait_http
 
 from eagle3_dagster.sim.process import free_port
-from rel_helpers import ROOT, VENV_BIN, child_env, process_tree, stop_process_group, tail, wait_http
 
 
 @dataclass

@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import random
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import dagster as dg
 import polars as pl
 from dagster._core.events import DagsterEventType
-
 from graph_helpers import graph_resources, shard_with_most_prompts
 from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 
@@ -111,8 +111,8 @@ def resources(data: Path, url: str, **fleet: Any) -> dict[str, Any]:
 def run_shard(instance: dg.DagsterInstance, data: Path, url: str, shard: str,
               run_config: dict[str, Any] | None = None, **fleet: Any):
     """One real run of the shard graph on `instance` (in this process); returns the ShardOutcome."""
-    from eagle3_dagster.defs.run import materialize_graph
     from eagle3_dagster.definitions import defs
+    from eagle3_dagster.defs.run import materialize_graph
 
     out = materialize_graph(defs, instance, shards=[shard], resources=resources(data, url, **fleet), run_ingest=False,
                             run_config=run_config)
@@ -130,7 +130,7 @@ def generation_overrides(**extra: Any) -> Iterator[None]:
     original = GenerationConfig.__dict__["from_profile"]
     func = original.__func__
 
-    def patched(cls, profile, endpoints=None, **overrides):  # noqa: ANN001, ANN202
+    def patched(cls, profile, endpoints=None, **overrides):
         return func(cls, profile, endpoints, **{**overrides, **extra})
 
     GenerationConfig.from_profile = classmethod(patched)  # type: ignore[method-assign]

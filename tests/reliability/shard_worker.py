@@ -26,18 +26,20 @@ def main() -> int:
 
     import dagster as dg
 
+    from eagle3_dagster.definitions import defs
     from eagle3_dagster.defs.resources import PipelineSettings
     from eagle3_dagster.defs.run import materialize_graph
-    from eagle3_dagster.definitions import defs
 
     instance = dg.DagsterInstance.get()
     resources = {"pipeline": PipelineSettings(max_new_tokens=args.max_new_tokens)}
     if args.ready:
         # Warm the process like a long-lived worker: the imports the steps make lazily (GX,
         # transformers) and the tokenizer, so the runs start on equal terms when `go` appears.
-        import great_expectations  # noqa: F401
+        import importlib
 
         from eagle3_dagster.defs.resources import cached_renderer
+
+        importlib.import_module("great_expectations")
 
         cached_renderer(resources["pipeline"].profile())
         Path(args.ready).touch()

@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from rel_helpers import CHROMIUM, CHROMIUM_ARGS, MISSING_SERVICES
+from rel_helpers import CHROMIUM, CHROMIUM_ARGS, require_os_package
 
 pytestmark = pytest.mark.integration
 
@@ -26,8 +25,7 @@ RUN_TIMEOUT_MS = 240_000
 def page(tmp_path):
     from playwright.sync_api import sync_playwright
 
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} not found: {MISSING_SERVICES}")
+    require_os_package("chromium", CHROMIUM, Path(CHROMIUM).exists())
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1600, "height": 1000})

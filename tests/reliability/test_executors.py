@@ -19,10 +19,10 @@ import dagster as dg
 import pytest
 import yaml
 from dagster._core.events import DagsterEventType
+from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
 from eagle3_dagster.defs.executors import ExecutorConfigError, executor_from_env
 from eagle3_dagster.sim.process import start_simulator
-from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
 DOC = ROOT / "docs" / "scale-out.md"
 WORKER = str(Path(__file__).with_name("shard_worker.py"))
@@ -46,6 +46,7 @@ def _documented_step_pod_run_config() -> dict:
     return found[0]
 
 
+@pytest.mark.integration
 def test_k8s_executor_from_config_alone_loads_and_accepts_the_documented_run_config():
     # A fresh process, as a code server would start: only the environment differs.
     probe = r"""
@@ -74,6 +75,7 @@ print(json.dumps({"executor": job.executor_def.name, "valid": bool(res)}))
     assert r.returncode != 0 and "job_namespce" in r.stderr
 
 
+@pytest.mark.integration
 def test_unknown_executor_fails_the_code_location_with_a_clear_error():
     r = subprocess.run([PYTHON, "-c", "import eagle3_dagster.definitions"], env=child_env(EAGLE3_EXECUTOR="celery"),
                        cwd=ROOT, capture_output=True, text=True, timeout=180)

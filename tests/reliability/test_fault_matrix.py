@@ -26,14 +26,14 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import dagster as dg
 import psutil
 import pytest
-
 from fault_helpers import (
     ShardData,
     SimCtl,
@@ -123,7 +123,7 @@ def clean(matrix: Matrix) -> Clean:
     return Clean(data=ref, meta=meta, checks=sh.checks)
 
 
-def _assert_run_ok(m: Matrix, sh) -> dict[str, Any]:  # noqa: ANN001
+def _assert_run_ok(m: Matrix, sh) -> dict[str, Any]:
     """The run succeeded on its first attempt of every step; returns the generations metadata."""
     assert sh.success, sh
     assert sh.materialized == SHARD_ASSETS, sh
@@ -142,7 +142,7 @@ def _assert_reconciles(meta: dict[str, Any], train_meta: dict[str, Any], n: int)
     assert train_meta["samples"] == n and train_meta["generation_errors"] == 0
 
 
-def _check_against_clean(m: Matrix, clean: Clean, data: Path, sh, allow_stray: int = 0) -> dict[str, Any]:  # noqa: ANN001
+def _check_against_clean(m: Matrix, clean: Clean, data: Path, sh, allow_stray: int = 0) -> dict[str, Any]:
     meta = _assert_run_ok(m, sh)
     assert sh.checks == clean.checks
     assert_same_data(shard_data(data, m.shard), clean.data, allow_stray=allow_stray)
@@ -250,7 +250,7 @@ def test_server_restart_mid_shard(m: Matrix, clean: Clean, tmp_path: Path) -> No
                     box["restarted"] = True
                     return
                 time.sleep(0.01)
-        except BaseException as e:  # noqa: BLE001 - surfaced below
+        except BaseException as e:  # surfaced below
             box["error"] = e
 
     t = threading.Thread(target=restarter, daemon=True)
@@ -391,13 +391,13 @@ def _materialized(m: Matrix, run_id: str) -> set[str]:
     return {r.asset_materialization.asset_key.to_user_string() for r in recs}
 
 
-def _flaky_part_writes(fails, err: int, calls: dict[str, int]):  # noqa: ANN001, ANN202
+def _flaky_part_writes(fails, err: int, calls: dict[str, int]):
     """A stand-in for the chunk writer: chunk-write attempt n (1-based) fails when fails(n), as a full disk does."""
     from eagle3_dagster.generate import store
 
     real = store.write_table_atomic
 
-    def write(table, path, **kw):  # noqa: ANN001, ANN202
+    def write(table, path, **kw):
         if Path(path).name.startswith("part-"):
             calls["n"] += 1
             if fails(calls["n"]):
@@ -489,7 +489,7 @@ def test_chunk_write_that_keeps_failing_fails_loudly_then_rerun_completes(m: Mat
     assert m.sim.requests() - before == clean.n - stored == meta["requests_sent"]
 
 
-def _generations_op():  # noqa: ANN202
+def _generations_op():
     from eagle3_dagster.definitions import defs
 
     (assets_def,) = [a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey("generations")]

@@ -24,14 +24,14 @@ import dagster as dg
 import httpx
 import polars as pl
 import pytest
-
-from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-from eagle3_dagster.defs.run import materialize_graph
-from eagle3_dagster.definitions import defs
-from eagle3_dagster.sim.process import start_simulator
 from graph_helpers import graph_resources, shard_with_most_prompts
 from s3_moto import moto_s3_server, set_aws_env
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.definitions import defs
+from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.defs.run import materialize_graph
+from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
 

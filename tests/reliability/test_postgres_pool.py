@@ -25,9 +25,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from dagster._core.events import DagsterEventType
+from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
 from eagle3_dagster.sim.process import start_simulator
-from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
 pytestmark = pytest.mark.integration
 

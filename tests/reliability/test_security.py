@@ -21,17 +21,17 @@ import httpx
 import polars as pl
 import pytest
 from dagster._serdes import serialize_value
+from rel_helpers import PYTHON, VENV_BIN, child_env, listening_addresses, process_tree, wait_http
 
+from eagle3_dagster.definitions import defs
 from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.defs.run import materialize_graph
-from eagle3_dagster.definitions import defs
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.ingest.errors import SourceSpecError
 from eagle3_dagster.ingest.spec import SourceSpec
 from eagle3_dagster.sim.process import free_port, start_simulator
 from eagle3_dagster.storage import StorageError, parse_shard_key, safe_join, shard_dir
 from eagle3_dagster.tokenize import PromptRenderer, load_tokenizer
-from rel_helpers import PYTHON, VENV_BIN, child_env, listening_addresses, process_tree, wait_http
 
 KIMI_THINK_START = 163606
 
@@ -57,6 +57,7 @@ def _remote_code_trap(kimi_dir: Path, folder: Path, marker: Path) -> Path:
     return folder
 
 
+@pytest.mark.integration
 def test_tokenizer_remote_code_is_never_executed(tmp_path, kimi_profile, kimi_tokenizer, monkeypatch):
     marker = tmp_path / "PWNED"
     trap = _remote_code_trap(Path(kimi_profile.tokenizer), tmp_path / "evil-tok", marker)
@@ -93,6 +94,7 @@ def _scan_parquet(path: Path) -> str:
     return "\n".join(str(row) for row in df.iter_rows())
 
 
+@pytest.mark.integration
 def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
     key = f"sk-e3test-{uuid.uuid4().hex}"
     monkeypatch.setenv("SGLANG_API_KEY", key)
@@ -155,6 +157,7 @@ def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
 
 
 # --------------------------------------------------------------------------- listening addresses
+@pytest.mark.integration
 def test_simulator_binds_loopback_by_default(tmp_path):
     port = free_port()
     log = tmp_path / "sim.log"

@@ -5,14 +5,14 @@ Shared servers get their runtime faults cleared after every test, so tests stay 
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
+from sim_helpers import KIMI_ARGS, QWEN_ARGS, QWEN_DIR
 
 from eagle3_dagster.sim.process import SimProcess, start_simulator
-
-from sim_helpers import KIMI_ARGS, QWEN_ARGS, QWEN_DIR
 
 
 def _start(extra: list[str], **kw: Any) -> SimProcess:
@@ -60,5 +60,3 @@ def qwen_tok() -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(QWEN_DIR)
-
-

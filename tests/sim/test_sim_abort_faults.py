@@ -152,6 +152,7 @@ def test_runtime_health_states(sim):
     assert r.status_code == 400
 
 
+@pytest.mark.integration
 def test_crash_after_kills_the_process_mid_response():
     with start_simulator(extra_args=QWEN_ARGS) as s:
         faults(s, crash_after=2)
@@ -168,6 +169,7 @@ def test_crash_after_kills_the_process_mid_response():
         assert s.url == url and httpx.get(url + "/health").status_code == 200
 
 
+@pytest.mark.integration
 def test_gpu_emulation_slots_latency_and_busy_time():
     # 2 slots, 10 ms/token, 4 requests x 40 tokens -> two waves of ~0.4 s
     with start_simulator(extra_args=QWEN_ARGS + ["--max-running-requests", "2", "--max-queued-requests", "2",
@@ -212,6 +214,7 @@ def _port_refuses(port: int) -> bool:
         return so.connect_ex(("127.0.0.1", port)) != 0
 
 
+@pytest.mark.integration
 def test_lifecycle_loading_refuses_then_starting_serves_generate_with_health_503():
     with start_simulator(extra_args=QWEN_ARGS + ["--loading-seconds", "1.5", "--starting-seconds", "60",
                                                  "--timeout-keep-alive", "0.5"], wait_for="none") as s:
@@ -241,6 +244,7 @@ def test_lifecycle_loading_refuses_then_starting_serves_generate_with_health_503
             assert 0.3 < time.monotonic() - t < 4
 
 
+@pytest.mark.integration
 def test_sigterm_drains_in_flight_then_exits():
     s = start_simulator(extra_args=QWEN_ARGS + ["--token-latency-ms", "20"])
     try:
@@ -257,6 +261,7 @@ def test_sigterm_drains_in_flight_then_exits():
         s.kill()
 
 
+@pytest.mark.integration
 def test_start_failure_reports_the_log():
     with pytest.raises(SimulatorError, match="not found"):
         start_simulator(extra_args=["--model", "no-such-model"], ready_timeout=30)

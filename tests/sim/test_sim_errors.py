@@ -139,6 +139,7 @@ def test_pre_generation_error_inside_a_200_stream(sim, sim059):
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
 
 
+@pytest.mark.integration
 def test_api_key_from_env(monkeypatch):
     key = "sk-sim-test-secret-123"
     with start_simulator(extra_args=QWEN_ARGS + ["--api-key-env", "SIM_KEY_FOR_TEST"],

@@ -6,6 +6,7 @@ import json
 import re
 
 import httpx
+import pytest
 from sim_helpers import KIMI_EOS, KIMI_THINK_END, QWEN_ARGS, chat_ids, faults, gen, stats
 
 from eagle3_dagster.sim.process import start_simulator
@@ -267,6 +268,7 @@ def test_return_logprob_triples_match_output_ids(sim, kimi_tok):
     assert all(len(x) == 2 for x in d["meta_info"]["output_top_logprobs"])
 
 
+@pytest.mark.integration
 def test_mode_flag_on_the_command_line():
     """--mode is the CLI form of the runtime switch tested above."""
     ids = [1000 + i for i in range(10)]

@@ -143,7 +143,7 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
         store.close()
     assert sorted(read_generations(shard_dir(mem, "generations", 1))["sample_id"].to_list()) == ["s1", "s2"]
 
-    now = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     samples = pl.DataFrame(
         [{"sample_id": "s1", "prompt_id": "p1", "source": "s", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_len": 1,
           "output_len": 1, "total_len": 2, "model_revision": "m", "template_hash": "t", "tokenizer_fingerprint": "f",
@@ -152,7 +152,7 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
         schema=pl.from_arrow(schemas.TRAINING_SAMPLES.empty_table()).schema,
     )
     write_frame_atomic(samples, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES)
-    ok = lambda g, k: SimpleNamespace(success=True)  # noqa: E731
+    ok = lambda g, k: SimpleNamespace(success=True)
     snap = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
     assert isinstance(snap.path, DataPath) and snap.created and snap.rows == 1
     m = (snap.path / "manifest.json").read_json()
@@ -193,7 +193,7 @@ def test_uris_with_dotdot_are_refused(uri):
 
 def test_root_has_no_parent_and_cannot_be_deleted(mem):
     with pytest.raises(StorageError):
-        mem.parent  # noqa: B018
+        _ = mem.parent
     with pytest.raises(StorageError):
         mem.rmtree()
     with pytest.raises(StorageError):

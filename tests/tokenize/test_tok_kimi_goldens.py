@@ -38,7 +38,7 @@ def test_golden_render_text_and_ids(kimi_renderer: PromptRenderer, case: dict[st
 
 @pytest.mark.parametrize("case", TOOL_CASES, ids=_ids)
 def test_our_tools_ts_str_equals_official(case: dict[str, Any]) -> None:
-    sorted_tools, tools_ts_str, fallback_reason = compute_tools_ts_str(case["tools"])
+    _sorted_tools, tools_ts_str, fallback_reason = compute_tools_ts_str(case["tools"])
     # golden None means the official tokenizer fell back to compact JSON
     assert tools_ts_str == case.get("tools_ts_str")
     assert (fallback_reason is not None) == (case.get("tools_ts_str") is None)

@@ -62,7 +62,7 @@ def test_local_folder_with_tokenizer_json(kimi_tok, qwen_renderer, tmp_path: Pat
 
 def test_official_layout_is_converted_with_identical_ids(converted, kimi_renderer: PromptRenderer,
                                                           kimi_profile) -> None:
-    folder, cache, tok = converted
+    folder, _cache, tok = converted
     assert not (folder / "REMOTE_CODE_RAN").exists()
     assert len(tok) == 163840 and tok.convert_tokens_to_ids("<|im_end|>") == 163586
     # identical ids to the shared tokenizer.json on every golden case and sample
@@ -115,6 +115,7 @@ def test_tiktoken_rank_file_reader_names_the_bad_line(tmp_path: Path) -> None:
         read_tiktoken_ranks(bad)
 
 
+@pytest.mark.integration
 def test_hub_id_offline_error_names_id_and_says_offline(tmp_path: Path) -> None:
     # A fresh process, so huggingface_hub reads HF_HUB_OFFLINE and an empty cache at import time.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}

@@ -93,7 +93,7 @@ def test_retention_keeps_the_newest(tmp_path):
     versions = []
     for i in range(4):
         _write_shard(tmp_path, 0, i + 1)
-        t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.timezone.utc)
+        t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.UTC)
         versions.append(build_snapshot(tmp_path, [0], _gates(), config={}, keep=2, now=t).version)
     left = sorted(p.name for p in (tmp_path / "snapshots").iterdir() if p.is_dir())
     assert left == sorted(versions[-2:])
