@@ -117,7 +117,7 @@ class StopOnSignal:
                 from .defs.run import cancel_own_runs
 
                 cancel_own_runs(self.instance)
-            except Exception as e:  # noqa: BLE001 - the stop itself must go on
+            except Exception as e:
                 print(f"[demo] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
         stopping.request_stop(f"{name} received")
 
@@ -130,7 +130,7 @@ class StopOnSignal:
         def target() -> None:
             try:
                 box["v"] = fn()
-            except BaseException as e:  # noqa: BLE001 - re-raised on the main thread
+            except BaseException as e:
                 box["e"] = e
 
         th = threading.Thread(target=target, name="eagle3-graph", daemon=True)
@@ -141,7 +141,7 @@ class StopOnSignal:
             raise box["e"]
         return box["v"]
 
-    def __enter__(self) -> "StopOnSignal":
+    def __enter__(self) -> StopOnSignal:
         self._tty_err = os.dup(2)
         for sig in (signal.SIGINT, signal.SIGTERM):
             self._old[sig] = signal.signal(sig, self)
@@ -251,7 +251,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
     return "\n".join(lines)
 
 
-def _publish_lines(outcome) -> list[str]:  # noqa: ANN001
+def _publish_lines(outcome) -> list[str]:
     """The publish and drift gates of the snapshot run (asset checks on training_dataset), one line each."""
     lines = []
     checks = getattr(outcome, "publish_checks", {}) or {}

@@ -249,7 +249,7 @@ def source_files_fingerprint() -> str:
             if is_remote(spec.path):
                 try:
                     remote_lines.extend(file_version(f, info) for f, info in list_remote(spec.path, spec.name, allow_empty=True))
-                except Exception as e:  # noqa: BLE001 - unreachable store, denied, ...: not a change
+                except Exception as e:
                     raise SourceListingError(f"source {spec.name!r}: {e}") from None
                 continue
             raw = file_uri_to_path(spec.path) if is_uri(spec.path) else spec.path
@@ -297,7 +297,7 @@ def prompt_source_sensor(context: dg.SensorEvaluationContext):
 # -------------------------------------------------------------------------------------- freshness
 
 
-def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:  # noqa: ANN001
+def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:
     """The `training_dataset` freshness check (ERROR when the last publish is older than max_age) and its sensor.
 
     Dagster 1.13 marks these factories "superseded" by FreshnessPolicy; they are kept because their

@@ -13,15 +13,22 @@ import dagster as dg
 import polars as pl
 
 from ..config import COMPACT_ENV, generation_env, settings  # noqa: F401 - COMPACT_ENV re-exported
-from ..generate import (AuthError, GenerationConfig, ModelRevisionError, NoEndpointError, generate_shard,
-                        read_generations, sample_key)
+from ..generate import (
+    AuthError,
+    GenerationConfig,
+    ModelRevisionError,
+    NoEndpointError,
+    generate_shard,
+    read_generations,
+    sample_key,
+)
 from ..generate.endpoints import EndpointRefusedError
-from ..generate.report import progress_line, result_line
-from ..stopping import StopRequested
 from ..generate.inputs import prompt_view
+from ..generate.report import progress_line, result_line
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..schemas import TOKENIZED_PROMPTS
+from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
 from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from .metadata import to_metadata
@@ -57,7 +64,7 @@ class _ToDagsterLog(logging.Handler):
                 self.context.log.warning(msg)
             else:
                 self.context.log.info(msg)
-        except Exception:  # noqa: BLE001 - logging must never break the step
+        except Exception:
             pass
 
 

@@ -123,7 +123,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     yield from checks
 
 
-def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:  # noqa: ANN001
+def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:
     """The publish and drift gates as asset checks (the drift severity is the failed expectations' own)."""
     rmeta = report_metadata(report)
     if verdict is None:  # the same content as LATEST: published before, nothing new to judge
@@ -136,7 +136,7 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
         check_name=PUBLISH_CHECK, passed=bool(pg.get("success")), severity=dg.AssetCheckSeverity.ERROR,
         description=("snapshot may be published" if pg.get("success") else
                      "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)),
-        metadata={**{k: v for k, v in values.items()}, "version": snap.version, **rmeta},
+        metadata={**dict(values.items()), "version": snap.version, **rmeta},
     )]
     d = verdict.drift
     if d is None:

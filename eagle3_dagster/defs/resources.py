@@ -72,12 +72,12 @@ class SGLangFleet(dg.ConfigurableResource):
     regen_seed: int | None = None  # bump to regenerate every sample
     # Client read timeout per request. Default 3600 s: a disconnect aborts the GPU work, so it
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
-    read_timeout_s: Optional[float] = None
-    max_retries: Optional[int] = None  # per request, on 5xx/reset/timeout (default 6)
+    read_timeout_s: float | None = None
+    max_retries: int | None = None  # per request, on 5xx/reset/timeout (default 6)
     # One bounded wait for a routable endpoint per step (default EAGLE3_ENDPOINT_WAIT_S, else 600 s).
-    wait_for_endpoint_s: Optional[float] = None
-    stream: Optional[bool] = None  # SSE with stall detection (default EAGLE3_STREAM, else on)
-    stall_timeout_s: Optional[float] = None  # silence between chunks = stall (default EAGLE3_STALL_TIMEOUT_S, else 300)
+    wait_for_endpoint_s: float | None = None
+    stream: bool | None = None  # SSE with stall detection (default EAGLE3_STREAM, else on)
+    stall_timeout_s: float | None = None  # silence between chunks = stall (default EAGLE3_STALL_TIMEOUT_S, else 300)
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:

@@ -14,7 +14,6 @@ from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parq
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
 from ..train.summary import SUMMARY_FILE, headline, summarize_samples
-from .generate import ACTIVE_FILE
 from .gates import gate_check_results, gate_check_specs, store_gate_result
 from .generate import ACTIVE_FILE
 from .metadata import to_metadata

@@ -470,7 +470,7 @@ class EndpointPool:
             try:
                 await asyncio.wait_for(self._changed.wait(),
                                        timeout=max(0.01, min(deadline - now, next_report - now, self.probe_interval_s)))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def acquire(self) -> Endpoint:

@@ -158,7 +158,7 @@ class RunStats:
 def _dur(s: float | None) -> str:
     if s is None:
         return "?"
-    s = int(round(s))
+    s = round(s)
     if s >= 3600:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     if s >= 60:

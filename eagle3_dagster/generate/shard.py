@@ -27,15 +27,14 @@ import certifi
 import httpx
 import polars as pl
 
+from .. import stopping
+from ..storage import as_data_path
 from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
-from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
-from .report import ProgressReport, RunStats, ShardReport
+from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
-from .. import stopping
-from ..storage import as_data_path
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ import polars as pl
 
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
 from ..train.summary import SUMMARY_FILE
+from . import charts
 from .gate import read_gate_result
 from .retention import DOCS_INDEX
-from . import charts
 from .suites import GATES
 
 REPORT_DIR = "reports"
@@ -162,12 +162,12 @@ def latest_age(data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.t
     version = f.read_text().strip()
     man_file = data / "snapshots" / version / "manifest.json"
     created = str(json.loads(man_file.read_text()).get("created_at", "")) if man_file.exists() else "unknown"
-    mtime = f._info().mtime  # noqa: SLF001 - pyarrow FileInfo of our own storage layer
+    mtime = f._info().mtime
     if mtime is not None:
-        published = mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.timezone.utc)
+        published = mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.UTC)
     else:
-        published = dt.datetime.fromisoformat(created) if created not in ("", "unknown") else dt.datetime.now(dt.timezone.utc)
-    now = now or dt.datetime.now(dt.timezone.utc)
+        published = dt.datetime.fromisoformat(created) if created not in ("", "unknown") else dt.datetime.now(dt.UTC)
+    now = now or dt.datetime.now(dt.UTC)
     limit = (max_age or settings().snapshot_max_age).total_seconds()
     return LatestAge(version, published, created, (now - published).total_seconds(), limit)
 
@@ -312,7 +312,7 @@ def _not_text_exact(f: DataPath) -> dict[str, int]:
         return {}
     try:
         df = read_parquet(f, columns=["text_exact"])
-    except Exception:  # noqa: BLE001 - auxiliary counts only (older shards have no such column)
+    except Exception:
         return {}
     n = int((df["text_exact"] == False).sum() or 0)  # noqa: E712
     return {"non_canonical_tokenization (kept; flagged/left out in text exports)": n} if n else {}
@@ -390,7 +390,7 @@ def collect(
         attempt = None
     return ReportModel(
         shard_summaries=summaries, attempt=attempt,
-        generated_at=(now or dt.datetime.now(dt.timezone.utc)).isoformat(timespec="seconds"),
+        generated_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
         snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),

@@ -25,7 +25,7 @@ from typing import Literal
 import httpx
 
 
-def die_with_parent(sig: int = signal.SIGKILL):  # noqa: ANN201
+def die_with_parent(sig: int = signal.SIGKILL):
     """A preexec_fn: the child gets `sig` when the process that started it dies, even by SIGKILL
     (Linux prctl PR_SET_PDEATHSIG; elsewhere a no-op). Nothing is left holding a port after a `kill -9`."""
     parent = os.getpid()
@@ -38,7 +38,7 @@ def die_with_parent(sig: int = signal.SIGKILL):  # noqa: ANN201
 
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
-        except Exception:  # noqa: BLE001 - best effort
+        except Exception:
             return
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)

@@ -51,7 +51,7 @@ CHECKED_BY = ("eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversatio
 def _snapshot_frame(snapshot_dir: PathLike, columns: list[str]) -> pl.DataFrame:
     files = as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
     if not files:
-        return pl.DataFrame(schema={c: pl.String for c in columns})
+        return pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
     optional = [c for c in ("text_exact", "text_mismatch_pos") if c in columns]
     try:
         df = read_parquet(files, columns=columns)
@@ -123,10 +123,8 @@ def check_preformatted_batch(
     pattern = re.compile(re.escape(header) + r"([\s\S]*?(?:" + re.escape(eot) + "|$))", re.DOTALL)  # SpecForge's
     spans: list[tuple[int, int] | None] = []
     for t in texts:
-        last = None
-        for last in pattern.finditer(t):
-            pass
-        spans.append(None if last is None else (last.start(1), last.end(1)))
+        matches = list(pattern.finditer(t))  # SpecForge takes the last match
+        spans.append((matches[-1].start(1), matches[-1].end(1)) if matches else None)
     prefix_texts = [t[: sp[0]] for t, sp in zip(texts, spans) if sp is not None]
     end_texts = [t[: sp[1]] for t, sp in zip(texts, spans) if sp is not None and sp[1] != len(t)]
     prefix_lens = iter(len(x) for x in _encode_many(tokenizer, prefix_texts))

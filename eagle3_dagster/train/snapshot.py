@@ -189,7 +189,7 @@ def build_snapshot(
             gate_fields["not_published_because"] = list(verdict.reasons)
     refused = verdict is not None and not verdict.publish_gate.get("success", True)
     attempt = {"version": version, "rows": rows, "published": published, "written": not refused,
-               "at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(), "latest_before": latest,
+               "at": (now or dt.datetime.now(dt.UTC)).isoformat(), "latest_before": latest,
                "verdict": verdict.to_json() if verdict is not None else None, "summary": summary}
     attempt_file = data / "gates" / "publish" / "last.json"
     if refused:
@@ -220,7 +220,7 @@ def build_snapshot(
         manifest = {
             "version": version,
             "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
-            "created_at": (now or dt.datetime.now(dt.timezone.utc)).isoformat(),
+            "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
             "rows": rows,
             "files": files,
             "exports": exports,

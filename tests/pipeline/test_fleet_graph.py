@@ -6,20 +6,17 @@ never generations, and after recovery the counts (and the demo summary) show exa
 
 from __future__ import annotations
 
-import datetime as dt
-
 import dagster as dg
 import polars as pl
 import pytest
-from dagster._core.events import DagsterEventType
+from graph_helpers import graph_resources, shard_with_most_prompts
+from sim_ctl import Sim
 
-from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.definitions import defs
+from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.demo import current_generations, summarize
 from eagle3_dagster.generate import read_generation_errors, read_generations
 from eagle3_dagster.sim.process import free_port
-from graph_helpers import graph_resources, shard_with_most_prompts
-from sim_ctl import Sim
 
 pytestmark = pytest.mark.integration
 

@@ -101,7 +101,7 @@ def _freshness_evaluations(instance: dg.DagsterInstance) -> list[tuple[float, bo
     return out
 
 
-def _wait(what: str, cond, timeout: float, daemon: subprocess.Popen, daemon_log: Path,  # noqa: ANN001
+def _wait(what: str, cond, timeout: float, daemon: subprocess.Popen, daemon_log: Path,
           interval: float = 2.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

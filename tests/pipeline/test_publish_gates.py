@@ -18,15 +18,15 @@ from pathlib import Path
 import dagster as dg
 import httpx
 import pytest
+from graph_helpers import shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.definitions import defs
 from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.defs.run import materialize_graph
-from eagle3_dagster.definitions import defs
 from eagle3_dagster.demo import summarize
 from eagle3_dagster.quality import read_gate_result
 from eagle3_dagster.sim.process import start_simulator
-from graph_helpers import shard_with_most_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +49,7 @@ def _run_log(instance: dg.DagsterInstance, run_id: str) -> str:
     return "\n".join(e.user_message or "" for e in instance.all_logs(run_id))
 
 
-def _res(data: Path, url: str, **pipeline) -> dict:  # noqa: ANN003
+def _res(data: Path, url: str, **pipeline) -> dict:
     return {"pipeline": PipelineSettings(data_dir=str(data), max_new_tokens=2048, **pipeline),
             "sglang": SGLangFleet(urls=url)}
 
@@ -155,7 +155,7 @@ def test_changed_deployment_regenerates_and_drift_holds_back_or_warns_as_configu
     assert nights["night2_meta"]["quality_report"].value.endswith("index.html")
 
 
-def dg_data(data: Path):  # noqa: ANN201
+def dg_data(data: Path):
     from eagle3_dagster.storage import data_root
 
     return data_root(data)

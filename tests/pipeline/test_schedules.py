@@ -31,7 +31,7 @@ def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatc
     assert (sched.cron_schedule, sched.execution_timezone) == ("30 3 * * *", "Europe/Paris")
     with dg.instance_for_test() as instance:
         ctx = dg.build_schedule_context(instance=instance,
-                                        scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.timezone.utc))
+                                        scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.UTC))
         reqs = sched.evaluate_tick(ctx).run_requests
     assert len(reqs) == 1 and reqs[0].tags[NIGHTLY_TAG] == "true"
     assert sched.job_name == "ingest"

@@ -28,7 +28,7 @@ from eagle3_dagster.train.summary import SUMMARY_FILE, summarize_samples
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WORDS = "we consider the numbers carefully then check each step and verify the sum before answering".split()
+WORDS = ["we", "consider", "the", "numbers", "carefully", "then", "check", "each", "step", "and", "verify", "the", "sum", "before", "answering"]
 
 
 def _samples(kimi, shard: int, night: int) -> pl.DataFrame:
@@ -86,7 +86,7 @@ def two_nights(tmp_path_factory, kimi, kimi_profile):
 
 
 def test_report_has_charts_and_drift_on_top(two_nights):
-    data, first, second, report = two_nights
+    _data, first, second, report = two_nights
     assert first.published and second.published and second.verdict.drift["status"] == "warned"
     text = report.read_text()
     assert "<script" not in text.lower() and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
@@ -105,7 +105,7 @@ def test_report_has_charts_and_drift_on_top(two_nights):
 def test_charts_render_visible_at_1280px_in_chromium(two_nights, tmp_path):
     from playwright.sync_api import sync_playwright
 
-    data, _, _, report = two_nights
+    _data, _, _, report = two_nights
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} not found: run `bash scripts/ci-services.sh` (as root) first; `make test` does it")
     shot = tmp_path / "report-1280.png"

@@ -4,10 +4,9 @@ model produces, next to the unchanged simulator on the same prompt."""
 from __future__ import annotations
 
 import httpx
+from sim_helpers import KIMI_ARGS, chat_ids, gen
 
 from eagle3_dagster.sim.process import start_simulator
-
-from sim_helpers import KIMI_ARGS, chat_ids, gen
 
 
 def _reasoning_len(ids: list[int], think_end: int) -> int:

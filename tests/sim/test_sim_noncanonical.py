@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from sim_helpers import KIMI_ARGS, KIMI_DIR, chat_ids, gen, stats
 
 from eagle3_dagster.sim.process import SimProcess, start_simulator
-
-from sim_helpers import KIMI_ARGS, KIMI_DIR, chat_ids, gen, stats
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def test_splits_keep_the_text_and_break_canonical_encoding(sim, ncsim, kimi_tok)
     changed = 0
     for c, s in zip(canonical, split):
         c_ids, s_ids = c["output_ids"], s["output_ids"]
-        dec = lambda ids: kimi_tok.decode(ids, skip_special_tokens=False)  # noqa: E731
+        dec = lambda ids: kimi_tok.decode(ids, skip_special_tokens=False)
         assert dec(s_ids) == dec(c_ids) and s["text"] == c["text"]  # the text is unchanged
         assert s_ids[-1] == c_ids[-1]  # still ends with the end-of-turn token
         if s_ids != c_ids:

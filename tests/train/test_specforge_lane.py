@@ -35,7 +35,11 @@ from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
 from eagle3_dagster.train import build_training_samples
 from eagle3_dagster.train.conversations import parse_generations
 from eagle3_dagster.train.export import (
-    PREFORMATTED_FILE, SPECFORGE_FILE, SPECFORGE_TEMPLATES, check_preformatted, exporters_for,
+    PREFORMATTED_FILE,
+    SPECFORGE_FILE,
+    SPECFORGE_TEMPLATES,
+    check_preformatted,
+    exporters_for,
 )
 from eagle3_dagster.train.snapshot import build_snapshot
 
@@ -78,7 +82,7 @@ def _snapshot(tmp, profile):
     samples, _ = build_training_samples(gens, tokenized, exclude_sample_ids=set(failures["row_id"].to_list()),
                                         conversations=conv)
     write_frame_atomic(samples, tmp / "training_samples" / "shard=0000" / "part-0000.parquet", schema=TRAINING_SAMPLES)
-    passed = lambda gate, shard: SimpleNamespace(success=True)  # noqa: E731 - gates are tested in tests/quality
+    passed = lambda gate, shard: SimpleNamespace(success=True)
     snap = build_snapshot(tmp, [0], passed, config={"profile": profile.name},
                           exporters=exporters_for(profile.name, renderer.tokenizer))
     return snap, samples, renderer.tokenizer

@@ -15,7 +15,7 @@ from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
 
 
 def _write_shard(data, shard: int, n: int, **over) -> None:
-    now = over.pop("generated_at", dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc))
+    now = over.pop("generated_at", dt.datetime(2026, 12, 1, tzinfo=dt.UTC))
     rows = []
     for i in range(n):
         sid = f"s{shard}-{i}"
@@ -77,7 +77,7 @@ def test_version_is_what_a_trainer_consumes(tmp_path):
     _write_shard(tmp_path, 0, 3)
     a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
     _write_shard(tmp_path, 0, 3, endpoint="http://other-host:31000",
-                 generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.timezone.utc))
+                 generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.UTC))
     b = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
     assert b.version == a.version and not b.created
     versions = {a.version}
