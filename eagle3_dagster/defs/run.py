@@ -199,7 +199,7 @@ def materialize_graph(
     """
     check_shard_keys(shards)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
-    assets = list(defs.assets or [])
+    assets: list[Any] = list(defs.assets or [])
     res = dict(defs.resources or {})
     res.update(resources or {})
     reaped = reap_dead_runs(instance)
@@ -258,7 +258,7 @@ def materialize_graph(
         for ev in r.get_asset_check_evaluations():
             outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
         outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
-        for ev in r.get_asset_materialization_events():
-            version = ev.materialization.metadata.get("version")
+        for mev in r.get_asset_materialization_events():
+            version = mev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)
     return outcome

@@ -86,7 +86,7 @@ def _gate_json(res: GateResult) -> dict[str, Any]:
 
 
 def _failed_text(res: GateResult, values: dict[str, Any]) -> list[str]:
-    return [f"{o.name} ({o.column} = {values.get(o.column)!r})" for o in res.outcomes if not o.success]
+    return [f"{o.name} ({o.column} = {values.get(o.column or '')!r})" for o in res.outcomes if not o.success]
 
 
 def drift_policy(expectations_dir: Path) -> str:
@@ -125,10 +125,10 @@ def judge_snapshot(
             if o.key == "some_shard_included" and excluded:
                 reasons.append(f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})")
             elif o.key == "rows_vs_previous" and prev_rows:
-                reasons.append(f"{o.name}: {rows} rows vs {prev_rows} in snapshot {previous.get('version')} "
+                reasons.append(f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
                                f"({pvals['rows_fraction_of_previous']:.0%})")
             else:
-                reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column)!r})")
+                reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
     publish_gate = {**_gate_json(pres), "values": pvals}
     drift = None
     if previous is not None and previous.get("summary"):

@@ -80,7 +80,8 @@ class NonCanonicalSplitter:
                 chosen |= set(rng.sample(rest, min(n - len(chosen), len(rest))))
             out: list[int] = []
             for i, t in enumerate(ids):
-                out.extend(self._pair(t) if i in chosen else (t,))
+                pair = self._pair(t) if i in chosen else None
+                out.extend(pair if pair else (t,))
             text = self.tok.decode(ids, skip_special_tokens=False)
             ok = (self.tok.decode(out, skip_special_tokens=False) == text
                   and self.tok.encode(text, add_special_tokens=False) != out)

@@ -10,8 +10,8 @@ import polars as pl
 from ..profiles import ModelProfile
 from .parse import parse_generation, round_trip_mismatch
 
-CONVERSATION_FAILURES_SCHEMA = {"row_id": pl.String, "reasons": pl.List(pl.String)}
-CONVERSATIONS_SCHEMA = {
+CONVERSATION_FAILURES_SCHEMA: dict[str, Any] = {"row_id": pl.String, "reasons": pl.List(pl.String)}
+CONVERSATIONS_SCHEMA: dict[str, Any] = {
     "sample_id": pl.String, "conversation": pl.String, "tools": pl.String,
     "text_exact": pl.Boolean, "text_mismatch_pos": pl.Int32,
 }

@@ -87,7 +87,7 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
         snapshot_dir / SPECFORGE_FILE,
         ({"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in df.iter_rows(named=True)),
     )
-    max_len = int(df["total_len"].max() or 0) if df.height else 0
+    max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
     return {SPECFORGE_FILE: {
         "rows": n, "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
         "rows_not_text_exact": _not_text_exact(df),  # kept: token level
@@ -176,7 +176,7 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
 
         n = _write_jsonl(snapshot_dir / PREFORMATTED_FILE, rows())
         template = SPECFORGE_TEMPLATES.get(profile_name, (None,))[0]
-        max_len = int(df["total_len"].max() or 0) if df.height else 0
+        max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
         return {PREFORMATTED_FILE: {
             "rows": n, "format": "specforge preformatted text (text): SpecForge offline",
             "snapshot_rows": df.height, "rows_left_out": sum(left_out.values()), "left_out_by_reason": left_out,

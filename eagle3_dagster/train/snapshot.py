@@ -137,7 +137,7 @@ def content_and_summary(
         table = parquet_file(data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").read(columns=cols)
         hasher.update(table)
         if profile is not None:
-            stats.append(sample_stats(pl.from_arrow(table), profile))
+            stats.append(sample_stats(pl.DataFrame(table), profile))
     summary = None
     if profile is not None:
         summary = summarize(pl.concat(stats) if stats else sample_stats(pl.DataFrame(), profile))

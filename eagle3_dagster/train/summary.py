@@ -93,12 +93,12 @@ def _histogram(values: np.ndarray) -> dict[str, Any]:
 
 
 def length_stats(s: pl.Series) -> dict[str, Any]:
-    v = s.drop_nulls()
-    if v.len() == 0:
+    v = s.drop_nulls().cast(pl.Float64).to_numpy()
+    if len(v) == 0:
         return {"n": 0}
-    out: dict[str, Any] = {"n": int(v.len()), "mean": round(float(v.mean()), 3), "min": int(v.min())}
+    out: dict[str, Any] = {"n": len(v), "mean": round(float(v.mean()), 3), "min": int(v.min())}
     for name, q in QUANTILES.items():
-        out[name] = float(v.quantile(q, interpolation="linear"))
+        out[name] = float(np.quantile(v, q))  # linear interpolation, as polars' "linear"
     out["max"] = int(v.max())
     return out
 
