@@ -60,6 +60,7 @@ def test_schedule_skips_while_the_previous_night_runs():
     assert not data.run_requests and "still running" in data.skip_message
 
 
+@pytest.mark.integration  # execute_in_process on a test instance starts Dagster's compute-log helpers
 def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "data"))
     repo = defs.get_repository_def()
