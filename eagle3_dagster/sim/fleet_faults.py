@@ -10,6 +10,10 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "nan_finish": N,                 next N requests finish {"type":"stop","matched":"NaN happened"} with
                                       the last id replaced by EOS (spec §3.3)
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
+     "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
+     "next_weight_version": "v2",     under the current version, the one after switches weight_version
+                                      (answers still in flight then report the new one): a deterministic
+                                      "weights updated under a running shard"
      "html": true,                    every SGLang route answers 200 text/html: the URL points at some
                                       other web server (the /_sim/ routes keep working)
      "report_version": "0.5.2",       /server_info `version` (an old server)
@@ -38,6 +42,8 @@ class FleetFaults:
     stall_after_tokens: int = 8
     nan_finish: int = 0
     weight_version: str = "default"
+    weight_version_after: int = 0
+    next_weight_version: str | None = None
     html: bool = False
     report_version: str | None = None
     preferred_sampling_params: dict[str, Any] | None = None
@@ -64,13 +70,23 @@ class FleetFaults:
     def take_nan(self) -> bool:
         return self._take("nan_finish")
 
+    def note_request(self) -> None:
+        """Called once per /generate request as it starts: the armed weight-version switch counts down."""
+        if self.next_weight_version is None:
+            return
+        if self.weight_version_after > 0:
+            self.weight_version_after -= 1
+            return
+        self.weight_version, self.next_weight_version = self.next_weight_version, None
+        self.injected["weight_version_change"] = self.injected.get("weight_version_change", 0) + 1
+
 
 KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
 
 
 def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
     """Apply the fleet keys of a POST /_sim/faults body (popped from it); raises ValueError on bad values."""
-    for k in ("error_body", "stall", "stall_after_tokens", "nan_finish"):
+    for k in ("error_body", "stall", "stall_after_tokens", "nan_finish", "weight_version_after"):
         if k in body:
             v = int(body.pop(k) or 0)
             if v < 0:
@@ -78,6 +94,11 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
             setattr(ff, k, v)
     if "weight_version" in body:
         ff.weight_version = str(body.pop("weight_version"))
+    if "next_weight_version" in body:
+        v = body.pop("next_weight_version")
+        if v is not None and not str(v).strip():
+            raise ValueError("next_weight_version must be a non-empty string or null")
+        ff.next_weight_version = None if v is None else str(v)
     if "html" in body:
         ff.html = bool(body.pop("html"))
     if "report_version" in body:

@@ -310,6 +310,7 @@ class Engine:
             pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
             plan = P.plan_output(sim.model, item, eos_ids=sim.eos_ids, context_length=sim.context_length,
                                  version=sim.version, mode=sim.faults.mode)
+            sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
             pr.plan = plan
