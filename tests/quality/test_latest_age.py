@@ -10,7 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from eagle3_dagster.config import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration  # runs the real `eagle3 report` CLI in a subprocess
 
 
 def _publish(data: Path, version: str, age_s: float) -> None:

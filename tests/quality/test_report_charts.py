@@ -102,6 +102,7 @@ def test_report_has_charts_and_drift_on_top(two_nights):
     assert "reasoning length (tokens)" in text and "samples" in text and "(n=80)" in text
 
 
+@pytest.mark.integration  # Chromium through Playwright's driver process
 def test_charts_render_visible_at_1280px_in_chromium(two_nights, tmp_path):
     from playwright.sync_api import sync_playwright
 

@@ -168,8 +168,11 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
     rebuilt = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
     assert rebuilt.created and (rebuilt.path / "manifest.json").exists()
     # retention deletes whole prefixes
+    # (the version is the content a trainer consumes, so each night gets different tokens)
     for i in range(3):
-        build_snapshot(mem, [0], ok, config={"c": 10 + i}, keep=2, now=now + dt.timedelta(days=i + 1))
+        night = samples.with_columns(pl.Series("input_ids", [[1, 2 + 10 + i]], dtype=samples["input_ids"].dtype))
+        write_frame_atomic(night, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES)
+        build_snapshot(mem, [0], ok, config={"c": 1}, keep=2, now=now + dt.timedelta(days=i + 1))
     assert len(list_snapshots(mem / "snapshots")) == 2 and len((mem / "snapshots").glob("*/manifest.json")) == 2
 
 
