@@ -219,6 +219,7 @@ class EndpointPool:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rr = 0
+        self._next_wait_report = 0.0  # one 'waiting for an endpoint' line per interval for all waiters
 
     def __repr__(self) -> str:
         return f"EndpointPool({[e.name for e in self.endpoints]!r})"
@@ -463,8 +464,10 @@ class EndpointPool:
                 raise NoEndpointError(f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
                                       f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}")
             if now >= next_report:
-                log.warning("waiting for an SGLang endpoint (%.0fs of at most %.0fs): %s", now - t0,
-                            self.wait_for_endpoint_s, self.describe())
+                if now >= self._next_wait_report:  # many samples wait at once: one line for all of them
+                    log.warning("waiting for an SGLang endpoint (%.0fs of at most %.0fs): %s", now - t0,
+                                self.wait_for_endpoint_s, self.describe())
+                    self._next_wait_report = now + self.report_every_s
                 next_report = now + self.report_every_s
             self._changed.clear()
             try:

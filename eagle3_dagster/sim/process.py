@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,9 +30,13 @@ def die_with_parent(sig: int = signal.SIGKILL):
     """A preexec_fn: the child gets `sig` when the process that started it dies, even by SIGKILL
     (Linux prctl PR_SET_PDEATHSIG; elsewhere a no-op). Nothing is left holding a port after a `kill -9`."""
     parent = os.getpid()
+    # Linux delivers the signal when the *thread* that forked the child exits, not the process: a child
+    # started from a short-lived thread (a test's restarter, a worker) would be killed at once. Only the
+    # main thread lives as long as the process, so only children it starts get the death signal.
+    from_main_thread = threading.current_thread() is threading.main_thread()
 
     def _set() -> None:
-        if not sys.platform.startswith("linux"):
+        if not sys.platform.startswith("linux") or not from_main_thread:
             return
         try:
             import ctypes
