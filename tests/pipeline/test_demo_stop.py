@@ -6,7 +6,6 @@ generating. Every process (the demo, Dagster's helpers, the simulator it started
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
+from proc_helpers import command_env, wait_for_log
 
 from eagle3_dagster.config import PROJECT_ROOT
 
@@ -24,35 +24,18 @@ pytestmark = pytest.mark.integration
 EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("EAGLE3_SGLANG_URL", None)  # the demo starts its own simulator
-    env.update(DAGSTER_HOME=str(tmp_path / "home"), EAGLE3_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
-    return env
-
-
-def _wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = re.search(pattern, path.read_text(errors="replace"))
-        if m:
-            return m
-        assert proc.poll() is None, path.read_text()[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} not seen in {timeout}s:\n{path.read_text()[-3000:]}")
 
 
 def test_sigint_stops_the_demo_and_everything_it_started_then_a_rerun_completes(tmp_path: Path):
-    env = _env(tmp_path)
+    env = command_env(tmp_path)
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([EAGLE3, "demo", "--shards", "0000,0001", "--sim-arg=--token-latency-ms",
                                  "--sim-arg=30"], cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:
-            sim_pid = int(_wait_for(log, r"simulator \(eagle3-sim\) at \S+, pid (\d+)", proc, 120).group(1))
-            _wait_for(log, r"generations shard 0000: \d+/\d+ .* in flight", proc, 180)  # requests in flight
+            sim_pid = int(wait_for_log(log, r"simulator \(eagle3-sim\) at \S+, pid (\d+)", proc, 120).group(1))
+            wait_for_log(log, r"generations shard 0000: \d+/\d+ .* in flight", proc, 180)  # requests in flight
             # the demo's helpers (Dagster's compute-log tails and their watchers) and the simulator,
             # which runs in its own session; the demo itself is waited for by Popen (its exit code)
             others = [p for p in psutil.process_iter() if _pgid(p.pid) == proc.pid and p.pid != proc.pid]

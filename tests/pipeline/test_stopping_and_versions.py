@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ import polars as pl
 import psutil
 import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
+from proc_helpers import command_env, wait_for_log
 from sim_ctl import Sim
 
 from eagle3_dagster.config import PROJECT_ROOT
@@ -84,23 +84,6 @@ def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versio
 
 # -- processes -----------------------------------------------------------------------------------------
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("EAGLE3_SGLANG_URL", None)  # the command starts its own simulator
-    env.update(DAGSTER_HOME=str(tmp_path / "home"), EAGLE3_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
-    return env
-
-
-def _wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> re.Match:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        m = re.search(pattern, path.read_text(errors="replace"))
-        if m:
-            return m
-        assert proc.poll() is None, path.read_text()[-3000:]
-        time.sleep(0.2)
-    raise AssertionError(f"{pattern!r} not seen in {timeout}s:\n{path.read_text()[-3000:]}")
 
 
 def _port_free(port: int) -> bool:
@@ -123,11 +106,11 @@ def test_kill_9_of_the_demo_leaves_no_simulator_behind(tmp_path: Path):
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([EAGLE3, "demo", "--shards", "0000", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
-                                cwd=PROJECT_ROOT, env=_env(tmp_path), stdout=out, stderr=subprocess.STDOUT,
+                                cwd=PROJECT_ROOT, env=command_env(tmp_path), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         sim: psutil.Process | None = None
         try:
-            m = _wait_for(log, r"simulator \(eagle3-sim\) at http://127\.0\.0\.1:(\d+), pid (\d+)", proc, 120)
+            m = wait_for_log(log, r"simulator \(eagle3-sim\) at http://127\.0\.0\.1:(\d+), pid (\d+)", proc, 120)
             port, sim_pid = int(m.group(1)), int(m.group(2))
             sim = psutil.Process(sim_pid)
             assert sim in psutil.Process(proc.pid).children(recursive=True)  # the demo's own child
@@ -159,7 +142,7 @@ def test_eagle3_ui_stops_with_everything_it_started(tmp_path: Path, sig: signal.
     port = free_port()
     log = tmp_path / "ui.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([EAGLE3, "ui", "--port", str(port)], cwd=PROJECT_ROOT, env=_env(tmp_path),
+        proc = subprocess.Popen([EAGLE3, "ui", "--port", str(port)], cwd=PROJECT_ROOT, env=command_env(tmp_path),
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         family: list[psutil.Process] = []
         try:

@@ -1,0 +1,31 @@
+"""Shared by the tests that run `eagle3 demo` / `eagle3 ui` as real processes (test_demo_stop.py,
+test_stopping_and_versions.py): their environment and waiting for a line in their log."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+
+def command_env(tmp_path: Path) -> dict[str, str]:
+    """A private instance and data dir; no EAGLE3_SGLANG_URL, so the command starts its own simulator."""
+    env = dict(os.environ)
+    env.pop("EAGLE3_SGLANG_URL", None)
+    env.update(DAGSTER_HOME=str(tmp_path / "home"), EAGLE3_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1",
+               PYTHONUNBUFFERED="1")
+    return env
+
+
+def wait_for_log(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> re.Match:
+    """The first match of `pattern` in the log file, failing early (with the log) if the process ends."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = re.search(pattern, path.read_text(errors="replace"))
+        if m:
+            return m
+        assert proc.poll() is None, path.read_text()[-3000:]
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} not seen in {timeout}s:\n{path.read_text()[-3000:]}")
