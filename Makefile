@@ -69,8 +69,8 @@ demo: instance
 services:
 	bash scripts/ci-services.sh
 
-# Lint and type check run before the tests; `make lint` adds the format check (not yet in `make test`:
-# the tree gets formatted once, see `make format`).
+# Lint, format check and type check run before the tests (`make lint` runs the three alone;
+# `make format` rewrites the tree).
 ruff: $(STAMP)
 	$(VENV)/bin/ruff check .
 
@@ -85,12 +85,12 @@ format: $(STAMP)
 
 lint: ruff typecheck format-check
 
-test: instance services ruff typecheck
+test: instance services ruff format-check typecheck
 	$(PY) -m pytest -q
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker).
-test-fast: instance ruff typecheck
+test-fast: instance ruff format-check typecheck
 	$(PY) -m pytest -q -m "not integration"
 
 ui: instance

@@ -41,16 +41,19 @@ from eagle3_dagster.quality.suites import load_suite
 SHARED_TOKENIZER = PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"
 
 
-def synthetic_generations(n: int, profile: ModelProfile, name_ids: list[int], arg_ids: list[int],
-                          seed: int = 0) -> pl.DataFrame:
+def synthetic_generations(
+    n: int, profile: ModelProfile, name_ids: list[int], arg_ids: list[int], seed: int = 0
+) -> pl.DataFrame:
     """n rows shaped like schemas.GENERATIONS (the columns the gate reads), built with numpy."""
     rng = np.random.default_rng(seed)
     t = profile.tool_call_ids
     r_len = rng.integers(8, 64, n)  # reasoning
     a_len = rng.integers(1, 24, n)  # answer
     tool = rng.random(n) < 0.10
-    tool_ids = np.array([t.section_begin, t.call_begin, *name_ids, t.argument_begin, *arg_ids,
-                         t.call_end, t.section_end], dtype=np.int32)
+    tool_ids = np.array(
+        [t.section_begin, t.call_begin, *name_ids, t.argument_begin, *arg_ids, t.call_end, t.section_end],
+        dtype=np.int32,
+    )
     lens = r_len + 1 + np.where(tool, 0, a_len) + np.where(tool, len(tool_ids), 0) + 1
     offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     values = rng.integers(100, 150_000, int(offsets[-1])).astype(np.int32)
@@ -67,14 +70,16 @@ def synthetic_generations(n: int, profile: ModelProfile, name_ids: list[int], ar
     values[offsets[1:][trunc] - 1] = 501
     ids = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values))
     finish = np.where(trunc, "length", "stop")
-    return pl.DataFrame({
-        "sample_id": pl.Series(np.char.add("s", np.arange(n).astype(str))),
-        "prompt_id": pl.Series(np.char.add("p", (np.arange(n) // 4).astype(str))),
-        "source": pl.Series(np.where(np.arange(n) % 3 == 0, "gsm8k", "ultrachat")),
-        "output_ids": pl.Series(ids).cast(pl.List(pl.Int32)),
-        "finish_reason": pl.Series(finish),
-        "completion_tokens": pl.Series(lens.astype(np.int32)),
-    })
+    return pl.DataFrame(
+        {
+            "sample_id": pl.Series(np.char.add("s", np.arange(n).astype(str))),
+            "prompt_id": pl.Series(np.char.add("p", (np.arange(n) // 4).astype(str))),
+            "source": pl.Series(np.where(np.arange(n) % 3 == 0, "gsm8k", "ultrachat")),
+            "output_ids": pl.Series(ids).cast(pl.List(pl.Int32)),
+            "finish_reason": pl.Series(finish),
+            "completion_tokens": pl.Series(lens.astype(np.int32)),
+        }
+    )
 
 
 def polars_checks(features: pl.DataFrame, expectations_dir: Path) -> dict[str, bool]:
@@ -117,8 +122,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ctx = Path(tmp) / "gx"
         small = generation_features(gens.head(1000), None, profile, tokenizer)
-        run_gate("generations", small, expectations_dir=expectations_dir, context_dir=ctx, build_docs=args.docs,
-                 profile=profile, result_format=args.result_format)
+        run_gate(
+            "generations",
+            small,
+            expectations_dir=expectations_dir,
+            context_dir=ctx,
+            build_docs=args.docs,
+            profile=profile,
+            result_format=args.result_format,
+        )
         polars_checks(small, expectations_dir)
 
         t0 = time.perf_counter()
@@ -130,11 +142,20 @@ def main() -> None:
         results = {}
         for fmt in (args.result_format, "BOOLEAN_ONLY" if args.result_format != "BOOLEAN_ONLY" else "SUMMARY"):
             t0 = time.perf_counter()
-            results[fmt] = run_gate("generations", feats, expectations_dir=expectations_dir, context_dir=ctx,
-                                    build_docs=args.docs, profile=profile, result_format=fmt)
+            results[fmt] = run_gate(
+                "generations",
+                feats,
+                expectations_dir=expectations_dir,
+                context_dir=ctx,
+                build_docs=args.docs,
+                profile=profile,
+                result_format=fmt,
+            )
             timings[fmt] = time.perf_counter() - t0
-            print(f"gx gate ({fmt}, docs={args.docs}): {timings[fmt]:.2f}s  success={results[fmt].success} "
-                  f"quarantined={results[fmt].row_failures.height}")
+            print(
+                f"gx gate ({fmt}, docs={args.docs}): {timings[fmt]:.2f}s  success={results[fmt].success} "
+                f"quarantined={results[fmt].row_failures.height}"
+            )
         res, t_gx = results[args.result_format], timings[args.result_format]
 
         t0 = time.perf_counter()

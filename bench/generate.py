@@ -66,8 +66,9 @@ def prompts_frame(n: int, seed: int, prompt_len: int = 8) -> pl.DataFrame:
         prompt_id=pl.format("b{}-{}", pl.lit(seed), i),
         source=pl.lit("bench"),
         shard=pl.lit(0, dtype=pl.Int32),
-        input_ids=pl.concat_list([((i * (k + 1) * 7919 + seed * 104729 + k * 31) % 150000 + 1000).cast(pl.Int32)
-                                  for k in range(prompt_len)]),
+        input_ids=pl.concat_list(
+            [((i * (k + 1) * 7919 + seed * 104729 + k * 31) % 150000 + 1000).cast(pl.Int32) for k in range(prompt_len)]
+        ),
         prompt_len=pl.lit(prompt_len, dtype=pl.Int32),
         profile=pl.lit("kimi-k2.5"),
         tokenizer_fingerprint=pl.lit("bench"),
@@ -77,21 +78,33 @@ def prompts_frame(n: int, seed: int, prompt_len: int = 8) -> pl.DataFrame:
 
 
 def start_sim(*extra: str) -> SimProcess:
-    return start_simulator(extra_args=("--model", "kimi-k2.5", "--tokenizer", str(KIMI_TOKENIZER_DIR),
-                                       "--log-level", "WARNING", *extra))
+    return start_simulator(
+        extra_args=("--model", "kimi-k2.5", "--tokenizer", str(KIMI_TOKENIZER_DIR), "--log-level", "WARNING", *extra)
+    )
 
 
 def config(url: str, max_new_tokens: int, concurrency: int | None, **kw: Any) -> GenerationConfig:
-    return GenerationConfig(endpoints=(url,), max_new_tokens=max_new_tokens, temperature=1.0, top_p=0.95,
-                            stop_token_ids=(KIMI_EOS,), max_in_flight=concurrency, vocab_size=163840, **kw)
+    return GenerationConfig(
+        endpoints=(url,),
+        max_new_tokens=max_new_tokens,
+        temperature=1.0,
+        top_p=0.95,
+        stop_token_ids=(KIMI_EOS,),
+        max_in_flight=concurrency,
+        vocab_size=163840,
+        **kw,
+    )
 
 
-async def bare_httpx(url: str, prompts: pl.DataFrame, sp: dict[str, Any], concurrency: int,
-                     per_client: int | None = None) -> float:
+async def bare_httpx(
+    url: str, prompts: pl.DataFrame, sp: dict[str, Any], concurrency: int, per_client: int | None = None
+) -> float:
     """A bare client: pooled httpx, `concurrency` workers, parse and drop. With `per_client`, the
     workers are spread over several pools as generate_shard does (httpcore scans its pool per request)."""
-    bodies = [json.dumps({"input_ids": ids, "sampling_params": sp, "rid": uuid.uuid4().hex}).encode()
-              for ids in prompts.get_column("input_ids").to_list()]
+    bodies = [
+        json.dumps({"input_ids": ids, "sampling_params": sp, "rid": uuid.uuid4().hex}).encode()
+        for ids in prompts.get_column("input_ids").to_list()
+    ]
     it = iter(bodies)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
     n_clients = -(-concurrency // per_client) if per_client else 1
@@ -162,13 +175,15 @@ def bench_latency(n: int, token_latency_ms: float, max_new_tokens: int, tmp: Pat
             busy = httpx.get(sim.url + "/_sim/stats").json()["busy_seconds"] - busy0
             assert rep.succeeded == n, rep.as_metadata()
             tag = "_streamed" if stream else ""
-            out.update({
-                f"overhead_with_latency{tag}": round(wall / busy, 4),
-                f"server_bound_fraction{tag}": round(busy / wall, 4),
-                f"latency_wall_s{tag}": round(wall, 3),
-                f"latency_sim_busy_s{tag}": round(busy, 3),
-                f"latency_p50_s{tag}": rep.latency_p50,
-            })
+            out.update(
+                {
+                    f"overhead_with_latency{tag}": round(wall / busy, 4),
+                    f"server_bound_fraction{tag}": round(busy / wall, 4),
+                    f"latency_wall_s{tag}": round(wall, 3),
+                    f"latency_sim_busy_s{tag}": round(busy, 3),
+                    f"latency_p50_s{tag}": rep.latency_p50,
+                }
+            )
         out.update({"latency_n": n, "token_latency_ms": token_latency_ms, "latency_max_in_flight": rep.max_in_flight})
         return out
     finally:
@@ -195,7 +210,8 @@ def bench_stream_cpu(n: int, max_new_tokens: int, rounds: int, tmp: Path) -> dic
             "stream_cpu_ratio_8k": round(statistics.median(ratios), 3),
             "stream_cpu_ms_per_sample": [round(x * 1000, 2) for x in per[True]],
             "nonstream_cpu_ms_per_sample": [round(x * 1000, 2) for x in per[False]],
-            "stream_cpu_n": n, "stream_cpu_max_new_tokens": max_new_tokens,
+            "stream_cpu_n": n,
+            "stream_cpu_max_new_tokens": max_new_tokens,
             "stream_interval": config(sim.url, max_new_tokens, 16).effective_stream_interval(),
         }
     finally:
@@ -211,7 +227,9 @@ def peak_kb():
             return int(line.split()[1])
 """
 
-_RSS_CHILD = _PEAK_KB + r"""
+_RSS_CHILD = (
+    _PEAK_KB
+    + r"""
 import json, sys, time
 from pathlib import Path
 from eagle3_dagster.generate import GenerationConfig, generate_shard
@@ -223,9 +241,12 @@ rep = generate_shard(src, out, cfg)
 print(json.dumps({"maxrss_kb": peak_kb(), "succeeded": rep.succeeded,
                   "wall_s": time.perf_counter() - t0, "chunks": rep.chunks_written, "reconciles": rep.reconciles}))
 """
+)
 
 
-_PLAN_CHILD = _PEAK_KB + r"""
+_PLAN_CHILD = (
+    _PEAK_KB
+    + r"""
 import json, sys
 from pathlib import Path
 import polars as pl
@@ -236,6 +257,7 @@ plan = plan_shard(src, model_revision="m@default", s_hash="s", regen_seed=None, 
 n = sum(1 for _ in iter_pending(src, plan, model_revision="m@default", s_hash="s", regen_seed=None))
 print(json.dumps({"maxrss_kb": peak_kb(), "rows": n}))
 """
+)
 
 
 def bench_plan_rss(small: int, large: int, tmp: Path) -> dict[str, Any]:
@@ -248,8 +270,10 @@ def bench_plan_rss(small: int, large: int, tmp: Path) -> dict[str, Any]:
         d = json.loads(out.stdout.strip().splitlines()[-1])
         assert d["rows"] == n, d
         kb[n] = d["maxrss_kb"]
-    return {"rss_ratio_input_side_1m_vs_100k": round(kb[large] / kb[small], 3),
-            "rss_input_side_mb": {str(small): round(kb[small] / 1024, 1), str(large): round(kb[large] / 1024, 1)}}
+    return {
+        "rss_ratio_input_side_1m_vs_100k": round(kb[large] / kb[small], 3),
+        "rss_input_side_mb": {str(small): round(kb[small] / 1024, 1), str(large): round(kb[large] / 1024, 1)},
+    }
 
 
 def bench_rss(small: int, large: int, concurrency: int, tmp: Path) -> dict[str, Any]:
@@ -259,8 +283,12 @@ def bench_rss(small: int, large: int, concurrency: int, tmp: Path) -> dict[str, 
         for label, n in (("small", small), ("large", large)):
             src = tmp / f"rss_{label}.parquet"
             prompts_frame(n, seed=1000 + n).write_parquet(src)
-            out = subprocess.run([sys.executable, "-c", _RSS_CHILD, sim.url, str(src), str(tmp / f"rss_out_{label}"),
-                                  str(concurrency)], capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _RSS_CHILD, sim.url, str(src), str(tmp / f"rss_out_{label}"), str(concurrency)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             d = json.loads(out.stdout.strip().splitlines()[-1])
             assert d["succeeded"] == n and d["reconciles"], d
             res[label] = d
@@ -279,7 +307,9 @@ def bench_rss(small: int, large: int, concurrency: int, tmp: Path) -> dict[str, 
         sim.kill()
 
 
-_ASSET_CHILD = _PEAK_KB + r"""
+_ASSET_CHILD = (
+    _PEAK_KB
+    + r"""
 import json, sys, time
 import polars as pl
 from eagle3_dagster.defs.generate import ECHO_WINDOW, active_sample_ids, tokenized_source
@@ -315,6 +345,7 @@ assert gens.height == active.height == tails.height and preview.height == 3, (ge
 print(json.dumps({"maxrss_kb": peak_kb(), "import_kb": base, "generate_shard_kb": gen_kb, "succeeded": rep.succeeded,
                   "wall_s": time.perf_counter() - t0, "reconciles": rep.reconciles}))
 """
+)
 
 
 def bench_asset_rss(n: int, prompt_len: int, concurrency: int, tmp: Path) -> dict[str, Any]:
@@ -331,8 +362,11 @@ def bench_asset_rss(n: int, prompt_len: int, concurrency: int, tmp: Path) -> dic
             data = tmp / f"asset_{mode}"
             (data / "tokenized_prompts" / "shard=0000").mkdir(parents=True)
             os.link(src, data / "tokenized_prompts" / "shard=0000" / "part-0000.parquet")
-            out = subprocess.run([sys.executable, "-c", _ASSET_CHILD, mode, sim.url, str(data), str(concurrency)],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, "-c", _ASSET_CHILD, mode, sim.url, str(data), str(concurrency)],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 raise RuntimeError(out.stderr[-3000:])
             d = json.loads(out.stdout.strip().splitlines()[-1])
@@ -397,13 +431,15 @@ def main(argv: list[str]) -> int:
         if "rss" not in skip:
             result.update(bench_rss(args.rss_small, args.rss_large, args.concurrency, tmp))
             if args.rss_large != 1_000_000 or args.rss_small != 100_000:
-                result["note"] = (f"rss_ratio_1m_vs_100k measured on a scaled pair ({args.rss_small} vs "
-                                  f"{args.rss_large} samples, same 10x ratio): a 1M-request shard takes too long "
-                                  "against a Python simulator on a shared 2-core machine (~1 ms client CPU and "
-                                  "~1-2 ms simulator CPU a request, ~30 min for 1M); RSS plateaus after ~20k samples "
-                                  "(allocator warm-up), then grows ~10-30 bytes a sample; "
-                                  "rss_ratio_input_side_1m_vs_100k covers the input side (keys, masks, batches) at "
-                                  "the full 100k/1M scale without HTTP")
+                result["note"] = (
+                    f"rss_ratio_1m_vs_100k measured on a scaled pair ({args.rss_small} vs "
+                    f"{args.rss_large} samples, same 10x ratio): a 1M-request shard takes too long "
+                    "against a Python simulator on a shared 2-core machine (~1 ms client CPU and "
+                    "~1-2 ms simulator CPU a request, ~30 min for 1M); RSS plateaus after ~20k samples "
+                    "(allocator warm-up), then grows ~10-30 bytes a sample; "
+                    "rss_ratio_input_side_1m_vs_100k covers the input side (keys, masks, batches) at "
+                    "the full 100k/1M scale without HTTP"
+                )
         if "plan" not in skip:
             result.update(bench_plan_rss(args.plan_small, args.plan_large, tmp))
         if "asset" not in skip:

@@ -32,14 +32,35 @@ peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
 print(json.dumps({"counts": counts.as_dict(), "seconds": elapsed, "peak_rss_mb": peak_kb / 1024}))
 """
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 def make_jsonl(path: Path, rows: int, seed: int = 0) -> int:
     """Write `rows` lines: ~1% exact repeats, ~0.1% malformed, ~10% tool conversations."""
     rng = random.Random(seed)
-    words = ["the", "a", "model", "prompt", "data", "token", "speculative", "draft", "verify", "accept", "length", "batch"]
+    words = [
+        "the",
+        "a",
+        "model",
+        "prompt",
+        "data",
+        "token",
+        "speculative",
+        "draft",
+        "verify",
+        "accept",
+        "length",
+        "batch",
+    ]
     with open(path, "w", encoding="utf-8") as f:
         for i in range(rows):
             r = rng.random()
@@ -50,14 +71,33 @@ def make_jsonl(path: Path, rows: int, seed: int = 0) -> int:
             words_rng = random.Random(n)  # the text depends only on n, so a repeated n is a duplicate
             text = f"question {n}: " + " ".join(words_rng.choice(words) for _ in range(20))
             if n % 10 == 0:
-                rec = {"messages": [
-                    {"role": "user", "content": f"weather {n}?"},
-                    {"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "get_weather", "arguments": json.dumps({"city": f"c{n}"})}}]},
-                    {"role": "tool", "tool_call_id": "c", "content": "{\"temp\": 20}"},
-                    {"role": "assistant", "content": "20 degrees"}], "tools": TOOLS}
+                rec = {
+                    "messages": [
+                        {"role": "user", "content": f"weather {n}?"},
+                        {
+                            "role": "assistant",
+                            "content": "",
+                            "tool_calls": [
+                                {
+                                    "id": "c",
+                                    "type": "function",
+                                    "function": {"name": "get_weather", "arguments": json.dumps({"city": f"c{n}"})},
+                                }
+                            ],
+                        },
+                        {"role": "tool", "tool_call_id": "c", "content": '{"temp": 20}'},
+                        {"role": "assistant", "content": "20 degrees"},
+                    ],
+                    "tools": TOOLS,
+                }
             else:
-                rec = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": text},
-                                    {"role": "assistant", "content": "answer " + text[:40]}]}
+                rec = {
+                    "messages": [
+                        {"role": "system", "content": "Be brief."},
+                        {"role": "user", "content": text},
+                        {"role": "assistant", "content": "answer " + text[:40]},
+                    ]
+                }
             f.write(json.dumps(rec) + "\n")
     return path.stat().st_size
 
@@ -67,16 +107,22 @@ def run_size(rows: int, work: Path) -> dict:
     t0 = time.perf_counter()
     size = make_jsonl(data, rows)
     gen_s = time.perf_counter() - t0
-    proc = subprocess.run([sys.executable, "-c", _CHILD, str(data), str(work / f"out_{rows}")],
-                          capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(data), str(work / f"out_{rows}")], capture_output=True, text=True, check=True
+    )
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     c = res["counts"]
     assert c["read"] == c["accepted"] + c["rejected"] + c["duplicates"], c
     data.unlink()
     return {
-        "rows": rows, "file_mb": round(size / 2**20, 1), "generate_s": round(gen_s, 1),
-        "ingest_s": round(res["seconds"], 2), "rows_per_s": round(rows / res["seconds"]),
-        "peak_rss_mb": round(res["peak_rss_mb"], 1), "accepted": c["accepted"], "rejected": c["rejected"],
+        "rows": rows,
+        "file_mb": round(size / 2**20, 1),
+        "generate_s": round(gen_s, 1),
+        "ingest_s": round(res["seconds"], 2),
+        "rows_per_s": round(rows / res["seconds"]),
+        "peak_rss_mb": round(res["peak_rss_mb"], 1),
+        "accepted": c["accepted"],
+        "rejected": c["rejected"],
         "duplicates": c["duplicates"],
     }
 

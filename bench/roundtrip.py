@@ -71,8 +71,11 @@ def main() -> int:
     rt_failed = set(ok.filter(~pl.col("text_exact"))["sample_id"].to_list())
     for src, sids in gens.group_by("source").agg(pl.col("sample_id")).iter_rows():
         n = len(sids)
-        by_source[src] = {"samples": n, "round_trip_ok": n - sum(1 for s in sids if s in rt_failed),
-                          "parse_ok": n - sum(1 for s in sids if s in failed_ids)}
+        by_source[src] = {
+            "samples": n,
+            "round_trip_ok": n - sum(1 for s in sids if s in rt_failed),
+            "parse_ok": n - sum(1 for s in sids if s in failed_ids),
+        }
         print(f"{src:32s} samples {n:5d}  round trip {by_source[src]['round_trip_ok'] / n:.4f}")
     rate = counts["round_trip_ok"] / counts["parsed"] if counts["parsed"] else 0.0
     result = {

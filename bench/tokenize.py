@@ -64,18 +64,24 @@ def ingest_shared_prompts(sources_dir: Path, repeat: int) -> pl.DataFrame:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=settings().model, help="profile name or YAML path (default EAGLE3_MODEL)")
-    parser.add_argument("--tokenizer", default=None,
-                        help="default: EAGLE3_TOKENIZER, else ../shared/tokenizers/<profile name> when present")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="default: EAGLE3_TOKENIZER, else ../shared/tokenizers/<profile name> when present",
+    )
     parser.add_argument("--sources", type=Path, default=SOURCES_DIR, help="folder of source specs to ingest")
     parser.add_argument("--repeat", type=int, default=1, help="copies of the dataset rows")
-    parser.add_argument("--rounds", type=int, default=7,
-                        help="interleaved timing rounds; ratios are medians of per-round ratios")
+    parser.add_argument(
+        "--rounds", type=int, default=7, help="interleaved timing rounds; ratios are medians of per-round ratios"
+    )
     args = parser.parse_args(argv)
 
     profile = load_profile(args.model, settings().models_dir)
     shared_tokenizer = SHARED_TOKENIZERS / profile.name
-    tokenizer = args.tokenizer or settings().tokenizer_override or (
-        str(shared_tokenizer) if shared_tokenizer.is_dir() else None
+    tokenizer = (
+        args.tokenizer
+        or settings().tokenizer_override
+        or (str(shared_tokenizer) if shared_tokenizer.is_dir() else None)
     )
     if tokenizer:
         profile = profile.with_tokenizer(tokenizer)
@@ -89,8 +95,10 @@ def main(argv: list[str]) -> int:
 
     # warm-up (template compile, tokenizer caches) outside the timings
     tokenize_prompts(frame.head(64), renderer, max_new_tokens=max_new)
-    texts = [jinja_renderer.render_text(json.loads(r["messages"]), json.loads(r["tools"]) if r["tools"] else None)
-             for r in rows]
+    texts = [
+        jinja_renderer.render_text(json.loads(r["messages"]), json.loads(r["tools"]) if r["tools"] else None)
+        for r in rows
+    ]
 
     def run_pipeline():
         return tokenize_prompts(frame, renderer, max_new_tokens=max_new)
@@ -108,8 +116,13 @@ def main(argv: list[str]) -> int:
                 tools, ts, _ = compute_tools_ts_str(tools)
                 if ts:
                     kwargs["tools_ts_str"] = ts
-            naive_ids.append(list(tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
-                                                          tokenize=True, return_dict=False, **kwargs)))
+            naive_ids.append(
+                list(
+                    tok.apply_chat_template(
+                        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+                    )
+                )
+            )
         return naive_ids
 
     # The machine is shared: interleave the three, and take each ratio per round (adjacent runs see
@@ -130,7 +143,8 @@ def main(argv: list[str]) -> int:
     # correctness: the pipeline's ids equal both references on every row it kept
     by_id = dict(zip(frame["prompt_id"], range(frame.height)))
     mismatches = sum(
-        1 for pid, ids in zip(tokenized["prompt_id"], tokenized["input_ids"])
+        1
+        for pid, ids in zip(tokenized["prompt_id"], tokenized["input_ids"])
         if ids.to_list() != raw_ids[by_id[pid]] or ids.to_list() != naive_ids[by_id[pid]]
     )
     tokens = int(tokenized["prompt_len"].sum())

@@ -65,8 +65,10 @@ def _check(argv: list[str]) -> int:
     s = settings()
     specs = load_source_specs(s.sources_dir)
     home = ensure_dagster_home()
-    print(f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
-          f"{len(specs)} source(s) OK; instance ready at {home}")
+    print(
+        f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
+        f"{len(specs)} source(s) OK; instance ready at {home}"
+    )
     return 0
 
 
@@ -100,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         for line in str(e).splitlines():
             print(f"eagle3 {cmd}: error: {line}", file=sys.stderr)
         if cmd == "demo":
-            print("next:       nothing was run; fix the setting or file named above (`eagle3 check` validates "
-                  "without running), then rerun `make demo`\nresult:     FAILED", flush=True)
+            print(
+                "next:       nothing was run; fix the setting or file named above (`eagle3 check` validates "
+                "without running), then rerun `make demo`\nresult:     FAILED",
+                flush=True,
+            )
         return 2
 
 

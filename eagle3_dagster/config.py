@@ -33,8 +33,13 @@ GX_KEEP_VALIDATIONS_ENV = "EAGLE3_GX_KEEP_VALIDATIONS"
 GX_KEEP_VALIDATIONS_DEFAULT = 20
 EXECUTOR_ENV = "EAGLE3_EXECUTOR"
 EXECUTOR_CHOICES = ("multiprocess", "in_process", "k8s")
-_EXECUTOR_ALIASES = {"multiprocess": "multiprocess", "default": "multiprocess", "in_process": "in_process",
-                     "k8s": "k8s", "k8s_job": "k8s"}
+_EXECUTOR_ALIASES = {
+    "multiprocess": "multiprocess",
+    "default": "multiprocess",
+    "in_process": "in_process",
+    "k8s": "k8s",
+    "k8s_job": "k8s",
+}
 COMPACT_ENV = "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS"
 SNAPSHOT_RETENTION_ENV = "EAGLE3_SNAPSHOT_RETENTION"
 NIGHTLY_CRON_ENV = "EAGLE3_NIGHTLY_CRON"
@@ -90,8 +95,10 @@ def _data_dir(raw: str) -> DataPath:
     try:
         return data_root(raw) if "://" in raw else data_root(_path(raw))
     except Exception as e:  # any refusal (credentials in the URI, unknown scheme) is a settings error
-        raise _Problem(f"EAGLE3_DATA_DIR must be a local path or a storage URI (s3://, gs://, file://, ...), "
-                       f"got {_redact(raw)!r}: {e}") from None
+        raise _Problem(
+            f"EAGLE3_DATA_DIR must be a local path or a storage URI (s3://, gs://, file://, ...), "
+            f"got {_redact(raw)!r}: {e}"
+        ) from None
 
 
 def _redact(raw: str) -> str:
@@ -137,7 +144,9 @@ def _tz(raw: str) -> str:
     try:
         ZoneInfo(raw.strip())
     except (ZoneInfoNotFoundError, ValueError):
-        raise _Problem(f"{NIGHTLY_TZ_ENV} must be an IANA time zone such as 'UTC' or 'Europe/Paris', got {raw!r}") from None
+        raise _Problem(
+            f"{NIGHTLY_TZ_ENV} must be an IANA time zone such as 'UTC' or 'Europe/Paris', got {raw!r}"
+        ) from None
     return raw.strip()
 
 
@@ -165,14 +174,17 @@ def _positive_seconds(var: str, raw: str) -> float:
 def _tokenizer(raw: str) -> str:
     # A hub repo id ("org/name") or a local folder; a value that is clearly a path must exist.
     if raw.startswith(("/", "./", "../", "~")) and not _path(raw).is_dir():
-        raise _Problem(f"EAGLE3_TOKENIZER must be a tokenizer folder or a hub repo id (org/name), got {raw!r} "
-                       "(no such directory)")
+        raise _Problem(
+            f"EAGLE3_TOKENIZER must be a tokenizer folder or a hub repo id (org/name), got {raw!r} (no such directory)"
+        )
     return raw
 
 
 def _model(raw: str) -> str:
     if not re.match(r"^[\w.@/~+-][\w .@/~+-]*$", raw):
-        raise _Problem(f"EAGLE3_MODEL must be a model profile name (assets/models/<name>.yaml) or a YAML path, got {raw!r}")
+        raise _Problem(
+            f"EAGLE3_MODEL must be a model profile name (assets/models/<name>.yaml) or a YAML path, got {raw!r}"
+        )
     return raw
 
 
@@ -271,24 +283,34 @@ class Settings:
         values: dict[str, Any] = dict(
             data_dir=data_dir,
             work_dir=work_dir_for(data_dir, work),
-            assets_dir=get("EAGLE3_ASSETS_DIR", lambda r: _existing_dir("EAGLE3_ASSETS_DIR", r), PROJECT_ROOT / "assets"),
-            expectations_dir=get("EAGLE3_EXPECTATIONS_DIR", lambda r: _existing_dir("EAGLE3_EXPECTATIONS_DIR", r),
-                                 PROJECT_ROOT / "expectations"),
+            assets_dir=get(
+                "EAGLE3_ASSETS_DIR", lambda r: _existing_dir("EAGLE3_ASSETS_DIR", r), PROJECT_ROOT / "assets"
+            ),
+            expectations_dir=get(
+                "EAGLE3_EXPECTATIONS_DIR",
+                lambda r: _existing_dir("EAGLE3_EXPECTATIONS_DIR", r),
+                PROJECT_ROOT / "expectations",
+            ),
             model=get("EAGLE3_MODEL", _model, "kimi-k2.5"),
             tokenizer_override=get("EAGLE3_TOKENIZER", _tokenizer, None),
             sglang_urls=urls or ("http://127.0.0.1:30000",),
             sglang_url_configured=bool(urls),
             n_shards=get("EAGLE3_N_SHARDS", lambda r: _int("EAGLE3_N_SHARDS", r, minimum=1), 4),
             executor=get(EXECUTOR_ENV, _executor, "multiprocess"),
-            gx_keep_validations=get(GX_KEEP_VALIDATIONS_ENV,
-                                    lambda r: _int(GX_KEEP_VALIDATIONS_ENV, r, minimum=0, note=" (0 = keep all)"),
-                                    GX_KEEP_VALIDATIONS_DEFAULT),
-            generation_compact_after_chunks=get(COMPACT_ENV, lambda r: _int(COMPACT_ENV, r, minimum=0, note=" (0 = never compact)"), None),
+            gx_keep_validations=get(
+                GX_KEEP_VALIDATIONS_ENV,
+                lambda r: _int(GX_KEEP_VALIDATIONS_ENV, r, minimum=0, note=" (0 = keep all)"),
+                GX_KEEP_VALIDATIONS_DEFAULT,
+            ),
+            generation_compact_after_chunks=get(
+                COMPACT_ENV, lambda r: _int(COMPACT_ENV, r, minimum=0, note=" (0 = never compact)"), None
+            ),
             snapshot_retention=get(SNAPSHOT_RETENTION_ENV, lambda r: _int(SNAPSHOT_RETENTION_ENV, r, minimum=1), 7),
             nightly_cron=get(NIGHTLY_CRON_ENV, _cron, "0 2 * * *"),
             nightly_tz=get(NIGHTLY_TZ_ENV, _tz, "UTC"),
-            snapshot_max_age=get(SNAPSHOT_MAX_AGE_ENV, lambda r: _duration(SNAPSHOT_MAX_AGE_ENV, r),
-                                 SNAPSHOT_MAX_AGE_DEFAULT),
+            snapshot_max_age=get(
+                SNAPSHOT_MAX_AGE_ENV, lambda r: _duration(SNAPSHOT_MAX_AGE_ENV, r), SNAPSHOT_MAX_AGE_DEFAULT
+            ),
             sensor_interval_s=get(SENSOR_INTERVAL_ENV, lambda r: _int(SENSOR_INTERVAL_ENV, r, minimum=1), 30),
             dagster_home=get("DAGSTER_HOME", _path, PROJECT_ROOT / ".dagster_home"),
             endpoint_wait_s=get("EAGLE3_ENDPOINT_WAIT_S", lambda r: _seconds("EAGLE3_ENDPOINT_WAIT_S", r), None),
@@ -320,6 +342,10 @@ def generation_env(s: Settings | None = None) -> dict[str, object]:
     EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)
     """
     s = s or settings()
-    pairs = {"wait_for_endpoint_s": s.endpoint_wait_s, "stream": s.stream, "stall_timeout_s": s.stall_timeout_s,
-             "allow_old_server": s.allow_old_sglang}
+    pairs = {
+        "wait_for_endpoint_s": s.endpoint_wait_s,
+        "stream": s.stream,
+        "stall_timeout_s": s.stall_timeout_s,
+        "allow_old_server": s.allow_old_sglang,
+    }
     return {k: v for k, v in pairs.items() if v is not None}

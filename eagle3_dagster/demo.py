@@ -110,8 +110,11 @@ class StopOnSignal:
         name = signal.Signals(signo).name
         # os.write on the terminal's stderr saved at start: a signal handler must not wait on (or re-enter)
         # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
-        os.write(self._tty_err, f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
-                    "resumes). Again to stop waiting for the cleanup.\n".encode())
+        os.write(
+            self._tty_err,
+            f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
+            "resumes). Again to stop waiting for the cleanup.\n".encode(),
+        )
         if self.instance is not None:
             try:
                 from .defs.run import cancel_own_runs
@@ -165,9 +168,11 @@ def _text_exact_line(data_dir: DataPath, snap: str | None) -> list[str]:
     exports = json.loads(manifest.read_text()).get("exports", {})
     flagged = exports.get("exports/specforge_prompts.jsonl", {}).get("rows_not_text_exact", 0)
     pre = exports.get("exports/specforge_preformatted.jsonl", {})
-    return [f"text-exact: {flagged} row(s) not text-exact (non-canonical tokenization): kept in training_samples and "
-            f"specforge_prompts.jsonl, flagged in conversations.jsonl; specforge_preformatted.jsonl has "
-            f"{pre.get('rows', '?')} row(s), {pre.get('rows_left_out', '?')} left out"]
+    return [
+        f"text-exact: {flagged} row(s) not text-exact (non-canonical tokenization): kept in training_samples and "
+        f"specforge_prompts.jsonl, flagged in conversations.jsonl; specforge_preformatted.jsonl has "
+        f"{pre.get('rows', '?')} row(s), {pre.get('rows_left_out', '?')} left out"
+    ]
 
 
 def current_generations(folder: DataPath) -> int:
@@ -204,7 +209,9 @@ def summarize(outcome, data_dir: DataPath) -> str:
             f"{c.get('rejected', '?')} + duplicates {c.get('duplicates', '?')}"
             + (f"  (reject rate {c['rejected'] / c['read']:.1%})" if c.get("read") else "")
         )
-    lines.append(f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected")
+    lines.append(
+        f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected"
+    )
     header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
     lines += ["", header, "-" * len(header)]
     for sh in outcome.shards:
@@ -213,7 +220,9 @@ def summarize(outcome, data_dir: DataPath) -> str:
         gen = current_generations(data_dir / "generations" / f"shard={k:04d}")
         trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
         order = {a: i for i, a in enumerate(("tokenized_prompts", "generations", "training_samples"))}
-        ranked = sorted(sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0]))
+        ranked = sorted(
+            sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
+        )
         checks = ", ".join(f"{name.split(':')[1]}={'PASS' if ok else _fail_word(sh, name)}" for name, ok in ranked)
         lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
         if sh.skipped_or_failed:
@@ -225,9 +234,15 @@ def summarize(outcome, data_dir: DataPath) -> str:
         docs = stored.get("data_docs_index") or docs
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
-                warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard="):])
-    lines.append("warnings:   " + ("; ".join(f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items()))
-                                   if warned else "none"))
+                warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
+    lines.append(
+        "warnings:   "
+        + (
+            "; ".join(f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items()))
+            if warned
+            else "none"
+        )
+    )
     snap = outcome.snapshot_version
     from .quality.report_html import default_report_path
 
@@ -236,18 +251,27 @@ def summarize(outcome, data_dir: DataPath) -> str:
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
-        + (" (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
-           "exports/conversations.jsonl)" if snap else ""),
+        + (
+            " (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
+            "exports/conversations.jsonl)"
+            if snap
+            else ""
+        ),
         *_text_exact_line(data_dir, snap),
         *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
         f"report:     {report if report.exists() else 'not written'}"
-        + ("  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
-           if report.exists() else ""),
+        + (
+            "  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
+            if report.exists()
+            else ""
+        ),
         f"instance:   DAGSTER_HOME={settings().dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
-    lines.append(f"result:     {'STOPPED (rerun to resume)' if getattr(outcome, 'stopped', False) else 'SUCCESS' if outcome.success else 'FAILED'}")
+    lines.append(
+        f"result:     {'STOPPED (rerun to resume)' if getattr(outcome, 'stopped', False) else 'SUCCESS' if outcome.success else 'FAILED'}"
+    )
     return "\n".join(lines)
 
 
@@ -271,8 +295,11 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
         errors.append("ingest run failed (see the run in `make ui`)")
     for sh in outcome.shards:
         errors += [f"shard {sh.shard} {e}" for e in sh.errors]
-        errors += [f"shard {sh.shard} check {c} failed" for c, sev in sh.failed_checks.items()
-                   if sev == "ERROR" and not any(c.split(":")[1] in e for e in sh.errors)]
+        errors += [
+            f"shard {sh.shard} check {c} failed"
+            for c, sev in sh.failed_checks.items()
+            if sev == "ERROR" and not any(c.split(":")[1] in e for e in sh.errors)
+        ]
         if not sh.success and not sh.errors:
             errors.append(f"shard {sh.shard} run failed (see run {sh.run_id} in `make ui`)")
     errors += [f"publish {e}" for e in outcome.publish_errors]
@@ -283,18 +310,26 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
     out += [f"error:      {e}" for e in errors]
     out += [f"warning:    {w}" for w in outcome.warnings]
     if not outcome.ingest_success:
-        out.append(f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
-                   "`allow_empty: true` makes an empty source a warning), then rerun `make demo`")
+        out.append(
+            f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
+            "`allow_empty: true` makes an empty source a warning), then rerun `make demo`"
+        )
     elif any(not sh.ok for sh in outcome.shards):
         bad = next(sh.shard for sh in outcome.shards if not sh.ok)
-        out.append(f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
-                   "lists every failed expectation; fix the cause, then rerun `make demo`")
+        out.append(
+            f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
+            "lists every failed expectation; fix the cause, then rerun `make demo`"
+        )
     elif not outcome.success:
-        out.append("next:       the snapshot was not published (LATEST unchanged); the error above and the report "
-                   f"{report} say why; fix it, then rerun `make demo`")
+        out.append(
+            "next:       the snapshot was not published (LATEST unchanged); the error above and the report "
+            f"{report} say why; fix it, then rerun `make demo`"
+        )
     elif outcome.warnings:
-        out.append("next:       the warnings above do not stop the pipeline; see the checks in `make ui` "
-                   "(source YAML `max_reject_rate` sets the reject-rate threshold)")
+        out.append(
+            "next:       the warnings above do not stop the pipeline; see the checks in `make ui` "
+            "(source YAML `max_reject_rate` sets the reject-rate threshold)"
+        )
     return out
 
 
@@ -323,22 +358,40 @@ def main(argv: list[str]) -> int:
 
                 instance = dg.DagsterInstance.get()
                 stopper.instance = instance
-                outcome = stopper.run(lambda: materialize_graph(defs, instance, shards=shards, run_publish=True,
-                                                                should_stop=lambda: stopper.requested))
+                outcome = stopper.run(
+                    lambda: materialize_graph(
+                        defs, instance, shards=shards, run_publish=True, should_stop=lambda: stopper.requested
+                    )
+                )
         except KeyboardInterrupt:
-            print("[demo] stopped: simulator ended, no further run started; rerun `eagle3 demo` to resume",
-                  file=sys.stderr, flush=True)
+            print(
+                "[demo] stopped: simulator ended, no further run started; rerun `eagle3 demo` to resume",
+                file=sys.stderr,
+                flush=True,
+            )
             return 130
     if outcome.stopped:
-        print("[demo] stopped: the interrupted run is marked canceled, no further run started; rerun "
-              "`eagle3 demo` to resume", file=sys.stderr, flush=True)
+        print(
+            "[demo] stopped: the interrupted run is marked canceled, no further run started; rerun "
+            "`eagle3 demo` to resume",
+            file=sys.stderr,
+            flush=True,
+        )
         return 130
     print(summarize(outcome, settings().data_dir), flush=True)
     summary_path = settings().data_dir / "demo_summary.json"
-    summary_path.write_text(json.dumps({
-        "success": outcome.success, "shards": [s.__dict__ for s in outcome.shards],
-        "ingest_errors": outcome.ingest_errors, "publish_errors": outcome.publish_errors, "warnings": outcome.warnings,
-    }, indent=2))
+    summary_path.write_text(
+        json.dumps(
+            {
+                "success": outcome.success,
+                "shards": [s.__dict__ for s in outcome.shards],
+                "ingest_errors": outcome.ingest_errors,
+                "publish_errors": outcome.publish_errors,
+                "warnings": outcome.warnings,
+            },
+            indent=2,
+        )
+    )
     return 0 if outcome.success else 1
 
 
@@ -356,7 +409,18 @@ def ui_main(argv: list[str]) -> int:
     load_source_specs(settings().sources_dir)  # a bad source YAML: one line per problem, not a failed code location
     with StopOnSignal() as stopper, sglang_endpoint():
         env = dict(os.environ)
-        cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", args.port]
+        cmd = [
+            sys.executable,
+            "-m",
+            "dagster",
+            "dev",
+            "-w",
+            str(PROJECT_ROOT / "workspace.yaml"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            args.port,
+        ]
         print(f"[ui] Dagster UI on http://127.0.0.1:{args.port}  (Ctrl-C to stop)", flush=True)
         proc = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(signal.SIGTERM))
         deadline = None

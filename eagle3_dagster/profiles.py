@@ -81,8 +81,16 @@ class ModelProfile:
 
 
 _REQUIRED = (
-    "name", "tokenizer", "template_family", "think_start_id", "think_end_id", "end_of_turn_id",
-    "stop_token_ids", "vocab_size", "context_length", "max_prompt_tokens",
+    "name",
+    "tokenizer",
+    "template_family",
+    "think_start_id",
+    "think_end_id",
+    "end_of_turn_id",
+    "stop_token_ids",
+    "vocab_size",
+    "context_length",
+    "max_prompt_tokens",
     "generation_prompt_ends_with_think_start",
 )
 

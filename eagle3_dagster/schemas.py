@@ -12,101 +12,115 @@ IDS = pa.list_(pa.int32())
 MASK = pa.list_(pa.int8())
 
 # prompts/prompts.parquet: one row per unique canonical prompt.
-PROMPTS = pa.schema([
-    ("prompt_id", pa.string()),        # sha256 hex (32 chars) of canonical messages + tools
-    ("source", pa.string()),           # source name (assets/sources/<name>.yaml)
-    ("source_file", pa.string()),
-    ("source_row", pa.int64()),        # 1-based line (JSONL) or record index (JSON array, Parquet)
-    ("shard", pa.int32()),             # stable: int(prompt_id[:16], 16) % n_shards
-    ("messages", pa.string()),         # canonical JSON list of OpenAI-shaped messages (the prompt)
-    ("tools", pa.string()),            # canonical JSON list of OpenAI function tools, or null
-    ("n_messages", pa.int32()),
-])
+PROMPTS = pa.schema(
+    [
+        ("prompt_id", pa.string()),  # sha256 hex (32 chars) of canonical messages + tools
+        ("source", pa.string()),  # source name (assets/sources/<name>.yaml)
+        ("source_file", pa.string()),
+        ("source_row", pa.int64()),  # 1-based line (JSONL) or record index (JSON array, Parquet)
+        ("shard", pa.int32()),  # stable: int(prompt_id[:16], 16) % n_shards
+        ("messages", pa.string()),  # canonical JSON list of OpenAI-shaped messages (the prompt)
+        ("tools", pa.string()),  # canonical JSON list of OpenAI function tools, or null
+        ("n_messages", pa.int32()),
+    ]
+)
 
 # prompts/prompt_rejects.parquet: every row that did not become a prompt, with why.
-PROMPT_REJECTS = pa.schema([
-    ("source", pa.string()),
-    ("source_file", pa.string()),
-    ("source_row", pa.int64()),
-    ("reason", pa.string()),           # reason code, e.g. not_json, unknown_role, empty_conversation
-    ("detail", pa.string()),           # human-readable, names the field
-    ("excerpt", pa.string()),          # first 200 chars of the raw row
-])
+PROMPT_REJECTS = pa.schema(
+    [
+        ("source", pa.string()),
+        ("source_file", pa.string()),
+        ("source_row", pa.int64()),
+        ("reason", pa.string()),  # reason code, e.g. not_json, unknown_role, empty_conversation
+        ("detail", pa.string()),  # human-readable, names the field
+        ("excerpt", pa.string()),  # first 200 chars of the raw row
+    ]
+)
 
 # tokenized_prompts/shard=NNNN/part-*.parquet
-TOKENIZED_PROMPTS = pa.schema([
-    ("prompt_id", pa.string()),
-    ("source", pa.string()),
-    ("shard", pa.int32()),
-    ("input_ids", IDS),
-    ("prompt_len", pa.int32()),
-    ("profile", pa.string()),
-    ("tokenizer_fingerprint", pa.string()),
-    ("template_hash", pa.string()),
-])
+TOKENIZED_PROMPTS = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("shard", pa.int32()),
+        ("input_ids", IDS),
+        ("prompt_len", pa.int32()),
+        ("profile", pa.string()),
+        ("tokenizer_fingerprint", pa.string()),
+        ("template_hash", pa.string()),
+    ]
+)
 
 # tokenized_prompts/shard=NNNN/rejects.parquet
-TOKENIZE_REJECTS = pa.schema([
-    ("prompt_id", pa.string()),
-    ("source", pa.string()),
-    ("shard", pa.int32()),
-    ("reason", pa.string()),           # render_error, prompt_too_long, ...
-    ("detail", pa.string()),
-])
+TOKENIZE_REJECTS = pa.schema(
+    [
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("shard", pa.int32()),
+        ("reason", pa.string()),  # render_error, prompt_too_long, ...
+        ("detail", pa.string()),
+    ]
+)
 
 # generations/shard=NNNN/part-*.parquet: output_ids exactly as the server returned them.
-GENERATIONS = pa.schema([
-    ("sample_id", pa.string()),        # the cache key: prompt x model rev x template x sampling x seed
-    ("prompt_id", pa.string()),
-    ("source", pa.string()),
-    ("shard", pa.int32()),
-    ("rid", pa.string()),
-    ("output_ids", IDS),
-    ("text", pa.string()),             # the server's text, for reference only; never re-encoded
-    ("finish_reason", pa.string()),    # stop | length | abort
-    ("finish_matched", pa.string()),   # JSON of finish_reason.matched (int id or stop string) or null
-    ("prompt_tokens", pa.int32()),
-    ("completion_tokens", pa.int32()),
-    ("cached_tokens", pa.int32()),
-    ("e2e_latency", pa.float64()),
-    ("meta_info", pa.string()),        # the full meta_info as JSON
-    ("endpoint", pa.string()),
-    ("model_revision", pa.string()),
-    ("template_hash", pa.string()),
-    ("sampling_hash", pa.string()),
-    ("integrity_violations", pa.list_(pa.string())),
-    ("generated_at", pa.timestamp("us", tz="UTC")),
-])
+GENERATIONS = pa.schema(
+    [
+        ("sample_id", pa.string()),  # the cache key: prompt x model rev x template x sampling x seed
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("shard", pa.int32()),
+        ("rid", pa.string()),
+        ("output_ids", IDS),
+        ("text", pa.string()),  # the server's text, for reference only; never re-encoded
+        ("finish_reason", pa.string()),  # stop | length | abort
+        ("finish_matched", pa.string()),  # JSON of finish_reason.matched (int id or stop string) or null
+        ("prompt_tokens", pa.int32()),
+        ("completion_tokens", pa.int32()),
+        ("cached_tokens", pa.int32()),
+        ("e2e_latency", pa.float64()),
+        ("meta_info", pa.string()),  # the full meta_info as JSON
+        ("endpoint", pa.string()),
+        ("model_revision", pa.string()),
+        ("template_hash", pa.string()),
+        ("sampling_hash", pa.string()),
+        ("integrity_violations", pa.list_(pa.string())),
+        ("generated_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
 # generations/shard=NNNN/errors.parquet: requests that could not produce a sample.
-GENERATION_ERRORS = pa.schema([
-    ("sample_id", pa.string()),
-    ("prompt_id", pa.string()),
-    ("shard", pa.int32()),
-    ("reason", pa.string()),           # http_400, retries_exhausted, ...
-    ("status", pa.int32()),
-    ("detail", pa.string()),
-])
+GENERATION_ERRORS = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("prompt_id", pa.string()),
+        ("shard", pa.int32()),
+        ("reason", pa.string()),  # http_400, retries_exhausted, ...
+        ("status", pa.int32()),
+        ("detail", pa.string()),
+    ]
+)
 
 # training_samples/shard=NNNN/part-*.parquet
-TRAINING_SAMPLES = pa.schema([
-    ("sample_id", pa.string()),
-    ("prompt_id", pa.string()),
-    ("source", pa.string()),
-    ("input_ids", IDS),                # prompt ids + output ids, exactly
-    ("loss_mask", MASK),               # 0 over the prompt, 1 over the output
-    ("prompt_len", pa.int32()),
-    ("output_len", pa.int32()),
-    ("total_len", pa.int32()),
-    ("model_revision", pa.string()),
-    ("template_hash", pa.string()),
-    ("tokenizer_fingerprint", pa.string()),
-    ("sampling_hash", pa.string()),
-    ("endpoint", pa.string()),
-    ("finish_reason", pa.string()),
-    ("generated_at", pa.timestamp("us", tz="UTC")),
-    ("conversation", pa.string()),     # JSON: prompt messages + the parsed assistant turn (derived from ids)
-    ("tools", pa.string()),            # JSON list of tools offered in the prompt, or null
-    ("text_exact", pa.bool_()),        # the parsed turn's text re-encodes to exactly the output ids
-    ("text_mismatch_pos", pa.int32()), # else the first differing output position (non-canonical tokenization)
-])
+TRAINING_SAMPLES = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("prompt_id", pa.string()),
+        ("source", pa.string()),
+        ("input_ids", IDS),  # prompt ids + output ids, exactly
+        ("loss_mask", MASK),  # 0 over the prompt, 1 over the output
+        ("prompt_len", pa.int32()),
+        ("output_len", pa.int32()),
+        ("total_len", pa.int32()),
+        ("model_revision", pa.string()),
+        ("template_hash", pa.string()),
+        ("tokenizer_fingerprint", pa.string()),
+        ("sampling_hash", pa.string()),
+        ("endpoint", pa.string()),
+        ("finish_reason", pa.string()),
+        ("generated_at", pa.timestamp("us", tz="UTC")),
+        ("conversation", pa.string()),  # JSON: prompt messages + the parsed assistant turn (derived from ids)
+        ("tools", pa.string()),  # JSON list of tools offered in the prompt, or null
+        ("text_exact", pa.bool_()),  # the parsed turn's text re-encodes to exactly the output ids
+        ("text_mismatch_pos", pa.int32()),  # else the first differing output position (non-canonical tokenization)
+    ]
+)

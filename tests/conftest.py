@@ -37,13 +37,20 @@ def pytest_configure(config: pytest.Config) -> None:
 # A test gets it from its module (`pytestmark`), its own decorator, or here, from a process-starting
 # fixture it uses: (folder or module that defines the fixture, fixture name).
 PROCESS_FIXTURES = {
-    ("tests/sim", "sim"), ("tests/sim", "sim059"), ("tests/sim", "qsim"),
-    ("tests/generate", "start_sim"), ("tests/generate", "shared_sim"),
-    ("tests/generate/test_generate_basic.py", "short_ctx_sim"), ("tests/generate/test_fleet.py", "pair"),
+    ("tests/sim", "sim"),
+    ("tests/sim", "sim059"),
+    ("tests/sim", "qsim"),
+    ("tests/generate", "start_sim"),
+    ("tests/generate", "shared_sim"),
+    ("tests/generate/test_generate_basic.py", "short_ctx_sim"),
+    ("tests/generate/test_fleet.py", "pair"),
     ("tests/pipeline/test_end_to_end.py", "normal_sim"),
-    ("tests/reliability", "eagle3_ui"), ("tests/reliability/test_browser.py", "page"),
-    ("tests/reliability/test_postgres_pool.py", "pg"), ("tests/reliability/test_object_storage.py", "moto_s3"),
-    ("tests/reliability/test_fault_matrix.py", "matrix"), ("tests/ingest/test_ingest_remote.py", "moto_prompts"),
+    ("tests/reliability", "eagle3_ui"),
+    ("tests/reliability/test_browser.py", "page"),
+    ("tests/reliability/test_postgres_pool.py", "pg"),
+    ("tests/reliability/test_object_storage.py", "moto_s3"),
+    ("tests/reliability/test_fault_matrix.py", "matrix"),
+    ("tests/ingest/test_ingest_remote.py", "moto_prompts"),
 }
 
 
@@ -87,8 +94,10 @@ def _no_process_unless_integration(item: pytest.Item, phase: str) -> Generator[N
         mp.setattr(multiprocessing.process.BaseProcess, "start", recording_process_start)
         result = yield
     if started:
-        pytest.fail(f"{item.nodeid} started a process during {phase} but is not marked integration "
-                    f"(mark it, or list its fixture in tests/conftest.py PROCESS_FIXTURES): {started}")
+        pytest.fail(
+            f"{item.nodeid} started a process during {phase} but is not marked integration "
+            f"(mark it, or list its fixture in tests/conftest.py PROCESS_FIXTURES): {started}"
+        )
     return result
 
 

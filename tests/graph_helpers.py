@@ -12,8 +12,7 @@ import polars as pl
 from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
 
 
-def graph_resources(data_dir: str | Path, tokenizer: str, url: str, *, max_new_tokens: int = 2048,
-                    **fleet) -> dict:
+def graph_resources(data_dir: str | Path, tokenizer: str, url: str, *, max_new_tokens: int = 2048, **fleet) -> dict:
     """The `pipeline` and `sglang` resources of one test run (data dir may be a path or a URI)."""
     return {
         "pipeline": PipelineSettings(data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens),

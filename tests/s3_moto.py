@@ -31,9 +31,13 @@ def moto_s3_server(buckets: tuple[str, ...], secret: str) -> Iterator[tuple[int,
     if not server.exists():
         raise RuntimeError(f"{server} not found: install the test extra (`make install`, or pip install -e '.[test]')")
     port = free_port()
-    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -47,8 +51,13 @@ def moto_s3_server(buckets: tuple[str, ...], secret: str) -> Iterator[tuple[int,
                 time.sleep(0.2)
         import boto3
 
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=secret)
+        client = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=ACCESS_KEY_ID,
+            aws_secret_access_key=secret,
+        )
         for bucket in buckets:
             client.create_bucket(Bucket=bucket)
         yield port, client

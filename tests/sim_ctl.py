@@ -20,12 +20,20 @@ KIMI_TOKENIZER_DIR = (PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5
 class Sim:
     """The real simulator process (eagle3_dagster.sim.process) plus fault / stats helpers."""
 
-    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-                 log_path: Path | None = None, wait: bool = True, ready_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        extra_args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        wait: bool = True,
+        ready_timeout: float = 60.0,
+    ) -> None:
         args = ("--model", "kimi-k2.5", "--tokenizer", str(KIMI_TOKENIZER_DIR), "--log-level", "WARNING", *extra_args)
         self.env = env
-        self.sp: SimProcess = start_simulator(port=port, extra_args=args, env=env, wait_for="none",
-                                              log_dir=log_path.parent if log_path else None)
+        self.sp: SimProcess = start_simulator(
+            port=port, extra_args=args, env=env, wait_for="none", log_dir=log_path.parent if log_path else None
+        )
         if wait:
             self.wait_ready(ready_timeout)
 

@@ -110,16 +110,24 @@ def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
     if runs:
         return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
     last = instance.get_run_records(
-        filters=dg.RunsFilter(job_name=ingest_job.name, statuses=[dg.DagsterRunStatus.SUCCESS], tags={NIGHTLY_TAG: "true"}),
+        filters=dg.RunsFilter(
+            job_name=ingest_job.name, statuses=[dg.DagsterRunStatus.SUCCESS], tags={NIGHTLY_TAG: "true"}
+        ),
         limit=1,
     )
     if not last or not last[0].end_time or time.time() - last[0].end_time > PENDING_NIGHT_S:
         return []
     night = last[0].dagster_run.run_id
-    ended = instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1) or \
-        instance.get_runs(filters=dg.RunsFilter(job_name=shard_pipeline_job.name, tags={NIGHT_TAG: night},
-                                                statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED]),
-                          limit=1)
+    ended = instance.get_runs(
+        filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
+    ) or instance.get_runs(
+        filters=dg.RunsFilter(
+            job_name=shard_pipeline_job.name,
+            tags={NIGHT_TAG: night},
+            statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+        ),
+        limit=1,
+    )
     return [] if ended else [f"night {night[:8]} (between its runs)"]
 
 
@@ -170,8 +178,9 @@ def nightly_fanout(context: dg.RunStatusSensorContext) -> Iterator[dg.RunRequest
         return
     night = run.run_id
     for shard in shard_partitions.get_partition_keys():
-        yield dg.RunRequest(run_key=f"{night}:{shard}", partition_key=shard,
-                            tags={NIGHTLY_TAG: "true", NIGHT_TAG: night})
+        yield dg.RunRequest(
+            run_key=f"{night}:{shard}", partition_key=shard, tags={NIGHTLY_TAG: "true", NIGHT_TAG: night}
+        )
 
 
 @dg.run_status_sensor(
@@ -248,7 +257,9 @@ def source_files_fingerprint() -> str:
         for spec in load_source_specs(s.sources_dir):
             if is_remote(spec.path):
                 try:
-                    remote_lines.extend(file_version(f, info) for f, info in list_remote(spec.path, spec.name, allow_empty=True))
+                    remote_lines.extend(
+                        file_version(f, info) for f, info in list_remote(spec.path, spec.name, allow_empty=True)
+                    )
                 except Exception as e:
                     raise SourceListingError(f"source {spec.name!r}: {e}") from None
                 continue
@@ -307,11 +318,17 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
     age = max_age or settings().snapshot_max_age
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        checks = list(dg.build_last_update_freshness_checks(
-            assets=[PUBLISH_ASSET], lower_bound_delta=age, severity=dg.AssetCheckSeverity.ERROR,
-        ))
+        checks = list(
+            dg.build_last_update_freshness_checks(
+                assets=[PUBLISH_ASSET],
+                lower_bound_delta=age,
+                severity=dg.AssetCheckSeverity.ERROR,
+            )
+        )
         sensor = dg.build_sensor_for_freshness_checks(
-            freshness_checks=checks, name=FRESHNESS_SENSOR, minimum_interval_seconds=settings().sensor_interval_s,
+            freshness_checks=checks,
+            name=FRESHNESS_SENSOR,
+            minimum_interval_seconds=settings().sensor_interval_s,
         )
     return checks, sensor
 

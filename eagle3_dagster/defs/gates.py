@@ -30,8 +30,7 @@ class HeadlineCheck:
 
 def gate_check_specs(asset_name: str, gate: str, headlines: tuple[HeadlineCheck, ...]) -> list[dg.AssetCheckSpec]:
     specs = [
-        dg.AssetCheckSpec(h.check_name, asset=asset_name, blocking=True, description=h.description)
-        for h in headlines
+        dg.AssetCheckSpec(h.check_name, asset=asset_name, blocking=True, description=h.description) for h in headlines
     ]
     specs.append(
         dg.AssetCheckSpec(
@@ -121,8 +120,9 @@ def refresh_quality_report(context: Any, pipeline: Any, profile_name: str | None
         return None
 
 
-def store_gate_result(context: Any, pipeline: Any, gate: str, shard: int, result: Any, profile_name: str | None = None
-                      ) -> dict[str, Any]:
+def store_gate_result(
+    context: Any, pipeline: Any, gate: str, shard: int, result: Any, profile_name: str | None = None
+) -> dict[str, Any]:
     """Persist the gate result, refresh the HTML quality report; metadata entries naming the report."""
     write_gate_result(pipeline.data_path, gate, shard, result)
     return report_metadata(refresh_quality_report(context, pipeline, profile_name))

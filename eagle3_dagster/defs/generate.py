@@ -102,6 +102,8 @@ def active_sample_ids(tokenized: pl.DataFrame, model_revision: str, sampling_has
         },
         schema={"sample_id": pl.String, "prompt_id": pl.String},
     )
+
+
 GENERATION_HEADLINES = (
     HeadlineCheck(
         "think_end_present",
@@ -167,10 +169,12 @@ def generations(
         # Nothing usable came back: a green step with an empty table would hide it.
         raise dg.Failure(
             description=f"generations shard {key}: every one of the {report.failed} samples failed "
-                        f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
-                        "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
-                        "passing reason is sent again).",
-            metadata=to_metadata(report), allow_retries=False)
+            f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
+            "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
+            "passing reason is sent again).",
+            metadata=to_metadata(report),
+            allow_retries=False,
+        )
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     # The shard folder keeps every sample ever generated (a config change never deletes work);
@@ -180,7 +184,13 @@ def generations(
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
     features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
-    gate = run_gate("generations", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
+    gate = run_gate(
+        "generations",
+        features,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=pipeline.gx_context_dir,
+        profile=profile,
+    )
     report_meta = store_gate_result(context, pipeline, "generations", shard, gate, profile.name)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
     return dg.MaterializeResult(

@@ -1,6 +1,5 @@
 """Ingest wiring: one asset per prompt-source YAML, and the combined, deduplicated `prompts`."""
 
-
 import json
 import re
 
@@ -35,12 +34,16 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}",
         kinds={"parquet"},
         tags={"eagle3/stage": "ingest"},
-        check_specs=[dg.AssetCheckSpec(
-            SOURCE_CHECK, asset=name, blocking=False,
-            description=f"WARN when the source yields no prompt (allow_empty: true) or rejects more than "
-                        f"max_reject_rate ({spec.max_reject_rate:.0%}) of what it reads; with no accepted prompt "
-                        "and no allow_empty the asset itself fails.",
-        )],
+        check_specs=[
+            dg.AssetCheckSpec(
+                SOURCE_CHECK,
+                asset=name,
+                blocking=False,
+                description=f"WARN when the source yields no prompt (allow_empty: true) or rejects more than "
+                f"max_reject_rate ({spec.max_reject_rate:.0%}) of what it reads; with no accepted prompt "
+                "and no allow_empty the asset itself fails.",
+            )
+        ],
     )
     def _asset(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         out_dir = pipeline.data_path / "sources" / spec.name
@@ -50,8 +53,10 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         except EmptySourceError as e:
             context.log.error(str(e))
             raise dg.Failure(description=str(e)) from None
-        context.log.info(f"source {spec.name}: read {counts.read:,} = accepted {counts.accepted:,} + rejected "
-                         f"{counts.rejected:,} + duplicates {counts.duplicates:,} + sampled out {counts.sampled_out:,}")
+        context.log.info(
+            f"source {spec.name}: read {counts.read:,} = accepted {counts.accepted:,} + rejected "
+            f"{counts.rejected:,} + duplicates {counts.duplicates:,} + sampled out {counts.sampled_out:,}"
+        )
         health = assess(spec, counts)
         for problem in health.problems:
             context.log.warning(problem)
@@ -59,10 +64,15 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
             check_name=SOURCE_CHECK,
             passed=not (health.empty or health.rate_exceeded),
             severity=dg.AssetCheckSeverity.WARN,
-            description="; ".join(health.problems) or f"reject rate {health.reject_rate:.1%} within {health.max_reject_rate:.0%}",
-            metadata={"reject_rate": float(round(health.reject_rate, 4)), "max_reject_rate": health.max_reject_rate,
-                      "accepted": counts.accepted, "read": counts.read,
-                      "rejects_by_reason": dg.MetadataValue.json(counts.rejects_by_reason)},
+            description="; ".join(health.problems)
+            or f"reject rate {health.reject_rate:.1%} within {health.max_reject_rate:.0%}",
+            metadata={
+                "reject_rate": float(round(health.reject_rate, 4)),
+                "max_reject_rate": health.max_reject_rate,
+                "accepted": counts.accepted,
+                "read": counts.read,
+                "rejects_by_reason": dg.MetadataValue.json(counts.rejects_by_reason),
+            },
         )
         return dg.MaterializeResult(
             metadata={
@@ -88,7 +98,9 @@ def _prompts_preview(path, n: int = 8) -> str:
         last = next((m for m in reversed(msgs) if m.get("role") in ("user", "tool")), msgs[-1] if msgs else {})
         text = str(last.get("content", ""))[:80].replace("|", "\\|").replace("\n", " ")
         tools = len(json.loads(row["tools"])) if row["tools"] else 0
-        lines.append(f"| `{row['prompt_id'][:12]}` | {row['source']} | {row['shard']} | {row['n_messages']} | {tools} | {text} |")
+        lines.append(
+            f"| `{row['prompt_id'][:12]}` | {row['source']} | {row['shard']} | {row['n_messages']} | {tools} | {text} |"
+        )
     return "\n".join(lines)
 
 
@@ -110,11 +122,15 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         counts = combine_sources([data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS)
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
-            read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts() if out.exists() else []
+            read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts()
+            if out.exists()
+            else []
         )
-        context.log.info(f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
-                         f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
-                         f"duplicates, {counts.sampled_out:,} sampled out)")
+        context.log.info(
+            f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
+            f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
+            f"duplicates, {counts.sampled_out:,} sampled out)"
+        )
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),

@@ -3,7 +3,6 @@
 The nightly schedule, the sensors and the jobs that run this asset live in defs/automation.py.
 """
 
-
 import dagster as dg
 
 from ..config import settings
@@ -43,12 +42,20 @@ DRIFT_CHECK = "drift_gate"
     kinds={"parquet", "json"},
     tags={"eagle3/stage": "publish"},
     check_specs=[
-        dg.AssetCheckSpec(PUBLISH_CHECK, asset="training_dataset", blocking=True,
-                          description="expectations/publish.json: not empty, some shard included, not a sudden drop "
-                          "against the previous snapshot; a failure means nothing is published and LATEST stays."),
-        dg.AssetCheckSpec(DRIFT_CHECK, asset="training_dataset", blocking=True,
-                          description="expectations/drift.json: the snapshot's distribution summary against the "
-                          "previous published snapshot's (reasoning/output/answer lengths, rates, model revision)."),
+        dg.AssetCheckSpec(
+            PUBLISH_CHECK,
+            asset="training_dataset",
+            blocking=True,
+            description="expectations/publish.json: not empty, some shard included, not a sudden drop "
+            "against the previous snapshot; a failure means nothing is published and LATEST stays.",
+        ),
+        dg.AssetCheckSpec(
+            DRIFT_CHECK,
+            asset="training_dataset",
+            blocking=True,
+            description="expectations/drift.json: the snapshot's distribution summary against the "
+            "previous published snapshot's (reasoning/output/answer lengths, rates, model revision).",
+        ),
     ],
 )
 def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
@@ -65,14 +72,24 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
 
     def judge(info: dict) -> SnapshotVerdict:
         return judge_snapshot(
-            rows=info["rows"], shards_included=info["shards_included"], summary=info["summary"],
-            previous=info["previous"], excluded=info["excluded"],
-            expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir,
+            rows=info["rows"],
+            shards_included=info["shards_included"],
+            summary=info["summary"],
+            previous=info["previous"],
+            excluded=info["excluded"],
+            expectations_dir=pipeline.expectations_path,
+            context_dir=pipeline.gx_context_dir,
         )
 
     snap = build_snapshot(
-        data, range(N_SHARDS), lambda g, k: read_gate_result(data, g, k), config=config, keep=keep,
-        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)), profile=profile, judge=judge,
+        data,
+        range(N_SHARDS),
+        lambda g, k: read_gate_result(data, g, k),
+        config=config,
+        keep=keep,
+        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
+        profile=profile,
+        judge=judge,
     )
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
@@ -95,10 +112,14 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         yield from checks
         raise dg.Failure(
             description=f"training_dataset: snapshot {snap.version} not published, LATEST unchanged "
-                        f"({snap.latest or 'none'}): {why}",
-            metadata={"version": snap.version, "rows": snap.rows, "latest": str(snap.latest),
-                      "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
-                      **report_metadata(report)},
+            f"({snap.latest or 'none'}): {why}",
+            metadata={
+                "version": snap.version,
+                "rows": snap.rows,
+                "latest": str(snap.latest),
+                "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
+                **report_metadata(report),
+            },
         )
     summary = snap.manifest.get("summary") or {}
     yield dg.MaterializeResult(
@@ -113,7 +134,9 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
             "exports": dg.MetadataValue.json(snap.manifest.get("exports", {})),
             # kept in token-level exports, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl
-            "rows_not_text_exact": int(snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)),
+            "rows_not_text_exact": int(
+                snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)
+            ),
             "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
             "path": dg.MetadataValue.path(str(snap.path)),
             **report_metadata(report),
@@ -128,31 +151,55 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
     rmeta = report_metadata(report)
     if verdict is None:  # the same content as LATEST: published before, nothing new to judge
         desc = f"snapshot {snap.version} is already LATEST (same content); nothing new to judge"
-        return [dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc, metadata=rmeta),
-                dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc, metadata=rmeta)]
+        return [
+            dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc, metadata=rmeta),
+            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc, metadata=rmeta),
+        ]
     pg = verdict.publish_gate
     values = {k: v for k, v in (pg.get("values") or {}).items() if k != "row_id" and v is not None}
-    out = [dg.AssetCheckResult(
-        check_name=PUBLISH_CHECK, passed=bool(pg.get("success")), severity=dg.AssetCheckSeverity.ERROR,
-        description=("snapshot may be published" if pg.get("success") else
-                     "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)),
-        metadata={**dict(values.items()), "version": snap.version, **rmeta},
-    )]
+    out = [
+        dg.AssetCheckResult(
+            check_name=PUBLISH_CHECK,
+            passed=bool(pg.get("success")),
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=(
+                "snapshot may be published"
+                if pg.get("success")
+                else "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)
+            ),
+            metadata={**dict(values.items()), "version": snap.version, **rmeta},
+        )
+    ]
     d = verdict.drift
     if d is None:
-        out.append(dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None),
-                                       metadata=rmeta))
+        out.append(
+            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None), metadata=rmeta)
+        )
     else:
         critical = any(not o["success"] and o["severity"] == "critical" for o in d["outcomes"])
         held = not verdict.publish and pg.get("success")
-        numeric = {k: float(v) for k, v in d["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        out.append(dg.AssetCheckResult(
-            check_name=DRIFT_CHECK, passed=d["status"] == "ok",
-            severity=dg.AssetCheckSeverity.ERROR if (critical or held) else dg.AssetCheckSeverity.WARN,
-            description=drift_line(d) + (" -- held back, not published" if held else
-                                         (" -- published, marked drifted in the manifest" if d["status"] != "ok" else "")),
-            metadata={**numeric, "against": str(d.get("against")), "policy": d.get("policy"), "status": d["status"],
-                      "failed": dg.MetadataValue.json(d.get("failed") or []), **rmeta},
-        ))
+        numeric = {
+            k: float(v) for k, v in d["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        out.append(
+            dg.AssetCheckResult(
+                check_name=DRIFT_CHECK,
+                passed=d["status"] == "ok",
+                severity=dg.AssetCheckSeverity.ERROR if (critical or held) else dg.AssetCheckSeverity.WARN,
+                description=drift_line(d)
+                + (
+                    " -- held back, not published"
+                    if held
+                    else (" -- published, marked drifted in the manifest" if d["status"] != "ok" else "")
+                ),
+                metadata={
+                    **numeric,
+                    "against": str(d.get("against")),
+                    "policy": d.get("policy"),
+                    "status": d["status"],
+                    "failed": dg.MetadataValue.json(d.get("failed") or []),
+                    **rmeta,
+                },
+            )
+        )
     return out
-

@@ -55,16 +55,18 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     """
     host = socket.gethostname()
     unfinished = instance.get_runs(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
-                              tags={HOST_TAG: host})
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING], tags={HOST_TAG: host}
+        )
     )
     reaped = []
     for run in unfinished:
         if run.tags.get(PID_TAG) == str(os.getpid()) or _owner_alive(run.tags):
             continue
         instance.report_run_failed(
-            run, f"the process that ran this run (pid {run.tags.get(PID_TAG)} on {host}) is gone; "
-                 "marked failed and its concurrency slots freed before a new run"
+            run,
+            f"the process that ran this run (pid {run.tags.get(PID_TAG)} on {host}) is gone; "
+            "marked failed and its concurrency slots freed before a new run",
         )
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
         reaped.append(run.run_id)
@@ -77,12 +79,15 @@ def cancel_own_runs(instance: dg.DagsterInstance) -> list[str]:
     The in-process executor then ends the interrupted run as CANCELED, not as a failure.
     """
     runs = instance.get_runs(
-        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
-                              tags={HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())})
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.STARTING],
+            tags={HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())},
+        )
     )
     for run in runs:
-        instance.report_run_canceling(run, message="stop requested (Ctrl-C / SIGTERM): the run is canceled; "
-                                                   "a rerun resumes from what was stored")
+        instance.report_run_canceling(
+            run, message="stop requested (Ctrl-C / SIGTERM): the run is canceled; a rerun resumes from what was stored"
+        )
     return [r.run_id for r in runs]
 
 
@@ -135,8 +140,13 @@ class GraphOutcome:
     def success(self) -> bool:
         """Every run succeeded and no ERROR-severity check failed anywhere (ingest, shards, publish)."""
         no_errors = "ERROR" not in (*self.ingest_failed_checks.values(), *self.publish_failed_checks.values())
-        return (self.ingest_success and all(s.ok for s in self.shards) and self.publish_success is not False
-                and no_errors and not self.stopped)
+        return (
+            self.ingest_success
+            and all(s.ok for s in self.shards)
+            and self.publish_success is not False
+            and no_errors
+            and not self.stopped
+        )
 
     @property
     def warnings(self) -> list[str]:
@@ -157,12 +167,13 @@ def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
 def _failed_checks(result: dg.ExecuteInProcessResult) -> dict[str, str]:
     return {
         f"{ev.asset_key.to_user_string()}:{ev.check_name}": ev.severity.value
-        for ev in result.get_asset_check_evaluations() if not ev.passed
+        for ev in result.get_asset_check_evaluations()
+        if not ev.passed
     }
 
 
 def _words(message: str) -> str:
-    """"dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
+    """ "dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
     the user's words, without the exception's module path."""
     return re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", message.strip())
 
@@ -207,14 +218,20 @@ def materialize_graph(
     ingest_ok, ingest_run = True, ""
     if run_ingest:
         r = dg.materialize(
-            assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res,
-            raise_on_error=False, run_config=run_config or QUIET, tags=tags,
+            assets,
+            selection=dg.AssetSelection.groups("ingest"),
+            instance=instance,
+            resources=res,
+            raise_on_error=False,
+            run_config=run_config or QUIET,
+            tags=tags,
         )
         ingest_ok, ingest_run = r.success, r.run_id
         ingest_checks, ingest_errors = _failed_checks(r), _errors(r)
         if not r.success:
-            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, ingest_failed_checks=ingest_checks,
-                                ingest_errors=ingest_errors)
+            return GraphOutcome(
+                False, r.run_id, [], reaped_runs=reaped, ingest_failed_checks=ingest_checks, ingest_errors=ingest_errors
+            )
         if stop():
             return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, stopped=True)
     else:
@@ -246,12 +263,24 @@ def materialize_graph(
                 errors=_errors(r),
             )
         )
-    outcome = GraphOutcome(ingest_ok, ingest_run, outcomes, reaped_runs=reaped, stopped=stop(),
-                           ingest_failed_checks=ingest_checks, ingest_errors=ingest_errors)
+    outcome = GraphOutcome(
+        ingest_ok,
+        ingest_run,
+        outcomes,
+        reaped_runs=reaped,
+        stopped=stop(),
+        ingest_failed_checks=ingest_checks,
+        ingest_errors=ingest_errors,
+    )
     if run_publish and not outcome.stopped:
         r = dg.materialize(
-            assets, selection=["training_dataset"], instance=instance, resources=res, raise_on_error=False,
-            run_config=run_config or QUIET, tags=tags,
+            assets,
+            selection=["training_dataset"],
+            instance=instance,
+            resources=res,
+            raise_on_error=False,
+            run_config=run_config or QUIET,
+            tags=tags,
         )
         outcome.publish_success = r.success
         outcome.publish_run_id = r.run_id

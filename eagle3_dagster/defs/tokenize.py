@@ -1,6 +1,5 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
-
 from typing import cast
 
 import dagster as dg
@@ -47,11 +46,17 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     out = shard_dir(data, "tokenized_prompts", shard)
     write_frame_atomic(tokenized, out / "part-0000.parquet", schema=TOKENIZED_PROMPTS)
     write_frame_atomic(rejects, out / "rejects.parquet", schema=TOKENIZE_REJECTS)
-    context.log.info(f"shard {shard}: {prompts.height} prompts -> {tokenized.height} tokenized, {rejects.height} rejected")
+    context.log.info(
+        f"shard {shard}: {prompts.height} prompts -> {tokenized.height} tokenized, {rejects.height} rejected"
+    )
 
     features = prompt_features(tokenized, profile)
     gate = run_gate(
-        "prompts", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile,
+        "prompts",
+        features,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=pipeline.gx_context_dir,
+        profile=profile,
     )
     report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
     lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])

@@ -1,6 +1,5 @@
 """Training wiring: `training_samples[shard]`, consuming only shards whose gates passed."""
 
-
 import json
 
 import dagster as dg
@@ -30,7 +29,9 @@ def _require_passed_gates(data, shard: int) -> dict:
     for gate in ("prompts", "generations"):
         res = read_gate_result(data, gate, shard)
         if res is None:
-            raise dg.Failure(f"shard {shard:04d}: no stored `{gate}` gate result; materialize the upstream assets first")
+            raise dg.Failure(
+                f"shard {shard:04d}: no stored `{gate}` gate result; materialize the upstream assets first"
+            )
         if not res.success:
             failed = [o.name for o in res.outcomes if not o.success and o.severity == "critical"]
             raise dg.Failure(
@@ -71,7 +72,9 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     tokenizer = cached_renderer(profile).tokenizer
-    candidates = gens.filter(~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts)))
+    candidates = gens.filter(
+        ~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts))
+    )
     conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
     samples, counts = build_training_samples(
         gens,
@@ -84,15 +87,24 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     write_frame_atomic(parse_failures, out / "quarantine.parquet")
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
-    features = training_features(samples, profile, max_total_len=MAX_TRAIN_LEN,
-                                 available_shares=available_source_shares(tokenized))
+    features = training_features(
+        samples, profile, max_total_len=MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
+    )
     # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
     summary = summarize_samples(samples, profile)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
-    gate = run_gate("training_samples", features, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir, profile=profile)
+    gate = run_gate(
+        "training_samples",
+        features,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=pipeline.gx_context_dir,
+        profile=profile,
+    )
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
-    context.log.info(f"training_samples shard {shard:04d}: " + " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}"
-                                                                   for k, v in dict(counts).items()))
+    context.log.info(
+        f"training_samples shard {shard:04d}: "
+        + " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in dict(counts).items())
+    )
     if parse_counts["text_exact_false"]:
         context.log.warning(
             f"shard {shard}: {parse_counts['text_exact_false']} of {counts['samples']} rows are not text-exact "

@@ -96,7 +96,9 @@ def _error_message(body: bytes) -> str:
     return text[:1000]
 
 
-_SECRETISH = re.compile(r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+")
+_SECRETISH = re.compile(
+    r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"
+)
 
 
 def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
@@ -190,7 +192,7 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
                     if cut < 0:
                         break
                     ev = bytes(buf[:cut]).strip()
-                    del buf[:cut + 2]
+                    del buf[: cut + 2]
                     start = 0
                     if not ev.startswith(b"data:"):
                         continue
@@ -211,8 +213,9 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
     except TimeoutError:
         what = "first chunk" if events == 0 else f"chunk {events + 1}"
         wait = mode.first_chunk_timeout_s if events == 0 else mode.stall_timeout_s
-        raise _Retry("stall", None, f"{ep.name}: stream silent for {wait:g}s waiting for the {what}",
-                     breaker=False, url=ep.url) from None
+        raise _Retry(
+            "stall", None, f"{ep.name}: stream silent for {wait:g}s waiting for the {what}", breaker=False, url=ep.url
+        ) from None
     if not done or last is None:
         raise _Retry("reset", None, f"{ep.name}: stream ended without [DONE] after {events} chunks", breaker=True)
     try:
@@ -261,10 +264,12 @@ async def _attempt(
                 st = r.status_code
                 raw = r.content
             else:
-                t = httpx.Timeout(connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write,
-                                  pool=None)
-                async with client.stream("POST", ep.url + "/generate", content=content, headers=headers,
-                                         timeout=t) as r:
+                t = httpx.Timeout(
+                    connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write, pool=None
+                )
+                async with client.stream(
+                    "POST", ep.url + "/generate", content=content, headers=headers, timeout=t
+                ) as r:
                     st = r.status_code
                     if st == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
                         data = await _read_stream(r, ep, stream)
@@ -282,13 +287,28 @@ async def _attempt(
         except httpx.ReadTimeout:
             if stream is not None:
                 # No response headers within the first-chunk limit: the same silence as a stall.
-                raise _Retry("stall", None, f"{ep.name}: no answer within {stream.first_chunk_timeout_s:g}s",
-                             breaker=False, url=ep.url) from None
+                raise _Retry(
+                    "stall",
+                    None,
+                    f"{ep.name}: no answer within {stream.first_chunk_timeout_s:g}s",
+                    breaker=False,
+                    url=ep.url,
+                ) from None
             # Not a breaker failure: a slow server is working, only our patience ran out.
-            raise _Retry("read_timeout", None, f"{ep.name}: read timeout after {timeout.read}s", breaker=False, url=ep.url) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.PoolTimeout, httpx.WriteTimeout) as e:
+            raise _Retry(
+                "read_timeout", None, f"{ep.name}: read timeout after {timeout.read}s", breaker=False, url=ep.url
+            ) from None
+        except (
+            httpx.RemoteProtocolError,
+            httpx.ReadError,
+            httpx.WriteError,
+            httpx.PoolTimeout,
+            httpx.WriteTimeout,
+        ) as e:
             breaker = True
-            raise _Retry("reset", None, f"{ep.name}: {type(e).__name__}: connection reset or body cut", breaker=True) from None
+            raise _Retry(
+                "reset", None, f"{ep.name}: {type(e).__name__}: connection reset or body cut", breaker=True
+            ) from None
         except httpx.TransportError as e:
             breaker = True
             raise _Retry("transport", None, f"{ep.name}: {type(e).__name__}", breaker=True) from None
@@ -299,9 +319,16 @@ async def _attempt(
                 except ValueError:
                     breaker = True
                     ctype = r.headers.get("content-type", "?")
-                    raise _Retry("bad_body", 200, f"{ep.name}: 200 with a body that is not JSON ({ctype})", breaker=True) from None
+                    raise _Retry(
+                        "bad_body", 200, f"{ep.name}: 200 with a body that is not JSON ({ctype})", breaker=True
+                    ) from None
             why = not_a_result(data)
-            if why is not None and stream is not None and isinstance(data, dict) and isinstance(data.get("error"), dict):
+            if (
+                why is not None
+                and stream is not None
+                and isinstance(data, dict)
+                and isinstance(data.get("error"), dict)
+            ):
                 # In a stream, request errors found before the first token come as a 200 chunk
                 # {"error": {...}} (spec §3.5); 0.5.23 adds the status as `code`, 0.5.9 only sends
                 # these for validation errors (400).
@@ -348,7 +375,9 @@ def _spawn(coro: Any) -> None:
     t.add_done_callback(_background.discard)
 
 
-async def abort_rid(client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str, timeout: float = 5.0) -> None:
+async def abort_rid(
+    client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str, timeout: float = 5.0
+) -> None:
     """Tell the server to stop a request of ours (best effort: errors are ignored)."""
     try:
         await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
@@ -404,8 +433,16 @@ async def generate_one(
             stats.retried["no_available_workers"] += 1
             unroutable += 1
             if now - unroutable_since > unroutable_wait_s:
-                return Outcome(None, "", rid, 0.0, reason="no_available_workers", status=503,
-                               detail=f"{e.detail} for {now - unroutable_since:.0f}s", attempts=attempt + 1)
+                return Outcome(
+                    None,
+                    "",
+                    rid,
+                    0.0,
+                    reason="no_available_workers",
+                    status=503,
+                    detail=f"{e.detail} for {now - unroutable_since:.0f}s",
+                    attempts=attempt + 1,
+                )
             await asyncio.sleep(jittered_backoff(min(unroutable, 6), backoff_base_s, backoff_max_s))
             continue
         except _Retry as e:
@@ -417,8 +454,16 @@ async def generate_one(
             if e.kind == "stall":
                 log.warning("request %s stalled (%s): aborted, retrying with a new rid", rid, e.detail)
             if attempt >= max_retries:
-                return Outcome(None, "", rid, 0.0, reason="retries_exhausted", status=e.status,
-                               detail=f"{e.kind} after {attempt + 1} attempts: {e.detail}", attempts=attempt + 1)
+                return Outcome(
+                    None,
+                    "",
+                    rid,
+                    0.0,
+                    reason="retries_exhausted",
+                    status=e.status,
+                    detail=f"{e.kind} after {attempt + 1} attempts: {e.detail}",
+                    attempts=attempt + 1,
+                )
             stats.retried[e.kind] += 1
             log.debug("retrying %s after %s", rid, e.kind)
             attempt += 1
@@ -436,7 +481,9 @@ async def generate_one(
             code = fr.get("status_code")
             msg = str(fr.get("message"))
             if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
-                return Outcome(None, ep.name, rid, lat, reason=f"abort_{code}", status=code, detail=msg, attempts=attempt + 1)
+                return Outcome(
+                    None, ep.name, rid, lat, reason=f"abort_{code}", status=code, detail=msg, attempts=attempt + 1
+                )
             # An aborted sample is partial: retry it rather than store half a trace.
             if attempt >= max_retries:
                 return Outcome(None, ep.name, rid, lat, reason="aborted", status=code, detail=msg, attempts=attempt + 1)

@@ -29,7 +29,9 @@ class GenerationConfig:
     repetition_penalty: float = 1.0
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
-    max_in_flight: int | None = None  # None -> sum over endpoints of /server_info max_running_requests + headroom, else 64
+    max_in_flight: int | None = (
+        None  # None -> sum over endpoints of /server_info max_running_requests + headroom, else 64
+    )
     read_timeout_s: float = 3600.0  # long: a client disconnect aborts the GPU work server-side
     max_retries: int = 6
     backoff_base_s: float = 0.5
@@ -92,7 +94,9 @@ class GenerationConfig:
             raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
     @classmethod
-    def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any) -> GenerationConfig:
+    def from_profile(
+        cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any
+    ) -> GenerationConfig:
         """Sampling and stop ids from the model profile; endpoints from the argument or EAGLE3_SGLANG_URL."""
         if endpoints is None:
             from ..config import settings
@@ -170,7 +174,9 @@ def sampling_hash(config: GenerationConfig) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def sample_key(prompt_id: str, model_revision: str, template_hash: str, sampling_hash: str, regen_seed: int | None) -> str:
+def sample_key(
+    prompt_id: str, model_revision: str, template_hash: str, sampling_hash: str, regen_seed: int | None
+) -> str:
     """sample_id: changes exactly when the prompt, weights, template, sampling or the regen seed change."""
     blob = json.dumps([prompt_id, model_revision, template_hash, sampling_hash, regen_seed], separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]

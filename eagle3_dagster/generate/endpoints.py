@@ -58,11 +58,31 @@ class EndpointRefusedError(RuntimeError):
 MIN_SERVER_VERSION = (0, 5, 9)
 # Sampling fields that change what is generated (spec §2.2); a server default for one the client
 # does not send would change the data invisibly. Text-only flags are harmless.
-DISTRIBUTION_KEYS = frozenset({
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-    "presence_penalty", "repetition_penalty", "stop", "stop_regex", "stop_token_ids", "ignore_eos", "n",
-    "sampling_seed", "json_schema", "regex", "ebnf", "structural_tag", "logit_bias", "custom_params",
-})
+DISTRIBUTION_KEYS = frozenset(
+    {
+        "max_new_tokens",
+        "min_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "stop",
+        "stop_regex",
+        "stop_token_ids",
+        "ignore_eos",
+        "n",
+        "sampling_seed",
+        "json_schema",
+        "regex",
+        "ebnf",
+        "structural_tag",
+        "logit_bias",
+        "custom_params",
+    }
+)
 
 
 def parse_version(v: Any) -> tuple[int, ...] | None:
@@ -309,7 +329,9 @@ class EndpointPool:
         if info is None:
             info, why2 = await self._get_json_why(ep, "/get_model_info")
             if info is None:
-                ep.state = why if why.startswith("not an SGLang") else (why2 if why2.startswith("not an SGLang") else why)
+                ep.state = (
+                    why if why.startswith("not an SGLang") else (why2 if why2.startswith("not an SGLang") else why)
+                )
                 return False  # not ready to tell us what it serves (or not SGLang at all): not routable
         rev = model_revision_of(info)
         ep.revision = rev
@@ -334,19 +356,27 @@ class EndpointPool:
         ep.incremental_stream = bool(info.get("incremental_streaming_output") or info.get("stream_output"))
         v = parse_version(ep.server_version)
         if v is not None and v < MIN_SERVER_VERSION and not self.allow_old_server:
-            self._refuse(ep, f"SGLang {ep.server_version} is older than 0.5.9: releases before the fix of "
-                             "sglang #10896 can put prompt-tail ids at the front of output_ids; upgrade the server, "
-                             "or set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway")
+            self._refuse(
+                ep,
+                f"SGLang {ep.server_version} is older than 0.5.9: releases before the fix of "
+                "sglang #10896 can put prompt-tail ids at the front of output_ids; upgrade the server, "
+                "or set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway",
+            )
 
     def _check_preferred(self, ep: Endpoint) -> None:
         psp = ep.preferred_sampling_params
         if not psp or self.sent_sampling_keys is None:
             return
-        hidden = sorted(k for k in psp if (k in DISTRIBUTION_KEYS or k not in _TEXT_ONLY) and k not in self.sent_sampling_keys)
+        hidden = sorted(
+            k for k in psp if (k in DISTRIBUTION_KEYS or k not in _TEXT_ONLY) and k not in self.sent_sampling_keys
+        )
         if hidden:
-            self._refuse(ep, f"the server's --preferred-sampling-params set {', '.join(f'{k}={psp[k]!r}' for k in hidden)}, "
-                             "which this client does not send: they would change the samples unseen; restart the "
-                             "server without them or add them to the model profile's sampling")
+            self._refuse(
+                ep,
+                f"the server's --preferred-sampling-params set {', '.join(f'{k}={psp[k]!r}' for k in hidden)}, "
+                "which this client does not send: they would change the samples unseen; restart the "
+                "server without them or add them to the model profile's sampling",
+            )
 
     async def _check_router_workers(self, ep: Endpoint) -> None:
         """A router: list its workers, size the window from them, check each reachable worker's revision."""
@@ -360,8 +390,11 @@ class EndpointPool:
                 workers = [{"url": str(u)} for u in legacy["urls"]]
         ep.workers = workers
         if not workers:
-            log.warning("router %s does not list its workers (/workers, /list_workers): the in-flight window "
-                        "needs max_in_flight in the config", ep.name)
+            log.warning(
+                "router %s does not list its workers (/workers, /list_workers): the in-flight window "
+                "needs max_in_flight in the config",
+                ep.name,
+            )
             ep.worker_window = None
             return
         window = 0
@@ -376,20 +409,33 @@ class EndpointPool:
             if wmodel is not None:
                 wrev = model_revision_of(wmodel)
                 if wrev != ep.revision:
-                    self._refuse(ep, f"router worker {display_url(wurl)} serves {wrev}, the router's first worker "
-                                     f"serves {ep.revision}: one router would mix two model revisions")
+                    self._refuse(
+                        ep,
+                        f"router worker {display_url(wurl)} serves {wrev}, the router's first worker "
+                        f"serves {ep.revision}: one router would mix two model revisions",
+                    )
                     return
                 wv = parse_version((winfo or {}).get("version"))
                 if wv is not None and wv < MIN_SERVER_VERSION and not self.allow_old_server:
-                    self._refuse(ep, f"router worker {display_url(wurl)} runs SGLang {(winfo or {}).get('version')}, "
-                                     "older than 0.5.9 (set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway)")
+                    self._refuse(
+                        ep,
+                        f"router worker {display_url(wurl)} runs SGLang {(winfo or {}).get('version')}, "
+                        "older than 0.5.9 (set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway)",
+                    )
                     return
             else:
-                log.info("router %s: worker %s is not reachable from here; its revision is not checked (the router "
-                         "reports %s)", ep.name, display_url(wurl) or "?", w.get("model_id") or "no model id")
+                log.info(
+                    "router %s: worker %s is not reachable from here; its revision is not checked (the router "
+                    "reports %s)",
+                    ep.name,
+                    display_url(wurl) or "?",
+                    w.get("model_id") or "no model id",
+                )
             window += max_running_of(winfo or ep.server_info) or 0
         ep.worker_window = window or None
-        log.info("router %s: %d worker(s), max_running_requests %s in total", ep.name, len(workers), window or "unknown")
+        log.info(
+            "router %s: %d worker(s), max_running_requests %s in total", ep.name, len(workers), window or "unknown"
+        )
 
     async def start(self, *, configured_revision: str | None) -> None:
         """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background."""
@@ -461,18 +507,26 @@ class EndpointPool:
             now = time.monotonic()
             self._raise_if_all_refused()
             if now >= deadline:
-                raise NoEndpointError(f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
-                                      f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}")
+                raise NoEndpointError(
+                    f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
+                    f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}"
+                )
             if now >= next_report:
                 if now >= self._next_wait_report:  # many samples wait at once: one line for all of them
-                    log.warning("waiting for an SGLang endpoint (%.0fs of at most %.0fs): %s", now - t0,
-                                self.wait_for_endpoint_s, self.describe())
+                    log.warning(
+                        "waiting for an SGLang endpoint (%.0fs of at most %.0fs): %s",
+                        now - t0,
+                        self.wait_for_endpoint_s,
+                        self.describe(),
+                    )
                     self._next_wait_report = now + self.report_every_s
                 next_report = now + self.report_every_s
             self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(),
-                                       timeout=max(0.01, min(deadline - now, next_report - now, self.probe_interval_s)))
+                await asyncio.wait_for(
+                    self._changed.wait(),
+                    timeout=max(0.01, min(deadline - now, next_report - now, self.probe_interval_s)),
+                )
             except TimeoutError:
                 pass
 
@@ -514,8 +568,12 @@ class EndpointPool:
         ep.circuit_opens += 1
         ep.cooldown_s = min(self.cooldown_max_s, max(self.cooldown_base_s, ep.cooldown_s * 2))
         ep.open_until = time.monotonic() + ep.cooldown_s
-        log.warning("endpoint %s failed %d times in a row: out of rotation for %.1fs", ep.name,
-                    ep.consecutive_failures, ep.cooldown_s)
+        log.warning(
+            "endpoint %s failed %d times in a row: out of rotation for %.1fs",
+            ep.name,
+            ep.consecutive_failures,
+            ep.cooldown_s,
+        )
 
     def mark_unhealthy(self, ep: Endpoint, error: BaseException | None = None) -> None:
         """A connect error: the server is not there (restarting?); stop routing until a probe passes."""
@@ -542,10 +600,14 @@ class EndpointPool:
             if ep.worker_window is None:
                 raise EndpointRefusedError(
                     f"{ep.name} is an sglang-router that does not list its workers' capacity: set the in-flight "
-                    "window yourself (SGLangFleet.max_in_flight / GenerationConfig.max_in_flight)")
+                    "window yourself (SGLangFleet.max_in_flight / GenerationConfig.max_in_flight)"
+                )
             total += ep.worker_window + headroom * max(1, len(ep.workers))
-        vals = [max_running_of(ep.server_info) for ep in self.endpoints
-                if not ep.mismatched and not ep.refused and ep.kind != "router"]
+        vals = [
+            max_running_of(ep.server_info)
+            for ep in self.endpoints
+            if not ep.mismatched and not ep.refused and ep.kind != "router"
+        ]
         known = [v for v in vals if v]
         if not known and not total:
             return fallback

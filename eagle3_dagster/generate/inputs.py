@@ -89,15 +89,24 @@ def prompt_view(src: TokenizedSource, *, tail: int = 8) -> pl.DataFrame:
     want = ["prompt_id", "input_ids", *[c for c in ("template_hash", "source") if c in cols]]
     parts = [
         b.select(
-            pl.col("prompt_id").cast(pl.String), th.cast(pl.String), so.cast(pl.String),
+            pl.col("prompt_id").cast(pl.String),
+            th.cast(pl.String),
+            so.cast(pl.String),
             pl.col("input_ids").list.len().cast(pl.Int32).alias("prompt_len"),
             pl.col("input_ids").list.tail(tail).alias("input_ids"),
         )
         for b in _batches(src, want)
     ]
     if not parts:
-        return pl.DataFrame(schema={"prompt_id": pl.String, "template_hash": pl.String, "source": pl.String,
-                                    "prompt_len": pl.Int32, "input_ids": pl.List(pl.Int32)})
+        return pl.DataFrame(
+            schema={
+                "prompt_id": pl.String,
+                "template_hash": pl.String,
+                "source": pl.String,
+                "prompt_len": pl.Int32,
+                "input_ids": pl.List(pl.Int32),
+            }
+        )
     return pl.concat(parts, how="vertical").rechunk()
 
 
@@ -126,10 +135,14 @@ def stored_keys(out_dir: Path | DataPath) -> tuple[np.ndarray, np.ndarray]:
     if not files:
         return np.empty(0, np.uint64), np.empty(0, np.uint64)
     sid = pl.col("sample_id")
-    df = scan_parquet(files, columns=["sample_id"]).select(
-        hi=sid.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64),
-        lo=sid.str.slice(16, 16).str.to_integer(base=16, dtype=pl.UInt64),
-    ).collect()
+    df = (
+        scan_parquet(files, columns=["sample_id"])
+        .select(
+            hi=sid.str.slice(0, 16).str.to_integer(base=16, dtype=pl.UInt64),
+            lo=sid.str.slice(16, 16).str.to_integer(base=16, dtype=pl.UInt64),
+        )
+        .collect()
+    )
     return df.get_column("hi").to_numpy(), df.get_column("lo").to_numpy()
 
 
@@ -144,7 +157,9 @@ class Plan:
     carried_ids: list[str]  # not stored, failed permanently before (e.g. a 400): not sent again
 
 
-def classify(hi: np.ndarray, lo: np.ndarray, stored_hi: np.ndarray, stored_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def classify(
+    hi: np.ndarray, lo: np.ndarray, stored_hi: np.ndarray, stored_lo: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(first occurrence in the input, already stored) per input row, exact on all 128 bits.
 
     One stable lexsort over stored + input keys: equal keys become neighbours, stored ones first,
@@ -175,8 +190,15 @@ def classify(hi: np.ndarray, lo: np.ndarray, stored_hi: np.ndarray, stored_lo: n
     return first, in_store
 
 
-def plan_shard(src: TokenizedSource, *, model_revision: str, s_hash: str, regen_seed: int | None,
-               stored: tuple[np.ndarray, np.ndarray], skip_ids: frozenset[str] | set[str] = frozenset()) -> Plan:
+def plan_shard(
+    src: TokenizedSource,
+    *,
+    model_revision: str,
+    s_hash: str,
+    regen_seed: int | None,
+    stored: tuple[np.ndarray, np.ndarray],
+    skip_ids: frozenset[str] | set[str] = frozenset(),
+) -> Plan:
     cols = _columns_of(src)
     if "prompt_id" not in cols or "input_ids" not in cols:
         raise ValueError(f"tokenized prompts need prompt_id and input_ids columns, got {cols}")
@@ -200,19 +222,27 @@ def plan_shard(src: TokenizedSource, *, model_revision: str, s_hash: str, regen_
     carried = [sid for i, sid in skipped if send[i]]
     for i, _ in skipped:
         send[i] = False
-    return Plan(rows=len(hi), requested=int(first.sum()), skipped_cached=int((first & in_store).sum()),
-                pending=int(send.sum()), send=send, hi=hi.copy(), carried_ids=carried)
+    return Plan(
+        rows=len(hi),
+        requested=int(first.sum()),
+        skipped_cached=int((first & in_store).sum()),
+        pending=int(send.sum()),
+        send=send,
+        hi=hi.copy(),
+        carried_ids=carried,
+    )
 
 
-def iter_pending(src: TokenizedSource, plan: Plan, *, model_revision: str, s_hash: str,
-                 regen_seed: int | None) -> Iterator[dict[str, Any]]:
+def iter_pending(
+    src: TokenizedSource, plan: Plan, *, model_revision: str, s_hash: str, regen_seed: int | None
+) -> Iterator[dict[str, Any]]:
     """Pass 2: the rows to generate, in input order, one batch of Python objects at a time."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
     offset = 0
     for b in _batches(src, want):
         n = b.height
-        mask = plan.send[offset:offset + n]
+        mask = plan.send[offset : offset + n]
         if mask.any():
             for i, (row, go) in enumerate(zip(b.iter_rows(named=True), mask.tolist())):
                 if not go:

@@ -174,8 +174,12 @@ def progress_line(shard: str, p: ProgressReport) -> str:
     """`generations shard 0001: 6,200/9,000 (69%) · 41.2 samples/s · 256 in flight · ETA 1m08s · retried http_503=3`"""
     shard = shard.removeprefix("shard=")
     pct = (100 * p.done // p.total) if p.total else 100
-    parts = [f"generations shard {shard}: {p.done:,}/{p.total:,} ({pct}%)", f"{p.samples_per_s:.1f} samples/s",
-             f"{p.in_flight:,} in flight", f"ETA {_dur(p.eta_s)}"]
+    parts = [
+        f"generations shard {shard}: {p.done:,}/{p.total:,} ({pct}%)",
+        f"{p.samples_per_s:.1f} samples/s",
+        f"{p.in_flight:,} in flight",
+        f"ETA {_dur(p.eta_s)}",
+    ]
     if p.retried_by_kind:
         parts.append(f"retried {_kinds(p.retried_by_kind)}")
     if p.errors_by_kind:
@@ -186,9 +190,12 @@ def progress_line(shard: str, p: ProgressReport) -> str:
 def result_line(shard: str, r: ShardReport) -> str:
     """One line for a finished step: what was asked, what came out, what went wrong."""
     shard = shard.removeprefix("shard=")
-    parts = [f"generations shard {shard}: {r.requested:,} requested = {r.succeeded:,} generated + "
-             f"{r.skipped_cached:,} already stored + {r.failed:,} failed",
-             f"{r.samples_per_s:.1f} samples/s", f"{_dur(r.wall_s)}"]
+    parts = [
+        f"generations shard {shard}: {r.requested:,} requested = {r.succeeded:,} generated + "
+        f"{r.skipped_cached:,} already stored + {r.failed:,} failed",
+        f"{r.samples_per_s:.1f} samples/s",
+        f"{_dur(r.wall_s)}",
+    ]
     if r.errors_by_kind:
         parts.append(f"failed {_kinds(r.errors_by_kind)}")
     if r.retried_by_kind:

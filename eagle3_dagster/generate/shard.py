@@ -49,8 +49,9 @@ def _auth_headers(config: GenerationConfig) -> dict[str, str]:
     return headers
 
 
-def _result_row(o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None,
-                violations: list[str]) -> dict[str, Any]:
+def _result_row(
+    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None, violations: list[str]
+) -> dict[str, Any]:
     data = o.response or {}
     meta = data.get("meta_info") or {}
     fr = meta.get("finish_reason")
@@ -125,13 +126,15 @@ async def generate_shard_async(
     the run: in-flight requests are aborted, answered samples stored, and StopRequested is raised."""
     with stopping.cancellable():
         try:
-            return await _generate_shard(tokenized, out_dir, config, progress=progress,
-                                         progress_every_s=progress_every_s, lock_dir=lock_dir)
+            return await _generate_shard(
+                tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s, lock_dir=lock_dir
+            )
         except asyncio.CancelledError:
             if stopping.stop_requested():
                 raise stopping.StopRequested(
                     f"generation of {as_data_path(out_dir).name} stopped ({stopping.stop_reason()}): the samples "
-                    "answered so far are stored, a rerun resumes") from None
+                    "answered so far are stored, a rerun resumes"
+                ) from None
             raise
 
 
@@ -158,12 +161,18 @@ async def _generate_shard(
     clients = [client]
     sp = sampling_params(config)
     pool = EndpointPool(
-        config.endpoints, client, headers,
-        health_timeout_s=config.health_timeout_s, health_interval_s=config.health_interval_s,
-        probe_interval_s=config.probe_interval_s, breaker_threshold=config.breaker_threshold,
-        wait_for_endpoint_s=config.wait_for_endpoint_s, cooldown_base_s=config.breaker_cooldown_s,
+        config.endpoints,
+        client,
+        headers,
+        health_timeout_s=config.health_timeout_s,
+        health_interval_s=config.health_interval_s,
+        probe_interval_s=config.probe_interval_s,
+        breaker_threshold=config.breaker_threshold,
+        wait_for_endpoint_s=config.wait_for_endpoint_s,
+        cooldown_base_s=config.breaker_cooldown_s,
         cooldown_max_s=max(config.backoff_max_s, config.breaker_cooldown_s),
-        allow_old_server=config.allow_old_server, sent_sampling_keys=frozenset(sp),
+        allow_old_server=config.allow_old_server,
+        sent_sampling_keys=frozenset(sp),
     )
     api_key = headers.get("Authorization", "").removeprefix("Bearer ")
     in_flight: dict[str, str] = {}  # rid -> endpoint URL: aborted best effort when the run is stopped
@@ -176,17 +185,23 @@ async def _generate_shard(
         s_hash = sampling_hash(config)
         report.model_revision = revision
         report.sampling_hash = s_hash
-        report.preferred_sampling_params = {ep.name: ep.preferred_sampling_params for ep in pool.endpoints
-                                            if ep.preferred_sampling_params}
+        report.preferred_sampling_params = {
+            ep.name: ep.preferred_sampling_params for ep in pool.endpoints if ep.preferred_sampling_params
+        }
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
         # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
         # (a pinned revision: the first answer's weight_version is the shard's)
         wv_box: list[str] = [revision.rsplit("@", 1)[1]] if "@" in revision and not config.model_revision else []
-        stream_mode = (StreamMode(first_chunk_timeout_s=config.first_chunk_timeout_s,
-                                  stall_timeout_s=config.stall_timeout_s,
-                                  stream_interval=config.effective_stream_interval())
-                       if config.stream else None)
+        stream_mode = (
+            StreamMode(
+                first_chunk_timeout_s=config.first_chunk_timeout_s,
+                stall_timeout_s=config.stall_timeout_s,
+                stream_interval=config.effective_stream_interval(),
+            )
+            if config.stream
+            else None
+        )
 
         # A permanent failure of an earlier run (a 400, a bad prompt) is not sent again: the same
         # request would fail the same way. It stays in errors.parquet and counts as failed.
@@ -196,8 +211,13 @@ async def _generate_shard(
         else:
             prior = prior.filter(pl.col("reason").map_elements(is_permanent_reason, return_dtype=pl.Boolean))
         plan = await asyncio.to_thread(
-            plan_shard, tokenized, model_revision=revision, s_hash=s_hash, regen_seed=config.regen_seed,
-            stored=stored_keys(out_dir), skip_ids=frozenset(prior.get_column("sample_id").to_list()),
+            plan_shard,
+            tokenized,
+            model_revision=revision,
+            s_hash=s_hash,
+            regen_seed=config.regen_seed,
+            stored=stored_keys(out_dir),
+            skip_ids=frozenset(prior.get_column("sample_id").to_list()),
         )
         carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
         report.requested = plan.requested
@@ -205,8 +225,15 @@ async def _generate_shard(
         report.skipped_cached = plan.skipped_cached
         stats = RunStats(total=plan.pending)
         report.carried_failed = carried.height
-        log.info("shard %s: %d requested, %d already stored, %d failed permanently before, %d to generate (revision %s)",
-                 out_dir.name, report.requested, report.skipped_cached, carried.height, plan.pending, revision)
+        log.info(
+            "shard %s: %d requested, %d already stored, %d failed permanently before, %d to generate (revision %s)",
+            out_dir.name,
+            report.requested,
+            report.skipped_cached,
+            carried.height,
+            plan.pending,
+            revision,
+        )
 
         n_workers = config.max_in_flight or pool.max_in_flight(config.in_flight_headroom)
         report.in_flight_source = "config" if config.max_in_flight else "server_info"
@@ -251,16 +278,28 @@ async def _generate_shard(
                 ids = item["input_ids"]
                 problem = _input_problem(ids, config.vocab_size)
                 if problem is not None:
-                    errors.append(_error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending"))
+                    errors.append(
+                        _error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending")
+                    )
                     stats.errors[problem] += 1
                     stats.failed += 1
                     continue
                 o = await generate_one(
-                    pool=pool, client=wclient, headers=headers, input_ids=ids, sampling=sp,
-                    rid_base=f"{item['sample_id']}-{run_nonce}", read_timeout_s=config.read_timeout_s,
-                    connect_timeout_s=config.connect_timeout_s, max_retries=config.max_retries,
-                    backoff_base_s=config.backoff_base_s, backoff_max_s=config.backoff_max_s, stats=stats,
-                    stream=stream_mode, unroutable_wait_s=config.wait_for_endpoint_s, in_flight=in_flight,
+                    pool=pool,
+                    client=wclient,
+                    headers=headers,
+                    input_ids=ids,
+                    sampling=sp,
+                    rid_base=f"{item['sample_id']}-{run_nonce}",
+                    read_timeout_s=config.read_timeout_s,
+                    connect_timeout_s=config.connect_timeout_s,
+                    max_retries=config.max_retries,
+                    backoff_base_s=config.backoff_base_s,
+                    backoff_max_s=config.backoff_max_s,
+                    stats=stats,
+                    stream=stream_mode,
+                    unroutable_wait_s=config.wait_for_endpoint_s,
+                    in_flight=in_flight,
                 )
                 wv = (o.response.get("meta_info") or {}).get("weight_version") if o.response is not None else None
                 if wv is not None and not wv_box:
@@ -268,27 +307,43 @@ async def _generate_shard(
                 if wv is not None:
                     if str(wv) != wv_box[0]:
                         # Weights changed under the running shard: never mix two model versions in it.
-                        o = Outcome(None, o.endpoint, o.rid, o.latency_s, reason="weight_version_changed", status=200,
-                                    detail=f"meta_info.weight_version {wv!r}, the shard's revision {revision}",
-                                    attempts=o.attempts)
+                        o = Outcome(
+                            None,
+                            o.endpoint,
+                            o.rid,
+                            o.latency_s,
+                            reason="weight_version_changed",
+                            status=200,
+                            detail=f"meta_info.weight_version {wv!r}, the shard's revision {revision}",
+                            attempts=o.attempts,
+                        )
                         if stats.errors["weight_version_changed"] == 0:
-                            log.error("shard %s: the server now reports weight_version %r, the shard was started "
-                                      "with %s: those samples fail (rerun to generate them under the new revision)",
-                                      out_dir.name, wv, revision)
+                            log.error(
+                                "shard %s: the server now reports weight_version %r, the shard was started "
+                                "with %s: those samples fail (rerun to generate them under the new revision)",
+                                out_dir.name,
+                                wv,
+                                revision,
+                            )
                 if o.response is None:
                     detail = o.detail
                     if o.reason == "server_error_body":
                         detail = safe_message(o.detail, secrets=(api_key,))
                         if stats.errors[o.reason] < 3:
-                            log.warning("shard %s: %s answered 200 without a result: %s", out_dir.name,
-                                        o.endpoint or "the server", detail)
+                            log.warning(
+                                "shard %s: %s answered 200 without a result: %s",
+                                out_dir.name,
+                                o.endpoint or "the server",
+                                detail,
+                            )
                     errors.append(_error_row(item, o.reason, o.status, detail))
                     stats.errors[o.reason] += 1
                     stats.failed += 1
                 else:
                     viol = integrity_violations(o.response, max_new_tokens=config.max_new_tokens)
-                    row = _result_row(o, item, model_revision=revision, s_hash=s_hash,
-                                      vocab_size=config.vocab_size, violations=viol)
+                    row = _result_row(
+                        o, item, model_revision=revision, s_hash=s_hash, vocab_size=config.vocab_size, violations=viol
+                    )
                     buffer.append(row)
                     stats.succeeded += 1
                     stats.latencies.append(o.latency_s)
@@ -380,13 +435,17 @@ async def _abort_in_flight(client: httpx.AsyncClient, headers: dict[str, str], i
     log.warning("stopping: aborting %d in-flight request(s) on the server(s)", len(todo))
     try:
         async with asyncio.timeout(3.0):
-            await asyncio.gather(*(abort_rid(client, headers, url, rid, timeout=2.0) for rid, url in todo.items()),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(abort_rid(client, headers, url, rid, timeout=2.0) for rid, url in todo.items()),
+                return_exceptions=True,
+            )
     except TimeoutError:
         pass
 
 
-async def _gather_or_fail(workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]) -> None:
+async def _gather_or_fail(
+    workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]
+) -> None:
     """Wait for the workers; the first exception in a worker or a background task cancels the rest."""
     pending = set(workers) | set(bg)
     try:
@@ -452,5 +511,8 @@ def generate_shard(
     `out_dir`: a local Path or a storage.DataPath (object storage); `lock_dir`: where the shard's lock
     file goes when `out_dir` is not local (default: the work dir's `locks/`).
     """
-    return _run(lambda: generate_shard_async(tokenized, out_dir, config, progress=progress,
-                                             progress_every_s=progress_every_s, lock_dir=lock_dir))
+    return _run(
+        lambda: generate_shard_async(
+            tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s, lock_dir=lock_dir
+        )
+    )

@@ -273,8 +273,11 @@ def compacted_table(files: list[DataPath]) -> pa.Table:
     """
     schema = schemas.GENERATIONS
     ids = [parquet_file(f).read(columns=["sample_id"]).column("sample_id").cast(pa.string()) for f in files]
-    keep = pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()),
-                     dtype=pl.String).is_first_distinct().to_numpy()
+    keep = (
+        pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()), dtype=pl.String)
+        .is_first_distinct()
+        .to_numpy()
+    )
     parts: list[pa.Table] = []
     offset = 0
     for f, a in zip(files, ids):
@@ -283,6 +286,6 @@ def compacted_table(files: list[DataPath]) -> pa.Table:
         if t.num_rows != n:
             raise StoreWriteError(f"{f} changed while it was compacted")
         t = t.select(schema.names).cast(schema).replace_schema_metadata(schema.metadata)
-        parts.append(t.filter(pa.array(np.asarray(keep[offset:offset + n], dtype=bool))))
+        parts.append(t.filter(pa.array(np.asarray(keep[offset : offset + n], dtype=bool))))
         offset += n
     return pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()

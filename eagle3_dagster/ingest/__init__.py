@@ -11,8 +11,22 @@ from .pipeline import CombineCounts, SourceCounts, combine_sources, ingest_sourc
 from .spec import SourceSpec, load_source_spec, load_source_specs
 
 __all__ = [
-    "FORMAT_ALIASES", "PROMPT_RULES", "REJECT_REASONS",
-    "CombineCounts", "IngestFileError", "RowReject", "SourceCounts", "SourceSpec", "SourceSpecError",
-    "build_prompt", "canonical_json", "combine_sources", "ingest_source", "load_source_spec",
-    "load_source_specs", "normalize_tools", "prompt_id_of", "shard_of",
+    "FORMAT_ALIASES",
+    "PROMPT_RULES",
+    "REJECT_REASONS",
+    "CombineCounts",
+    "IngestFileError",
+    "RowReject",
+    "SourceCounts",
+    "SourceSpec",
+    "SourceSpecError",
+    "build_prompt",
+    "canonical_json",
+    "combine_sources",
+    "ingest_source",
+    "load_source_spec",
+    "load_source_specs",
+    "normalize_tools",
+    "prompt_id_of",
+    "shard_of",
 ]

@@ -21,17 +21,26 @@ from .spec import SourceSpec
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok).")
+    p = argparse.ArgumentParser(
+        prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok)."
+    )
     p.add_argument("file", help="the data file (or a quoted glob); a path or a URI, e.g. s3://bucket/x/*.jsonl.gz")
-    p.add_argument("--out", required=True, help="output folder for accepted/rejects Parquet (a path or a URI, e.g. s3://bucket/x)")
+    p.add_argument(
+        "--out", required=True, help="output folder for accepted/rejects Parquet (a path or a URI, e.g. s3://bucket/x)"
+    )
     p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
     p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
     p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
     p.add_argument("--n-shards", type=int, default=None, help="default: EAGLE3_N_SHARDS (4)")
     p.add_argument("--max-bytes", type=int, default=200_000, help="rows larger than this are rejected (too_large)")
     p.add_argument("--limit", type=int, default=None, help="stop after this many accepted prompts")
-    p.add_argument("--field", action="append", default=[], metavar="CANONICAL=SOURCE",
-                   help="field_map entry, e.g. --field messages=dialog (repeatable)")
+    p.add_argument(
+        "--field",
+        action="append",
+        default=[],
+        metavar="CANONICAL=SOURCE",
+        help="field_map entry, e.g. --field messages=dialog (repeatable)",
+    )
     return p
 
 
@@ -62,8 +71,15 @@ def main(argv: list[str]) -> int:
     base_name = urlsplit(args.file).path.rstrip("/").rsplit("/", 1)[-1] if uri else Path(args.file).name
     name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", base_name.split(".")[0]) or "cli"
     try:
-        spec = SourceSpec(name=name, path=args.file if uri else str(Path(args.file).expanduser().absolute()), format=args.format,
-                          field_map=field_map, limit=args.limit, prompt_rule=args.prompt_rule, max_bytes=args.max_bytes)
+        spec = SourceSpec(
+            name=name,
+            path=args.file if uri else str(Path(args.file).expanduser().absolute()),
+            format=args.format,
+            field_map=field_map,
+            limit=args.limit,
+            prompt_rule=args.prompt_rule,
+            max_bytes=args.max_bytes,
+        )
         counts = ingest_source(spec, out, n_shards=args.n_shards)
     except (IngestFileError, SourceSpecError, ValueError) as e:
         print(f"eagle3 ingest: {e}", file=sys.stderr)

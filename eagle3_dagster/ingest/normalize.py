@@ -44,26 +44,53 @@ PROMPT_RULES = ("last_user_or_tool", "first_user")
 # other names, "glaive" is ShareGPT with tools, "magpie"/"gsm8k"/"math" are single questions.
 FORMAT_ALIASES: dict[str, str] = {
     "auto": "auto",
-    "openai": "openai", "messages": "openai", "ultrachat": "openai", "hermes": "openai", "no_robots": "openai",
-    "sharegpt": "sharegpt", "glaive": "sharegpt",
+    "openai": "openai",
+    "messages": "openai",
+    "ultrachat": "openai",
+    "hermes": "openai",
+    "no_robots": "openai",
+    "sharegpt": "sharegpt",
+    "glaive": "sharegpt",
     "alpaca": "alpaca",
-    "question": "question", "gsm8k": "question", "magpie": "question", "math": "question",
+    "question": "question",
+    "gsm8k": "question",
+    "magpie": "question",
+    "math": "question",
     "bfcl": "bfcl",
 }
 
 ROLE_ALIASES: dict[str, str] = {
-    "system": "system", "developer": "system",
-    "user": "user", "human": "user",
-    "assistant": "assistant", "gpt": "assistant", "model": "assistant", "chatgpt": "assistant",
-    "tool": "tool", "observation": "tool", "function": "tool", "ipython": "tool",
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "model": "assistant",
+    "chatgpt": "assistant",
+    "tool": "tool",
+    "observation": "tool",
+    "function": "tool",
+    "ipython": "tool",
     # ShareGPT's tool-call turn: an assistant turn whose value is {"name", "arguments"} JSON.
     "function_call": "function_call",
 }
 
 # Keys a source may rename through field_map: {canonical name: name in the source}.
 FIELD_NAMES = (
-    "messages", "conversations", "role", "content", "from", "value", "tools", "system",
-    "instruction", "input", "history", "question", "function",
+    "messages",
+    "conversations",
+    "role",
+    "content",
+    "from",
+    "value",
+    "tools",
+    "system",
+    "instruction",
+    "input",
+    "history",
+    "question",
+    "function",
 )
 QUESTION_KEYS = ("question", "problem", "instruction", "prompt", "query")
 
@@ -236,7 +263,9 @@ def _alpaca_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     history = record.get("history")
     if history:
         if not isinstance(history, list):
-            raise RowReject("bad_field", f"field 'history' must be a list of [query, response], got {_json_type(history)}")
+            raise RowReject(
+                "bad_field", f"field 'history' must be a list of [query, response], got {_json_type(history)}"
+            )
         for i, pair in enumerate(history):
             if not (isinstance(pair, list) and len(pair) == 2):
                 raise RowReject("bad_field", f"history[{i}] must be a [query, response] pair")
@@ -402,7 +431,10 @@ def _content_from_parts(parts: list[Any], where: str) -> tuple[str, str | None, 
         elif kind == "tool_call":
             calls.extend(_parse_function_call(part.get("value", part.get("tool_call")), pw))
         else:
-            raise RowReject("bad_content", f"{pw} has part type {str(kind)[:30]!r}; only text, reasoning and tool_call are supported")
+            raise RowReject(
+                "bad_content",
+                f"{pw} has part type {str(kind)[:30]!r}; only text, reasoning and tool_call are supported",
+            )
     return "".join(texts), ("".join(reasoning) if reasoning else None), calls
 
 
@@ -413,7 +445,9 @@ def _parse_function_call(value: Any, where: str) -> list[Any]:
         return [value]
     if isinstance(value, list) and value:
         return value
-    raise RowReject("bad_tool_call", f"{where} tool call must be an object with name and arguments, got {_json_type(value)}")
+    raise RowReject(
+        "bad_tool_call", f"{where} tool call must be an object with name and arguments, got {_json_type(value)}"
+    )
 
 
 def _normalize_tool_call(raw: Any, where: str, index: int) -> dict[str, Any]:
@@ -430,7 +464,9 @@ def _normalize_tool_call(raw: Any, where: str, index: int) -> dict[str, Any]:
         except ValueError:
             raise RowReject("bad_tool_arguments", f"{where} ({name}) arguments are not valid JSON") from None
     if not isinstance(args, dict):
-        raise RowReject("bad_tool_arguments", f"{where} ({name}) arguments must be a JSON object, got {_json_type(args)}")
+        raise RowReject(
+            "bad_tool_arguments", f"{where} ({name}) arguments must be a JSON object, got {_json_type(args)}"
+        )
     call_id = raw.get("id")
     if not isinstance(call_id, str) or not call_id:
         call_id = f"functions.{name}:{index}"
@@ -455,7 +491,9 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
             raise RowReject("bad_tools", f"tools[{i}] is a JSON {_json_type(item)}, expected a function schema")
         fn: dict[str, Any] = item["function"] if isinstance(item.get("function"), dict) else item
         if item.get("type", "function") != "function":
-            raise RowReject("bad_tools", f"tools[{i}] has type {str(item.get('type'))[:30]!r}, only 'function' is supported")
+            raise RowReject(
+                "bad_tools", f"tools[{i}] has type {str(item.get('type'))[:30]!r}, only 'function' is supported"
+            )
         name = fn.get("name")
         if not isinstance(name, str) or not name.strip():
             raise RowReject("bad_tools", f"tools[{i}] has no function name")
@@ -468,7 +506,10 @@ def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
             params = fn["parameters"]
             params = _decode_json_string(params, "bad_tools", f"tools[{i}] ({name}) parameters are not valid JSON")
             if not isinstance(params, dict):
-                raise RowReject("bad_tools", f"tools[{i}] ({name}) parameters must be a JSON schema object, got {_json_type(params)}")
+                raise RowReject(
+                    "bad_tools",
+                    f"tools[{i}] ({name}) parameters must be a JSON schema object, got {_json_type(params)}",
+                )
             schema["parameters"] = _dict_type_to_object(params)
         tools.append({"type": "function", "function": schema})
     return tools or None

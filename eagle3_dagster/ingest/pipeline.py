@@ -55,9 +55,8 @@ class SourceCounts:
     sampled_out: int = 0  # only with sample_fraction; 0 otherwise
 
     def reconciles(self) -> bool:
-        return (
-            self.read == self.accepted + self.rejected + self.duplicates + self.sampled_out
-            and self.rejected == sum(self.rejects_by_reason.values())
+        return self.read == self.accepted + self.rejected + self.duplicates + self.sampled_out and self.rejected == sum(
+            self.rejects_by_reason.values()
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -71,13 +70,13 @@ class CombineCounts:
     read == prompts + cross_source_duplicates + rejects + source_duplicates + sampled_out."""
 
     sources: int = 0
-    read: int = 0                     # records read by the sources (from their counts.json)
-    source_duplicates: int = 0        # duplicates removed inside each source
+    read: int = 0  # records read by the sources (from their counts.json)
+    source_duplicates: int = 0  # duplicates removed inside each source
     sampled_out: int = 0
-    input_accepted: int = 0           # rows read from the sources' accepted.parquet
-    prompts: int = 0                  # rows written to prompts.parquet
+    input_accepted: int = 0  # rows read from the sources' accepted.parquet
+    prompts: int = 0  # rows written to prompts.parquet
     cross_source_duplicates: int = 0  # input_accepted == prompts + cross_source_duplicates
-    rejects: int = 0                  # rows written to prompt_rejects.parquet (sum of the sources')
+    rejects: int = 0  # rows written to prompt_rejects.parquet (sum of the sources')
     prompts_by_source: dict[str, int] = field(default_factory=dict)
     duplicates_by_source: dict[str, int] = field(default_factory=dict)
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
@@ -161,10 +160,16 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     def reject(file: str, rec: RawRecord, reason: str, detail: str) -> None:
         counts.rejected += 1
         counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
-        rejects.add({
-            "source": spec.name, "source_file": file, "source_row": rec.row,
-            "reason": reason, "detail": safe_text(detail)[:500], "excerpt": rec.excerpt(),
-        })
+        rejects.add(
+            {
+                "source": spec.name,
+                "source_file": file,
+                "source_row": rec.row,
+                "reason": reason,
+                "detail": safe_text(detail)[:500],
+                "excerpt": rec.excerpt(),
+            }
+        )
 
     try:
         for path in files:
@@ -175,7 +180,9 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     reject(file, rec, *rec.error)
                     continue
                 try:
-                    messages, tools = build_prompt(rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule)
+                    messages, tools = build_prompt(
+                        rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
+                    )
                 except RowReject as r:
                     reject(file, rec, r.reason, r.detail)
                     continue
@@ -186,7 +193,9 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     # before "tools"), without serializing the prompt twice.
                     payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
                 except UnicodeEncodeError:
-                    reject(file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+                    reject(
+                        file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
+                    )
                     continue
                 except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
                     reject(file, rec, "bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}")
@@ -200,11 +209,18 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     continue
                 seen.add(digest)
                 prompt_id = digest.hex()
-                accepted.add({
-                    "prompt_id": prompt_id, "source": spec.name, "source_file": file, "source_row": rec.row,
-                    "shard": shard_of(prompt_id, n_shards), "messages": messages_json, "tools": tools_json,
-                    "n_messages": len(messages),
-                })
+                accepted.add(
+                    {
+                        "prompt_id": prompt_id,
+                        "source": spec.name,
+                        "source_file": file,
+                        "source_row": rec.row,
+                        "shard": shard_of(prompt_id, n_shards),
+                        "messages": messages_json,
+                        "tools": tools_json,
+                        "n_messages": len(messages),
+                    }
+                )
                 counts.accepted += 1
                 if spec.limit is not None and counts.accepted >= spec.limit:
                     break
@@ -222,8 +238,15 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
         raise
     accepted.commit()
     rejects.commit()
-    _write_json_atomic({"source": spec.name, **counts.as_dict(), "max_reject_rate": spec.max_reject_rate,
-                        "allow_empty": spec.allow_empty}, out_dir / COUNTS_FILE)
+    _write_json_atomic(
+        {
+            "source": spec.name,
+            **counts.as_dict(),
+            "max_reject_rate": spec.max_reject_rate,
+            "allow_empty": spec.allow_empty,
+        },
+        out_dir / COUNTS_FILE,
+    )
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
 
@@ -270,7 +293,9 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
                         prompts.add(row)
                         counts.prompts += 1
                         counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
-                for rej_batch in parquet_file(rej_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names):
+                for rej_batch in parquet_file(rej_path).iter_batches(
+                    batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names
+                ):
                     rejects.add_table(pa.Table.from_batches([rej_batch]))
                     counts.rejects += rej_batch.num_rows
                     for reason in rej_batch.column("reason").to_pylist():
@@ -280,8 +305,13 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
             except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
                 raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
             # The three files must come from the same run, or the totals would not reconcile.
-            if (counts.input_accepted - before[0], counts.rejects - before[1]) != (int(source_counts["accepted"]), int(source_counts["rejected"])):
-                raise IngestFileError(f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source")
+            if (counts.input_accepted - before[0], counts.rejects - before[1]) != (
+                int(source_counts["accepted"]),
+                int(source_counts["rejected"]),
+            ):
+                raise IngestFileError(
+                    f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source"
+                )
         prompts.close()
         rejects.close()
     except BaseException:

@@ -46,10 +46,10 @@ _EXCERPT = 200
 @dataclass
 class RawRecord:
     row: int
-    value: Any = None                        # the parsed record (when error is None)
-    error: tuple[str, str] | None = None     # (reason, detail) for a row that failed before parsing
-    raw: str | bytes | None = None           # the row's raw text, for the excerpt
-    parsed_row: bool = False                 # Parquet: value came from columns (excerpt = JSON of it)
+    value: Any = None  # the parsed record (when error is None)
+    error: tuple[str, str] | None = None  # (reason, detail) for a row that failed before parsing
+    raw: str | bytes | None = None  # the row's raw text, for the excerpt
+    parsed_row: bool = False  # Parquet: value came from columns (excerpt = JSON of it)
 
     def excerpt(self) -> str:
         if self.raw is None:
@@ -98,7 +98,7 @@ def sniff_container(path: SourceFile) -> str:
     if head.startswith(b"PAR1"):
         return "parquet"
     if head.startswith(_BOM):
-        head = head[len(_BOM):]
+        head = head[len(_BOM) :]
     body = head.lstrip()
     if not body:
         return "jsonl"
@@ -159,7 +159,7 @@ def _iter_jsonl(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
                 return
             line_no += 1
             if line_no == 1 and line.startswith(_BOM):
-                line = line[len(_BOM):]
+                line = line[len(_BOM) :]
             payload = line.rstrip(b"\r\n")
             if len(payload) > max_bytes:
                 size = len(line)
@@ -168,14 +168,20 @@ def _iter_jsonl(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
                     if not line:
                         break
                     size += len(line)
-                yield RawRecord(line_no, error=("too_large", f"line is {size} bytes, over max_bytes={max_bytes}"), raw=payload[:_EXCERPT * 4])
+                yield RawRecord(
+                    line_no,
+                    error=("too_large", f"line is {size} bytes, over max_bytes={max_bytes}"),
+                    raw=payload[: _EXCERPT * 4],
+                )
                 continue
             if not payload.strip():
                 continue
             try:
                 text = payload.decode("utf-8")
             except UnicodeDecodeError as e:
-                yield RawRecord(line_no, error=("invalid_utf8", f"byte {e.start} of the line is not UTF-8"), raw=payload)
+                yield RawRecord(
+                    line_no, error=("invalid_utf8", f"byte {e.start} of the line is not UTF-8"), raw=payload
+                )
                 continue
             try:
                 value = json.loads(text)
@@ -192,9 +198,11 @@ def _iter_json_document(path: SourceFile, *, max_bytes: int) -> Iterator[RawReco
     with _open_binary(path) as f:
         data = f.read()
     if data.startswith(_BOM):
-        data = data[len(_BOM):]
+        data = data[len(_BOM) :]
     if len(data.strip()) > max_bytes:
-        yield RawRecord(1, error=("too_large", f"record is {len(data)} bytes, over max_bytes={max_bytes}"), raw=data[:_EXCERPT * 4])
+        yield RawRecord(
+            1, error=("too_large", f"record is {len(data)} bytes, over max_bytes={max_bytes}"), raw=data[: _EXCERPT * 4]
+        )
         return
     try:
         yield RawRecord(1, value=json.loads(data.decode("utf-8")), raw=data)
@@ -254,7 +262,9 @@ def _iter_json_array(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]
             pos = buf.compact(pos)
             pos = buf.skip_ws(pos)
             if pos >= len(buf.text):
-                yield RawRecord(index + 1, error=("not_json", "the JSON array ends without ']' (file truncated?)"), raw="")
+                yield RawRecord(
+                    index + 1, error=("not_json", "the JSON array ends without ']' (file truncated?)"), raw=""
+                )
                 return
             if buf.text[pos] == "]":
                 break  # the end (a trailing comma before it is tolerated: it holds no record)
@@ -268,7 +278,9 @@ def _iter_json_array(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]
             elif _has_surrogate_escape(raw):
                 yield RawRecord(index, error=("invalid_utf8", "record holds bytes that are not UTF-8"), raw=raw)
             elif len(raw.encode("utf-8", errors="surrogateescape")) > max_bytes:
-                yield RawRecord(index, error=("too_large", f"record is over max_bytes={max_bytes}"), raw=raw[:_EXCERPT * 2])
+                yield RawRecord(
+                    index, error=("too_large", f"record is over max_bytes={max_bytes}"), raw=raw[: _EXCERPT * 2]
+                )
             else:
                 yield RawRecord(index, value=value, raw=raw)
             pos = buf.skip_ws(end)
@@ -277,12 +289,14 @@ def _iter_json_array(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]
                 continue
             if pos < len(buf.text) and buf.text[pos] == "]":
                 break
-            got = buf.text[pos:pos + 20]
-            yield RawRecord(index + 1, error=("not_json", f"expected ',' or ']' after record {index}, found {got!r}"), raw=got)
+            got = buf.text[pos : pos + 20]
+            yield RawRecord(
+                index + 1, error=("not_json", f"expected ',' or ']' after record {index}, found {got!r}"), raw=got
+            )
             return
         pos = buf.skip_ws(pos + 1)
         if pos < len(buf.text):
-            tail = buf.text[pos:pos + _EXCERPT]
+            tail = buf.text[pos : pos + _EXCERPT]
             yield RawRecord(index + 1, error=("not_json", "unexpected data after the end of the JSON array"), raw=tail)
 
 
@@ -294,7 +308,9 @@ def _has_surrogate_escape(raw: str) -> bool:
         return True
 
 
-def _decode_element(decoder: json.JSONDecoder, buf: _TextBuffer, start: int, max_bytes: int) -> tuple[Any, int, tuple[str, str] | None, str]:
+def _decode_element(
+    decoder: json.JSONDecoder, buf: _TextBuffer, start: int, max_bytes: int
+) -> tuple[Any, int, tuple[str, str] | None, str]:
     """Decode one array element at `start`, reading more of the file while it is incomplete.
 
     Returns (value, end, problem, raw text or excerpt). For a bad or oversized element the end is
@@ -319,10 +335,15 @@ def _decode_element(decoder: json.JSONDecoder, buf: _TextBuffer, start: int, max
             if end >= len(buf.text) and buf.more():
                 continue
             return value, end, None, buf.text[start:end]
-        excerpt = buf.text[start:start + _EXCERPT * 2]
+        excerpt = buf.text[start : start + _EXCERPT * 2]
         end = _skip_value(buf, start)
         if end < 0:
-            return None, -1, (problem[0], problem[1] + "; the file ends inside this record, so reading stopped"), excerpt
+            return (
+                None,
+                -1,
+                (problem[0], problem[1] + "; the file ends inside this record, so reading stopped"),
+                excerpt,
+            )
         return None, end, problem, excerpt
 
 
@@ -387,7 +408,12 @@ def _iter_parquet(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
                 # Size as JSON text, the same measure the JSON containers use.
                 size = len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8", errors="surrogatepass"))
                 if size > max_bytes:
-                    yield RawRecord(row, error=("too_large", f"row is {size} bytes as JSON, over max_bytes={max_bytes}"), value=value, parsed_row=True)
+                    yield RawRecord(
+                        row,
+                        error=("too_large", f"row is {size} bytes as JSON, over max_bytes={max_bytes}"),
+                        value=value,
+                        parsed_row=True,
+                    )
                 else:
                     yield RawRecord(row, value=value, parsed_row=True)
     except IngestFileError:

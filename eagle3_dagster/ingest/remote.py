@@ -105,9 +105,9 @@ def file_uri_to_path(path: str) -> str:
 
 @dataclass(frozen=True)
 class RemotePattern:
-    uri: str        # as written in the YAML (may hold pyarrow options in the query)
-    root_uri: str   # scheme://host/<segments before the first wildcard>?<query>: the folder listed
-    pattern: str    # the rest of the path, relative to root_uri (percent-decoded)
+    uri: str  # as written in the YAML (may hold pyarrow options in the query)
+    root_uri: str  # scheme://host/<segments before the first wildcard>?<query>: the folder listed
+    pattern: str  # the rest of the path, relative to root_uri (percent-decoded)
     is_glob: bool
 
     @property
@@ -146,7 +146,7 @@ def _relative(path: str, base: str) -> str | None:
     if not base:
         return path.lstrip("/")
     if path.startswith(base + "/"):
-        return path[len(base) + 1:]
+        return path[len(base) + 1 :]
     return None
 
 
@@ -223,8 +223,19 @@ def remote_files(uri: str, source: str) -> list[DataPath]:
 
 # --------------------------------------------------------------------------------------- change detection
 
-_VERSION_KEYS = ("ETag", "etag", "md5", "generation", "version_id", "VersionId", "mtime", "LastModified",
-                 "last_modified", "updated", "created")
+_VERSION_KEYS = (
+    "ETag",
+    "etag",
+    "md5",
+    "generation",
+    "version_id",
+    "VersionId",
+    "mtime",
+    "LastModified",
+    "last_modified",
+    "updated",
+    "created",
+)
 
 
 def file_version(f: DataPath, info: pafs.FileInfo) -> str:

@@ -97,7 +97,9 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"format {spec.format!r} is not one of {', '.join(sorted(FORMAT_ALIASES))}"
     if spec.prompt_rule not in PROMPT_RULES:
         return f"prompt_rule {spec.prompt_rule!r} is not one of {', '.join(PROMPT_RULES)}"
-    if not isinstance(spec.field_map, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in spec.field_map.items()):
+    if not isinstance(spec.field_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in spec.field_map.items()
+    ):
         return "field_map must map field names (strings) to field names (strings)"
     unknown = sorted(set(spec.field_map) - set(FIELD_NAMES))
     if unknown:
@@ -105,7 +107,11 @@ def _validate(spec: SourceSpec) -> str | None:
     if spec.limit is not None and (not _is_int(spec.limit) or spec.limit < 1):
         return f"limit must be a positive integer, got {spec.limit!r}"
     if spec.sample_fraction is not None:
-        if isinstance(spec.sample_fraction, bool) or not isinstance(spec.sample_fraction, (int, float)) or not 0 < spec.sample_fraction <= 1:
+        if (
+            isinstance(spec.sample_fraction, bool)
+            or not isinstance(spec.sample_fraction, (int, float))
+            or not 0 < spec.sample_fraction <= 1
+        ):
             return f"sample_fraction must be a number in (0, 1], got {spec.sample_fraction!r}"
     if not _is_int(spec.seed):
         return f"seed must be an integer, got {spec.seed!r}"
@@ -113,7 +119,11 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"max_bytes must be a positive integer, got {spec.max_bytes!r}"
     if not isinstance(spec.allow_empty, bool):
         return f"allow_empty must be true or false, got {spec.allow_empty!r}"
-    if isinstance(spec.max_reject_rate, bool) or not isinstance(spec.max_reject_rate, (int, float)) or not 0 <= spec.max_reject_rate <= 1:
+    if (
+        isinstance(spec.max_reject_rate, bool)
+        or not isinstance(spec.max_reject_rate, (int, float))
+        or not 0 <= spec.max_reject_rate <= 1
+    ):
         return f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}"
     if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
         return "licence and description must be strings"

@@ -41,20 +41,49 @@ def distribution_charts(summary: dict[str, Any], label: str) -> list[str]:
     hists = summary.get("histograms") or {}
     for col, title in LENGTH_TITLES.items():
         h = hists.get(col) or {}
-        out.append(svg.histogram(f"{label}: {title}", h.get("edges") or [], h.get("counts") or [],
-                                 x_label=f"{title.split(' (')[0]} (tokens)", y_label="samples"))
+        out.append(
+            svg.histogram(
+                f"{label}: {title}",
+                h.get("edges") or [],
+                h.get("counts") or [],
+                x_label=f"{title.split(' (')[0]} (tokens)",
+                y_label="samples",
+            )
+        )
     fr = summary.get("finish_reasons") or {}
-    out.append(svg.bars(f"{label}: finish reasons (n={summary.get('rows', 0)})", list(fr), list(fr.values()),
-                        x_label="finish_reason", y_label="samples"))
+    out.append(
+        svg.bars(
+            f"{label}: finish reasons (n={summary.get('rows', 0)})",
+            list(fr),
+            list(fr.values()),
+            x_label="finish_reason",
+            y_label="samples",
+        )
+    )
     rates = [(name, summary.get(key)) for key, name in RATES]
-    out.append(svg.bars(f"{label}: rates (n={summary.get('rows', 0)})", [n for n, _ in rates],
-                        [float(v or 0.0) for _, v in rates], x_label="share of samples", y_label="rate (%)",
-                        value_fmt=_pct, top=1.0, axis_fmt=lambda v: f"{100 * v:.0f}%"))
+    out.append(
+        svg.bars(
+            f"{label}: rates (n={summary.get('rows', 0)})",
+            [n for n, _ in rates],
+            [float(v or 0.0) for _, v in rates],
+            x_label="share of samples",
+            y_label="rate (%)",
+            value_fmt=_pct,
+            top=1.0,
+            axis_fmt=lambda v: f"{100 * v:.0f}%",
+        )
+    )
     mix = summary.get("sources") or {}
     if mix:
         rows = summary.get("rows") or 1
-        out.append(svg.hbars(f"{label}: source mix", [(s, n / rows, f"{n} rows") for s, n in mix.items()],
-                             x_label="share of samples", color=svg.COLORS[0]))
+        out.append(
+            svg.hbars(
+                f"{label}: source mix",
+                [(s, n / rows, f"{n} rows") for s, n in mix.items()],
+                x_label="share of samples",
+                color=svg.COLORS[0],
+            )
+        )
     out.append("</div>")
     return out
 
@@ -65,14 +94,27 @@ def _before_after(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         b = (before.get("lengths") or {}).get(col) or {}
         a = (after.get("lengths") or {}).get(col) or {}
         qs = ("p25", "p50", "p75", "p95")
-        out.append(svg.grouped_bars(
-            f"{LENGTH_TITLES[col].split(' (')[0]}: before vs after", list(qs),
-            {"before": [b.get(q) for q in qs], "after": [a.get(q) for q in qs]},
-            x_label="quantile", y_label="tokens"))
-    out.append(svg.grouped_bars(
-        "rates: before vs after", [n for _, n in RATES],
-        {"before": [before.get(k) for k, _ in RATES], "after": [after.get(k) for k, _ in RATES]},
-        x_label="share of samples", y_label="rate (%)", value_fmt=_pct, top=1.0, axis_fmt=lambda v: f"{100 * v:.0f}%"))
+        out.append(
+            svg.grouped_bars(
+                f"{LENGTH_TITLES[col].split(' (')[0]}: before vs after",
+                list(qs),
+                {"before": [b.get(q) for q in qs], "after": [a.get(q) for q in qs]},
+                x_label="quantile",
+                y_label="tokens",
+            )
+        )
+    out.append(
+        svg.grouped_bars(
+            "rates: before vs after",
+            [n for _, n in RATES],
+            {"before": [before.get(k) for k, _ in RATES], "after": [after.get(k) for k, _ in RATES]},
+            x_label="share of samples",
+            y_label="rate (%)",
+            value_fmt=_pct,
+            top=1.0,
+            axis_fmt=lambda v: f"{100 * v:.0f}%",
+        )
+    )
     out.append("</div>")
     return out
 
@@ -94,12 +136,16 @@ def top_section(model: Any) -> list[str]:
         verdict = att.get("verdict") or {}
         if not att.get("published"):
             kind = "held back" if att.get("written") else "refused"
-            out.append(f'<div class="alert"><b>Snapshot <code>{_e(att.get("version"))}</code> NOT published '
-                       f'({kind})</b> at {_e(att.get("at"))}: {_e("; ".join(verdict.get("reasons") or []))}. '
-                       f'LATEST stays <code>{_e(att.get("latest_before") or "none")}</code>.</div>')
+            out.append(
+                f'<div class="alert"><b>Snapshot <code>{_e(att.get("version"))}</code> NOT published '
+                f"({kind})</b> at {_e(att.get('at'))}: {_e('; '.join(verdict.get('reasons') or []))}. "
+                f"LATEST stays <code>{_e(att.get('latest_before') or 'none')}</code>.</div>"
+            )
         else:
-            out.append(f'<div class="okbox">Snapshot <code>{_e(att.get("version"))}</code> published at '
-                       f'{_e(att.get("at"))} ({_e(att.get("rows"))} rows).</div>')
+            out.append(
+                f'<div class="okbox">Snapshot <code>{_e(att.get("version"))}</code> published at '
+                f"{_e(att.get('at'))} ({_e(att.get('rows'))} rows).</div>"
+            )
         drift = verdict.get("drift")
         if drift is None:
             out.append("<p>Drift: nothing to compare with (first snapshot, or the same content as LATEST).</p>")
@@ -108,15 +154,19 @@ def top_section(model: Any) -> list[str]:
         else:
             box = "alert" if drift.get("status") == "failed" else "warnbox"
             items = "".join(f"<li>{_e(f)}</li>" for f in drift.get("failed") or [])
-            out.append(f'<div class="{box}" id="drift"><b>DRIFT {_e(str(drift.get("status")).upper())}</b> against '
-                       f'snapshot <code>{_e(drift.get("against"))}</code> (policy <code>{_e(drift.get("policy"))}'
-                       f"</code>, expectations/drift.json):<ul>{items}</ul>"
-                       f'model revision before <code>{_e((drift.get("before") or {}).get("model_revision"))}</code>, '
-                       f'after <code>{_e((att.get("summary") or {}).get("model_revision"))}</code></div>')
+            out.append(
+                f'<div class="{box}" id="drift"><b>DRIFT {_e(str(drift.get("status")).upper())}</b> against '
+                f"snapshot <code>{_e(drift.get('against'))}</code> (policy <code>{_e(drift.get('policy'))}"
+                f"</code>, expectations/drift.json):<ul>{items}</ul>"
+                f"model revision before <code>{_e((drift.get('before') or {}).get('model_revision'))}</code>, "
+                f"after <code>{_e((att.get('summary') or {}).get('model_revision'))}</code></div>"
+            )
         before = _snapshot_summary(model, (drift or {}).get("against"))
         if drift is not None and before and att.get("summary"):
-            out.append(f"<h3>Before (snapshot <code>{_e(drift.get('against'))}</code>) / after (snapshot "
-                       f"<code>{_e(att.get('version'))}</code>)</h3>")
+            out.append(
+                f"<h3>Before (snapshot <code>{_e(drift.get('against'))}</code>) / after (snapshot "
+                f"<code>{_e(att.get('version'))}</code>)</h3>"
+            )
             out.extend(_before_after(before, att["summary"]))
     if latest is not None and latest.summary:
         out.append(f"<h3>Distributions of snapshot <code>{_e(latest.version)}</code> (LATEST, {latest.rows} rows)</h3>")
@@ -134,9 +184,12 @@ def source_gate_section(model: Any) -> list[str]:
                 t[1] += q
     if not totals:
         return []
-    out = ["<h2>Pass rates by source and gate</h2>",
-           '<p class="small">Share of each source\'s rows that no critical expectation quarantined, over every '
-           "shard with a stored gate result.</p>", '<div class="charts">']
+    out = [
+        "<h2>Pass rates by source and gate</h2>",
+        '<p class="small">Share of each source\'s rows that no critical expectation quarantined, over every '
+        "shard with a stored gate result.</p>",
+        '<div class="charts">',
+    ]
     for g in model.gates:
         if g not in totals:
             continue
@@ -151,8 +204,10 @@ def shard_sections(model: Any) -> list[str]:
         return []
     out = ["<h2>Distributions by shard</h2>"]
     for shard, summary in sorted(model.shard_summaries.items()):
-        out.append(f'<details id="dist-{_e(shard)}"><summary>shard {_e(shard)}: {summary.get("rows", 0)} training '
-                   "samples</summary>")
+        out.append(
+            f'<details id="dist-{_e(shard)}"><summary>shard {_e(shard)}: {summary.get("rows", 0)} training '
+            "samples</summary>"
+        )
         out.extend(distribution_charts(summary, f"shard {shard}"))
         out.append("</details>")
     return out

@@ -34,7 +34,9 @@ def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3 inspect", description="Preview a shard's generations and its gate results.")
+    p = argparse.ArgumentParser(
+        prog="eagle3 inspect", description="Preview a shard's generations and its gate results."
+    )
     p.add_argument("--shard", type=int, required=True, help="shard number (e.g. 3 for shard=0003)")
     p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
     p.add_argument("--model", default=None, help="model profile name or YAML path (default: EAGLE3_MODEL)")
@@ -70,15 +72,20 @@ def main(argv: list[str]) -> int:
     tokenized = read_parquet_dir(tok_dir, schema=TOKENIZED_PROMPTS)
     results = {g: read_gate_result(data_dir, g, args.shard) for g in GATES}
     if gens.height == 0 and not any(results.values()):
-        print(f"eagle3 inspect: no generations in {gens_dir} and no stored gate results for shard {args.shard}",
-              file=sys.stderr)
+        print(
+            f"eagle3 inspect: no generations in {gens_dir} and no stored gate results for shard {args.shard}",
+            file=sys.stderr,
+        )
         return 1
     if gens.height:
         from ..tokenize.loading import load_tokenizer
 
         tokenizer = load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
-        print(sample_preview_markdown(gens, tokenized if tokenized.height else None, tokenizer, profile, n=args.n,
-                                      sample_ids=args.sample_id))
+        print(
+            sample_preview_markdown(
+                gens, tokenized if tokenized.height else None, tokenizer, profile, n=args.n, sample_ids=args.sample_id
+            )
+        )
         if args.histograms:
             from .features import generation_features, prompt_features
 
@@ -119,8 +126,11 @@ def _report_parser() -> argparse.ArgumentParser:
         "air-gapped machine.",
     )
     p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
-    p.add_argument("--work-dir", default=None,
-                   help="local work dir holding gx/ (default: EAGLE3_WORK_DIR, else the data dir when local)")
+    p.add_argument(
+        "--work-dir",
+        default=None,
+        help="local work dir holding gx/ (default: EAGLE3_WORK_DIR, else the data dir when local)",
+    )
     p.add_argument("--out", default=None, help="output HTML file (default: <work dir>/reports/index.html)")
     p.add_argument("--model", default=None, help="model profile shown in the header (default: from the gate results)")
     return p
@@ -135,8 +145,11 @@ def report_main(argv: list[str]) -> int:
     data_dir = _data_dir("eagle3 report", args.data_dir, s)
     if data_dir is None:
         return 2
-    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else (
-        s.work_dir if not args.data_dir else work_dir_for(data_dir))
+    work = (
+        Path(args.work_dir).expanduser().resolve()
+        if args.work_dir
+        else (s.work_dir if not args.data_dir else work_dir_for(data_dir))
+    )
     try:
         path = write_report(data_dir, work, out=args.out, n_shards=s.n_shards, profile=args.model)
     except (StorageError, OSError) as e:
@@ -156,5 +169,7 @@ def _print_latest_age(data_dir: DataPath | Path) -> None:
     except (StorageError, OSError, ValueError) as e:
         print(f"eagle3 report: LATEST age unknown: {e}", file=sys.stderr)
         return
-    print(f"eagle3 report: {age.describe() if age else 'no snapshot published yet (no snapshots/LATEST)'}",
-          file=sys.stderr)
+    print(
+        f"eagle3 report: {age.describe() if age else 'no snapshot published yet (no snapshots/LATEST)'}",
+        file=sys.stderr,
+    )

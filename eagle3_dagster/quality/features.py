@@ -56,16 +56,16 @@ def prompt_features(tokenized: pl.DataFrame, profile: ModelProfile) -> pl.DataFr
     has_len_col = "prompt_len" in tokenized.columns
     out = tokenized.select(
         pl.col("prompt_id").cast(pl.String).alias(ROW_ID),
-        (pl.col("source").cast(pl.String) if "source" in tokenized.columns else pl.lit(None, pl.String)).alias("source"),
+        (pl.col("source").cast(pl.String) if "source" in tokenized.columns else pl.lit(None, pl.String)).alias(
+            "source"
+        ),
         n.alias("prompt_len"),
         ids.list.last().cast(pl.Int64).alias("last_id"),
         ids.list.min().cast(pl.Int64).alias("min_id"),
         ids.list.max().cast(pl.Int64).alias("max_id"),
-        (
-            (ids.list.last() == profile.think_start_id).fill_null(False)
-            if applies
-            else pl.lit(None, pl.Boolean)
-        ).alias("ends_with_think_start"),
+        ((ids.list.last() == profile.think_start_id).fill_null(False) if applies else pl.lit(None, pl.Boolean)).alias(
+            "ends_with_think_start"
+        ),
         ((ids.list.min() >= 0) & (ids.list.max() < profile.vocab_size)).fill_null(True).alias("ids_in_vocab"),
         ((n >= 1) & (n <= profile.max_prompt_tokens)).alias("prompt_fits"),
         ((pl.col("prompt_len") == n) if has_len_col else pl.lit(True)).fill_null(False).alias("prompt_len_consistent"),
@@ -185,11 +185,13 @@ def _ngram_stats(df: pl.DataFrame, n: int, min_len: int) -> pl.DataFrame:
         sub = frame[idx].select(pl.col("k").list.eval(pl.element().unique_counts()).list.max().cast(pl.Int64))
         max_count = max_count.scatter(idx, sub.to_series())
     long_enough = df["output_ids"].list.len() >= min_len
-    return pl.DataFrame({
-        "max_ngram_count": pl.Series(max_count).cast(pl.Int32),
-        "distinct_ngrams": frame["distinct"].cast(pl.Int32),
-        "_long": long_enough,
-    }).select(
+    return pl.DataFrame(
+        {
+            "max_ngram_count": pl.Series(max_count).cast(pl.Int32),
+            "distinct_ngrams": frame["distinct"].cast(pl.Int32),
+            "_long": long_enough,
+        }
+    ).select(
         pl.when("_long").then(pl.col("max_ngram_count")).alias("max_ngram_count"),
         pl.when("_long").then(pl.col("distinct_ngrams")).alias("distinct_ngrams"),
     )
@@ -211,7 +213,8 @@ def _tool_args_parse(df: pl.DataFrame, profile: ModelProfile, tokenizer: Any) ->
     e = pl.element()
     where = lambda tok: pl.col("output_ids").list.eval(pl.int_range(pl.len()).filter(e == tok))
     rows = (
-        df.with_row_index("_r").filter(pl.col("has_tool_call"))
+        df.with_row_index("_r")
+        .filter(pl.col("has_tool_call"))
         .select("_r", "output_ids", where(open_id).alias("_o"), where(t.call_end).alias("_c"))
     )
     # One span per open/close pair; a row whose markers do not pair up cannot parse.
@@ -229,10 +232,12 @@ def _tool_args_parse(df: pl.DataFrame, profile: ModelProfile, tokenizer: Any) ->
             parsed.append(True)
         except ValueError:
             parsed.append(False)
-    per_call = pl.concat([
-        spans.select("_r").with_columns(pl.Series("_ok", parsed, pl.Boolean)),
-        calls.filter(~pl.col("_ordered")).select("_r", pl.lit(False).alias("_ok")),
-    ])
+    per_call = pl.concat(
+        [
+            spans.select("_r").with_columns(pl.Series("_ok", parsed, pl.Boolean)),
+            calls.filter(~pl.col("_ordered")).select("_r", pl.lit(False).alias("_ok")),
+        ]
+    )
     per_row = per_call.group_by("_r").agg(pl.col("_ok").all())
     verdict = rows.select("_r").join(per_row, on="_r", how="left").with_columns(pl.col("_ok").fill_null(False))
     out = pl.Series("tool_args_parse", [None] * n, pl.Boolean)
@@ -277,7 +282,9 @@ def generation_features(
     base = generations.select(
         pl.col("sample_id").cast(pl.String).alias(ROW_ID),
         pl.col("prompt_id").cast(pl.String),
-        pl.col("source").cast(pl.String) if "source" in generations.columns else pl.lit(None, pl.String).alias("source"),
+        pl.col("source").cast(pl.String)
+        if "source" in generations.columns
+        else pl.lit(None, pl.String).alias("source"),
         ids,
         n.alias("output_len"),
         ids.list.count_matches(profile.think_end_id).cast(pl.Int32).alias("think_end_count"),
@@ -290,8 +297,11 @@ def generation_features(
         (last == profile.end_of_turn_id).fill_null(False).alias("ends_with_end_of_turn"),
         (n == pl.col("completion_tokens")).fill_null(False).alias("len_matches_completion_tokens"),
         # SGLang's NaN guard (spec §3.3): the last id was replaced by EOS, the finish says "NaN happened"
-        ((pl.col("finish_matched").cast(pl.String) == '"NaN happened"').fill_null(False)
-         if "finish_matched" in generations.columns else pl.lit(False)).alias("nan_finish"),
+        (
+            (pl.col("finish_matched").cast(pl.String) == '"NaN happened"').fill_null(False)
+            if "finish_matched" in generations.columns
+            else pl.lit(False)
+        ).alias("nan_finish"),
         (
             ids.list.count_matches(t.call_begin).cast(pl.Int32) if t.call_begin is not None else pl.lit(0, pl.Int32)
         ).alias("tool_call_count"),
@@ -358,8 +368,16 @@ def generation_features(
         .alias("has_answer_or_tool_call"),
         _tool_args_parse(feats, profile, tokenizer),
     )
-    return feats.drop("output_ids", "_leading", "_first_tool", "_last_is_stop", "max_ngram_count", "distinct_ngrams",
-                      "markers", *(["_tail"] if "_tail" in feats.columns else []))
+    return feats.drop(
+        "output_ids",
+        "_leading",
+        "_first_tool",
+        "_last_is_stop",
+        "max_ngram_count",
+        "distinct_ngrams",
+        "markers",
+        *(["_tail"] if "_tail" in feats.columns else []),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,8 +392,13 @@ def available_source_shares(tokenized: pl.DataFrame) -> dict[str, float]:
     return {str(k): int(v) / tokenized.height for k, v in vc.iter_rows()}
 
 
-def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total_len: int,
-                      available_shares: dict[str, float] | None = None) -> pl.DataFrame:
+def training_features(
+    samples: pl.DataFrame,
+    profile: ModelProfile,
+    *,
+    max_total_len: int,
+    available_shares: dict[str, float] | None = None,
+) -> pl.DataFrame:
     """One row per training sample (schemas.TRAINING_SAMPLES) -> scalar features.
 
     Table-level features (`input_hash` for the duplicate rate, `source_share` for the source mix)
@@ -407,7 +430,9 @@ def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total
             & (prompt_part.list.min().fill_null(0) == 0)
             & (output_part.list.min().fill_null(1) == 1)
             & (output_part.list.max().fill_null(1) == 1)
-        ).fill_null(False).alias("mask_layout_ok"),
+        )
+        .fill_null(False)
+        .alias("mask_layout_ok"),
         mask.list.sum().cast(pl.Int32).alias("supervised_tokens"),
         (n <= max_total_len).alias("fits_max_len"),
         ids.hash().alias("input_hash"),
@@ -417,7 +442,12 @@ def training_features(samples: pl.DataFrame, profile: ModelProfile, *, max_total
     if available_shares is None:
         excess = pl.lit(None, pl.Float64)
     else:
-        avail = pl.col("source").fill_null("(none)").replace_strict(
-            {str(k): float(v) for k, v in available_shares.items()}, default=0.0, return_dtype=pl.Float64)
+        avail = (
+            pl.col("source")
+            .fill_null("(none)")
+            .replace_strict(
+                {str(k): float(v) for k, v in available_shares.items()}, default=0.0, return_dtype=pl.Float64
+            )
+        )
         excess = pl.col("source_share") - avail
     return feats.with_columns(excess.alias("source_share_excess"))

@@ -109,12 +109,19 @@ class GateResult:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> GateResult:
         rows = d.get("row_failures") or []
-        rf = pl.DataFrame(rows, schema={ROW_ID: pl.String, "reasons": pl.List(pl.String)}) if rows else _empty_failures()
+        rf = (
+            pl.DataFrame(rows, schema={ROW_ID: pl.String, "reasons": pl.List(pl.String)}) if rows else _empty_failures()
+        )
         return cls(
-            gate=d["gate"], success=bool(d["success"]),
+            gate=d["gate"],
+            success=bool(d["success"]),
             outcomes=[ExpectationOutcome(**o) for o in d.get("outcomes", [])],
-            row_failures=rf, n_rows=int(d.get("n_rows", 0)), data_docs_index=d.get("data_docs_index"),
-            data_docs_page=d.get("data_docs_page"), suite_sha256=d.get("suite_sha256", ""), profile=d.get("profile"),
+            row_failures=rf,
+            n_rows=int(d.get("n_rows", 0)),
+            data_docs_index=d.get("data_docs_index"),
+            data_docs_page=d.get("data_docs_page"),
+            suite_sha256=d.get("suite_sha256", ""),
+            profile=d.get("profile"),
             created_at=d.get("created_at", ""),
             by_source={str(k): [int(x) for x in v] for k, v in (d.get("by_source") or {}).items()},
         )
@@ -127,13 +134,19 @@ class GateResult:
         return dict(sorted(((str(r), int(n)) for r, n in vc.iter_rows()), key=lambda kv: (-kv[1], kv[0])))
 
     def summary_markdown(self) -> str:
-        lines = [f"**gate `{self.gate}`: {'PASSED' if self.success else 'FAILED'}** — {self.n_rows} rows, "
-                 f"{self.row_failures.height} quarantined", "",
-                 "| expectation | severity | pass rate | mostly | unexpected | ok |", "|---|---|---|---|---|---|"]
+        lines = [
+            f"**gate `{self.gate}`: {'PASSED' if self.success else 'FAILED'}** — {self.n_rows} rows, "
+            f"{self.row_failures.height} quarantined",
+            "",
+            "| expectation | severity | pass rate | mostly | unexpected | ok |",
+            "|---|---|---|---|---|---|",
+        ]
         for o in self.outcomes:
             rate = f"{o.pass_rate:.4f}" if o.evaluated or o.level == "table" else "skipped"
-            lines.append(f"| {o.name} | {o.severity} | {rate} | {o.mostly} | {o.unexpected_count} | "
-                         f"{'yes' if o.success else '**NO**'} |")
+            lines.append(
+                f"| {o.name} | {o.severity} | {rate} | {o.mostly} | {o.unexpected_count} | "
+                f"{'yes' if o.success else '**NO**'} |"
+            )
         return "\n".join(lines)
 
 
@@ -165,7 +178,8 @@ def row_stats(features: pl.DataFrame, suite: SuiteSpec) -> tuple[dict[str, tuple
     failures = failing.select(
         pl.col(ROW_ID),
         pl.concat_list([pl.when(pl.col(f"_f{i}")).then(pl.lit(row_specs[i].name)) for i in critical])
-        .list.drop_nulls().alias("reasons"),
+        .list.drop_nulls()
+        .alias("reasons"),
     )
     return stats, failures
 
@@ -194,7 +208,8 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
 
     def build(exps: list[ExpectationSpec]) -> Any:
         return ExpectationSuite(
-            name=f"{gate}_gate", expectations=[e.to_gx_dict() for e in exps],
+            name=f"{gate}_gate",
+            expectations=[e.to_gx_dict() for e in exps],
             meta={**suite.meta, "source": suite.source_path, "suite_sha256": suite.sha256},
         )
 
@@ -217,7 +232,13 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
 
 
 def _gx_validate(
-    gate: str, pdf: Any, gx_suite: Any, context_dir: Path, *, build_docs: bool, result_format: str,
+    gate: str,
+    pdf: Any,
+    gx_suite: Any,
+    context_dir: Path,
+    *,
+    build_docs: bool,
+    result_format: str,
     keep_validations: int = 0,
 ) -> tuple[list[Any], str | None, str | None]:
     """Register the suite in a file-backed GX context, validate `pdf`, optionally build Data Docs.
@@ -251,10 +272,15 @@ def _gx_validate(
         gx.ValidationDefinition(name=f"{gate}_gate", data=batch_def, suite=gx_suite)
     )
     actions: list[gx.checkpoint.ValidationAction] = (
-        [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else [])
+        [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else []
+    )
     cp = ctx.checkpoints.add_or_update(
-        gx.Checkpoint(name=f"{gate}_gate", validation_definitions=[vd], actions=actions,
-                      result_format={"result_format": result_format})
+        gx.Checkpoint(
+            name=f"{gate}_gate",
+            validation_definitions=[vd],
+            actions=actions,
+            result_format={"result_format": result_format},
+        )
     )
     pruned = PruneStats()
     if keep_validations > 0:
@@ -316,8 +342,15 @@ def run_gate(
     # GX sees only the columns the suite reads: narrow and typed keeps the validation fast.
     pdf = features.select(suite.columns()).to_pandas()
     with _locked(Path(context_dir)):
-        results, index, page = _gx_validate(gate, pdf, gx_suite, Path(context_dir), build_docs=build_docs,
-                                            result_format=result_format, keep_validations=max(keep, 0))
+        results, index, page = _gx_validate(
+            gate,
+            pdf,
+            gx_suite,
+            Path(context_dir),
+            build_docs=build_docs,
+            result_format=result_format,
+            keep_validations=max(keep, 0),
+        )
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
     outcomes: list[ExpectationOutcome] = []
     for s in suite.expectations:
@@ -331,7 +364,9 @@ def run_gate(
         if s.key in stats:
             evaluated, unexpected = stats[s.key]
             pass_rate = 1.0 if evaluated == 0 else (evaluated - unexpected) / evaluated
-            if gx_ok != (pass_rate >= s.mostly) or ("unexpected_count" in res and res["unexpected_count"] != unexpected):
+            if gx_ok != (pass_rate >= s.mostly) or (
+                "unexpected_count" in res and res["unexpected_count"] != unexpected
+            ):
                 raise GateConsistencyError(
                     f"gate {gate!r}, {s.key!r}: GX says success={gx_ok} unexpected={res.get('unexpected_count')}, "
                     f"polars says pass_rate={pass_rate:.6f} unexpected={unexpected} (mostly={s.mostly})"
@@ -344,18 +379,34 @@ def run_gate(
                 # empty shard is skipped, not failed. expect_table_* (row counts) keep GX's verdict.
                 gx_ok = True
             pass_rate, mostly = (1.0 if gx_ok else 0.0), 1.0
-        outcomes.append(ExpectationOutcome(
-            name=s.name, severity=s.severity, mostly=mostly, pass_rate=pass_rate, unexpected_count=unexpected,
-            success=gx_ok, description=s.description, key=s.key, expectation_type=s.type,
-            column=s.kwargs.get("column"), evaluated=evaluated, level=s.level,
-            observed_value=_jsonable(res.get("observed_value")),
-        ))
+        outcomes.append(
+            ExpectationOutcome(
+                name=s.name,
+                severity=s.severity,
+                mostly=mostly,
+                pass_rate=pass_rate,
+                unexpected_count=unexpected,
+                success=gx_ok,
+                description=s.description,
+                key=s.key,
+                expectation_type=s.type,
+                column=s.kwargs.get("column"),
+                evaluated=evaluated,
+                level=s.level,
+                observed_value=_jsonable(res.get("observed_value")),
+            )
+        )
     return GateResult(
         by_source=_by_source(features, failures),
         gate=gate,
         success=all(o.success for o in outcomes if o.severity == "critical"),
-        outcomes=outcomes, row_failures=failures, n_rows=features.height, data_docs_index=index,
-        data_docs_page=page, suite_sha256=suite.sha256, profile=profile.name if profile else None,
+        outcomes=outcomes,
+        row_failures=failures,
+        n_rows=features.height,
+        data_docs_index=index,
+        data_docs_page=page,
+        suite_sha256=suite.sha256,
+        profile=profile.name if profile else None,
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
 
@@ -365,9 +416,15 @@ def _by_source(features: pl.DataFrame, failures: pl.DataFrame) -> dict[str, list
     if "source" not in features.columns or features.height == 0:
         return {}
     bad = failures[ROW_ID].cast(pl.String) if failures.height else pl.Series(ROW_ID, [], pl.String)
-    agg = (features.select(pl.col("source").cast(pl.String).fill_null("(none)"),
-                           pl.col(ROW_ID).cast(pl.String).is_in(bad.implode()).alias("_bad"))
-           .group_by("source").agg(pl.len().alias("n"), pl.col("_bad").sum().alias("q")).sort("source"))
+    agg = (
+        features.select(
+            pl.col("source").cast(pl.String).fill_null("(none)"),
+            pl.col(ROW_ID).cast(pl.String).is_in(bad.implode()).alias("_bad"),
+        )
+        .group_by("source")
+        .agg(pl.len().alias("n"), pl.col("_bad").sum().alias("q"))
+        .sort("source")
+    )
     return {str(r["source"]): [int(r["n"]), int(r["q"])] for r in agg.iter_rows(named=True)}
 
 

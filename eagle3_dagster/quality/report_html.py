@@ -129,10 +129,15 @@ class LatestAge:
         return self.age_s > self.max_age_s
 
     def describe(self) -> str:
-        state = (f"OLDER than the allowed {_duration(self.max_age_s)} (EAGLE3_SNAPSHOT_MAX_AGE): the nightly did not "
-                 "publish" if self.stale else f"within the allowed {_duration(self.max_age_s)}")
-        return (f"LATEST is {self.version}, published {_duration(self.age_s)} ago "
-                f"({self.published_at.isoformat(timespec='seconds')}), {state}; content first built {self.created_at}")
+        state = (
+            f"OLDER than the allowed {_duration(self.max_age_s)} (EAGLE3_SNAPSHOT_MAX_AGE): the nightly did not publish"
+            if self.stale
+            else f"within the allowed {_duration(self.max_age_s)}"
+        )
+        return (
+            f"LATEST is {self.version}, published {_duration(self.age_s)} ago "
+            f"({self.published_at.isoformat(timespec='seconds')}), {state}; content first built {self.created_at}"
+        )
 
 
 def _duration(seconds: float) -> str:
@@ -147,7 +152,9 @@ def _duration(seconds: float) -> str:
     return f"{m}m {s}s" if m else f"{s}s"
 
 
-def latest_age(data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.timedelta | None = None) -> LatestAge | None:
+def latest_age(
+    data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.timedelta | None = None
+) -> LatestAge | None:
     """The age of snapshots/LATEST (None when nothing was ever published).
 
     Published-at is the LATEST file's modification time (rewritten by every publish, also of an
@@ -196,9 +203,16 @@ def collect_sources(data: DataPath) -> list[SourceView]:
     for f in sorted((data / "sources").glob("*/counts.json"), key=str):
         try:
             c = json.loads(f.read_text())
-            out.append(SourceView(str(c.get("source") or f.parent.name), int(c["read"]), int(c["accepted"]),
-                                  int(c["rejected"]), float(c.get("max_reject_rate", 0.5)),
-                                  dict(c.get("rejects_by_reason") or {})))
+            out.append(
+                SourceView(
+                    str(c.get("source") or f.parent.name),
+                    int(c["read"]),
+                    int(c["accepted"]),
+                    int(c["rejected"]),
+                    float(c.get("max_reject_rate", 0.5)),
+                    dict(c.get("rejects_by_reason") or {}),
+                )
+            )
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return out
@@ -235,7 +249,7 @@ def _gate_shards(data: DataPath, gates: Iterable[str]) -> set[int]:
     for g in gates:
         for f in (data / "gates" / g).glob("shard=*.json"):
             try:
-                out.add(parse_shard_key(f.name[len("shard="):-len(".json")]))
+                out.add(parse_shard_key(f.name[len("shard=") : -len(".json")]))
             except (ValueError, TypeError):
                 continue
     return out
@@ -259,10 +273,16 @@ def _existing_page(stored: str | None, work_dir: Path) -> Path | None:
 
 def _issue(o: dict[str, Any]) -> ExpectationIssue:
     return ExpectationIssue(
-        name=str(o.get("name", "")), key=str(o.get("key", "")), severity=str(o.get("severity", "")),
-        success=bool(o.get("success")), mostly=float(o.get("mostly", 1.0)), pass_rate=float(o.get("pass_rate", 0.0)),
-        unexpected_count=int(o.get("unexpected_count") or 0), evaluated=int(o.get("evaluated") or 0),
-        level=str(o.get("level", "row")), observed_value=o.get("observed_value"),
+        name=str(o.get("name", "")),
+        key=str(o.get("key", "")),
+        severity=str(o.get("severity", "")),
+        success=bool(o.get("success")),
+        mostly=float(o.get("mostly", 1.0)),
+        pass_rate=float(o.get("pass_rate", 0.0)),
+        unexpected_count=int(o.get("unexpected_count") or 0),
+        evaluated=int(o.get("evaluated") or 0),
+        level=str(o.get("level", "row")),
+        observed_value=o.get("observed_value"),
     )
 
 
@@ -279,11 +299,16 @@ def collect_cell(data: DataPath, gate: str, shard: int, work_dir: Path) -> GateC
             res = read_gate_result(data, gate, shard)
             reasons = res.reason_counts() if res is not None else {}
         return GateCell(
-            gate, key, "PASS" if d.get("success") else "FAIL", created_at=str(d.get("created_at") or ""),
-            n_rows=int(d.get("n_rows") or 0), n_quarantined=int(d.get("n_row_failures") or 0),
+            gate,
+            key,
+            "PASS" if d.get("success") else "FAIL",
+            created_at=str(d.get("created_at") or ""),
+            n_rows=int(d.get("n_rows") or 0),
+            n_quarantined=int(d.get("n_row_failures") or 0),
             issues=[_issue(o) for o in d.get("outcomes", []) if not o.get("success")],
             reasons={str(k): int(v) for k, v in (reasons or {}).items()},
-            docs_page=_existing_page(d.get("data_docs_page"), work_dir), profile=d.get("profile"),
+            docs_page=_existing_page(d.get("data_docs_page"), work_dir),
+            profile=d.get("profile"),
             by_source={str(k): [int(x) for x in v] for k, v in (d.get("by_source") or {}).items()},
         )
     except Exception as e:  # one bad file must not hide every other shard
@@ -332,13 +357,27 @@ def collect_snapshots(data: DataPath) -> list[SnapshotView]:
             man = json.loads(m.read_text())
         except ValueError:
             continue
-        shards = [{"shard": str(s.get("shard", "")), "included": bool(s.get("included")),
-                   "reason": str(s.get("reason", "")), "rows": int(s.get("rows") or 0)} for s in man.get("shards", [])]
-        out.append(SnapshotView(version=str(man.get("version", m.parent.name)), created_at=str(man.get("created_at", "")),
-                                rows=int(man.get("rows") or 0), latest=m.parent.name == latest, shards=shards,
-                                published=man.get("published", True) is not False,
-                                drift_status=str((man.get("drift") or {}).get("status", "none")),
-                                summary=man.get("summary")))
+        shards = [
+            {
+                "shard": str(s.get("shard", "")),
+                "included": bool(s.get("included")),
+                "reason": str(s.get("reason", "")),
+                "rows": int(s.get("rows") or 0),
+            }
+            for s in man.get("shards", [])
+        ]
+        out.append(
+            SnapshotView(
+                version=str(man.get("version", m.parent.name)),
+                created_at=str(man.get("created_at", "")),
+                rows=int(man.get("rows") or 0),
+                latest=m.parent.name == latest,
+                shards=shards,
+                published=man.get("published", True) is not False,
+                drift_status=str((man.get("drift") or {}).get("status", "none")),
+                summary=man.get("summary"),
+            )
+        )
     return sorted(out, key=lambda s: (s.created_at, s.version), reverse=True)
 
 
@@ -364,11 +403,14 @@ def collect(
         cells = {g: collect_cell(data, g, k, work) for g in gates}
         other = {
             "tokenize rejects (tokenized_prompts)": _reason_counts(
-                data / "tokenized_prompts" / f"shard={shard_key(k)}" / "rejects.parquet", "reason"),
+                data / "tokenized_prompts" / f"shard={shard_key(k)}" / "rejects.parquet", "reason"
+            ),
             "parse quarantine (training_samples)": _reason_counts(
-                data / "training_samples" / f"shard={shard_key(k)}" / "quarantine.parquet", "reasons"),
+                data / "training_samples" / f"shard={shard_key(k)}" / "quarantine.parquet", "reasons"
+            ),
             "not text-exact (training_samples)": _not_text_exact(
-                data / "training_samples" / f"shard={shard_key(k)}" / "part-0000.parquet"),
+                data / "training_samples" / f"shard={shard_key(k)}" / "part-0000.parquet"
+            ),
         }
         rows.append(ShardRow(shard_key(k), cells, {lab: c for lab, c in other.items() if c}))
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})
@@ -389,10 +431,16 @@ def collect(
     except ValueError:
         attempt = None
     return ReportModel(
-        shard_summaries=summaries, attempt=attempt,
+        shard_summaries=summaries,
+        attempt=attempt,
         generated_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
-        data_dir=display_uri(str(data)), work_dir=work, profiles=profiles, gates=tuple(gates), shards=rows,
-        snapshots=collect_snapshots(data), data_docs_index=index if index.is_file() else None,
+        data_dir=display_uri(str(data)),
+        work_dir=work,
+        profiles=profiles,
+        gates=tuple(gates),
+        shards=rows,
+        snapshots=collect_snapshots(data),
+        data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
         latest=latest_age(data, now),
     )
@@ -449,8 +497,10 @@ def _issue_text(i: ExpectationIssue) -> str:
     obs = i.observed_value
     if i.evaluated and (i.level == "row" or obs is None):
         up = i.unexpected_percent or 0.0
-        parts.append(f"{i.unexpected_count} of {i.evaluated} rows unexpected ({up:.1f}%); pass rate "
-                     f"{_pct(i.pass_rate)} &lt; mostly {_pct(i.mostly)}")
+        parts.append(
+            f"{i.unexpected_count} of {i.evaluated} rows unexpected ({up:.1f}%); pass rate "
+            f"{_pct(i.pass_rate)} &lt; mostly {_pct(i.mostly)}"
+        )
     if obs is not None:
         if not isinstance(obs, str):
             try:
@@ -471,7 +521,7 @@ def _badge(status: str, text: str | None = None) -> str:
 def _cell_html(c: GateCell, report_path: Path, work_dir: Path, blocked_by: str | None = None) -> str:
     if c.status == "not run":
         note = f'<div class="small">blocked: the <code>{_e(blocked_by)}</code> gate failed</div>' if blocked_by else ""
-        return f'<td>{_badge("not run")}{note}</td>'
+        return f"<td>{_badge('not run')}{note}</td>"
     if c.status == "unreadable":
         return f'<td>{_badge("unreadable")}<div class="small">{_e(c.error)}</div></td>'
     warnings = [i for i in c.issues if i.severity != "critical"]
@@ -489,7 +539,9 @@ def _cell_html(c: GateCell, report_path: Path, work_dir: Path, blocked_by: str |
     if links:
         parts.append(f'<div class="small">{" · ".join(links)}</div>')
     if failed:
-        parts.append('<div class="small">failed: ' + ", ".join(f"<code>{_e(i.key or i.name)}</code>" for i in failed) + "</div>")
+        parts.append(
+            '<div class="small">failed: ' + ", ".join(f"<code>{_e(i.key or i.name)}</code>" for i in failed) + "</div>"
+        )
     return "<td>" + "".join(parts) + "</td>"
 
 
@@ -498,17 +550,23 @@ def _details_html(row: ShardRow) -> list[str]:
     for g, c in row.cells.items():
         if not (c.issues or c.reasons):
             continue
-        out.append(f'<h3 id="{_e(c.anchor)}">shard {_e(row.shard)} · gate <code>{_e(g)}</code> '
-                   f'(on <code>{_e(c.asset)}</code>) {_badge(c.status)}</h3>')
+        out.append(
+            f'<h3 id="{_e(c.anchor)}">shard {_e(row.shard)} · gate <code>{_e(g)}</code> '
+            f"(on <code>{_e(c.asset)}</code>) {_badge(c.status)}</h3>"
+        )
         if c.issues:
             out.append("<table><tr><th>expectation</th><th>key</th><th>severity</th><th>result</th></tr>")
             for i in sorted(c.issues, key=lambda i: (i.severity != "critical", i.name)):
                 sev = _badge("FAIL", "critical") if i.severity == "critical" else _badge("WARN", i.severity)
-                out.append(f"<tr><td>{_e(i.name)}</td><td><code>{_e(i.key)}</code></td><td>{sev}</td>"
-                           f"<td>{_issue_text(i)}</td></tr>")
+                out.append(
+                    f"<tr><td>{_e(i.name)}</td><td><code>{_e(i.key)}</code></td><td>{sev}</td>"
+                    f"<td>{_issue_text(i)}</td></tr>"
+                )
             out.append("</table>")
         if c.reasons:
-            out.append(f'<div class="small">quarantined rows by reason ({c.n_quarantined} rows; a row may have several)</div>')
+            out.append(
+                f'<div class="small">quarantined rows by reason ({c.n_quarantined} rows; a row may have several)</div>'
+            )
             out.append(_counts_table(c.reasons))
     return out
 
@@ -524,44 +582,68 @@ def render(model: ReportModel, report_path: PathLike) -> str:
     work = model.work_dir
     counts = model.counts()
     h: list[str] = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>eagle3 data-quality report</title>", f"<style>{_CSS}</style></head><body>",
-        "<h1>eagle3 data-quality report</h1>", '<table class="meta">',
+        "<title>eagle3 data-quality report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>eagle3 data-quality report</h1>",
+        '<table class="meta">',
         f"<tr><td>model profile</td><td><code>{_e(', '.join(model.profiles) or 'unknown')}</code></td></tr>",
         f"<tr><td>data dir</td><td><code>{_e(model.data_dir)}</code></td></tr>",
         f"<tr><td>work dir</td><td><code>{_e(work)}</code></td></tr>",
         f"<tr><td>generated at</td><td>{_e(model.generated_at)}</td></tr>",
         f"<tr><td>gate results</td><td>{counts['PASS']} passed, {counts['FAIL']} failed, {counts['not run']} not run"
-        + (f", {counts['unreadable']} unreadable" if counts.get("unreadable") else "") + "</td></tr>",
-        "<tr><td>LATEST snapshot</td><td>" + (
-            (_badge("FAIL", "stale") if model.latest.stale else _badge("PASS", "fresh")) + " " + _e(model.latest.describe())
-            if model.latest else _badge("not run", "none") + " nothing published yet") + "</td></tr>",
+        + (f", {counts['unreadable']} unreadable" if counts.get("unreadable") else "")
+        + "</td></tr>",
+        "<tr><td>LATEST snapshot</td><td>"
+        + (
+            (_badge("FAIL", "stale") if model.latest.stale else _badge("PASS", "fresh"))
+            + " "
+            + _e(model.latest.describe())
+            if model.latest
+            else _badge("not run", "none") + " nothing published yet"
+        )
+        + "</td></tr>",
     ]
     if model.data_docs_index is not None:
-        h.append(f'<tr><td>GX Data Docs</td><td><a href="{_e(link_href(model.data_docs_index, rp, work))}">index</a>'
-                 ' <span class="small">(its tables need scripts from the internet; the per-validation '
-                 "links below are static pages)</span></td></tr>")
+        h.append(
+            f'<tr><td>GX Data Docs</td><td><a href="{_e(link_href(model.data_docs_index, rp, work))}">index</a>'
+            ' <span class="small">(its tables need scripts from the internet; the per-validation '
+            "links below are static pages)</span></td></tr>"
+        )
     h.append("</table>")
     h.extend(charts.top_section(model))
 
     if model.sources:
         h.append("<h2>Prompt sources</h2>")
-        h.append('<table><tr><th>source</th><th>read</th><th>accepted</th><th>rejected</th><th>reject rate</th>'
-                 "<th>threshold</th><th>status</th><th>rejects by reason</th></tr>")
+        h.append(
+            "<table><tr><th>source</th><th>read</th><th>accepted</th><th>rejected</th><th>reject rate</th>"
+            "<th>threshold</th><th>status</th><th>rejects by reason</th></tr>"
+        )
         for src in model.sources:
             reasons = ", ".join(f"{r} {n}" for r, n in sorted(src.rejects_by_reason.items(), key=lambda kv: -kv[1]))
-            why = ("no accepted prompt" if src.accepted == 0 else "reject rate above threshold") if src.status == "WARN" else None
-            h.append(f'<tr><td><code>{_e(src.name)}</code></td><td class="num">{src.read}</td>'
-                     f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
-                     f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
-                     f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>")
+            why = (
+                ("no accepted prompt" if src.accepted == 0 else "reject rate above threshold")
+                if src.status == "WARN"
+                else None
+            )
+            h.append(
+                f'<tr><td><code>{_e(src.name)}</code></td><td class="num">{src.read}</td>'
+                f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
+                f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
+                f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>"
+            )
         h.append("</table>")
 
     h.append("<h2>Gates by shard</h2>")
-    h.append("<table><tr><th>shard</th>" + "".join(
-        f"<th><code>{_e(g)}</code><div class=\"small\">on {_e(GATE_ASSET.get(g, g))}</div></th>" for g in model.gates
-    ) + "</tr>")
+    h.append(
+        "<table><tr><th>shard</th>"
+        + "".join(
+            f'<th><code>{_e(g)}</code><div class="small">on {_e(GATE_ASSET.get(g, g))}</div></th>' for g in model.gates
+        )
+        + "</tr>"
+    )
     for row in model.shards:
         cells, failed = [], None
         for g in model.gates:  # gates in pipeline order: a failed gate blocks the later stages
@@ -599,17 +681,23 @@ def render(model: ReportModel, report_path: PathLike) -> str:
         if s.drift_status not in ("none", "ok"):
             marks += f" — drift {s.drift_status}"
         h.append(f"<h3>snapshot <code>{_e(s.version)}</code>{_e(marks)}</h3>")
-        h.append(f'<div class="small">created {_e(s.created_at)}; {s.rows} rows; {len(inc)} shard(s) included, '
-                 f"{len(exc)} excluded</div>")
+        h.append(
+            f'<div class="small">created {_e(s.created_at)}; {s.rows} rows; {len(inc)} shard(s) included, '
+            f"{len(exc)} excluded</div>"
+        )
         h.append("<table><tr><th>shard</th><th>included</th><th>reason</th><th>rows</th></tr>")
         for x in s.shards:
             st = _badge("PASS", "included") if x["included"] else _badge("FAIL", "excluded")
-            h.append(f'<tr><td>{_e(x["shard"])}</td><td>{st}</td><td>{_e(x["reason"])}</td>'
-                     f'<td class="num">{x["rows"]}</td></tr>')
+            h.append(
+                f"<tr><td>{_e(x['shard'])}</td><td>{st}</td><td>{_e(x['reason'])}</td>"
+                f'<td class="num">{x["rows"]}</td></tr>'
+            )
         h.append("</table>")
-    h.append('<p class="small">Written by eagle3-dagster from data/gates/&lt;gate&gt;/shard=NNNN.json, the '
-             "rejects/quarantine Parquet files and data/snapshots/*/manifest.json; regenerate with "
-             "<code>eagle3 report</code>.</p>")
+    h.append(
+        '<p class="small">Written by eagle3-dagster from data/gates/&lt;gate&gt;/shard=NNNN.json, the '
+        "rejects/quarantine Parquet files and data/snapshots/*/manifest.json; regenerate with "
+        "<code>eagle3 report</code>.</p>"
+    )
     h.append("</body></html>")
     return "\n".join(h) + "\n"
 

@@ -48,7 +48,9 @@ def split_output(ids: list[int], profile: ModelProfile) -> dict[str, Any]:
     end = _index(ids, profile.think_end_id)
     body_start = (end + 1) if end is not None else len(ids)
     stop = len(ids) - 1 if ids and ids[-1] in profile.stop_token_ids else len(ids)
-    starts = [p for p in (_index(ids, t.section_begin, body_start), _index(ids, t.call_begin, body_start)) if p is not None]
+    starts = [
+        p for p in (_index(ids, t.section_begin, body_start), _index(ids, t.call_begin, body_start)) if p is not None
+    ]
     tool_start = min(starts) if starts else None
     calls: list[tuple[list[int], list[int]]] = []  # (name ids, argument ids)
     pos = body_start
@@ -167,8 +169,10 @@ def _numeric_histogram(s: pl.Series, bins: int) -> list[str]:
     top = max(counts) or 1
     w = max(len(x) for x in labels)
     cw = max(len(str(c)) for c in counts)
-    return [f"{lab:>{w}} | {c:>{cw}} | {'█' * (max(1, round(_BAR * c / top)) if c else 0)}"
-            for lab, c in zip(labels, counts)]
+    return [
+        f"{lab:>{w}} | {c:>{cw}} | {'█' * (max(1, round(_BAR * c / top)) if c else 0)}"
+        for lab, c in zip(labels, counts)
+    ]
 
 
 def _categorical_table(s: pl.Series, top: int = 10) -> list[str]:
@@ -176,8 +180,10 @@ def _categorical_table(s: pl.Series, top: int = 10) -> list[str]:
     total = max(s.len(), 1)
     name = vc.columns[0]
     peak = max(vc["count"].to_list() or [1])
-    return [f"{k!s:>12} | {c:>8} | {100 * c / total:5.1f}% | {'█' * max(1, round(_BAR * c / peak))}"
-            for k, c in zip(vc[name].to_list(), vc["count"].to_list())]
+    return [
+        f"{k!s:>12} | {c:>8} | {100 * c / total:5.1f}% | {'█' * max(1, round(_BAR * c / peak))}"
+        for k, c in zip(vc[name].to_list(), vc["count"].to_list())
+    ]
 
 
 def histograms_markdown(features: pl.DataFrame, columns: Sequence[str], *, bins: int = 10) -> str:
@@ -197,8 +203,10 @@ def histograms_markdown(features: pl.DataFrame, columns: Sequence[str], *, bins:
                 lo: Any = v.min()
                 hi: Any = v.max()
                 mean: Any = v.mean()
-                stats = (f"n={v.len()} nulls={nulls} min={lo} p50={q(0.5)} p90={q(0.9)} "
-                         f"p99={q(0.99)} max={hi} mean={mean:.4g}")
+                stats = (
+                    f"n={v.len()} nulls={nulls} min={lo} p50={q(0.5)} p90={q(0.9)} "
+                    f"p99={q(0.99)} max={hi} mean={mean:.4g}"
+                )
             else:
                 stats = f"n=0 nulls={nulls}"
             body = _numeric_histogram(s, bins)

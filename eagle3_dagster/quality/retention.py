@@ -81,8 +81,14 @@ def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
             _remove(d)
             stats.pages_removed += 1
     if stats.results_removed or stats.pages_removed:
-        log.info("GX context %s: pruned %d old validation result(s) and %d page(s) of %s (keeping %d)",
-                 gx_root, stats.results_removed, stats.pages_removed, suite, keep)
+        log.info(
+            "GX context %s: pruned %d old validation result(s) and %d page(s) of %s (keeping %d)",
+            gx_root,
+            stats.results_removed,
+            stats.pages_removed,
+            suite,
+            keep,
+        )
     return stats
 
 

@@ -30,10 +30,20 @@ RATE_METRICS = ("think_end_rate", "length_finish_rate", "tool_call_rate")
 
 def publish_frame(rows: int, shards_included: int, previous_rows: int | None) -> pl.DataFrame:
     frac = None if not previous_rows else rows / previous_rows
-    return pl.DataFrame({ROW_ID: ["snapshot"], "rows": [rows], "shards_included": [shards_included],
-                         "rows_fraction_of_previous": [frac]},
-                        schema={ROW_ID: pl.String, "rows": pl.Int64, "shards_included": pl.Int64,
-                                "rows_fraction_of_previous": pl.Float64})
+    return pl.DataFrame(
+        {
+            ROW_ID: ["snapshot"],
+            "rows": [rows],
+            "shards_included": [shards_included],
+            "rows_fraction_of_previous": [frac],
+        },
+        schema={
+            ROW_ID: pl.String,
+            "rows": pl.Int64,
+            "shards_included": pl.Int64,
+            "rows_fraction_of_previous": pl.Float64,
+        },
+    )
 
 
 def _p50(summary: dict[str, Any], col: str) -> float | None:
@@ -75,14 +85,31 @@ class SnapshotVerdict:
         return (self.drift or {}).get("status", "none")
 
     def to_json(self) -> dict[str, Any]:
-        return {"publish": self.publish, "reasons": self.reasons, "publish_gate": self.publish_gate,
-                "drift": self.drift}
+        return {
+            "publish": self.publish,
+            "reasons": self.reasons,
+            "publish_gate": self.publish_gate,
+            "drift": self.drift,
+        }
 
 
 def _gate_json(res: GateResult) -> dict[str, Any]:
-    return {"success": res.success, "suite_sha256": res.suite_sha256, "created_at": res.created_at,
-            "outcomes": [{"key": o.key, "name": o.name, "severity": o.severity, "success": o.success,
-                          "column": o.column, "description": o.description} for o in res.outcomes]}
+    return {
+        "success": res.success,
+        "suite_sha256": res.suite_sha256,
+        "created_at": res.created_at,
+        "outcomes": [
+            {
+                "key": o.key,
+                "name": o.name,
+                "severity": o.severity,
+                "success": o.success,
+                "column": o.column,
+                "description": o.description,
+            }
+            for o in res.outcomes
+        ],
+    }
 
 
 def _failed_text(res: GateResult, values: dict[str, Any]) -> list[str]:
@@ -116,17 +143,27 @@ def judge_snapshot(
     ov = config_overrides or {}
     prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
     pf = publish_frame(rows, shards_included, prev_rows)
-    pres = run_gate("publish", pf, expectations_dir=expectations_dir, context_dir=context_dir, build_docs=False,
-                    config_overrides=ov.get("publish"))
+    pres = run_gate(
+        "publish",
+        pf,
+        expectations_dir=expectations_dir,
+        context_dir=context_dir,
+        build_docs=False,
+        config_overrides=ov.get("publish"),
+    )
     pvals = pf.row(0, named=True)
     reasons = []
     if not pres.success:
         for o in pres.failed_critical:
             if o.key == "some_shard_included" and excluded:
-                reasons.append(f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})")
+                reasons.append(
+                    f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
+                )
             elif o.key == "rows_vs_previous" and prev_rows:
-                reasons.append(f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
-                               f"({pvals['rows_fraction_of_previous']:.0%})")
+                reasons.append(
+                    f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
+                    f"({pvals['rows_fraction_of_previous']:.0%})"
+                )
             else:
                 reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
     publish_gate = {**_gate_json(pres), "values": pvals}
@@ -134,20 +171,32 @@ def judge_snapshot(
     if previous is not None and previous.get("summary"):
         policy = drift_policy(expectations_dir)
         df = drift_frame(summary, previous["summary"])
-        dres = run_gate("drift", df, expectations_dir=expectations_dir, context_dir=context_dir, build_docs=False,
-                        config_overrides=ov.get("drift"))
+        dres = run_gate(
+            "drift",
+            df,
+            expectations_dir=expectations_dir,
+            context_dir=context_dir,
+            build_docs=False,
+            config_overrides=ov.get("drift"),
+        )
         dvals = df.row(0, named=True)
         dvals.pop(ROW_ID, None)
         failed = [o for o in dres.outcomes if not o.success]
         status = "failed" if dres.failed_critical else ("warned" if failed else "ok")
         drift = {
-            **_gate_json(dres), "status": status, "policy": policy, "against": previous.get("version"),
-            "values": dvals, "failed": _failed_text(dres, dvals),
+            **_gate_json(dres),
+            "status": status,
+            "policy": policy,
+            "against": previous.get("version"),
+            "values": dvals,
+            "failed": _failed_text(dres, dvals),
             "before": {k: previous["summary"].get(k) for k in ("model_revision", "sampling_hash", "rows")},
         }
         if failed and policy == "hold":
-            reasons.append(f"held back by the drift gate (expectations/drift.json meta.drifted_snapshot=hold) against "
-                           f"snapshot {previous.get('version')}: " + "; ".join(drift["failed"]))
+            reasons.append(
+                f"held back by the drift gate (expectations/drift.json meta.drifted_snapshot=hold) against "
+                f"snapshot {previous.get('version')}: " + "; ".join(drift["failed"])
+            )
     return SnapshotVerdict(publish=not reasons, reasons=reasons, publish_gate=publish_gate, drift=drift)
 
 
@@ -157,5 +206,7 @@ def drift_line(drift: dict[str, Any] | None) -> str:
         return "drift: nothing to compare with (first snapshot)"
     if drift.get("status") == "ok":
         return f"drift: none against snapshot {drift.get('against')}"
-    return (f"drift: {str(drift.get('status')).upper()} against snapshot {drift.get('against')} "
-            f"(policy: {drift.get('policy')}): " + "; ".join(drift.get("failed") or []))
+    return (
+        f"drift: {str(drift.get('status')).upper()} against snapshot {drift.get('against')} "
+        f"(policy: {drift.get('policy')}): " + "; ".join(drift.get("failed") or [])
+    )

@@ -78,7 +78,9 @@ class ExpectationSpec:
 
     def to_gx_dict(self) -> dict[str, Any]:
         meta = dict(self.meta)
-        meta.update(key=self.key, name=self.name, severity=self.severity, description=self.description, level=self.level)
+        meta.update(
+            key=self.key, name=self.name, severity=self.severity, description=self.description, level=self.level
+        )
         # GX renders `notes` in Data Docs: put the readable name and the gate semantics there.
         notes = self.notes or f"{self.name} [{self.severity}, mostly {self.mostly:g}]: {self.description}"
         return {"type": self.type, "kwargs": dict(self.kwargs), "meta": meta, "notes": notes}
@@ -110,12 +112,19 @@ class _SafeDict(dict):
 
 def _render(name: str, profile: ModelProfile | None) -> str:
     if profile is None:  # no ids to show: say what the token is instead
-        return name.format_map(_SafeDict(think_start_id="think-start", think_end_id="think-end",
-                                         end_of_turn_id="end-of-turn", profile="profile"))
-    return name.format_map(_SafeDict(
-        think_start_id=profile.think_start_id, think_end_id=profile.think_end_id,
-        end_of_turn_id=profile.end_of_turn_id, profile=profile.name,
-    ))
+        return name.format_map(
+            _SafeDict(
+                think_start_id="think-start", think_end_id="think-end", end_of_turn_id="end-of-turn", profile="profile"
+            )
+        )
+    return name.format_map(
+        _SafeDict(
+            think_start_id=profile.think_start_id,
+            think_end_id=profile.think_end_id,
+            end_of_turn_id=profile.end_of_turn_id,
+            profile=profile.name,
+        )
+    )
 
 
 def load_suite(
@@ -174,11 +183,19 @@ def load_suite(
             raise SuiteError(f"{where} ({key}): {etype} cannot be row-level; supported: {sorted(ROW_LEVEL_TYPES)}")
         for k in ("key", "name", "severity", "description", "level", "enabled"):
             meta.pop(k, None)
-        specs.append(ExpectationSpec(
-            key=key, name=name, type=etype, kwargs=kwargs, severity=severity,
-            description=str((exp.get("meta") or {}).get("description", "")), level=level,
-            meta=meta, notes=exp.get("notes"),
-        ))
+        specs.append(
+            ExpectationSpec(
+                key=key,
+                name=name,
+                type=etype,
+                kwargs=kwargs,
+                severity=severity,
+                description=str((exp.get("meta") or {}).get("description", "")),
+                level=level,
+                meta=meta,
+                notes=exp.get("notes"),
+            )
+        )
     if overrides:
         raise SuiteError(f"config_overrides name no expectation of {path}: {sorted(overrides)}")
     keys = [s.key for s in specs]
@@ -186,8 +203,12 @@ def load_suite(
         raise SuiteError(f"{path}: duplicate expectation keys {sorted({k for k in keys if keys.count(k) > 1})}")
     body = json.dumps([s.to_gx_dict() for s in specs], sort_keys=True, default=str)
     return SuiteSpec(
-        gate=gate, name=str(raw.get("name") or gate), expectations=specs, meta=dict(raw.get("meta") or {}),
-        source_path=str(path), sha256=hashlib.sha256(body.encode()).hexdigest()[:16],
+        gate=gate,
+        name=str(raw.get("name") or gate),
+        expectations=specs,
+        meta=dict(raw.get("meta") or {}),
+        source_path=str(path),
+        sha256=hashlib.sha256(body.encode()).hexdigest()[:16],
     )
 
 

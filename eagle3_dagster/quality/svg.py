@@ -46,8 +46,16 @@ def _num(v: float) -> str:
     return f"{v:.2f}".rstrip("0").rstrip(".")
 
 
-def _frame(title: str, body: list[str], *, x_label: str, y_label: str, width: int = WIDTH, height: int = HEIGHT,
-           legend: Sequence[tuple[str, str]] = ()) -> str:
+def _frame(
+    title: str,
+    body: list[str],
+    *,
+    x_label: str,
+    y_label: str,
+    width: int = WIDTH,
+    height: int = HEIGHT,
+    legend: Sequence[tuple[str, str]] = (),
+) -> str:
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{_e(title)}" {_FONT} font-size="11">',
@@ -61,8 +69,10 @@ def _frame(title: str, body: list[str], *, x_label: str, y_label: str, width: in
     lx = width - MARGIN_R
     for name, color in reversed(list(legend)):
         lx -= 8 + 7 * len(name) + 16
-        out.append(f'<rect x="{lx}" y="{MARGIN_T - 12}" width="10" height="10" fill="{color}"/>'
-                   f'<text x="{lx + 14}" y="{MARGIN_T - 3}">{_e(name)}</text>')
+        out.append(
+            f'<rect x="{lx}" y="{MARGIN_T - 12}" width="10" height="10" fill="{color}"/>'
+            f'<text x="{lx + 14}" y="{MARGIN_T - 3}">{_e(name)}</text>'
+        )
     out.extend(body)
     out.append("</svg>")
     return "".join(out)
@@ -74,21 +84,35 @@ def _y_axis(top: float, *, width: int = WIDTH, height: int = HEIGHT, fmt: Callab
     for i in range(5):
         v = top * i / 4
         y = height - MARGIN_B - plot_h * i / 4
-        out.append(f'<line x1="{MARGIN_L}" x2="{width - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e3e3"/>'
-                   f'<text x="{MARGIN_L - 5}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt(v))}</text>')
-    out.append(f'<line x1="{MARGIN_L}" x2="{MARGIN_L}" y1="{MARGIN_T}" y2="{height - MARGIN_B}" stroke="#333"/>'
-               f'<line x1="{MARGIN_L}" x2="{width - MARGIN_R}" y1="{height - MARGIN_B}" y2="{height - MARGIN_B}" '
-               f'stroke="#333"/>')
+        out.append(
+            f'<line x1="{MARGIN_L}" x2="{width - MARGIN_R}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e3e3"/>'
+            f'<text x="{MARGIN_L - 5}" y="{y + 4:.1f}" text-anchor="end">{_e(fmt(v))}</text>'
+        )
+    out.append(
+        f'<line x1="{MARGIN_L}" x2="{MARGIN_L}" y1="{MARGIN_T}" y2="{height - MARGIN_B}" stroke="#333"/>'
+        f'<line x1="{MARGIN_L}" x2="{width - MARGIN_R}" y1="{height - MARGIN_B}" y2="{height - MARGIN_B}" '
+        f'stroke="#333"/>'
+    )
     return out
 
 
 def empty(title: str, note: str = "no data") -> str:
-    return _frame(title, [f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" fill="#777">'
-                          f"{_e(note)}</text>"], x_label="", y_label="")
+    return _frame(
+        title,
+        [f'<text x="{WIDTH / 2:.0f}" y="{HEIGHT / 2:.0f}" text-anchor="middle" fill="#777">{_e(note)}</text>'],
+        x_label="",
+        y_label="",
+    )
 
 
-def histogram(title: str, edges: Sequence[float], counts: Sequence[int], *, x_label: str = "length (tokens)",
-              y_label: str = "samples") -> str:
+def histogram(
+    title: str,
+    edges: Sequence[float],
+    counts: Sequence[int],
+    *,
+    x_label: str = "length (tokens)",
+    y_label: str = "samples",
+) -> str:
     """Bars over [edges[i], edges[i+1]); the count on each non-empty bar, n in the title."""
     if not counts or sum(counts) == 0:
         return empty(title)
@@ -104,31 +128,59 @@ def histogram(title: str, edges: Sequence[float], counts: Sequence[int], *, x_la
         h = plot_h * c / top
         x = MARGIN_L + i * bw
         y = HEIGHT - MARGIN_B - h
-        body.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" '
-                    f'fill="{COLORS[0]}"><title>{_e(_num(edges[i]))}-{_e(_num(edges[i + 1]))} tokens: {c}</title></rect>')
+        body.append(
+            f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" '
+            f'fill="{COLORS[0]}"><title>{_e(_num(edges[i]))}-{_e(_num(edges[i + 1]))} tokens: {c}</title></rect>'
+        )
         if c:
             body.append(f'<text x="{x + bw / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle" font-size="9">{c}</text>')
     step = max(1, len(counts) // 5)
     for i in range(0, len(edges), step):
         x = MARGIN_L + i * bw
-        body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{HEIGHT - MARGIN_B}" y2="{HEIGHT - MARGIN_B + 4}" stroke="#333"/>'
-                    f'<text x="{x:.1f}" y="{HEIGHT - MARGIN_B + 16}" text-anchor="middle">{_e(_num(edges[i]))}</text>')
+        body.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{HEIGHT - MARGIN_B}" y2="{HEIGHT - MARGIN_B + 4}" stroke="#333"/>'
+            f'<text x="{x:.1f}" y="{HEIGHT - MARGIN_B + 16}" text-anchor="middle">{_e(_num(edges[i]))}</text>'
+        )
     return _frame(f"{title} (n={n})", body, x_label=x_label, y_label=y_label)
 
 
-def bars(title: str, labels: Sequence[str], values: Sequence[float], *, x_label: str = "", y_label: str = "",
-         value_fmt: Callable[[float], str] = _num, top: float | None = None,
-         axis_fmt: Callable[[float], str] = _num) -> str:
+def bars(
+    title: str,
+    labels: Sequence[str],
+    values: Sequence[float],
+    *,
+    x_label: str = "",
+    y_label: str = "",
+    value_fmt: Callable[[float], str] = _num,
+    top: float | None = None,
+    axis_fmt: Callable[[float], str] = _num,
+) -> str:
     """One bar per label, its value written on top."""
     if not values:
         return empty(title)
-    return grouped_bars(title, labels, {"": list(values)}, x_label=x_label, y_label=y_label, value_fmt=value_fmt,
-                        top=top, axis_fmt=axis_fmt)
+    return grouped_bars(
+        title,
+        labels,
+        {"": list(values)},
+        x_label=x_label,
+        y_label=y_label,
+        value_fmt=value_fmt,
+        top=top,
+        axis_fmt=axis_fmt,
+    )
 
 
-def grouped_bars(title: str, categories: Sequence[str], series: dict[str, Sequence[float | None]], *,
-                 x_label: str = "", y_label: str = "", value_fmt: Callable[[float], str] = _num,
-                 top: float | None = None, axis_fmt: Callable[[float], str] = _num) -> str:
+def grouped_bars(
+    title: str,
+    categories: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    *,
+    x_label: str = "",
+    y_label: str = "",
+    value_fmt: Callable[[float], str] = _num,
+    top: float | None = None,
+    axis_fmt: Callable[[float], str] = _num,
+) -> str:
     """Per category one bar per series (e.g. before / after), values written on the bars; a missing
     value (None) is marked "n/a"."""
     if not categories:
@@ -147,24 +199,37 @@ def grouped_bars(title: str, categories: Sequence[str], series: dict[str, Sequen
             v = s[ci] if ci < len(s) else None
             x = gx + si * bw
             if v is None:
-                body.append(f'<text x="{x + bw / 2:.1f}" y="{HEIGHT - MARGIN_B - 4}" text-anchor="middle" '
-                            f'font-size="9" fill="#777">n/a</text>')
+                body.append(
+                    f'<text x="{x + bw / 2:.1f}" y="{HEIGHT - MARGIN_B - 4}" text-anchor="middle" '
+                    f'font-size="9" fill="#777">n/a</text>'
+                )
                 continue
             h = plot_h * min(float(v), top) / top if top else 0.0
             y = HEIGHT - MARGIN_B - h
             label = f"{name}: " if name else ""
-            body.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" '
-                        f'fill="{COLORS[si % len(COLORS)]}"><title>{_e(cat)} {_e(label)}{_e(value_fmt(v))}</title></rect>'
-                        f'<text x="{x + bw / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle" font-size="9">'
-                        f"{_e(value_fmt(v))}</text>")
-        body.append(f'<text x="{MARGIN_L + ci * gw + gw / 2:.1f}" y="{HEIGHT - MARGIN_B + 16}" text-anchor="middle">'
-                    f"{_e(cat)}</text>")
+            body.append(
+                f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{max(bw - 2, 1):.1f}" height="{h:.1f}" '
+                f'fill="{COLORS[si % len(COLORS)]}"><title>{_e(cat)} {_e(label)}{_e(value_fmt(v))}</title></rect>'
+                f'<text x="{x + bw / 2:.1f}" y="{y - 3:.1f}" text-anchor="middle" font-size="9">'
+                f"{_e(value_fmt(v))}</text>"
+            )
+        body.append(
+            f'<text x="{MARGIN_L + ci * gw + gw / 2:.1f}" y="{HEIGHT - MARGIN_B + 16}" text-anchor="middle">'
+            f"{_e(cat)}</text>"
+        )
     legend = [(n, COLORS[i % len(COLORS)]) for i, n in enumerate(series) if n] if len(series) > 1 else []
     return _frame(title, body, x_label=x_label, y_label=y_label, legend=legend)
 
 
-def hbars(title: str, rows: Sequence[tuple[str, float, str]], *, x_label: str = "", max_value: float = 1.0,
-          value_fmt: Callable[[float], str] = lambda v: f"{100 * v:.1f}%", color: str | None = None) -> str:
+def hbars(
+    title: str,
+    rows: Sequence[tuple[str, float, str]],
+    *,
+    x_label: str = "",
+    max_value: float = 1.0,
+    value_fmt: Callable[[float], str] = lambda v: f"{100 * v:.1f}%",
+    color: str | None = None,
+) -> str:
     """Horizontal bars (label, value, note): e.g. pass rate per source, with 'n rows' as the note."""
     if not rows:
         return empty(title)
@@ -175,15 +240,19 @@ def hbars(title: str, rows: Sequence[tuple[str, float, str]], *, x_label: str = 
     body = []
     for i in range(5):
         x = left + plot_w * i / 4
-        body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{MARGIN_T}" y2="{height - 40}" stroke="#e3e3e3"/>'
-                    f'<text x="{x:.1f}" y="{height - 26}" text-anchor="middle">{_e(value_fmt(max_value * i / 4))}</text>')
+        body.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{MARGIN_T}" y2="{height - 40}" stroke="#e3e3e3"/>'
+            f'<text x="{x:.1f}" y="{height - 26}" text-anchor="middle">{_e(value_fmt(max_value * i / 4))}</text>'
+        )
     for i, (label, v, note) in enumerate(rows):
         y = MARGIN_T + i * row_h
         w = plot_w * max(0.0, min(float(v), max_value)) / max_value if max_value else 0.0
         short = label if len(label) <= 22 else label[:21] + "…"
-        body.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{_e(short)}</text>'
-                    f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{color or (COLORS[2] if v >= 0.999 else COLORS[1])}">'
-                    f"<title>{_e(label)}: {_e(value_fmt(v))} ({_e(note)})</title></rect>"
-                    f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="10">{_e(value_fmt(v))} · {_e(note)}</text>')
+        body.append(
+            f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{_e(short)}</text>'
+            f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row_h - 6}" fill="{color or (COLORS[2] if v >= 0.999 else COLORS[1])}">'
+            f"<title>{_e(label)}: {_e(value_fmt(v))} ({_e(note)})</title></rect>"
+            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="10">{_e(value_fmt(v))} · {_e(note)}</text>'
+        )
     body.append(f'<line x1="{left}" x2="{left}" y1="{MARGIN_T}" y2="{height - 40}" stroke="#333"/>')
     return _frame(title, body, x_label=x_label, y_label="", height=height)

@@ -21,7 +21,8 @@ from aiohttp import web
 from . import protocol as P
 
 _KIMI_CALL = re.compile(
-    r"<\|tool_call_begin\|>\s*(?P<id>[^<]+?)\s*<\|tool_call_argument_begin\|>(?P<args>.*?)<\|tool_call_end\|>", re.S)
+    r"<\|tool_call_begin\|>\s*(?P<id>[^<]+?)\s*<\|tool_call_argument_begin\|>(?P<args>.*?)<\|tool_call_end\|>", re.S
+)
 _QWEN_CALL = re.compile(r"<tool_call>\s*(?P<json>\{.*?\})\s*</tool_call>", re.S)
 
 
@@ -38,7 +39,9 @@ def _stripped_ids(sim: Any) -> set[int]:
         # In the deployed Kimi tokenizer `<think>`, `</think>` and the tool markers are special.
         ids |= {p.think_start_id, p.think_end_id}
         t = p.tool_call_ids
-        ids |= {x for x in (t.section_begin, t.section_end, t.call_begin, t.argument_begin, t.call_end) if x is not None}
+        ids |= {
+            x for x in (t.section_begin, t.section_end, t.call_begin, t.argument_begin, t.call_end) if x is not None
+        }
     return ids
 
 
@@ -49,7 +52,7 @@ def split_reasoning(sim: Any, text: str) -> tuple[str | None, str | None]:
     end = tok.convert_ids_to_tokens(sim.profile.think_end_id)
     body = text
     if body.lstrip().startswith(start):
-        body = body.lstrip()[len(start):]
+        body = body.lstrip()[len(start) :]
     elif not sim.profile.generation_prompt_ends_with_think_start and sim.profile.template_family != "kimi_ts":
         return None, text  # Qwen3-style detector: no <think>, no reasoning
     if end in body:
@@ -68,8 +71,9 @@ def parse_tool_calls(content: str) -> tuple[str | None, list[dict[str, Any]] | N
         for i, m in enumerate(_KIMI_CALL.finditer(rest)):
             fid = m.group("id")
             name = fid.split(".", 1)[-1].rsplit(":", 1)[0]
-            calls.append({"id": fid, "index": i, "type": "function",
-                          "function": {"name": name, "arguments": m.group("args")}})
+            calls.append(
+                {"id": fid, "index": i, "type": "function", "function": {"name": name, "arguments": m.group("args")}}
+            )
         return (before or None), calls or None
     if "<tool_call>" in content:
         before = content.split("<tool_call>", 1)[0]
@@ -78,8 +82,14 @@ def parse_tool_calls(content: str) -> tuple[str | None, list[dict[str, Any]] | N
                 d = json.loads(m.group("json"))
             except ValueError:
                 continue
-            calls.append({"id": f"call_{uuid.uuid4().hex[:24]}", "index": i, "type": "function",
-                          "function": {"name": d.get("name"), "arguments": json.dumps(d.get("arguments", {}))}})
+            calls.append(
+                {
+                    "id": f"call_{uuid.uuid4().hex[:24]}",
+                    "index": i,
+                    "type": "function",
+                    "function": {"name": d.get("name"), "arguments": json.dumps(d.get("arguments", {}))},
+                }
+            )
         return (before.strip() or None), calls or None
     return content, None
 
@@ -93,8 +103,9 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
     kwargs = dict(sim.profile.template_kwargs)
     kwargs.update(body.get("chat_template_kwargs") or {})
     try:
-        rendered = sim.tok.apply_chat_template(body["messages"], tools=tools, add_generation_prompt=True,
-                                               tokenize=False, **kwargs)
+        rendered = sim.tok.apply_chat_template(
+            body["messages"], tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+        )
     except Exception as e:  # template errors are the client's fault
         return _err(f"chat template failed: {e}")
     ids = list(sim.tok.encode(rendered, add_special_tokens=False))
@@ -128,16 +139,35 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
         finish = "tool_calls"
     n_out = len(pr.produced)
     resp = {
-        "id": item.rid, "object": "chat.completion", "created": int(time.time()), "model": sim.args.served_model_name,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "reasoning_content": reasoning,
-                                             "tool_calls": tool_calls},
-                     "logprobs": None, "finish_reason": finish, "matched_stop": fr.get("matched")}],
-        "usage": {"prompt_tokens": len(ids), "total_tokens": len(ids) + n_out, "completion_tokens": n_out,
-                  "prompt_tokens_details": None,
-                  "reasoning_tokens": engine.reasoning_tokens(pr.produced) if sim.version == P.V0_5_23 else 0},
+        "id": item.rid,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": sim.args.served_model_name,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": content,
+                    "reasoning_content": reasoning,
+                    "tool_calls": tool_calls,
+                },
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": fr.get("matched"),
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(ids),
+            "total_tokens": len(ids) + n_out,
+            "completion_tokens": n_out,
+            "prompt_tokens_details": None,
+            "reasoning_tokens": engine.reasoning_tokens(pr.produced) if sim.version == P.V0_5_23 else 0,
+        },
         # Not an OpenAI field: lets a demo show the raw ids next to the parsed split.
         "sim_output_ids": list(pr.produced),
         "sim_prompt_ids": ids,
     }
-    return web.Response(text=json.dumps(resp, separators=(",", ":"), ensure_ascii=False),
-                        content_type="application/json")
+    return web.Response(
+        text=json.dumps(resp, separators=(",", ":"), ensure_ascii=False), content_type="application/json"
+    )

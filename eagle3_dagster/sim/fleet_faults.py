@@ -29,10 +29,13 @@ from typing import Any
 
 from aiohttp import web
 
-HTML_PAGE = (b"<!DOCTYPE html><html><head><title>Welcome</title></head><body><h1>It works!</h1>"
-             b"<p>This is not the service you are looking for.</p></body></html>")
-ERROR_BODY_MESSAGE = ("The scheduler did not return an output for this request (detokenizer timeout). "
-                      "Please retry later.")
+HTML_PAGE = (
+    b"<!DOCTYPE html><html><head><title>Welcome</title></head><body><h1>It works!</h1>"
+    b"<p>This is not the service you are looking for.</p></body></html>"
+)
+ERROR_BODY_MESSAGE = (
+    "The scheduler did not return an output for this request (detokenizer timeout). Please retry later."
+)
 
 
 @dataclass

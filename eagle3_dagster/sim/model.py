@@ -24,7 +24,55 @@ from typing import Any
 
 from ..profiles import ModelProfile
 
-_WORDS = ["the", "user", "wants", "a", "clear", "answer", "so", "I", "should", "check", "each", "step", "first", "then", "verify", "the", "result", "consider", "edge", "cases", "carefully", "and", "compare", "the", "options", "before", "deciding", "what", "matters", "most", "here", "a", "short", "list", "may", "help", "because", "the", "question", "mentions", "several", "parts", "that", "depend", "on", "each", "other"]
+_WORDS = [
+    "the",
+    "user",
+    "wants",
+    "a",
+    "clear",
+    "answer",
+    "so",
+    "I",
+    "should",
+    "check",
+    "each",
+    "step",
+    "first",
+    "then",
+    "verify",
+    "the",
+    "result",
+    "consider",
+    "edge",
+    "cases",
+    "carefully",
+    "and",
+    "compare",
+    "the",
+    "options",
+    "before",
+    "deciding",
+    "what",
+    "matters",
+    "most",
+    "here",
+    "a",
+    "short",
+    "list",
+    "may",
+    "help",
+    "because",
+    "the",
+    "question",
+    "mentions",
+    "several",
+    "parts",
+    "that",
+    "depend",
+    "on",
+    "each",
+    "other",
+]
 _SENTENCES = (
     "Let me restate the problem in my own words.",
     "First, I need to identify what is being asked.",
@@ -113,8 +161,11 @@ def _tools_from_json(decls: list[Any], rng: random.Random) -> list[ToolDecl]:
             continue
         params: dict[str, Any] = fn["parameters"] if isinstance(fn.get("parameters"), dict) else {}
         props: dict[str, Any] = params["properties"] if isinstance(params.get("properties"), dict) else {}
-        args = {k: _fake_value(str((props.get(k) or {}).get("type", "string")), rng)
-                for k in params.get("required") or [] if isinstance(k, str)}
+        args = {
+            k: _fake_value(str((props.get(k) or {}).get("type", "string")), rng)
+            for k in params.get("required") or []
+            if isinstance(k, str)
+        }
         out.append(ToolDecl(fn["name"], args))
     return out
 
@@ -145,8 +196,9 @@ def find_tools(prompt_text: str, rng: random.Random) -> list[ToolDecl]:
 class OutputModel:
     """Builds and caches Scripts; thread-safe enough for one event loop plus worker threads."""
 
-    def __init__(self, tokenizer: Any, profile: ModelProfile, *, tool_call_rate: float = 0.6,
-                 cache_size: int = 4096) -> None:
+    def __init__(
+        self, tokenizer: Any, profile: ModelProfile, *, tool_call_rate: float = 0.6, cache_size: int = 4096
+    ) -> None:
         self.tok = tokenizer
         self.profile = profile
         self.tool_call_rate = tool_call_rate
@@ -184,7 +236,9 @@ class OutputModel:
         # Thinking off: the template already closed the think block (Kimi `<think></think>`,
         # Qwen3 `<think>\n\n</think>\n\n`), so the model answers directly.
         tail = list(input_ids[-6:])
-        instant = p.think_end_id in tail and not self.tok.decode(tail[len(tail) - tail[::-1].index(p.think_end_id):]).strip()
+        instant = (
+            p.think_end_id in tail and not self.tok.decode(tail[len(tail) - tail[::-1].index(p.think_end_id) :]).strip()
+        )
         # Mostly longer than SGLang's default max_new_tokens=128, so forgetting to send it shows up.
         reasoning = " ".join(rng.choice(_SENTENCES) for _ in range(rng.randint(6, 30)))
         reasoning += " " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))) + "."
@@ -206,7 +260,11 @@ class OutputModel:
         if self.kimi_shape:
             text = (answer + tail_markers) if instant else f"{reasoning}{think_end}{answer}{tail_markers}"
         else:
-            text = (answer + tail_markers) if instant else f"{think_start}\n{reasoning}\n{think_end}\n\n{answer}{tail_markers}"
+            text = (
+                (answer + tail_markers)
+                if instant
+                else f"{think_start}\n{reasoning}\n{think_end}\n\n{answer}{tail_markers}"
+            )
         ids = self.encode(text) + [p.end_of_turn_id]
         filler_text = " " + " ".join(rng.choice(_SENTENCES) for _ in range(8))
         return Script(tuple(ids), tuple(self.encode(filler_text)), text, tool_call)
@@ -219,8 +277,10 @@ class OutputModel:
             if None in (ids.section_begin, ids.call_begin, ids.argument_begin, ids.call_end, ids.section_end):
                 return ""
             tk = self.tok.convert_ids_to_tokens
-            return (f"{tk(ids.section_begin)}{tk(ids.call_begin)}functions.{t.name}:0"
-                    f"{tk(ids.argument_begin)}{args}{tk(ids.call_end)}{tk(ids.section_end)}")
+            return (
+                f"{tk(ids.section_begin)}{tk(ids.call_begin)}functions.{t.name}:0"
+                f"{tk(ids.argument_begin)}{args}{tk(ids.call_end)}{tk(ids.section_end)}"
+            )
         # Qwen3/Hermes style
         call = json.dumps({"name": t.name, "arguments": t.args}, ensure_ascii=False)
         return f"<tool_call>\n{call}\n</tool_call>"

@@ -83,8 +83,10 @@ class NonCanonicalSplitter:
                 pair = self._pair(t) if i in chosen else None
                 out.extend(pair if pair else (t,))
             text = self.tok.decode(ids, skip_special_tokens=False)
-            ok = (self.tok.decode(out, skip_special_tokens=False) == text
-                  and self.tok.encode(text, add_special_tokens=False) != out)
+            ok = (
+                self.tok.decode(out, skip_special_tokens=False) == text
+                and self.tok.encode(text, add_special_tokens=False) != out
+            )
             if not ok:
                 self.rejected += 1
                 return ids
@@ -93,5 +95,10 @@ class NonCanonicalSplitter:
             return out
 
     def stats(self) -> dict[str, Any]:
-        return {"rate": self.rate, "max_splits": self.max_splits, "samples_split": self.samples_split,
-                "tokens_split": self.tokens_split, "rejected_checks": self.rejected}
+        return {
+            "rate": self.rate,
+            "max_splits": self.max_splits,
+            "samples_split": self.samples_split,
+            "tokens_split": self.tokens_split,
+            "rejected_checks": self.rejected,
+        }

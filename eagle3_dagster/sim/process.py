@@ -77,9 +77,16 @@ def _arg_value(args: Sequence[str], flag: str) -> str | None:
 
 
 class SimProcess:
-    def __init__(self, *, port: int | None, extra_args: Sequence[str], env: dict[str, str] | None,
-                 ready_timeout: float, wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
-                 log_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        port: int | None,
+        extra_args: Sequence[str],
+        env: dict[str, str] | None,
+        ready_timeout: float,
+        wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
+        log_dir: str | Path | None = None,
+    ) -> None:
         self.host = "127.0.0.1"
         self.fixed_port = port
         self.port = port or 0
@@ -126,8 +133,16 @@ class SimProcess:
         raise last
 
     def _spawn_and_wait(self) -> None:
-        cmd = [sys.executable, "-m", "eagle3_dagster.sim.server", "--host", self.host, "--port", str(self.port),
-               *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "eagle3_dagster.sim.server",
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
         env = dict(os.environ)
         if self.env:
             env.update(self.env)
@@ -137,8 +152,14 @@ class SimProcess:
         try:
             # Its own session (a Ctrl-C in the terminal reaches the parent, which stops it in order), and
             # it dies with the parent (a `kill -9` of the parent leaves no simulator holding the port).
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True, preexec_fn=die_with_parent())
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
         finally:
             logf.close()
         mode = self.wait_for
@@ -200,9 +221,16 @@ class SimProcess:
         self.stop()
 
 
-def start_simulator(*, port: int | None = None, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
-                    ready_timeout: float = 60, wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
-                    log_dir: str | Path | None = None) -> SimProcess:
+def start_simulator(
+    *,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    ready_timeout: float = 60,
+    wait_for: Literal["auto", "health", "model_info", "none"] = "auto",
+    log_dir: str | Path | None = None,
+) -> SimProcess:
     """Start `eagle3-sim` on a free (or the given) 127.0.0.1 port and wait until it is ready."""
-    return SimProcess(port=port, extra_args=extra_args, env=env, ready_timeout=ready_timeout, wait_for=wait_for,
-                      log_dir=log_dir).start()
+    return SimProcess(
+        port=port, extra_args=extra_args, env=env, ready_timeout=ready_timeout, wait_for=wait_for, log_dir=log_dir
+    ).start()

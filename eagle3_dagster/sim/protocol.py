@@ -21,14 +21,34 @@ VERSIONS = (V0_5_23, V0_5_9)
 
 # Sampling keys the 0.5.23 contract gate knows, with the serde type it expects.
 SAMPLING_TYPES: dict[str, str] = {
-    "max_new_tokens": "i32", "min_new_tokens": "i32", "temperature": "f32", "top_p": "f32",
-    "top_k": "i32", "min_p": "f32", "frequency_penalty": "f32", "presence_penalty": "f32",
-    "repetition_penalty": "f32", "stop": "str_or_seq", "stop_regex": "str_or_seq",
-    "stop_token_ids": "seq_int", "ignore_eos": "bool", "skip_special_tokens": "bool",
-    "spaces_between_special_tokens": "bool", "no_stop_trim": "bool", "n": "i32",
-    "sampling_seed": "i64", "json_schema": "str", "regex": "str", "ebnf": "str",
-    "structural_tag": "str", "logit_bias": "map", "stream_interval": "i32", "custom_params": "map",
-    "beam_width": "i32", "watermark": "map", "choice": "seq",
+    "max_new_tokens": "i32",
+    "min_new_tokens": "i32",
+    "temperature": "f32",
+    "top_p": "f32",
+    "top_k": "i32",
+    "min_p": "f32",
+    "frequency_penalty": "f32",
+    "presence_penalty": "f32",
+    "repetition_penalty": "f32",
+    "stop": "str_or_seq",
+    "stop_regex": "str_or_seq",
+    "stop_token_ids": "seq_int",
+    "ignore_eos": "bool",
+    "skip_special_tokens": "bool",
+    "spaces_between_special_tokens": "bool",
+    "no_stop_trim": "bool",
+    "n": "i32",
+    "sampling_seed": "i64",
+    "json_schema": "str",
+    "regex": "str",
+    "ebnf": "str",
+    "structural_tag": "str",
+    "logit_bias": "map",
+    "stream_interval": "i32",
+    "custom_params": "map",
+    "beam_width": "i32",
+    "watermark": "map",
+    "choice": "seq",
 }
 _V059_ONLY_MISSING = {"beam_width", "watermark", "choice"}  # 0.5.23-only keys: TypeError in 0.5.9
 
@@ -102,27 +122,40 @@ def _pyd(msg: str) -> SimError:
 
 def check_shape(body: Any) -> None:
     if not isinstance(body, dict):
-        raise _pyd("1 validation error for GenerateReqInput: Input should be a valid dictionary "
-                   f"[{{'type': 'model_attributes_type', 'loc': ('body',), 'input': {body!r:.80}}}]")
+        raise _pyd(
+            "1 validation error for GenerateReqInput: Input should be a valid dictionary "
+            f"[{{'type': 'model_attributes_type', 'loc': ('body',), 'input': {body!r:.80}}}]"
+        )
     ids = body.get("input_ids")
     if ids is not None:
         ok = isinstance(ids, list) and (
-            all(_is_int(x) for x in ids) or all(isinstance(r, list) and all(_is_int(x) for x in r) for r in ids))
+            all(_is_int(x) for x in ids) or all(isinstance(r, list) and all(_is_int(x) for x in r) for r in ids)
+        )
         if not ok:
-            raise _pyd("1 validation error for GenerateReqInput: input_ids: Input should be a valid "
-                       f"list of integers or a list of lists of integers [{{'type': 'list_type', "
-                       f"'loc': ('body', 'input_ids'), 'input': {ids!r:.80}}}]")
+            raise _pyd(
+                "1 validation error for GenerateReqInput: input_ids: Input should be a valid "
+                f"list of integers or a list of lists of integers [{{'type': 'list_type', "
+                f"'loc': ('body', 'input_ids'), 'input': {ids!r:.80}}}]"
+            )
     sp = body.get("sampling_params")
     if sp is not None and not (isinstance(sp, dict) or (isinstance(sp, list) and all(isinstance(d, dict) for d in sp))):
-        raise _pyd("1 validation error for GenerateReqInput: sampling_params: Input should be a valid "
-                   f"dictionary [{{'type': 'dict_type', 'loc': ('body', 'sampling_params'), 'input': {sp!r:.80}}}]")
+        raise _pyd(
+            "1 validation error for GenerateReqInput: sampling_params: Input should be a valid "
+            f"dictionary [{{'type': 'dict_type', 'loc': ('body', 'sampling_params'), 'input': {sp!r:.80}}}]"
+        )
     rid = body.get("rid")
-    if rid is not None and not (isinstance(rid, str) or (isinstance(rid, list) and all(isinstance(r, str) for r in rid))):
-        raise _pyd("1 validation error for GenerateReqInput: rid: Input should be a valid string "
-                   f"[{{'type': 'string_type', 'loc': ('body', 'rid'), 'input': {rid!r:.80}}}]")
+    if rid is not None and not (
+        isinstance(rid, str) or (isinstance(rid, list) and all(isinstance(r, str) for r in rid))
+    ):
+        raise _pyd(
+            "1 validation error for GenerateReqInput: rid: Input should be a valid string "
+            f"[{{'type': 'string_type', 'loc': ('body', 'rid'), 'input': {rid!r:.80}}}]"
+        )
     if "stream" in body and not isinstance(body["stream"], bool):
-        raise _pyd("1 validation error for GenerateReqInput: stream: Input should be a valid boolean "
-                   f"[{{'type': 'bool_type', 'loc': ('body', 'stream'), 'input': {body['stream']!r:.80}}}]")
+        raise _pyd(
+            "1 validation error for GenerateReqInput: stream: Input should be a valid boolean "
+            f"[{{'type': 'bool_type', 'loc': ('body', 'stream'), 'input': {body['stream']!r:.80}}}]"
+        )
     if "text" in body and body["text"] is not None and not isinstance(body["text"], (str, list)):
         raise _pyd("1 validation error for GenerateReqInput: text: Input should be a valid string")
 
@@ -159,7 +192,9 @@ def _type_ok(kind: str, v: Any) -> tuple[bool, str]:
     if kind == "str":
         return isinstance(v, str), "a string"
     if kind == "str_or_seq":
-        return isinstance(v, str) or (isinstance(v, list) and all(isinstance(s, str) for s in v)), "string or sequence of strings"
+        return isinstance(v, str) or (
+            isinstance(v, list) and all(isinstance(s, str) for s in v)
+        ), "string or sequence of strings"
     if kind == "seq_int":
         return isinstance(v, list) and all(_is_int(s) for s in v), "a sequence of integers"
     if kind == "map":
@@ -197,9 +232,24 @@ def _fmt(x: Any) -> str:
 
 def to_sampling(sp: dict[str, Any]) -> Sampling:
     s = Sampling()
-    for k in ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "min_p", "frequency_penalty",
-              "presence_penalty", "repetition_penalty", "ignore_eos", "skip_special_tokens",
-              "spaces_between_special_tokens", "no_stop_trim", "n", "sampling_seed", "stream_interval"):
+    for k in (
+        "max_new_tokens",
+        "min_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+        "ignore_eos",
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "no_stop_trim",
+        "n",
+        "sampling_seed",
+        "stream_interval",
+    ):
         if k in sp and (sp[k] is not None or k in ("max_new_tokens", "sampling_seed", "stream_interval")):
             v = sp[k]
             if isinstance(getattr(Sampling, k, None), int) and isinstance(v, float) and not isinstance(v, bool):
@@ -214,6 +264,7 @@ def to_sampling(sp: dict[str, Any]) -> Sampling:
 
 def check_ranges(s: Sampling, version: str) -> None:
     """Range checks with SGLang's exact messages (§2.3); ValueError -> 400."""
+
     def bad(msg: str) -> SimError:
         return SimError(400, msg)
 
@@ -315,7 +366,9 @@ def parse_generate(body: dict[str, Any], version: str, in_flight: set[str] | Non
         for j in range(n):
             # n>1: every sample gets a fresh uuid rid (meta_info.id != the user's rid), prompt-major.
             r = rids[i] if n == 1 else uuid.uuid4().hex
-            items.append(Item(r, p, s, len(items), sample_index=j, return_logprob=bool(lp), top_logprobs_num=int(tl or 0)))
+            items.append(
+                Item(r, p, s, len(items), sample_index=j, return_logprob=bool(lp), top_logprobs_num=int(tl or 0))
+            )
     return Parsed(items, is_single=not expanded, stream=bool(body.get("stream", False)), raw_sampling=sp_list)
 
 
@@ -323,9 +376,15 @@ def feature_checks(body: dict[str, Any], version: str) -> None:
     """Feature flags that are off on a default server (§2.1)."""
     if body.get("return_hidden_states"):
         flag = "--enable-return-hidden-states" if version == V0_5_9 else "--return-hidden-states-mode"
-        raise SimError(400, f"The server is not configured to return the hidden states. Please set `{flag}` to enable this feature.")
+        raise SimError(
+            400,
+            f"The server is not configured to return the hidden states. Please set `{flag}` to enable this feature.",
+        )
     if body.get("custom_logit_processor"):
-        raise SimError(400, "The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.")
+        raise SimError(
+            400,
+            "The server is not configured to enable custom logit processor. Please set `--enable-custom-logit-processor` to enable this feature.",
+        )
     if version == V0_5_23 and body.get("max_thinking_tokens") is not None:
         raise SimError(400, "max_thinking_tokens requires --enable-strict-thinking.")
 
@@ -334,7 +393,9 @@ def context_checks(item: Item, context_length: int, version: str) -> None:
     """Tokenizer-side length checks (§4.2); run before sampling range checks (§9.4)."""
     n = len(item.input_ids)
     if n >= context_length:
-        raise SimError(400, f"The input ({n} tokens) is longer than the model's context length ({context_length} tokens).")
+        raise SimError(
+            400, f"The input ({n} tokens) is longer than the model's context length ({context_length} tokens)."
+        )
     m = item.sampling.max_new_tokens
     if m is not None:
         total = n + m
@@ -345,14 +406,19 @@ def context_checks(item: Item, context_length: int, version: str) -> None:
                 f"Requested token count exceeds the model's maximum context length of {context_length} tokens. "
                 f"You requested a total of {total} tokens: {n} tokens from the input messages and {m} tokens "
                 "for the completion. Please reduce the number of tokens in the input messages or the completion "
-                "to fit within the limit.")
+                "to fit within the limit.",
+            )
 
 
 def scheduler_check(item: Item, max_req_input_len: int) -> None:
     n = len(item.input_ids)
     if n >= max_req_input_len:
-        raise SimError(400, f"Input length ({n} tokens) exceeds the maximum allowed length ({max_req_input_len} "
-                       "tokens). Use a shorter input or enable --allow-auto-truncate.", "scheduler")
+        raise SimError(
+            400,
+            f"Input length ({n} tokens) exceeds the maximum allowed length ({max_req_input_len} "
+            "tokens). Use a shorter input or enable --allow-auto-truncate.",
+            "scheduler",
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -376,8 +442,9 @@ def effective_max_new(item: Item, context_length: int) -> int:
     return cap if m is None else min(m, cap)
 
 
-def plan_output(model: OutputModel, item: Item, *, eos_ids: Sequence[int], context_length: int, version: str,
-                mode: str = "normal") -> Plan:
+def plan_output(
+    model: OutputModel, item: Item, *, eos_ids: Sequence[int], context_length: int, version: str, mode: str = "normal"
+) -> Plan:
     s = item.sampling
     script = model.script(item.input_ids, item.sample_index, s.sampling_seed)
     stop_set = set() if s.ignore_eos else set(eos_ids) | set(s.stop_token_ids)

@@ -89,8 +89,12 @@ MODES = ("normal", "drop-think-end", "echo-prompt-tail")
 
 class SimConfigError(Exception):
     """A command-line setting the simulator cannot run with."""
-_FLUSH_TEXT = ("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
-               "waiting requests, the operation will not be performed.)\n")
+
+
+_FLUSH_TEXT = (
+    "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+    "waiting requests, the operation will not be performed.)\n"
+)
 
 
 def dumps(obj: Any) -> str:
@@ -194,11 +198,18 @@ class Sim:
         self.max_req_input_len = min(self.context_length - 1, self.max_total_num_tokens - 1) - 5
         self.eos_ids = tuple(profile.stop_token_ids)
         self.api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        self.faults = Faults(queue_full_burst=args.queue_full_burst, reset_mid_body=args.reset_mid_body,
-                             crash_after=args.crash_after, slow_tokens_ms=args.token_latency_ms,
-                             prefill_ms_per_1k=args.prefill_ms_per_1k, mode=args.mode)
+        self.faults = Faults(
+            queue_full_burst=args.queue_full_burst,
+            reset_mid_body=args.reset_mid_body,
+            crash_after=args.crash_after,
+            slow_tokens_ms=args.token_latency_ms,
+            prefill_ms_per_1k=args.prefill_ms_per_1k,
+            mode=args.mode,
+        )
         self.stats = Stats()
-        self.fleet = FF.FleetFaults(weight_version=self.deployment.weight_version)  # fleet-level faults (fleet_faults.py); --weight-version is the starting version
+        self.fleet = FF.FleetFaults(
+            weight_version=self.deployment.weight_version
+        )  # fleet-level faults (fleet_faults.py); --weight-version is the starting version
         self.trie = PrefixTrie(args.prefix_cache_nodes)
         self.in_flight: dict[str, ReqState] = {}
         self.slots = asyncio.Semaphore(args.max_running_requests)
@@ -303,13 +314,23 @@ class Engine:
                     slot_t0 = time.monotonic()
             if not holding:
                 pr.queued_abort = True
-                pr.finish_reason = {"type": "abort", "message": "Abort in waiting queue", "status_code": None,
-                                    "err_type": None}
+                pr.finish_reason = {
+                    "type": "abort",
+                    "message": "Abort in waiting queue",
+                    "status_code": None,
+                    "err_type": None,
+                }
                 return pr
             st.status = "running"
             pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
-            plan = P.plan_output(sim.model, item, eos_ids=sim.eos_ids, context_length=sim.context_length,
-                                 version=sim.version, mode=sim.faults.mode)
+            plan = P.plan_output(
+                sim.model,
+                item,
+                eos_ids=sim.eos_ids,
+                context_length=sim.context_length,
+                version=sim.version,
+                mode=sim.faults.mode,
+            )
             sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
@@ -365,7 +386,7 @@ class Engine:
     def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[int]:
         if self.sim.faults.mode == "echo-prompt-tail":
             # sglang #10896: the last prompt ids leak to the front of output_ids.
-            return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens:]) + list(ids)
+            return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens :]) + list(ids)
         return list(ids)
 
     def text(self, pr: Progress, final: bool) -> str:
@@ -391,9 +412,13 @@ class Engine:
             m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
             if pr.item.top_logprobs_num:
                 m["output_top_logprobs"] = [
-                    [[_logprob(t, i), t, None]] + [[_logprob(t + j, i) - 1.0, (t + j) % sim.profile.vocab_size, None]
-                                                 for j in range(1, pr.item.top_logprobs_num)]
-                    for i, t in enumerate(pr.produced)]
+                    [[_logprob(t, i), t, None]]
+                    + [
+                        [_logprob(t + j, i) - 1.0, (t + j) % sim.profile.vocab_size, None]
+                        for j in range(1, pr.item.top_logprobs_num)
+                    ]
+                    for i, t in enumerate(pr.produced)
+                ]
         if final:
             m["e2e_latency"] = time.time() - pr.started
         if (final and not stream) or (stream and not pr.first_sent):
@@ -405,8 +430,11 @@ class Engine:
         return ids.index(te) if te in ids else len(ids)
 
     def body(self, pr: Progress, return_prompt_ids: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {"text": self.text(pr, True), "output_ids": self.output_ids(pr, pr.produced),
-                             "meta_info": self.meta(pr, True, False)}
+        d: dict[str, Any] = {
+            "text": self.text(pr, True),
+            "output_ids": self.output_ids(pr, pr.produced),
+            "meta_info": self.meta(pr, True, False),
+        }
         if return_prompt_ids and self.sim.version == P.V0_5_23:
             d["prompt_token_ids"] = list(pr.item.input_ids)
         return d
@@ -418,15 +446,17 @@ class Engine:
 
 def error_body(e: P.SimError, version: str) -> web.Response:
     if e.kind == "pydantic":
-        return json_response({"object": "error", "message": e.message, "type": "Bad Request", "param": None,
-                              "code": 400}, 400)
+        return json_response(
+            {"object": "error", "message": e.message, "type": "Bad Request", "param": None, "code": 400}, 400
+        )
     if e.kind == "contract":
         return json_response({"error": e.message}, e.status)
     if e.kind == "internal":
         return web.Response(text="Internal Server Error", status=500, content_type="text/plain")
     if e.status >= 500:
-        return json_response({"object": "error", "message": e.message, "type": str(e.status), "param": None,
-                              "code": e.status}, e.status)
+        return json_response(
+            {"object": "error", "message": e.message, "type": str(e.status), "param": None, "code": e.status}, e.status
+        )
     return json_response({"error": {"message": e.message}}, e.status)
 
 
@@ -489,48 +519,94 @@ class Handlers:
     async def model_info(self, request: web.Request) -> web.Response:
         sim = self.sim
         d: dict[str, Any] = {
-            "model_path": sim.args.model_path, "tokenizer_path": sim.args.model_path, "is_generation": True,
+            "model_path": sim.args.model_path,
+            "tokenizer_path": sim.args.model_path,
+            "is_generation": True,
             "preferred_sampling_params": FF.preferred_for_model_info(sim.fleet),
-            "weight_version": sim.fleet.weight_version, "has_image_understanding": False,
-            "has_audio_understanding": False, "model_type": sim.args.model_type, "architectures": [sim.args.architecture],
+            "weight_version": sim.fleet.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": sim.args.model_type,
+            "architectures": [sim.args.architecture],
         }
         if sim.version == P.V0_5_23:
-            d.update({"served_model_name": sim.args.served_model_name, "load_format": "auto",
-                      "reasoning_parser": sim.reasoning_parser, "tool_call_parser": sim.args.tool_call_parser,
-                      "disaggregation_mode": "null"})
+            d.update(
+                {
+                    "served_model_name": sim.args.served_model_name,
+                    "load_format": "auto",
+                    "reasoning_parser": sim.reasoning_parser,
+                    "tool_call_parser": sim.args.tool_call_parser,
+                    "disaggregation_mode": "null",
+                }
+            )
         return json_response(d)
 
     async def server_info(self, request: web.Request) -> web.Response:
         sim = self.sim
         a = sim.args
         d: dict[str, Any] = {
-            "model_path": a.model_path, "tokenizer_path": a.model_path, "served_model_name": a.served_model_name,
-            "host": a.host, "port": a.port, "tp_size": 1, "dp_size": 1, "context_length": sim.context_length,
-            "max_running_requests": a.max_running_requests, "max_queued_requests": a.max_queued_requests,
-            "reasoning_parser": sim.reasoning_parser, "tool_call_parser": a.tool_call_parser,
-            "skip_tokenizer_init": False, "stream_interval": a.stream_interval,
-            "stream_output" if sim.version == P.V0_5_9 else "incremental_streaming_output": a.incremental_streaming_output,
-            "api_key": None, "allow_auto_truncate": False, "disable_radix_cache": False,
-            "schedule_policy": "fcfs", "max_total_num_tokens": sim.max_total_num_tokens,
+            "model_path": a.model_path,
+            "tokenizer_path": a.model_path,
+            "served_model_name": a.served_model_name,
+            "host": a.host,
+            "port": a.port,
+            "tp_size": 1,
+            "dp_size": 1,
+            "context_length": sim.context_length,
+            "max_running_requests": a.max_running_requests,
+            "max_queued_requests": a.max_queued_requests,
+            "reasoning_parser": sim.reasoning_parser,
+            "tool_call_parser": a.tool_call_parser,
+            "skip_tokenizer_init": False,
+            "stream_interval": a.stream_interval,
+            "stream_output"
+            if sim.version == P.V0_5_9
+            else "incremental_streaming_output": a.incremental_streaming_output,
+            "api_key": None,
+            "allow_auto_truncate": False,
+            "disable_radix_cache": False,
+            "schedule_policy": "fcfs",
+            "max_total_num_tokens": sim.max_total_num_tokens,
             "max_req_input_len": sim.max_req_input_len,
-            "internal_states": [{
-                "last_gen_throughput": 0.0 if not sim.running else 1000.0 / max(sim.faults.slow_tokens_ms, 1e-3),
-                "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": sim.max_total_num_tokens},
-                "effective_max_running_requests_per_dp": a.max_running_requests,
-                "num_running_reqs": sim.running, "num_waiting_reqs": sim.waiting,
-            }],
+            "internal_states": [
+                {
+                    "last_gen_throughput": 0.0 if not sim.running else 1000.0 / max(sim.faults.slow_tokens_ms, 1e-3),
+                    "memory_usage": {"weight": 0.0, "kvcache": 0.0, "token_capacity": sim.max_total_num_tokens},
+                    "effective_max_running_requests_per_dp": a.max_running_requests,
+                    "num_running_reqs": sim.running,
+                    "num_waiting_reqs": sim.waiting,
+                }
+            ],
             "version": sim.fleet.report_version or sim.version,
         }
         if sim.version == P.V0_5_23:
-            d.update({"launch_command": "python -m sglang.launch_server (simulated)", "startup_time": sim.started_at,
-                      "frontend": "python"})
+            d.update(
+                {
+                    "launch_command": "python -m sglang.launch_server (simulated)",
+                    "startup_time": sim.started_at,
+                    "frontend": "python",
+                }
+            )
         return json_response(d)
 
     async def v1_models(self, request: web.Request) -> web.Response:
         sim = self.sim
-        return json_response({"object": "list", "data": [{
-            "id": sim.args.served_model_name, "object": "model", "created": int(sim.started_at), "owned_by": "sglang",
-            "root": sim.args.model_path, "parent": None, "max_model_len": sim.context_length}]})
+        return json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": sim.args.served_model_name,
+                        "object": "model",
+                        "created": int(sim.started_at),
+                        "owned_by": "sglang",
+                        "root": sim.args.model_path,
+                        "parent": None,
+                        "max_model_len": sim.context_length,
+                    }
+                ],
+            }
+        )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         if self.sim.in_flight:
@@ -558,13 +634,17 @@ class Handlers:
         add = bool(body.get("add_special_tokens", True))
         if isinstance(prompt, list):
             toks = [list(self.sim.tok.encode(p, add_special_tokens=add)) for p in prompt]
-            return json_response({"tokens": toks, "count": [len(t) for t in toks], "max_model_len": self.sim.context_length})
+            return json_response(
+                {"tokens": toks, "count": [len(t) for t in toks], "max_model_len": self.sim.context_length}
+            )
         toks1 = list(self.sim.tok.encode(prompt, add_special_tokens=add))
         return json_response({"tokens": toks1, "count": len(toks1), "max_model_len": self.sim.context_length})
 
     async def detokenize(self, request: web.Request) -> web.Response:
         body = json.loads(await request.read() or b"{}")
-        text = self.sim.tok.decode(body.get("tokens", []), skip_special_tokens=bool(body.get("skip_special_tokens", True)))
+        text = self.sim.tok.decode(
+            body.get("tokens", []), skip_special_tokens=bool(body.get("skip_special_tokens", True))
+        )
         return json_response({"text": text})
 
     # -- admin ---------------------------------------------------------------------------------------
@@ -578,10 +658,16 @@ class Handlers:
                 raise ValueError("body must be a JSON object")
             a = self.sim.args
             clear = body.pop("clear", False)
-            f = (Faults(slow_tokens_ms=a.token_latency_ms, prefill_ms_per_1k=a.prefill_ms_per_1k, mode=a.mode)
-                 if clear else self.sim.faults)
-            fleet = (FF.FleetFaults(injected=self.sim.fleet.injected, weight_version=self.sim.deployment.weight_version)
-                     if clear else self.sim.fleet)
+            f = (
+                Faults(slow_tokens_ms=a.token_latency_ms, prefill_ms_per_1k=a.prefill_ms_per_1k, mode=a.mode)
+                if clear
+                else self.sim.faults
+            )
+            fleet = (
+                FF.FleetFaults(injected=self.sim.fleet.injected, weight_version=self.sim.deployment.weight_version)
+                if clear
+                else self.sim.fleet
+            )
             FF.apply(fleet, body)
             self.sim.fleet = fleet
             unknown = set(body) - set(Faults.__dataclass_fields__)
@@ -613,16 +699,33 @@ class Handlers:
         sim, s = self.sim, self.sim.stats
         up = time.time() - sim.started_at
         d: dict[str, Any] = {
-            "version": sim.version, "mode": sim.faults.mode, "model": sim.profile.name, "uptime_seconds": up,
-            "health": sim.health_state(), "requests": s.requests, "items": s.items, "chat_requests": s.chat_requests,
-            "finished": s.finished, "errors": s.errors, "faults_injected": {**s.faults_injected, **sim.fleet.injected},
-            "rids_seen": len(s.rid_counts), "rids_repeated": sum(1 for c in s.rid_counts.values() if c > 1),
-            "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens, "cached_tokens": s.cached_tokens,
-            "running": sim.running, "waiting": sim.waiting, "in_flight": len(sim.in_flight), "peak_in_flight": s.peak_in_flight,
+            "version": sim.version,
+            "mode": sim.faults.mode,
+            "model": sim.profile.name,
+            "uptime_seconds": up,
+            "health": sim.health_state(),
+            "requests": s.requests,
+            "items": s.items,
+            "chat_requests": s.chat_requests,
+            "finished": s.finished,
+            "errors": s.errors,
+            "faults_injected": {**s.faults_injected, **sim.fleet.injected},
+            "rids_seen": len(s.rid_counts),
+            "rids_repeated": sum(1 for c in s.rid_counts.values() if c > 1),
+            "prompt_tokens": s.prompt_tokens,
+            "completion_tokens": s.completion_tokens,
+            "cached_tokens": s.cached_tokens,
+            "running": sim.running,
+            "waiting": sim.waiting,
+            "in_flight": len(sim.in_flight),
+            "peak_in_flight": s.peak_in_flight,
             "peak_running": s.peak_running,
-            "max_running_requests": sim.args.max_running_requests, "slot_seconds": s.slot_seconds,
-            "busy_seconds": sim.busy_seconds(), "client_disconnects": s.client_disconnects,
-            "prefix_cache_nodes": sim.trie.nodes, "prefix_cache_evictions": sim.trie.evictions,
+            "max_running_requests": sim.args.max_running_requests,
+            "slot_seconds": s.slot_seconds,
+            "busy_seconds": sim.busy_seconds(),
+            "client_disconnects": s.client_disconnects,
+            "prefix_cache_nodes": sim.trie.nodes,
+            "prefix_cache_evictions": sim.trie.evictions,
             "faults": sim.faults.as_dict(),
             "noncanonical": sim.model.splitter.stats() if sim.model.splitter is not None else None,
         }
@@ -651,8 +754,9 @@ class Handlers:
             await self._send_partial(request, resp.status, resp.content_type, cast(bytes, resp.body or b""), crash=True)
         return resp
 
-    async def _send_partial(self, request: web.Request, status: int, content_type: str, payload: bytes,
-                            *, crash: bool) -> web.StreamResponse:
+    async def _send_partial(
+        self, request: web.Request, status: int, content_type: str, payload: bytes, *, crash: bool
+    ) -> web.StreamResponse:
         """Headers with the full Content-Length, half the body, then a reset (or a hard exit)."""
         resp = web.StreamResponse(status=status, headers={"Content-Type": content_type})
         resp.content_length = len(payload)
@@ -670,8 +774,14 @@ class Handlers:
             body = json.loads(raw)
         except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError (no pos/msg) for a non-UTF-8 body
             pos, msg = getattr(e, "pos", 0), getattr(e, "msg", str(e))
-            return self._error(P.SimError(400, f"[{{'type': 'json_invalid', 'loc': ('body', {pos}), 'msg': "
-                                                 f"'JSON decode error', 'ctx': {{'error': '{msg}'}}}}]", "pydantic"))
+            return self._error(
+                P.SimError(
+                    400,
+                    f"[{{'type': 'json_invalid', 'loc': ('body', {pos}), 'msg': "
+                    f"'JSON decode error', 'ctx': {{'error': '{msg}'}}}}]",
+                    "pydantic",
+                )
+            )
         # Errors before the stream opens: body shape and (0.5.23) the contract gate.
         try:
             P.check_shape(body)
@@ -681,7 +791,7 @@ class Handlers:
                 enc = lambda x: list(sim.tok.encode(x, add_special_tokens=False))
                 body["input_ids"] = enc(t) if isinstance(t, str) else [enc(x) for x in t]
             sps = body.get("sampling_params")
-            for sp in ([sps] if isinstance(sps, dict) else (sps or [])):
+            for sp in [sps] if isinstance(sps, dict) else (sps or []):
                 P.gate_sampling(sp, sim.version)
         except P.SimError as e:
             return self._error(e)
@@ -700,8 +810,9 @@ class Handlers:
             sim.stats.bump(sim.stats.rid_counts, it.rid)
         if sim.fleet.take_error_body():  # HTTP 200 that is not a result
             payload = FF.error_body_response(stream)
-            return web.Response(body=payload, status=200,
-                                content_type="text/event-stream" if stream else "application/json")
+            return web.Response(
+                body=payload, status=200, content_type="text/event-stream" if stream else "application/json"
+            )
         if len(parsed.items) > 1 and any(it.sample_index for it in parsed.items):
             # n>1: SGLang first runs each prompt with max_new_tokens=0 to warm the prefix cache.
             for it in parsed.items:
@@ -718,7 +829,9 @@ class Handlers:
                 sim.stats.bump(sim.stats.faults_injected, "queue_full")
                 raise P.SimError(503, "The request queue is full.", "scheduler")
             q = sim.args.max_queued_requests
-            if q is not None and sim.waiting + len(parsed.items) > q + max(0, sim.args.max_running_requests - sim.running):
+            if q is not None and sim.waiting + len(parsed.items) > q + max(
+                0, sim.args.max_running_requests - sim.running
+            ):
                 raise P.SimError(503, "The request queue is full.", "scheduler")
         except P.SimError as e:
             sched_err = e
@@ -752,12 +865,15 @@ class Handlers:
         return parsed
 
     async def _open_stream(self, request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        resp = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await resp.prepare(request)
         return resp
 
-    async def _generate_stream(self, request: web.Request, parsed: P.Parsed, sched_err: P.SimError | None,
-                               reset: bool, crash: bool) -> web.StreamResponse:
+    async def _generate_stream(
+        self, request: web.Request, parsed: P.Parsed, sched_err: P.SimError | None, reset: bool, crash: bool
+    ) -> web.StreamResponse:
         sim = self.sim
         resp = await self._open_stream(request)
         lock = asyncio.Lock()
@@ -773,9 +889,9 @@ class Handlers:
             chunk: dict[str, Any] = {"text": text, "output_ids": ids}
             if incremental:
                 full = self.engine.output_ids(pr, pr.produced)
-                chunk["output_ids"] = full[pr.sent_ids:]
+                chunk["output_ids"] = full[pr.sent_ids :]
                 if sim.version == P.V0_5_23:
-                    chunk["text"] = text[len(pr.sent_text):]
+                    chunk["text"] = text[len(pr.sent_text) :]
                 pr.sent_ids = len(full)
             else:
                 pr.sent_ids = len(ids)
@@ -796,10 +912,19 @@ class Handlers:
         if sched_err is not None:
             # Scheduler aborts arrive as a normal chunk with finish_reason abort, HTTP 200.
             for it in parsed.items:
-                pr = Progress(it, None, [], {"type": "abort", "message": sched_err.message,
-                                             "status_code": sched_err.status,
-                                             "err_type": "BadRequestError" if sched_err.status == 400 else None},
-                              0, time.time())
+                pr = Progress(
+                    it,
+                    None,
+                    [],
+                    {
+                        "type": "abort",
+                        "message": sched_err.message,
+                        "status_code": sched_err.status,
+                        "err_type": "BadRequestError" if sched_err.status == 400 else None,
+                    },
+                    0,
+                    time.time(),
+                )
                 await send(pr, True)
             await resp.write(b"data: [DONE]\n\n")
             return resp
@@ -828,14 +953,22 @@ class Handlers:
         try:
             body = json.loads(await request.read())
         except ValueError:
-            return json_response({"object": "error", "message": "JSON decode error", "type": "BadRequestError",
-                                  "param": None, "code": 400}, 400)
+            return json_response(
+                {
+                    "object": "error",
+                    "message": "JSON decode error",
+                    "type": "BadRequestError",
+                    "param": None,
+                    "code": 400,
+                },
+                400,
+            )
         return await chat_completion(self.sim, self.engine, body)
 
 
 def build_app(sim: Sim) -> web.Application:
     h = Handlers(sim)
-    app = web.Application(middlewares=[FF.html_middleware(lambda: sim.fleet), h.auth], client_max_size=1024 ** 3)
+    app = web.Application(middlewares=[FF.html_middleware(lambda: sim.fleet), h.auth], client_max_size=1024**3)
     r = app.router
     r.add_route("POST", "/generate", h.generate)
     r.add_route("PUT", "/generate", h.generate)
@@ -882,17 +1015,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-total-num-tokens", type=int, default=1_000_000, help="KV capacity reported and checked")
     ap.add_argument("--context-length", type=int, default=None, help="override the profile's context length")
     ap.add_argument("--stream-interval", type=int, default=1)
-    ap.add_argument("--incremental-streaming-output", "--stream-output", dest="incremental_streaming_output",
-                    action="store_true")
+    ap.add_argument(
+        "--incremental-streaming-output", "--stream-output", dest="incremental_streaming_output", action="store_true"
+    )
     ap.add_argument("--reasoning-parser", default="auto", help="auto, none or a parser name (reasoning_tokens)")
     ap.add_argument("--tool-call-parser", default=None)
     ap.add_argument("--model-path", default=None, help="reported model_path (default: the profile's tokenizer id)")
     ap.add_argument("--served-model-name", default=None)
     ap.add_argument("--echo-tail-tokens", type=int, default=3)
     ap.add_argument("--tool-call-rate", type=float, default=0.6)
-    ap.add_argument("--noncanonical-rate", type=float, default=0.0,
-                    help="share of samples emitted with up to --noncanonical-max-splits non-canonical token splits "
-                    "(text unchanged; sim/noncanonical.py)")
+    ap.add_argument(
+        "--noncanonical-rate",
+        type=float,
+        default=0.0,
+        help="share of samples emitted with up to --noncanonical-max-splits non-canonical token splits "
+        "(text unchanged; sim/noncanonical.py)",
+    )
     ap.add_argument("--noncanonical-max-splits", type=int, default=3)
     ap.add_argument("--prefix-cache-nodes", type=int, default=2_000_000)
     ap.add_argument("--loading-seconds", type=float, default=0.0, help="do not bind for S seconds")
@@ -904,8 +1042,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive close (s), as uvicorn")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--weight-version", default="default", help="reported weight_version (a new deployment)")
-    ap.add_argument("--reasoning-scale", type=float, default=1.0,
-                    help="keep this fraction of each reasoning passage (0.2: ~5x shorter; sim/deployment.py)")
+    ap.add_argument(
+        "--reasoning-scale",
+        type=float,
+        default=1.0,
+        help="keep this fraction of each reasoning passage (0.2: ~5x shorter; sim/deployment.py)",
+    )
     return ap.parse_args(argv)
 
 
@@ -947,14 +1089,22 @@ async def serve(args: argparse.Namespace) -> None:
     tok = load_tokenizer_for(profile)
     args.served_model_name = args.served_model_name or args.model_path
     args.model_type = "kimi_k25" if profile.template_family == "kimi_ts" else profile.name.replace("-", "_")
-    args.architecture = "KimiK25ForConditionalGeneration" if profile.template_family == "kimi_ts" else "Qwen3ForCausalLM"
+    args.architecture = (
+        "KimiK25ForConditionalGeneration" if profile.template_family == "kimi_ts" else "Qwen3ForCausalLM"
+    )
     sim = Sim(args, profile, tok)
     if args.seed is not None:
         sim.model.global_seed = args.seed
     if args.noncanonical_rate > 0:
         sim.model.splitter = NonCanonicalSplitter(tok, args.noncanonical_rate, max_splits=args.noncanonical_max_splits)
-    log.info("loaded profile %s (tokenizer %s) in %.1fs; version %s, mode %s", profile.name, profile.tokenizer,
-             time.time() - t0, args.version, args.mode)
+    log.info(
+        "loaded profile %s (tokenizer %s) in %.1fs; version %s, mode %s",
+        profile.name,
+        profile.tokenizer,
+        time.time() - t0,
+        args.version,
+        args.mode,
+    )
     if args.loading_seconds > 0:
         # SGLang loads weights before uvicorn binds: clients see connection refused meanwhile.
         await asyncio.sleep(max(0.0, args.loading_seconds - (time.time() - t0)))
@@ -967,8 +1117,9 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port, reuse_address=True)
     await site.start()
-    log.info("The server is fired up and ready to roll! http://%s:%d (simulator, pid %d)", args.host, args.port,
-             os.getpid())
+    log.info(
+        "The server is fired up and ready to roll! http://%s:%d (simulator, pid %d)", args.host, args.port, os.getpid()
+    )
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -990,8 +1141,9 @@ async def serve(args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="[%(asctime)s] %(levelname)s sim: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="[%(asctime)s] %(levelname)s sim: %(message)s"
+    )
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
         asyncio.run(serve(args))

@@ -36,7 +36,6 @@ def _segments(part: str) -> list[str]:
     return out
 
 
-
 class DataRoot:
     """A data directory: where it is (display), and a lazily opened pyarrow filesystem."""
 
@@ -172,9 +171,11 @@ class DataPath:
         return self.parent / name
 
     def relative_to(self, other: DataPath) -> str:
-        if other.root != self.root or not (other.rel == "" or self.rel == other.rel or self.rel.startswith(other.rel + "/")):
+        if other.root != self.root or not (
+            other.rel == "" or self.rel == other.rel or self.rel.startswith(other.rel + "/")
+        ):
             raise StorageError(f"{self} is not under {other}")
-        return self.rel[len(other.rel):].lstrip("/")
+        return self.rel[len(other.rel) :].lstrip("/")
 
     # -- identity ------------------------------------------------------------------------
     @property
@@ -315,7 +316,9 @@ class DataPath:
     def write_bytes(self, data: bytes | pa.Buffer) -> DataPath:
         """Atomic: local tmp + fsync + rename; object storage: one upload to the final key."""
         if self.is_local:
-            _local_atomic(Path(self.path), lambda tmp: tmp.write_bytes(bytes(data) if isinstance(data, pa.Buffer) else data))
+            _local_atomic(
+                Path(self.path), lambda tmp: tmp.write_bytes(bytes(data) if isinstance(data, pa.Buffer) else data)
+            )
         else:
             _put(self, data)
         return self
@@ -330,10 +333,12 @@ class DataPath:
     def upload_file(self, local_file: Path) -> DataPath:
         """Put a finished local file at this key (atomic, as write_bytes)."""
         if self.is_local:
+
             def copy(tmp: Path) -> None:
                 with open(local_file, "rb") as src, open(tmp, "wb") as dst:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
+
             _local_atomic(Path(self.path), copy)
         else:
             with pa.memory_map(str(local_file), "r") as mm:
@@ -402,7 +407,7 @@ def as_data_path(p: PathLike) -> DataPath:
     if _scheme(s) and not isinstance(p, Path):
         return data_root(s)
     absolute = os.path.abspath(os.path.expanduser(s))
-    rel = absolute[len(_LOCAL_ANCHOR.base):].strip(os.sep).replace(os.sep, "/")
+    rel = absolute[len(_LOCAL_ANCHOR.base) :].strip(os.sep).replace(os.sep, "/")
     return DataPath(_LOCAL_ANCHOR, "") if not rel else DataPath(_LOCAL_ANCHOR, rel)
 
 

@@ -29,8 +29,9 @@ def parquet_schema(path: PathLike) -> pa.Schema:
     return parquet_file(path).schema_arrow
 
 
-def read_parquet(paths: PathLike | Sequence[PathLike], *, columns: Sequence[str] | None = None,
-                 n_rows: int | None = None) -> pl.DataFrame:
+def read_parquet(
+    paths: PathLike | Sequence[PathLike], *, columns: Sequence[str] | None = None, n_rows: int | None = None
+) -> pl.DataFrame:
     """One file or several (concatenated in the given order) as a polars frame."""
     items = [paths] if isinstance(paths, (str, os.PathLike, DataPath)) else list(paths)
     dps = [as_data_path(p) for p in items]
@@ -38,7 +39,9 @@ def read_parquet(paths: PathLike | Sequence[PathLike], *, columns: Sequence[str]
         return pl.DataFrame()
     if all(d.is_local for d in dps):
         files = [d.path for d in dps]
-        return pl.read_parquet(files if len(files) > 1 else files[0], columns=list(columns) if columns else None, n_rows=n_rows)
+        return pl.read_parquet(
+            files if len(files) > 1 else files[0], columns=list(columns) if columns else None, n_rows=n_rows
+        )
     frames = []
     left = n_rows
     for d in dps:
@@ -68,7 +71,9 @@ def list_files(folder: PathLike, pattern: str) -> list[Any]:
     return [_native(p, folder) for p in dp.glob(pattern)]
 
 
-def read_parquet_dir(folder: PathLike, pattern: str = "part-*.parquet", *, schema: pa.Schema | None = None) -> pl.DataFrame:
+def read_parquet_dir(
+    folder: PathLike, pattern: str = "part-*.parquet", *, schema: pa.Schema | None = None
+) -> pl.DataFrame:
     """Read every matching file in a folder (sorted by name); an empty frame with `schema` if none."""
     files = as_data_path(folder).glob(pattern)
     if not files:

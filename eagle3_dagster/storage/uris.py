@@ -8,12 +8,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 # Schemes pyarrow opens itself (FileSystem.from_uri); everything else goes through fsspec.
 PYARROW_SCHEMES = frozenset({"s3", "gs", "gcs", "abfs", "abfss", "hdfs", "viewfs"})
 # Query keys that would put a secret in the URI (and so in run config and logs): refused.
-_SECRET_KEYS = re.compile(r"(secret|password|passwd|token|credential|access_key|account_key|sas|signature|sig$|key_id)", re.I)
+_SECRET_KEYS = re.compile(
+    r"(secret|password|passwd|token|credential|access_key|account_key|sas|signature|sig$|key_id)", re.I
+)
 
 
 class StorageError(ValueError):
     pass
-
 
 
 # --------------------------------------------------------------------------------------- URIs

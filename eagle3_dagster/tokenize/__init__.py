@@ -1,11 +1,11 @@
 """Tokenize stage: token-exact chat templates per model profile (no Dagster imports here).
 
-    load_tokenizer(location, *, trust_remote_code=False, cache_dir=None)     loading.py
-    PromptRenderer(profile, tokenizer=None).render / render_batch / submit_batch    render.py
-    native Kimi-K2.5 / Qwen3 template renderers (same text as Jinja)              native.py
-    tokenize_prompts(prompts, renderer, *, max_new_tokens) -> (tokenized, rejects)  pipeline.py
-    compute_tools_ts_str(tools) -> (sorted tools, tools_ts_str | None, fallback reason)  kimi_tools.py
-    `eagle3 render` -> cli.main(argv)                                          cli.py
+load_tokenizer(location, *, trust_remote_code=False, cache_dir=None)     loading.py
+PromptRenderer(profile, tokenizer=None).render / render_batch / submit_batch    render.py
+native Kimi-K2.5 / Qwen3 template renderers (same text as Jinja)              native.py
+tokenize_prompts(prompts, renderer, *, max_new_tokens) -> (tokenized, rejects)  pipeline.py
+compute_tools_ts_str(tools) -> (sorted tools, tools_ts_str | None, fallback reason)  kimi_tools.py
+`eagle3 render` -> cli.main(argv)                                          cli.py
 """
 
 from .kimi_tools import ToolSchemaError, compute_tools_ts_str, deep_sort, tools_to_typescript

@@ -39,8 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--tokenizer", help="tokenizer folder or Hugging Face id; overrides the profile (and EAGLE3_TOKENIZER)"
     )
-    parser.add_argument("--max-new-tokens", type=int, default=None,
-                        help="answer budget for the length check (default: the profile's sampling.max_new_tokens)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="answer budget for the length check (default: the profile's sampling.max_new_tokens)",
+    )
     parser.add_argument("input", type=Path, help="input JSONL file")
     parser.add_argument("output", type=Path, help="output JSONL file (written atomically)")
     return parser

@@ -47,16 +47,18 @@ _CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 # The Kimi pre-tokenizer regex (from the official tokenizer; see RECIPE.md). `&&` is class
 # intersection, supported by the Oniguruma engine the `tokenizers` library uses.
-KIMI_TIKTOKEN_PATTERN = "|".join([
-    r"""[\p{Han}]+""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-    r"""\p{N}{1,3}""",
-    r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
-    r"""\s*[\r\n]+""",
-    r"""\s+(?!\S)""",
-    r"""\s+""",
-])
+KIMI_TIKTOKEN_PATTERN = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
 # Official tiktoken releases reserve this many control-token slots after the BPE ranks.
 _TIKTOKEN_CONTROL_SLOTS = 256
 
@@ -185,8 +187,14 @@ def _plain_copy(folder: Path, config: dict[str, Any], cache_root: Path) -> Path:
 def _plain_config(config: dict[str, Any]) -> dict[str, Any]:
     """The remote-code config minus everything that would select or run remote code."""
     keep = (
-        "bos_token", "eos_token", "unk_token", "pad_token", "additional_special_tokens",
-        "added_tokens_decoder", "clean_up_tokenization_spaces", "chat_template",
+        "bos_token",
+        "eos_token",
+        "unk_token",
+        "pad_token",
+        "additional_special_tokens",
+        "added_tokens_decoder",
+        "clean_up_tokenization_spaces",
+        "chat_template",
     )
     plain: dict[str, Any] = {k: config[k] for k in keep if k in config}
     plain["tokenizer_class"] = "PreTrainedTokenizerFast"
@@ -238,8 +246,11 @@ def convert_tiktoken(path: Path, config: dict[str, Any], *, pattern: str = KIMI_
         entry = named.get(token_id)
         if entry:
             token = AddedToken(
-                entry["content"], single_word=entry.get("single_word", False), lstrip=entry.get("lstrip", False),
-                rstrip=entry.get("rstrip", False), normalized=entry.get("normalized", False),
+                entry["content"],
+                single_word=entry.get("single_word", False),
+                lstrip=entry.get("lstrip", False),
+                rstrip=entry.get("rstrip", False),
+                normalized=entry.get("normalized", False),
                 special=entry.get("special", True),
             )
         else:

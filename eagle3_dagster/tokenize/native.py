@@ -63,8 +63,9 @@ def _declining(text_fn: Callable[..., str]) -> NativeRender:
     """A NativeRender from a text builder: any exception (a _Decline, or e.g. arguments json.dumps
     cannot serialise) means "not modelled here", and the caller renders through Jinja."""
 
-    def render(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
-               add_generation_prompt: bool) -> str | None:
+    def render(
+        messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any], add_generation_prompt: bool
+    ) -> str | None:
         try:
             return text_fn(messages, tools, kwargs, add_generation_prompt)
         except Exception:
@@ -74,8 +75,14 @@ def _declining(text_fn: Callable[..., str]) -> NativeRender:
     return render
 
 
-def _check_call(messages: Any, tools: Any, kwargs: Mapping[str, Any], add_generation_prompt: Any,
-                allowed_kwargs: frozenset[str], bool_kwarg: str) -> bool | None:
+def _check_call(
+    messages: Any,
+    tools: Any,
+    kwargs: Mapping[str, Any],
+    add_generation_prompt: Any,
+    allowed_kwargs: frozenset[str],
+    bool_kwarg: str,
+) -> bool | None:
     """Decline anything but known kwargs, a bool (or absent) `bool_kwarg`, a bool generation flag,
     a list of messages and a list of dict tools; returns the value of `bool_kwarg`."""
     for key in kwargs:
@@ -152,8 +159,9 @@ def _tool_calls_text(tool_calls: list[Any]) -> str:
     return "".join(out)
 
 
-def _kimi_k25_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
-                   add_generation_prompt: bool) -> str:
+def _kimi_k25_text(
+    messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any], add_generation_prompt: bool
+) -> str:
     thinking = _check_call(messages, tools, kwargs, add_generation_prompt, _KIMI_KWARGS, "thinking")
     thinking_off = thinking is False  # `thinking is defined and thinking is false`
     tools_ts_str = kwargs.get("tools_ts_str")
@@ -222,11 +230,20 @@ def _kimi_k25_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping
 # Conversations that exercise every branch of the native Kimi renderer (and the transformers
 # preprocessing it mirrors); rendered both ways when a renderer is built.
 def _kimi_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[str, Any], bool]]:
-    tool = {"type": "function", "function": {"name": "f", "description": "d <b> é", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string"}}}}}
-    call = {"id": "functions.f:0", "type": "function",
-            "function": {"name": "f", "arguments": {"x": "é <&>", "n": [1, 2.5, None, True]}}}
-    str_call = {"id": "functions.f:1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "description": "d <b> é",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+        },
+    }
+    call = {
+        "id": "functions.f:0",
+        "type": "function",
+        "function": {"name": "f", "arguments": {"x": "é <&>", "n": [1, 2.5, None, True]}},
+    }
+    str_call = {"id": "functions.f:1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
     convo: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q1", "name": "alice"},
@@ -255,7 +272,6 @@ def _kimi_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[st
     return probes
 
 
-
 # -- Qwen3 ----------------------------------------------------------------------------------------
 
 # sha256 of the chat template in ../shared/tokenizers/qwen3/tokenizer_config.json (Qwen3 0.6B-8B).
@@ -268,13 +284,14 @@ _QWEN3_TOOLS_HEADER = (
 )
 _QWEN3_TOOLS_FOOTER = (
     "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
     "<args-json-object>}\n</tool_call><|im_end|>\n"
 )
 
 
-def _qwen3_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any],
-                add_generation_prompt: bool) -> str:
+def _qwen3_text(
+    messages: list[Any], tools: list[Any] | None, kwargs: Mapping[str, Any], add_generation_prompt: bool
+) -> str:
     enable_thinking = _check_call(messages, tools, kwargs, add_generation_prompt, _QWEN3_KWARGS, "enable_thinking")
     if not messages:
         raise _Decline
@@ -309,8 +326,11 @@ def _qwen3_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[st
     last_query_index = last
     for index in range(last, -1, -1):
         role, content, is_str = rows[index][0], rows[index][1], rows[index][2]
-        if role == "user" and is_str and not (
-                content.startswith("<tool_response>") and content.endswith("</tool_response>")):
+        if (
+            role == "user"
+            and is_str
+            and not (content.startswith("<tool_response>") and content.endswith("</tool_response>"))
+        ):
             last_query_index = index
             break
 
@@ -326,8 +346,14 @@ def _qwen3_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[st
                     reasoning_content = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
                     content = content.split("</think>")[-1].lstrip("\n")
             if index > last_query_index and (index == last or reasoning_content):
-                out.append("<|im_start|>" + role + "\n<think>\n" + reasoning_content.strip("\n") + "\n</think>\n\n"
-                           + content.lstrip("\n"))
+                out.append(
+                    "<|im_start|>"
+                    + role
+                    + "\n<think>\n"
+                    + reasoning_content.strip("\n")
+                    + "\n</think>\n\n"
+                    + content.lstrip("\n")
+                )
             else:
                 out.append("<|im_start|>" + role + "\n" + content)
             if tool_calls:
@@ -363,10 +389,16 @@ def _qwen3_text(messages: list[Any], tools: list[Any] | None, kwargs: Mapping[st
 
 
 def _qwen3_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[str, Any], bool]]:
-    tool = {"type": "function", "function": {"name": "f", "description": "d <b> é", "parameters": {
-        "type": "object", "properties": {"x": {"type": "string"}}}}}
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "f",
+            "description": "d <b> é",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}},
+        },
+    }
     call = {"id": "c0", "type": "function", "function": {"name": "f", "arguments": {"x": "é <&>", "n": [1, None]}}}
-    bare_call = {"name": "g", "arguments": "{\"y\": 2}"}
+    bare_call = {"name": "g", "arguments": '{"y": 2}'}
     convo: list[dict[str, Any]] = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q1"},
@@ -391,8 +423,12 @@ def _qwen3_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[s
     probes += [
         (convo[1:3], [tool], {}, True),
         (convo[1:5], None, {}, False),
-        ([{"role": "user", "content": [{"type": "text", "text": "parts"}]}, {"role": "assistant", "content": "a"}],
-         None, {}, True),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "parts"}]}, {"role": "assistant", "content": "a"}],
+            None,
+            {},
+            True,
+        ),
     ]
     return probes
 

@@ -67,8 +67,9 @@ def tokenize_prompts(
     ok_input_ids, ok_prompt_len = ok["input_ids"], ok["prompt_len"]
     length_limit = min(int(profile.max_prompt_tokens), int(profile.context_length) - int(max_new_tokens))
 
-    def reject(position: int, row_keys: tuple[list[Any], list[Any], list[Any]], offset: int, reason: str,
-               detail: str) -> None:
+    def reject(
+        position: int, row_keys: tuple[list[Any], list[Any], list[Any]], offset: int, reason: str, detail: str
+    ) -> None:
         bad_order.append(position)
         bad["prompt_id"].append(row_keys[0][offset])
         bad["source"].append(row_keys[1][offset])
@@ -76,8 +77,9 @@ def tokenize_prompts(
         bad["reason"].append(reason)
         bad["detail"].append(detail)
 
-    def collect(start: int, row_keys: tuple[list[Any], list[Any], list[Any]], offsets: list[int],
-                batch: PendingRender) -> None:
+    def collect(
+        start: int, row_keys: tuple[list[Any], list[Any], list[Any]], offsets: list[int], batch: PendingRender
+    ) -> None:
         prompt_ids, sources, shards = row_keys
         for offset, result in zip(offsets, batch.results()):
             if result.reason is not None:

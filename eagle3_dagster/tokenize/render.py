@@ -105,8 +105,15 @@ def _validate_tools(tools: Any) -> str | None:
 class PendingRender:
     """A chunk whose texts are rendered and whose encode is running; `.results()` waits for it."""
 
-    def __init__(self, renderer: PromptRenderer, requests: list[RenderRequest], failures: dict[int, RenderResult],
-                 positions: list[int], texts: list[str], future: Future[Any] | None) -> None:
+    def __init__(
+        self,
+        renderer: PromptRenderer,
+        requests: list[RenderRequest],
+        failures: dict[int, RenderResult],
+        positions: list[int],
+        texts: list[str],
+        future: Future[Any] | None,
+    ) -> None:
         self._renderer = renderer
         self._requests = requests
         self._failures = failures
@@ -138,8 +145,7 @@ class PromptRenderer:
     # rendering the next chunk overlaps encoding this one.
     chunk_rows: int = 1024
 
-    def __init__(self, profile: ModelProfile, tokenizer=None, *, cache_dir=None,
-                 native_templates: bool = True) -> None:
+    def __init__(self, profile: ModelProfile, tokenizer=None, *, cache_dir=None, native_templates: bool = True) -> None:
         self.profile = profile
         if tokenizer is None:
             tokenizer = load_tokenizer(
@@ -214,8 +220,13 @@ class PromptRenderer:
                 self._tools_cache[tools_key] = cached
         return cached
 
-    def _apply_template(self, conversations: list[list[dict[str, Any]]], tools: list[Any] | None,
-                        kwargs: dict[str, Any], add_generation_prompt: bool) -> list[str]:
+    def _apply_template(
+        self,
+        conversations: list[list[dict[str, Any]]],
+        tools: list[Any] | None,
+        kwargs: dict[str, Any],
+        add_generation_prompt: bool,
+    ) -> list[str]:
         texts = self.tokenizer.apply_chat_template(
             conversations,
             tools=tools,
@@ -271,8 +282,9 @@ class PromptRenderer:
             tools, kwargs = prepared[members[0]]
             add_generation_prompt = requests[members[0]].add_generation_prompt
             try:
-                texts = self._apply_template([requests[i].messages for i in members], tools, kwargs,
-                                             add_generation_prompt)
+                texts = self._apply_template(
+                    [requests[i].messages for i in members], tools, kwargs, add_generation_prompt
+                )
             except Exception:
                 texts = None  # some row is bad: render one by one to find which
             if texts is not None and len(texts) == len(members):
@@ -314,7 +326,7 @@ class PromptRenderer:
     def render_batch(self, requests: Sequence[RenderRequest]) -> list[RenderResult]:
         """Render and encode every request; failures come back as results with a reason, never raised."""
         pending = [
-            self.submit_batch(requests[start:start + self.chunk_rows])
+            self.submit_batch(requests[start : start + self.chunk_rows])
             for start in range(0, len(requests), self.chunk_rows)
         ]
         return [result for batch in pending for result in batch.results()]

@@ -12,8 +12,11 @@ from .parse import parse_generation, round_trip_mismatch
 
 CONVERSATION_FAILURES_SCHEMA: dict[str, Any] = {"row_id": pl.String, "reasons": pl.List(pl.String)}
 CONVERSATIONS_SCHEMA: dict[str, Any] = {
-    "sample_id": pl.String, "conversation": pl.String, "tools": pl.String,
-    "text_exact": pl.Boolean, "text_mismatch_pos": pl.Int32,
+    "sample_id": pl.String,
+    "conversation": pl.String,
+    "tools": pl.String,
+    "text_exact": pl.Boolean,
+    "text_mismatch_pos": pl.Int32,
 }
 
 
@@ -28,8 +31,10 @@ def openai_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         calls = m.get("tool_calls") if isinstance(m, dict) else None
         if isinstance(calls, list) and any(
-            isinstance(c, dict) and isinstance(c.get("function"), dict)
-            and not isinstance(c["function"].get("arguments", ""), str) for c in calls
+            isinstance(c, dict)
+            and isinstance(c.get("function"), dict)
+            and not isinstance(c["function"].get("arguments", ""), str)
+            for c in calls
         ):
             fixed = []
             for c in calls:
@@ -53,7 +58,10 @@ def parse_generations(
     text-level exports can flag or exclude it. counts: parsed = ok + parse_failures; text_exact_false
     counts the kept rows whose text does not re-encode to their ids.
     """
-    by_prompt = {r["prompt_id"]: (r["messages"], r["tools"]) for r in prompts.select("prompt_id", "messages", "tools").iter_rows(named=True)}
+    by_prompt = {
+        r["prompt_id"]: (r["messages"], r["tools"])
+        for r in prompts.select("prompt_id", "messages", "tools").iter_rows(named=True)
+    }
     ok_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     round_trip_ok = 0
@@ -69,13 +77,15 @@ def parse_generations(
             failures.append({"row_id": r["sample_id"], "reasons": list(parsed.problems)})
             continue
         conversation = openai_tool_calls(json.loads(msgs_json)) + [parsed.assistant_message()]
-        ok_rows.append({
-            "sample_id": r["sample_id"],
-            "conversation": json.dumps(conversation, ensure_ascii=False, sort_keys=True),
-            "tools": tools_json,
-            "text_exact": mismatch is None,
-            "text_mismatch_pos": mismatch,
-        })
+        ok_rows.append(
+            {
+                "sample_id": r["sample_id"],
+                "conversation": json.dumps(conversation, ensure_ascii=False, sort_keys=True),
+                "tools": tools_json,
+                "text_exact": mismatch is None,
+                "text_mismatch_pos": mismatch,
+            }
+        )
     ok = pl.DataFrame(ok_rows, schema=CONVERSATIONS_SCHEMA)
     fail = pl.DataFrame(failures, schema=CONVERSATION_FAILURES_SCHEMA)
     counts = {

@@ -44,8 +44,10 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "qwen3": ("qwen3-thinking", "<|im_start|>assistant\n", "<|im_end|>\n"),
 }
 BATCH_ROWS = 256
-CHECKED_BY = ("eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
-              "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)")
+CHECKED_BY = (
+    "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
+    "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
+)
 
 
 def _snapshot_frame(snapshot_dir: PathLike, columns: list[str]) -> pl.DataFrame:
@@ -85,15 +87,22 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
     df = _snapshot_frame(snapshot_dir, ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact"])
     n = _write_jsonl(
         snapshot_dir / SPECFORGE_FILE,
-        ({"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]} for r in df.iter_rows(named=True)),
+        (
+            {"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]}
+            for r in df.iter_rows(named=True)
+        ),
     )
     max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
-    return {SPECFORGE_FILE: {
-        "rows": n, "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
-        "rows_not_text_exact": _not_text_exact(df),  # kept: token level
-        "specforge_exact_rows": n, "max_total_len": max_len,
-        "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
-    }}
+    return {
+        SPECFORGE_FILE: {
+            "rows": n,
+            "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
+            "rows_not_text_exact": _not_text_exact(df),  # kept: token level
+            "specforge_exact_rows": n,
+            "max_total_len": max_len,
+            "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
+        }
+    }
 
 
 def _encode_many(tokenizer: Any, texts: list[str]) -> list[list[int]]:
@@ -114,8 +123,9 @@ def check_preformatted_batch(
     are input_ids and the supervised span is the generated ids (optionally also the prefilled `<think>`
     at prompt_len - 1, SpecForge's convention for templates that prefill it). Batched encodes.
     """
-    texts = tokenizer.batch_decode([list(ids) for ids, _ in rows], skip_special_tokens=False,
-                                   clean_up_tokenization_spaces=False)
+    texts = tokenizer.batch_decode(
+        [list(ids) for ids, _ in rows], skip_special_tokens=False, clean_up_tokenization_spaces=False
+    )
     if profile_name not in SPECFORGE_TEMPLATES:
         return [(t, "no_specforge_template") for t in texts]
     _, header, eot = SPECFORGE_TEMPLATES[profile_name]
@@ -145,7 +155,9 @@ def check_preformatted_batch(
     return out
 
 
-def check_preformatted(input_ids: list[int], prompt_len: int, tokenizer: Any, profile_name: str) -> tuple[str, str | None]:
+def check_preformatted(
+    input_ids: list[int], prompt_len: int, tokenizer: Any, profile_name: str
+) -> tuple[str, str | None]:
     """check_preformatted_batch for one row."""
     return check_preformatted_batch([(input_ids, prompt_len)], tokenizer, profile_name)[0]
 
@@ -177,14 +189,25 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
         n = _write_jsonl(snapshot_dir / PREFORMATTED_FILE, rows())
         template = SPECFORGE_TEMPLATES.get(profile_name, (None,))[0]
         max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
-        return {PREFORMATTED_FILE: {
-            "rows": n, "format": "specforge preformatted text (text): SpecForge offline",
-            "snapshot_rows": df.height, "rows_left_out": sum(left_out.values()), "left_out_by_reason": left_out,
-            "specforge_exact_rows": n if template else None,
-            "specforge_exact_check": CHECKED_BY if template else f"not measured: no SpecForge template for {profile_name}",
-            "specforge_settings": {"data.chat_template": template, "data.is_preformatted": True,
-                                   "data.train_only_last_turn": True, "data.max_length": max_len},
-        }}
+        return {
+            PREFORMATTED_FILE: {
+                "rows": n,
+                "format": "specforge preformatted text (text): SpecForge offline",
+                "snapshot_rows": df.height,
+                "rows_left_out": sum(left_out.values()),
+                "left_out_by_reason": left_out,
+                "specforge_exact_rows": n if template else None,
+                "specforge_exact_check": CHECKED_BY
+                if template
+                else f"not measured: no SpecForge template for {profile_name}",
+                "specforge_settings": {
+                    "data.chat_template": template,
+                    "data.is_preformatted": True,
+                    "data.train_only_last_turn": True,
+                    "data.max_length": max_len,
+                },
+            }
+        }
 
     return export_specforge_preformatted
 
@@ -204,14 +227,17 @@ def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[
             }
 
     n = _write_jsonl(snapshot_dir / CONVERSATIONS_FILE, rows())
-    return {CONVERSATIONS_FILE: {
-        "rows": n, "format": "conversations (re-rendered by the trainer's chat template); tool-call arguments as JSON strings",
-        "rows_not_text_exact": _not_text_exact(df),  # flagged per row: text_exact false + text_mismatch_pos
-        "specforge_exact_rows": None,
-        "specforge_exact_check": "not measured in the pipeline: SpecForge re-renders conversations with the chat "
-                                 "template (Kimi-K2.5 drops the reasoning of the final turn, a default system prompt is "
-                                 "injected, tool-call arguments are re-serialized); use specforge_preformatted.jsonl",
-    }}
+    return {
+        CONVERSATIONS_FILE: {
+            "rows": n,
+            "format": "conversations (re-rendered by the trainer's chat template); tool-call arguments as JSON strings",
+            "rows_not_text_exact": _not_text_exact(df),  # flagged per row: text_exact false + text_mismatch_pos
+            "specforge_exact_rows": None,
+            "specforge_exact_check": "not measured in the pipeline: SpecForge re-renders conversations with the chat "
+            "template (Kimi-K2.5 drops the reasoning of the final turn, a default system prompt is "
+            "injected, tool-call arguments are re-serialized); use specforge_preformatted.jsonl",
+        }
+    }
 
 
 EXPORTERS = (export_specforge_prompts, export_conversations)

@@ -53,7 +53,9 @@ def _index(ids: list[int], token: int | None, start: int = 0) -> int:
         return -1
 
 
-def _kimi_tool_calls(ids: list[int], profile: ModelProfile, tokenizer: Any, problems: list[str]) -> list[dict[str, Any]]:
+def _kimi_tool_calls(
+    ids: list[int], profile: ModelProfile, tokenizer: Any, problems: list[str]
+) -> list[dict[str, Any]]:
     t = profile.tool_call_ids
     calls: list[dict[str, Any]] = []
     pos = 0
@@ -134,16 +136,22 @@ def assistant_turn_text(parsed: ParsedGeneration, profile: ModelProfile, tokeniz
         calls = ""
         if parsed.tool_calls:
             tok = tokenizer.convert_ids_to_tokens
-            calls = tok(t.section_begin) + "".join(
-                f"{tok(t.call_begin)}{c['id']}{tok(t.argument_begin)}{c['function']['arguments']}{tok(t.call_end)}"
-                for c in parsed.tool_calls
-            ) + tok(t.section_end)
+            calls = (
+                tok(t.section_begin)
+                + "".join(
+                    f"{tok(t.call_begin)}{c['id']}{tok(t.argument_begin)}{c['function']['arguments']}{tok(t.call_end)}"
+                    for c in parsed.tool_calls
+                )
+                + tok(t.section_end)
+            )
         return f"{parsed.reasoning}{think_end}{parsed.content}{calls}{eot}"
     think_start = tokenizer.convert_ids_to_tokens(profile.think_start_id)
     return f"{think_start}{parsed.reasoning}{think_end}{parsed.content}{eot}"
 
 
-def round_trip_mismatch(output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> int | None:
+def round_trip_mismatch(
+    output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any
+) -> int | None:
     """None when the parsed turn encodes back to exactly the generated ids, else the first differing position.
 
     A mismatch with a clean parse is non-canonical tokenization (a sampler emitted e.g. `hel`+`lo` where

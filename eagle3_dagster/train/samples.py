@@ -13,7 +13,14 @@ import polars as pl
 from ..schemas import TRAINING_SAMPLES
 from .conversations import CONVERSATIONS_SCHEMA
 
-LINEAGE_FROM_GENERATIONS = ("model_revision", "template_hash", "sampling_hash", "endpoint", "finish_reason", "generated_at")
+LINEAGE_FROM_GENERATIONS = (
+    "model_revision",
+    "template_hash",
+    "sampling_hash",
+    "endpoint",
+    "finish_reason",
+    "generated_at",
+)
 
 
 def build_training_samples(

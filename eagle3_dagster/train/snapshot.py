@@ -176,27 +176,53 @@ def build_snapshot(
     manifest_path = snap / "manifest.json"
     verdict = None
     if judge is not None and latest != version:
-        verdict = judge({
-            "rows": rows, "shards_included": sum(1 for d in decisions if d.included), "summary": summary or {},
-            "previous": previous, "excluded": {d.shard: d.reason for d in decisions if not d.included},
-        })
+        verdict = judge(
+            {
+                "rows": rows,
+                "shards_included": sum(1 for d in decisions if d.included),
+                "summary": summary or {},
+                "previous": previous,
+                "excluded": {d.shard: d.reason for d in decisions if not d.included},
+            }
+        )
     published = verdict is None or bool(verdict.publish)
     gate_fields: dict[str, Any] = {}
     if verdict is not None:
-        gate_fields = {"published": published, "publish_gate": verdict.publish_gate, "drift": verdict.drift,
-                       "previous_version": latest}
+        gate_fields = {
+            "published": published,
+            "publish_gate": verdict.publish_gate,
+            "drift": verdict.drift,
+            "previous_version": latest,
+        }
         if not published:
             gate_fields["not_published_because"] = list(verdict.reasons)
     refused = verdict is not None and not verdict.publish_gate.get("success", True)
-    attempt = {"version": version, "rows": rows, "published": published, "written": not refused,
-               "at": (now or dt.datetime.now(dt.UTC)).isoformat(), "latest_before": latest,
-               "verdict": verdict.to_json() if verdict is not None else None, "summary": summary}
+    attempt = {
+        "version": version,
+        "rows": rows,
+        "published": published,
+        "written": not refused,
+        "at": (now or dt.datetime.now(dt.UTC)).isoformat(),
+        "latest_before": latest,
+        "verdict": verdict.to_json() if verdict is not None else None,
+        "summary": summary,
+    }
     attempt_file = data / "gates" / "publish" / "last.json"
     if refused:
         attempt_file.write_text(json.dumps(attempt, indent=1, default=str))
         # The publish gate failed: nothing is written, LATEST stays where it was.
-        return SnapshotResult(version, None, False, rows, decisions, [], {"version": version, "rows": rows,
-                              **gate_fields, "summary": summary}, published=False, verdict=verdict, latest=latest)
+        return SnapshotResult(
+            version,
+            None,
+            False,
+            rows,
+            decisions,
+            [],
+            {"version": version, "rows": rows, **gate_fields, "summary": summary},
+            published=False,
+            verdict=verdict,
+            latest=latest,
+        )
     created = not manifest_path.exists()
     if created:
         # Local: build beside the final folder, then one rename. Object storage: build in place,
@@ -247,12 +273,27 @@ def build_snapshot(
         (root / "LATEST").write_text(version + "\n")
     if verdict is None and judge is not None:
         # the same content as LATEST: nothing new was judged; what was decided when it was published holds
-        attempt["verdict"] = {"publish": True, "reasons": [], "publish_gate": manifest.get("publish_gate"),
-                              "drift": manifest.get("drift"), "same_as_latest": True}
+        attempt["verdict"] = {
+            "publish": True,
+            "reasons": [],
+            "publish_gate": manifest.get("publish_gate"),
+            "drift": manifest.get("drift"),
+            "same_as_latest": True,
+        }
     attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
     removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
-    return SnapshotResult(version, _native(snap, given), created, manifest["rows"], decisions, removed, manifest,
-                          published=published, verdict=verdict, latest=read_latest(root))
+    return SnapshotResult(
+        version,
+        _native(snap, given),
+        created,
+        manifest["rows"],
+        decisions,
+        removed,
+        manifest,
+        published=published,
+        verdict=verdict,
+        latest=read_latest(root),
+    )
 
 
 def apply_retention(root: PathLike, *, keep: int, protect: str, also_protect: str | None = None) -> list[str]:

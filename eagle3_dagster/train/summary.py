@@ -37,8 +37,17 @@ LENGTHS = ("prompt_len", "output_len", "reasoning_len", "answer_len")
 QUANTILES = {"p5": 0.05, "p25": 0.25, "p50": 0.5, "p75": 0.75, "p95": 0.95}
 HIST_BINS = 20
 # the training_samples columns a summary needs
-STAT_COLUMNS = ("sample_id", "prompt_id", "source", "input_ids", "prompt_len", "output_len", "finish_reason",
-                "model_revision", "sampling_hash")
+STAT_COLUMNS = (
+    "sample_id",
+    "prompt_id",
+    "source",
+    "input_ids",
+    "prompt_len",
+    "output_len",
+    "finish_reason",
+    "model_revision",
+    "sampling_hash",
+)
 IDENTITY_COLUMNS = ("sample_id", "input_ids", "loss_mask", "model_revision", "template_hash", "sampling_hash")
 IDENTITY_SCHEME = "sha256 over sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash (v1)"
 
@@ -48,29 +57,44 @@ def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
     lengths (reasoning/answer null when the output has no think-end), think_end, has_tool_call."""
     from ..quality.features import generation_features
 
-    cols = {"source": pl.String, "finish_reason": pl.String, "model_revision": pl.String, "sampling_hash": pl.String,
-            "prompt_len": pl.Int32, "output_len": pl.Int32, "reasoning_len": pl.Int32, "answer_len": pl.Int32,
-            "think_end": pl.Boolean, "has_tool_call": pl.Boolean}
+    cols = {
+        "source": pl.String,
+        "finish_reason": pl.String,
+        "model_revision": pl.String,
+        "sampling_hash": pl.String,
+        "prompt_len": pl.Int32,
+        "output_len": pl.Int32,
+        "reasoning_len": pl.Int32,
+        "answer_len": pl.Int32,
+        "think_end": pl.Boolean,
+        "has_tool_call": pl.Boolean,
+    }
     if samples.height == 0:
         return pl.DataFrame(schema=cols)
     gens = samples.select(
-        "sample_id", "prompt_id", "source", "finish_reason",
+        "sample_id",
+        "prompt_id",
+        "source",
+        "finish_reason",
         pl.col("input_ids").list.slice(pl.col("prompt_len")).alias("output_ids"),
         pl.col("output_len").alias("completion_tokens"),
     )
     f = generation_features(gens, None, profile)
-    return pl.DataFrame({
-        "source": samples["source"].cast(pl.String),
-        "finish_reason": samples["finish_reason"].cast(pl.String),
-        "model_revision": samples["model_revision"].cast(pl.String),
-        "sampling_hash": samples["sampling_hash"].cast(pl.String),
-        "prompt_len": samples["prompt_len"].cast(pl.Int32),
-        "output_len": f["output_len"].cast(pl.Int32),
-        "reasoning_len": f["reasoning_len"].cast(pl.Int32),
-        "answer_len": f["answer_len"].cast(pl.Int32),
-        "think_end": (f["think_end_count"] > 0),
-        "has_tool_call": f["has_tool_call"].fill_null(False),
-    }, schema=cols)
+    return pl.DataFrame(
+        {
+            "source": samples["source"].cast(pl.String),
+            "finish_reason": samples["finish_reason"].cast(pl.String),
+            "model_revision": samples["model_revision"].cast(pl.String),
+            "sampling_hash": samples["sampling_hash"].cast(pl.String),
+            "prompt_len": samples["prompt_len"].cast(pl.Int32),
+            "output_len": f["output_len"].cast(pl.Int32),
+            "reasoning_len": f["reasoning_len"].cast(pl.Int32),
+            "answer_len": f["answer_len"].cast(pl.Int32),
+            "think_end": (f["think_end_count"] > 0),
+            "has_tool_call": f["has_tool_call"].fill_null(False),
+        },
+        schema=cols,
+    )
 
 
 def _counts(s: pl.Series) -> dict[str, int]:

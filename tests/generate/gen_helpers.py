@@ -21,18 +21,36 @@ def make_prompts(n: int, *, shard: int = 0, seed: int = 7, template_hash: str = 
     rows = []
     for i in range(n):
         ids = [rng.randrange(1000, 150000) for _ in range(rng.randrange(4, 24))]
-        rows.append({
-            "prompt_id": f"p{seed}-{i:06d}", "source": "unit", "shard": shard, "input_ids": ids,
-            "prompt_len": len(ids), "profile": "kimi-k2.5", "tokenizer_fingerprint": "tf", "template_hash": template_hash,
-        })
+        rows.append(
+            {
+                "prompt_id": f"p{seed}-{i:06d}",
+                "source": "unit",
+                "shard": shard,
+                "input_ids": ids,
+                "prompt_len": len(ids),
+                "profile": "kimi-k2.5",
+                "tokenizer_fingerprint": "tf",
+                "template_hash": template_hash,
+            }
+        )
     return pl.from_arrow(pl.DataFrame(rows).to_arrow().cast(schemas.TOKENIZED_PROMPTS))  # type: ignore[return-value]
 
 
 def make_config(*urls: str, **overrides: Any) -> GenerationConfig:
     base: dict[str, Any] = dict(
-        endpoints=tuple(urls), max_new_tokens=24, temperature=1.0, top_p=0.95, stop_token_ids=(KIMI_EOS,),
-        max_in_flight=8, backoff_base_s=0.02, backoff_max_s=0.2, probe_interval_s=0.1, health_interval_s=1.0,
-        flush_every_n=8, flush_every_s=0.5, vocab_size=163840,
+        endpoints=tuple(urls),
+        max_new_tokens=24,
+        temperature=1.0,
+        top_p=0.95,
+        stop_token_ids=(KIMI_EOS,),
+        max_in_flight=8,
+        backoff_base_s=0.02,
+        backoff_max_s=0.2,
+        probe_interval_s=0.1,
+        health_interval_s=1.0,
+        flush_every_n=8,
+        flush_every_s=0.5,
+        vocab_size=163840,
     )
     base.update(overrides)
     return GenerationConfig(**base)

@@ -19,9 +19,27 @@ import json
 import aiohttp
 from aiohttp import web
 
-FORWARDED = {"temperature", "max_new_tokens", "top_p", "top_k", "frequency_penalty", "presence_penalty",
-             "repetition_penalty", "stop", "ignore_eos", "skip_special_tokens", "json_schema", "regex", "ebnf",
-             "min_p", "min_new_tokens", "stop_token_ids", "no_stop_trim", "n", "sampling_seed"}
+FORWARDED = {
+    "temperature",
+    "max_new_tokens",
+    "top_p",
+    "top_k",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "stop",
+    "ignore_eos",
+    "skip_special_tokens",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "min_p",
+    "min_new_tokens",
+    "stop_token_ids",
+    "no_stop_trim",
+    "n",
+    "sampling_seed",
+}
 
 
 def main() -> None:
@@ -70,9 +88,15 @@ def main() -> None:
         return web.Response(status=200 if workers else 503)
 
     async def list_workers(request: web.Request) -> web.Response:
-        return web.json_response({"workers": [{"id": f"w{i}", "url": u, "model_id": "unknown", "is_healthy": True,
-                                               "worker_type": "regular"} for i, u in enumerate(workers)],
-                                  "total": len(workers)})
+        return web.json_response(
+            {
+                "workers": [
+                    {"id": f"w{i}", "url": u, "model_id": "unknown", "is_healthy": True, "worker_type": "regular"}
+                    for i, u in enumerate(workers)
+                ],
+                "total": len(workers),
+            }
+        )
 
     async def set_workers(request: web.Request) -> web.Response:
         workers[:] = list((await request.json()).get("urls") or [])

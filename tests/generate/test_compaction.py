@@ -23,12 +23,28 @@ N = 40
 
 
 def _row(i: int, version: int) -> dict:
-    return dict(sample_id=f"s{i:04d}", prompt_id=f"p{i}", source="unit", shard=0, rid=f"r{i}-{version}",
-                output_ids=[i, version, 7], text=f"t{version}", finish_reason="stop", finish_matched=None,
-                prompt_tokens=3, completion_tokens=3, cached_tokens=0, e2e_latency=0.01 * version,
-                meta_info="{}", endpoint="http://e", model_revision="m", template_hash="h", sampling_hash="s",
-                integrity_violations=[] if version % 2 else ["x"],
-                generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=version))
+    return dict(
+        sample_id=f"s{i:04d}",
+        prompt_id=f"p{i}",
+        source="unit",
+        shard=0,
+        rid=f"r{i}-{version}",
+        output_ids=[i, version, 7],
+        text=f"t{version}",
+        finish_reason="stop",
+        finish_matched=None,
+        prompt_tokens=3,
+        completion_tokens=3,
+        cached_tokens=0,
+        e2e_latency=0.01 * version,
+        meta_info="{}",
+        endpoint="http://e",
+        model_revision="m",
+        template_hash="h",
+        sampling_hash="s",
+        integrity_violations=[] if version % 2 else ["x"],
+        generated_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=version),
+    )
 
 
 def _fill(out, n_chunks: int = 10, lock_dir: Path | None = None) -> pl.DataFrame:
@@ -94,8 +110,12 @@ def test_sigkill_between_compacted_write_and_deletes(tmp_path: Path, deletes_bef
     out = tmp_path / "shard=0000"
     before = _fill(out)
     names_before = {f.name for f in chunk_files(out)}
-    proc = subprocess.run([sys.executable, "-c", _CRASH.format(), str(out), str(deletes_before_kill)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH.format(), str(out), str(deletes_before_kill)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == -9, proc.stderr
     files = chunk_files(out)
     compacted = [f for f in files if f.name not in names_before]
@@ -203,6 +223,7 @@ def test_compaction_on_object_storage(tmp_path: Path, monkeypatch):
 
 # -- through generate_shard, against the simulator -------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def prompts() -> pl.DataFrame:
     return make_prompts(N, seed=33)
@@ -211,8 +232,9 @@ def prompts() -> pl.DataFrame:
 def test_generate_shard_compacts_and_reruns_idempotently(clean_sim: Sim, prompts, tmp_path: Path):
     out = tmp_path / "shard=0000"
     # ~20 chunks, no compaction yet: the reference, every column
-    rep = generate_shard(prompts, out, make_config(clean_sim.url, flush_every_n=2, flush_every_s=60,
-                                                   compact_after_chunks=None))
+    rep = generate_shard(
+        prompts, out, make_config(clean_sim.url, flush_every_n=2, flush_every_s=60, compact_after_chunks=None)
+    )
     assert rep.succeeded == N and rep.chunks_written == len(chunk_files(out)) >= 9 and rep.chunks_compacted == 0
     before = read_generations(out)
     # a rerun with compaction on: nothing to generate, the chunks are merged at the end
@@ -229,14 +251,17 @@ def test_generate_shard_compacts_and_reruns_idempotently(clean_sim: Sim, prompts
     assert read_generations(out).equals(before)
     # new prompts add chunks after the compacted one; the compacted rows still win
     more = pl.concat([prompts, make_prompts(12, seed=34)])
-    rep = generate_shard(more, out, make_config(clean_sim.url, flush_every_n=4, max_in_flight=2, compact_after_chunks=8))
+    rep = generate_shard(
+        more, out, make_config(clean_sim.url, flush_every_n=4, max_in_flight=2, compact_after_chunks=8)
+    )
     assert rep.succeeded == 12 and rep.chunks_compacted == 0 and len(chunk_files(out)) == 1 + rep.chunks_written > 2
     got = read_generations(out)
     assert got.head(N).equals(before) and got.height == N + 12
 
 
-def test_generate_shard_reports_a_failed_compaction_and_keeps_the_data(clean_sim: Sim, prompts, tmp_path: Path,
-                                                                      monkeypatch):
+def test_generate_shard_reports_a_failed_compaction_and_keeps_the_data(
+    clean_sim: Sim, prompts, tmp_path: Path, monkeypatch
+):
     from eagle3_dagster.generate import store
 
     out = tmp_path / "shard=0000"
@@ -263,12 +288,14 @@ def test_generate_shard_reports_a_failed_compaction_and_keeps_the_data(clean_sim
 
 def test_sigkill_mid_compaction_then_generate_shard_finishes_it(clean_sim: Sim, prompts, tmp_path: Path):
     out = tmp_path / "shard=0000"
-    generate_shard(prompts, out, make_config(clean_sim.url, flush_every_n=2, flush_every_s=60,
-                                             compact_after_chunks=None))
+    generate_shard(
+        prompts, out, make_config(clean_sim.url, flush_every_n=2, flush_every_s=60, compact_after_chunks=None)
+    )
     before = read_generations(out)
     n_chunks = len(chunk_files(out))
-    proc = subprocess.run([sys.executable, "-c", _CRASH.format(), str(out), "2"], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _CRASH.format(), str(out), "2"], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == -9, proc.stderr
     assert read_generations(out).equals(before)
     requests = clean_sim.stats()["requests"]

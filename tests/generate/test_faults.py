@@ -136,7 +136,13 @@ def test_sigkill_mid_shard_then_rerun(clean_sim: Sim, prompts, reference, tmp_pa
     pq_in = tmp_path / "prompts.parquet"
     prompts.write_parquet(pq_in)
     out = tmp_path / "shard=0000"
-    code = _KILL_SCRIPT.format(helpers=str(Path(__file__).parent), tests_root=str(Path(__file__).parent.parent), prompts=str(pq_in), out=str(out), url=clean_sim.url)
+    code = _KILL_SCRIPT.format(
+        helpers=str(Path(__file__).parent),
+        tests_root=str(Path(__file__).parent.parent),
+        prompts=str(pq_in),
+        out=str(out),
+        url=clean_sim.url,
+    )
     done0 = sum(clean_sim.stats()["finished"].values())
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.monotonic() + 60
@@ -164,7 +170,9 @@ def test_sigkill_mid_shard_then_rerun(clean_sim: Sim, prompts, reference, tmp_pa
     assert_same_as_clean(out, reference)
 
 
-def test_failed_chunk_write_is_retried_without_duplicates(clean_sim: Sim, prompts, reference, tmp_path: Path, monkeypatch):
+def test_failed_chunk_write_is_retried_without_duplicates(
+    clean_sim: Sim, prompts, reference, tmp_path: Path, monkeypatch
+):
     from eagle3_dagster.generate import store
 
     real = store.write_table_atomic

@@ -118,7 +118,9 @@ def test_circuit_breaker_takes_a_failing_endpoint_out(sims, tmp_path: Path):
 
 def test_max_in_flight_from_server_info(start_sim, tmp_path: Path):
     sim = start_sim("--max-running-requests", "3")
-    rep = generate_shard(make_prompts(20, seed=35), tmp_path / "s", make_config(sim.url, max_in_flight=None, in_flight_headroom=2))
+    rep = generate_shard(
+        make_prompts(20, seed=35), tmp_path / "s", make_config(sim.url, max_in_flight=None, in_flight_headroom=2)
+    )
     assert rep.max_in_flight == 5 and rep.succeeded == 20
     assert rep.http_pools == 1
 
@@ -131,8 +133,9 @@ def test_workers_are_spread_over_small_connection_pools(clean_sim, tmp_path: Pat
 
 def _start_router(worker: str, *args: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    p = subprocess.Popen([sys.executable, str(Path(__file__).parent / "mini_router.py"), "--port", str(port),
-                          "--worker", worker, *args])
+    p = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "mini_router.py"), "--port", str(port), "--worker", worker, *args]
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -177,7 +180,9 @@ def test_api_key_is_sent_and_never_leaks(start_sim, tmp_path: Path, monkeypatch,
     cfg = make_config(sim.url)
     prompts = make_prompts(6, seed=37)
     long_ids = list(range(1000, 1010)) * 30000  # too long for the context: a 400 with the server's text
-    prompts = pl.concat([prompts, make_prompts(1, seed=38).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))])
+    prompts = pl.concat(
+        [prompts, make_prompts(1, seed=38).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))]
+    )
     rep = generate_shard(prompts, tmp_path / "s", cfg)
     assert (rep.succeeded, rep.failed) == (6, 1)
     assert rep.retried_by_kind == {"reset": 2, "http_503": 2}
@@ -217,8 +222,17 @@ def test_progress_reports_during_the_run(clean_sim, tmp_path: Path):
     assert mid and all(p.samples_per_s > 0 and p.eta_s is not None and p.eta_s > 0 for p in mid)
     assert seen[-1].done == 16 and seen[-1].output_tokens_per_s > 0
     md = rep.as_metadata()
-    for k in ("samples_per_s", "output_tokens_per_s", "latency_p50", "latency_p90", "latency_p99", "finish_reasons",
-              "cached_tokens_ratio", "per_endpoint", "retried_by_kind"):
+    for k in (
+        "samples_per_s",
+        "output_tokens_per_s",
+        "latency_p50",
+        "latency_p90",
+        "latency_p99",
+        "finish_reasons",
+        "cached_tokens_ratio",
+        "per_endpoint",
+        "retried_by_kind",
+    ):
         assert k in md
     assert 0 < md["latency_p50"] <= md["latency_p90"] <= md["latency_p99"]
     json.dumps(md)
@@ -232,5 +246,7 @@ def test_endpoints_serving_different_weights_are_refused(sims, start_sim, tmp_pa
         generate_shard(make_prompts(4, seed=40), tmp_path / "s", make_config(a.url, other.url))
     assert _requests(a) == a0 and other.stats()["requests"] == 0
     # Pinning the revision is the explicit way to run anyway.
-    rep = generate_shard(make_prompts(4, seed=40), tmp_path / "s", make_config(a.url, other.url, model_revision="pinned@1"))
+    rep = generate_shard(
+        make_prompts(4, seed=40), tmp_path / "s", make_config(a.url, other.url, model_revision="pinned@1")
+    )
     assert rep.succeeded == 4 and rep.model_revision == "pinned@1"

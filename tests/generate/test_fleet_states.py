@@ -82,8 +82,9 @@ def test_stalled_requests_are_aborted_and_retried_with_a_new_rid(clean_sim: Sim,
     clean_sim.faults(stall=3, stall_after_tokens=4)
     before = clean_sim.stats()
     t0 = time.monotonic()
-    rep = generate_shard(prompts, tmp_path / "s", make_config(clean_sim.url, stream=True, stream_interval=2,
-                                                              stall_timeout_s=1.0))
+    rep = generate_shard(
+        prompts, tmp_path / "s", make_config(clean_sim.url, stream=True, stream_interval=2, stall_timeout_s=1.0)
+    )
     took = time.monotonic() - t0
     after = clean_sim.stats()
     assert (rep.succeeded, rep.failed) == (N, 0) and rep.retried_by_kind == {"stall": 3}, rep
@@ -149,11 +150,13 @@ def test_old_servers_and_server_side_sampling_defaults_are_refused(clean_sim: Si
     assert rep.succeeded == 2 and rep.preferred_sampling_params == {clean_sim.url: {"presence_penalty": 0.5}}
 
 
-def test_router_without_workers_is_waited_for_without_spending_retries(clean_sim: Sim, prompts, reference,
-                                                                      tmp_path: Path, caplog):
+def test_router_without_workers_is_waited_for_without_spending_retries(
+    clean_sim: Sim, prompts, reference, tmp_path: Path, caplog
+):
     caplog.set_level(logging.INFO, logger="eagle3_dagster.generate")
     router, url = _start_router(clean_sim.url, "--start-empty")
     try:
+
         def add_worker() -> None:
             time.sleep(2.0)
             httpx.post(url + "/_router/workers", json={"urls": [clean_sim.url]}, timeout=5)

@@ -130,7 +130,9 @@ def test_http_400_is_recorded_with_the_server_message_and_not_retried(short_ctx_
     start = sim.stats()["requests"]
     prompts = make_prompts(6)
     long_ids = list(range(1000, 1050))  # 50 prompt ids + 24 new tokens > 64: the server says 400
-    prompts = pl.concat([prompts, make_prompts(1, seed=9).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))])
+    prompts = pl.concat(
+        [prompts, make_prompts(1, seed=9).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))]
+    )
     rep = generate_shard(prompts, tmp_path / "s", make_config(sim.url))
     assert (rep.requested, rep.succeeded, rep.failed) == (7, 6, 1)
     assert rep.errors_by_kind == {"http_400": 1} and rep.retried_by_kind == {}
@@ -163,8 +165,12 @@ def test_integrity_violations_are_recorded_not_hidden(start_sim, tmp_path: Path)
 def test_rerun_does_not_resend_permanent_failures_unless_asked(short_ctx_sim, tmp_path: Path):
     sim = short_ctx_sim
     long_ids = list(range(1000, 1050))
-    prompts = pl.concat([make_prompts(4), make_prompts(1, seed=9).with_columns(
-        pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))])
+    prompts = pl.concat(
+        [
+            make_prompts(4),
+            make_prompts(1, seed=9).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32))),
+        ]
+    )
     out = tmp_path / "s"
     cfg = make_config(sim.url)
     generate_shard(prompts, out, cfg)
@@ -182,14 +188,30 @@ def test_rerun_does_not_resend_permanent_failures_unless_asked(short_ctx_sim, tm
 def test_integrity_checks_on_crafted_responses():
     from eagle3_dagster.generate import integrity_violations
 
-    ok = {"output_ids": [5, 6, KIMI_EOS], "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}}}
+    ok = {
+        "output_ids": [5, 6, KIMI_EOS],
+        "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}},
+    }
     assert integrity_violations(ok) == []
-    assert integrity_violations({"output_ids": [5, 6, 7], "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}}}) == [
-        f"stop_matched_{KIMI_EOS}_ne_last_output_id_7"]
+    assert integrity_violations(
+        {
+            "output_ids": [5, 6, 7],
+            "meta_info": {"completion_tokens": 3, "finish_reason": {"type": "stop", "matched": KIMI_EOS}},
+        }
+    ) == [f"stop_matched_{KIMI_EOS}_ne_last_output_id_7"]
     # A stop string match (str) has no id to compare; a length finish must have exactly `length` ids.
-    assert integrity_violations({"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "stop", "matched": "###"}}}) == []
-    assert integrity_violations({"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "length", "length": 4}}}) == [
-        "length_finish_4_ne_len_output_ids_2"]
+    assert (
+        integrity_violations(
+            {
+                "output_ids": [5, 6],
+                "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "stop", "matched": "###"}},
+            }
+        )
+        == []
+    )
+    assert integrity_violations(
+        {"output_ids": [5, 6], "meta_info": {"completion_tokens": 2, "finish_reason": {"type": "length", "length": 4}}}
+    ) == ["length_finish_4_ne_len_output_ids_2"]
     assert integrity_violations({"meta_info": {}}) == ["output_ids_missing"]
 
 

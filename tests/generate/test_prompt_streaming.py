@@ -25,7 +25,9 @@ def prompts() -> pl.DataFrame:
 
 def _expected_view(df: pl.DataFrame, tail: int) -> pl.DataFrame:
     return df.select(
-        pl.col("prompt_id"), pl.col("template_hash"), pl.col("source"),
+        pl.col("prompt_id"),
+        pl.col("template_hash"),
+        pl.col("source"),
         pl.col("input_ids").list.len().cast(pl.Int32).alias("prompt_len"),
         pl.col("input_ids").list.tail(tail),
     )
@@ -66,13 +68,31 @@ def test_echo_feature_from_the_view_equals_the_full_prompts(prompts, kimi_profil
 
     head = prompts.head(50)
     # half the outputs echo the prompt's tail (the bug the feature catches), half do not
-    outs = [(ids[-ECHO_WINDOW:] if i % 2 else []) + [163607, 5, 163586] for i, ids in enumerate(head["input_ids"].to_list())]
-    gens = pl.from_arrow(pl.DataFrame({
-        "sample_id": [f"s{i}" for i in range(50)], "prompt_id": head["prompt_id"], "output_ids": outs,
-        "finish_reason": ["stop"] * 50, "completion_tokens": [len(o) for o in outs],
-    }).to_arrow().cast(pl.DataFrame(schema={c: pl.from_arrow(GENERATIONS.empty_table()).schema[c] for c in
-                                            ("sample_id", "prompt_id", "output_ids", "finish_reason",
-                                             "completion_tokens")}).to_arrow().schema))
+    outs = [
+        (ids[-ECHO_WINDOW:] if i % 2 else []) + [163607, 5, 163586] for i, ids in enumerate(head["input_ids"].to_list())
+    ]
+    gens = pl.from_arrow(
+        pl.DataFrame(
+            {
+                "sample_id": [f"s{i}" for i in range(50)],
+                "prompt_id": head["prompt_id"],
+                "output_ids": outs,
+                "finish_reason": ["stop"] * 50,
+                "completion_tokens": [len(o) for o in outs],
+            }
+        )
+        .to_arrow()
+        .cast(
+            pl.DataFrame(
+                schema={
+                    c: pl.from_arrow(GENERATIONS.empty_table()).schema[c]
+                    for c in ("sample_id", "prompt_id", "output_ids", "finish_reason", "completion_tokens")
+                }
+            )
+            .to_arrow()
+            .schema
+        )
+    )
     full = generation_features(gens, prompts, kimi_profile, echo_window=ECHO_WINDOW)
     light = generation_features(gens, prompt_view(prompts, tail=ECHO_WINDOW), kimi_profile, echo_window=ECHO_WINDOW)
     assert full.equals(light)
@@ -85,9 +105,16 @@ def test_sample_preview_from_the_view_equals_the_full_prompts(prompts, kimi_prof
     from eagle3_dagster.quality.reports import PREVIEW_PROMPT_TAIL
 
     head = prompts.head(3)
-    gens = pl.DataFrame({"sample_id": ["a", "b", "c"], "prompt_id": head["prompt_id"],
-                         "output_ids": [[5, 163607, 6, 163586]] * 3, "source": ["unit"] * 3,
-                         "finish_reason": ["stop"] * 3, "completion_tokens": [4] * 3})
+    gens = pl.DataFrame(
+        {
+            "sample_id": ["a", "b", "c"],
+            "prompt_id": head["prompt_id"],
+            "output_ids": [[5, 163607, 6, 163586]] * 3,
+            "source": ["unit"] * 3,
+            "finish_reason": ["stop"] * 3,
+            "completion_tokens": [4] * 3,
+        }
+    )
     view = prompt_view(prompts, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     full = sample_preview_markdown(gens, prompts, kimi_tokenizer, kimi_profile, n=3)
     light = sample_preview_markdown(gens, view, kimi_tokenizer, kimi_profile, n=3)

@@ -32,16 +32,31 @@ TOOL_CONVERSATION = {
     "messages": [
         {"role": "system", "content": "You are helpful."},
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "reasoning_content": "Need the tool.",
-         "tool_calls": [{"id": "call_1", "type": "function",
-                         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "{\"temp\": 21}"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "Need the tool.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"temp": 21}'},
         {"role": "assistant", "content": "It is 21 degrees."},
     ],
     "tools": [WEATHER_TOOL],
 }
-PLAIN = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"},
-                      {"role": "user", "content": "Tell me a joke"}, {"role": "assistant", "content": "No."}]}
+PLAIN = {
+    "messages": [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": "Tell me a joke"},
+        {"role": "assistant", "content": "No."},
+    ]
+}
 
 
 def _canonical(obj: object) -> str:
@@ -62,9 +77,15 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_openai_jsonl_with_tools_is_canonical_deduped_and_reconciled(tmp_path: Path) -> None:
-    data = _write_jsonl(tmp_path / "chat.jsonl", [
-        json.dumps(TOOL_CONVERSATION), json.dumps(PLAIN), json.dumps(PLAIN), "{not json",
-    ])
+    data = _write_jsonl(
+        tmp_path / "chat.jsonl",
+        [
+            json.dumps(TOOL_CONVERSATION),
+            json.dumps(PLAIN),
+            json.dumps(PLAIN),
+            "{not json",
+        ],
+    )
     out = tmp_path / "out"
     counts = ingest_source(SourceSpec(name="demo", path=str(data)), out, n_shards=4)
 
@@ -80,7 +101,11 @@ def test_openai_jsonl_with_tools_is_canonical_deduped_and_reconciled(tmp_path: P
     # The final assistant turn is dropped; history up to the tool result is kept.
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool"]
     call = msgs[2]["tool_calls"][0]
-    assert call == {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    assert call == {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    }
     assert msgs[2]["reasoning_content"] == "Need the tool."
     assert msgs[3]["tool_call_id"] == "call_1"
     assert json.loads(tool_row["tools"]) == [WEATHER_TOOL]
@@ -126,7 +151,10 @@ def test_combine_dedupes_across_sources_first_wins_and_reconciles(tmp_path: Path
     assert combined.cross_source_duplicates == 1
     assert combined.rejects == ca.rejected + cb.rejected == 2
     assert combined.read == ca.read + cb.read
-    assert combined.read == combined.prompts + combined.cross_source_duplicates + combined.rejects + combined.source_duplicates
+    assert (
+        combined.read
+        == combined.prompts + combined.cross_source_duplicates + combined.rejects + combined.source_duplicates
+    )
     rows = _rows(tmp_path / "prompts" / "prompts.parquet")
     assert [r["source"] for r in rows] == ["a", "a", "b"]  # the tool chat is kept from a (first wins)
     assert len({r["prompt_id"] for r in rows}) == 3
@@ -174,7 +202,8 @@ def test_load_source_specs_resolves_paths_relative_to_the_yaml(tmp_path: Path) -
     sources = tmp_path / "sources"
     sources.mkdir()
     (sources / "chats.yaml").write_text(
-        "path: ../data/part*.jsonl\nformat: openai\nlicense: CC-BY-4.0\nlimit: 5\nprompt_rule: first_user\n")
+        "path: ../data/part*.jsonl\nformat: openai\nlicense: CC-BY-4.0\nlimit: 5\nprompt_rule: first_user\n"
+    )
     (sources / "second.yml").write_text("name: second\npath: ../data/part1.jsonl\n")
 
     specs = load_source_specs(sources)
@@ -186,21 +215,27 @@ def test_load_source_specs_resolves_paths_relative_to_the_yaml(tmp_path: Path) -
     counts = ingest_source(chats, tmp_path / "out", n_shards=2)
     assert (counts.read, counts.accepted) == (2, 2)
     first_user = [json.loads(r["messages"]) for r in _rows(tmp_path / "out" / "accepted.parquet")]
-    assert first_user[1] == [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Weather in Paris?"}]
+    assert first_user[1] == [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Weather in Paris?"},
+    ]
 
 
-@pytest.mark.parametrize(("yaml_text", "message"), [
-    ("format: openai\n", r"missing field 'path'"),
-    ("path: x.jsonl\nformat: csv\n", r"format 'csv'"),
-    ("path: x.jsonl\nlimit: 0\n", r"limit must be a positive integer"),
-    ("path: x.jsonl\nsample_fraction: 1.5\n", r"sample_fraction"),
-    ("path: x.jsonl\nprompt_rule: everything\n", r"prompt_rule 'everything'"),
-    ("path: x.jsonl\ncolour: red\n", r"unknown field\(s\) colour"),
-    ("path: x.jsonl\nname: ../escape\n", r"name must be"),
-    ("path: x.jsonl\nfield_map: {speaker: role}\n", r"field_map has unknown canonical field\(s\) speaker"),
-    ("- just\n- a list\n", r"must be a mapping"),
-    ("path: [unclosed\n", r"not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("yaml_text", "message"),
+    [
+        ("format: openai\n", r"missing field 'path'"),
+        ("path: x.jsonl\nformat: csv\n", r"format 'csv'"),
+        ("path: x.jsonl\nlimit: 0\n", r"limit must be a positive integer"),
+        ("path: x.jsonl\nsample_fraction: 1.5\n", r"sample_fraction"),
+        ("path: x.jsonl\nprompt_rule: everything\n", r"prompt_rule 'everything'"),
+        ("path: x.jsonl\ncolour: red\n", r"unknown field\(s\) colour"),
+        ("path: x.jsonl\nname: ../escape\n", r"name must be"),
+        ("path: x.jsonl\nfield_map: {speaker: role}\n", r"field_map has unknown canonical field\(s\) speaker"),
+        ("- just\n- a list\n", r"must be a mapping"),
+        ("path: [unclosed\n", r"not valid YAML"),
+    ],
+)
 def test_bad_source_yaml_names_the_file_and_field(tmp_path: Path, yaml_text: str, message: str) -> None:
     (tmp_path / "broken.yaml").write_text(yaml_text)
     with pytest.raises(SourceSpecError, match=message) as info:

@@ -67,7 +67,7 @@ ONE_BAD_ROW: dict[str, str] = {
     "array_not_an_object_element.json": "not_an_object",
     "array_invalid_utf8.json": "invalid_utf8",
     "array_too_large_element.json": "too_large",
-    "array_malformed_element.json": "not_json",         # reading resumes after the bad element
+    "array_malformed_element.json": "not_json",  # reading resumes after the bad element
     "array_deep_nesting_element.json": "not_json",
     "array_bare_word_element.json": "not_json",
     "sharegpt_unknown_from.json": "unknown_role",
@@ -121,7 +121,9 @@ def test_corpus_is_complete_and_covers_forty_kinds() -> None:
     assert on_disk == expected
     assert len(expected) >= 40
     assert {p.suffix for p in map(Path, expected)} == {".json", ".jsonl", ".parquet"}
-    assert set(ONE_BAD_ROW.values()) | {r for rows, _ in BROKEN_CONTAINER.values() for _, r in rows} <= set(REJECT_REASONS)
+    assert set(ONE_BAD_ROW.values()) | {r for rows, _ in BROKEN_CONTAINER.values() for _, r in rows} <= set(
+        REJECT_REASONS
+    )
 
 
 @pytest.mark.parametrize("name", sorted(ONE_BAD_ROW))

@@ -15,7 +15,9 @@ from eagle3_dagster.ingest.cli import main
 BAD_DIR = Path(__file__).resolve().parent.parent / "data" / "bad"
 
 
-def test_cli_ingests_a_real_dataset_and_prints_counts_last(datasets_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_ingests_a_real_dataset_and_prints_counts_last(
+    datasets_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = datasets_dir / "glaive_toolcall_sharegpt_en" / "glaive_toolcall_en_demo.json"
     rc = main([str(data), "--format", "sharegpt", "--name", "glaive", "--out", str(tmp_path), "--n-shards", "3"])
     assert rc == 0
@@ -45,8 +47,12 @@ def test_cli_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.Captur
 @pytest.mark.integration
 def test_eagle3_ingest_console_entry_point(datasets_dir: Path, tmp_path: Path) -> None:
     data = datasets_dir / "bfcl_live_simple" / "BFCL_v4_live_simple.json"
-    proc = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "ingest", str(data), "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "ingest", str(data), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["read"] == 258 and counts["accepted"] == 258

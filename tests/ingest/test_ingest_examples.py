@@ -35,7 +35,10 @@ def test_every_example_source_ingests_and_combines(datasets_dir: Path, tmp_path:
         dirs.append(tmp_path / spec.name)
     combined = combine_sources(dirs, tmp_path / "prompts", n_shards=4)
     assert combined.input_accepted == total_accepted == combined.prompts + combined.cross_source_duplicates
-    assert combined.read == combined.prompts + combined.cross_source_duplicates + combined.rejects + combined.source_duplicates
+    assert (
+        combined.read
+        == combined.prompts + combined.cross_source_duplicates + combined.rejects + combined.source_duplicates
+    )
     table = pq.read_table(tmp_path / "prompts" / "prompts.parquet")
     assert table.num_rows == combined.prompts
     assert len(set(table.column("prompt_id").to_pylist())) == table.num_rows

@@ -14,17 +14,38 @@ import pytest
 from eagle3_dagster.ingest import SourceSpec, build_prompt, combine_sources, ingest_source, prompt_id_of
 
 # One tool-using conversation, written the way different datasets write it.
-TOOLS_OPENAI = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
-TOOLS_BARE_DICT = [{"name": "get_weather", "description": "Weather",
-                    "parameters": {"type": "dict", "properties": {"city": {"type": "string"}}}}]
+TOOLS_OPENAI = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+TOOLS_BARE_DICT = [
+    {
+        "name": "get_weather",
+        "description": "Weather",
+        "parameters": {"type": "dict", "properties": {"city": {"type": "string"}}},
+    }
+]
 OPENAI = {
     "messages": [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "functions.get_weather:0", "type": "function",
-             "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 21}"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": '{"temp": 21}'},
         {"role": "assistant", "content": "21 degrees."},
     ],
     "tools": TOOLS_OPENAI,
@@ -32,8 +53,8 @@ OPENAI = {
 SHAREGPT = {
     "conversations": [
         {"from": "human", "value": "Weather in Paris?"},
-        {"from": "function_call", "value": "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"},
-        {"from": "observation", "value": "{\"temp\": 21}"},
+        {"from": "function_call", "value": '{"name": "get_weather", "arguments": {"city": "Paris"}}'},
+        {"from": "observation", "value": '{"temp": 21}'},
         {"from": "gpt", "value": "It is 21 degrees in Paris."},
     ],
     "tools": json.dumps(TOOLS_BARE_DICT),
@@ -41,8 +62,11 @@ SHAREGPT = {
 HERMES = {
     "messages": [
         {"role": "user", "content": [{"type": "text", "value": "Weather in Paris?"}]},
-        {"role": "assistant", "content": [{"type": "tool_call", "value": "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}"}]},
-        {"role": "tool", "content": [{"type": "text", "value": "{\"temp\": 21}"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_call", "value": '{"name": "get_weather", "arguments": {"city": "Paris"}}'}],
+        },
+        {"role": "tool", "content": [{"type": "text", "value": '{"temp": 21}'}]},
     ],
     "tools": json.dumps(TOOLS_OPENAI),
 }
@@ -61,9 +85,18 @@ def _ingest(path: Path, out: Path, **kw: object):
 def test_same_conversation_in_three_layouts_and_three_containers_has_one_id(tmp_path: Path) -> None:
     expected_messages = [
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "functions.get_weather:0", "type": "function",
-                                                               "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "{\"temp\": 21}"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": '{"temp": 21}'},
     ]
     expected_id = prompt_id_of(expected_messages, TOOLS_OPENAI)
 
@@ -71,8 +104,10 @@ def test_same_conversation_in_three_layouts_and_three_containers_has_one_id(tmp_
     (tmp_path / "sharegpt.json").write_text(json.dumps([SHAREGPT], indent=2))
     (tmp_path / "hermes.jsonl").write_text(json.dumps(HERMES) + "\n")
     # Parquet with the conversation and tools as JSON strings (a common export shape).
-    pq.write_table(pa.table({"messages": [json.dumps(OPENAI["messages"])], "tools": [json.dumps(TOOLS_OPENAI)]}),
-                   tmp_path / "openai.parquet")
+    pq.write_table(
+        pa.table({"messages": [json.dumps(OPENAI["messages"])], "tools": [json.dumps(TOOLS_OPENAI)]}),
+        tmp_path / "openai.parquet",
+    )
     sources = ["openai.jsonl", "sharegpt.json", "hermes.jsonl", "openai.parquet"]
     for name in sources:
         _ingest(tmp_path / name, tmp_path / f"out_{name}", name=name.replace(".", "_"))
@@ -96,24 +131,68 @@ def test_build_prompt_matches_ingest_for_openai_json_array_with_dict_arguments(t
 
 
 def test_parquet_list_of_structs_with_tool_calls_columns(tmp_path: Path) -> None:
-    msg_type = pa.list_(pa.struct([
-        ("role", pa.string()), ("content", pa.string()), ("tool_call_id", pa.string()),
-        ("tool_calls", pa.list_(pa.struct([("id", pa.string()), ("type", pa.string()),
-                                           ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))]))),
-    ]))
-    rows = [{"messages": [
-        {"role": "user", "content": "Weather in Paris?", "tool_call_id": None, "tool_calls": None},
-        {"role": "assistant", "content": None, "tool_call_id": None, "tool_calls": OPENAI["messages"][1]["tool_calls"]},
-        {"role": "tool", "content": "{\"temp\": 21}", "tool_call_id": "functions.get_weather:0", "tool_calls": None},
-    ], "tools": json.dumps(TOOLS_OPENAI)}]
-    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("messages", msg_type), ("tools", pa.string())])),
-                   tmp_path / "x.parquet")
+    msg_type = pa.list_(
+        pa.struct(
+            [
+                ("role", pa.string()),
+                ("content", pa.string()),
+                ("tool_call_id", pa.string()),
+                (
+                    "tool_calls",
+                    pa.list_(
+                        pa.struct(
+                            [
+                                ("id", pa.string()),
+                                ("type", pa.string()),
+                                ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
+                            ]
+                        )
+                    ),
+                ),
+            ]
+        )
+    )
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?", "tool_call_id": None, "tool_calls": None},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_call_id": None,
+                    "tool_calls": OPENAI["messages"][1]["tool_calls"],
+                },
+                {
+                    "role": "tool",
+                    "content": '{"temp": 21}',
+                    "tool_call_id": "functions.get_weather:0",
+                    "tool_calls": None,
+                },
+            ],
+            "tools": json.dumps(TOOLS_OPENAI),
+        }
+    ]
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=pa.schema([("messages", msg_type), ("tools", pa.string())])),
+        tmp_path / "x.parquet",
+    )
     _ingest(tmp_path / "x.parquet", tmp_path / "out")
     assert _ids(tmp_path / "out") == [prompt_id_of(*build_prompt(OPENAI))]
 
 
-@pytest.mark.parametrize("container", ["jsonl", "jsonl_bom_crlf", "json_array", "json_array_one_line", "json_array_trailing_comma",
-                                       "gzip_jsonl", "gzip_array", "json_document"])
+@pytest.mark.parametrize(
+    "container",
+    [
+        "jsonl",
+        "jsonl_bom_crlf",
+        "json_array",
+        "json_array_one_line",
+        "json_array_trailing_comma",
+        "gzip_jsonl",
+        "gzip_array",
+        "json_document",
+    ],
+)
 def test_containers_are_detected_by_content(tmp_path: Path, container: str) -> None:
     records = [{"question": f"q{i}"} for i in range(3)]
     lines = "\n".join(json.dumps(r) for r in records) + "\n"
@@ -163,8 +242,12 @@ def test_empty_and_blank_files_have_no_records(tmp_path: Path) -> None:
 def test_field_map_renames_source_fields(tmp_path: Path) -> None:
     rows = [{"dialog": [{"speaker": "user", "text": "hello"}, {"speaker": "assistant", "text": "hi"}]}]
     (tmp_path / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _ingest(tmp_path / "x.jsonl", tmp_path / "out", format="openai",
-            field_map={"messages": "dialog", "role": "speaker", "content": "text"})
+    _ingest(
+        tmp_path / "x.jsonl",
+        tmp_path / "out",
+        format="openai",
+        field_map={"messages": "dialog", "role": "speaker", "content": "text"},
+    )
     (row,) = pq.read_table(tmp_path / "out" / "accepted.parquet").to_pylist()
     assert json.loads(row["messages"]) == [{"role": "user", "content": "hello"}]
     (tmp_path / "q.jsonl").write_text(json.dumps({"query_text": "what?"}) + "\n")
@@ -174,8 +257,14 @@ def test_field_map_renames_source_fields(tmp_path: Path) -> None:
 
 
 def test_limit_stops_after_that_many_accepted_prompts(tmp_path: Path) -> None:
-    lines = ["{bad", json.dumps({"question": "a"}), json.dumps({"question": "a"}), json.dumps({"question": "b"}),
-             json.dumps({"question": "c"}), json.dumps({"question": "d"})]
+    lines = [
+        "{bad",
+        json.dumps({"question": "a"}),
+        json.dumps({"question": "a"}),
+        json.dumps({"question": "b"}),
+        json.dumps({"question": "c"}),
+        json.dumps({"question": "d"}),
+    ]
     (tmp_path / "x.jsonl").write_text("\n".join(lines) + "\n")
     counts = _ingest(tmp_path / "x.jsonl", tmp_path / "out", limit=2)
     assert (counts.read, counts.accepted, counts.rejected, counts.duplicates) == (4, 2, 1, 1)
@@ -191,13 +280,20 @@ def test_sample_fraction_is_stable_content_hashed_and_counted(tmp_path: Path) ->
     assert a.read == a.accepted + a.sampled_out == 2000
     assert 400 < a.accepted < 600
     assert sorted(_ids(tmp_path / "a")) == sorted(_ids(tmp_path / "b"))  # row order does not matter
-    assert set(_ids(tmp_path / "a")) != set(_ids(tmp_path / "c"))        # the seed does
+    assert set(_ids(tmp_path / "a")) != set(_ids(tmp_path / "c"))  # the seed does
 
 
 def test_prompt_rules(tmp_path: Path) -> None:
-    conv = {"messages": [
-        {"role": "system", "content": "S"}, {"role": "user", "content": "u1"}, {"role": "assistant", "content": "a1"},
-        {"role": "user", "content": "u2"}, {"role": "assistant", "content": "a2"}, {"role": "assistant", "content": "a3"}]}
+    conv = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "u1"},
+            {"role": "assistant", "content": "a1"},
+            {"role": "user", "content": "u2"},
+            {"role": "assistant", "content": "a2"},
+            {"role": "assistant", "content": "a3"},
+        ]
+    }
     last, _ = build_prompt(conv)
     assert [m["content"] for m in last] == ["S", "u1", "a1", "u2"]
     first, _ = build_prompt(conv, prompt_rule="first_user")
@@ -205,23 +301,44 @@ def test_prompt_rules(tmp_path: Path) -> None:
 
 
 def test_tool_results_without_ids_pair_with_calls_in_order() -> None:
-    conv = {"conversations": [
-        {"from": "human", "value": "two cities"},
-        {"from": "function_call", "value": json.dumps([{"name": "w", "arguments": {"c": "A"}}, {"name": "w", "arguments": {"c": "B"}}])},
-        {"from": "observation", "value": "A: 1"}, {"from": "observation", "value": "B: 2"},
-        {"from": "gpt", "value": "done"}, {"from": "human", "value": "and C?"},
-        {"from": "function_call", "value": json.dumps({"name": "w", "arguments": {"c": "C"}})},
-        {"from": "observation", "value": "C: 3"}]}
+    conv = {
+        "conversations": [
+            {"from": "human", "value": "two cities"},
+            {
+                "from": "function_call",
+                "value": json.dumps([{"name": "w", "arguments": {"c": "A"}}, {"name": "w", "arguments": {"c": "B"}}]),
+            },
+            {"from": "observation", "value": "A: 1"},
+            {"from": "observation", "value": "B: 2"},
+            {"from": "gpt", "value": "done"},
+            {"from": "human", "value": "and C?"},
+            {"from": "function_call", "value": json.dumps({"name": "w", "arguments": {"c": "C"}})},
+            {"from": "observation", "value": "C: 3"},
+        ]
+    }
     messages, tools = build_prompt(conv)
     assert tools is None
     assert [c["id"] for c in messages[1]["tool_calls"]] == ["functions.w:0", "functions.w:1"]
-    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["functions.w:0", "functions.w:1", "functions.w:2"]
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == [
+        "functions.w:0",
+        "functions.w:1",
+        "functions.w:2",
+    ]
 
 
 def test_dict_type_becomes_object_at_every_depth_but_not_elsewhere() -> None:
-    tools_in = [{"name": "f", "parameters": {"type": "dict", "properties": {
-        "inner": {"type": "dict", "properties": {"type": {"type": "string", "enum": ["dict"]}}},
-        "items": {"type": "array", "items": {"type": "dict"}}}}}]
+    tools_in = [
+        {
+            "name": "f",
+            "parameters": {
+                "type": "dict",
+                "properties": {
+                    "inner": {"type": "dict", "properties": {"type": {"type": "string", "enum": ["dict"]}}},
+                    "items": {"type": "array", "items": {"type": "dict"}},
+                },
+            },
+        }
+    ]
     _, tools = build_prompt({"messages": [{"role": "user", "content": "q"}], "tools": tools_in})
     assert tools is not None
     params = tools[0]["function"]["parameters"]
@@ -232,7 +349,10 @@ def test_dict_type_becomes_object_at_every_depth_but_not_elsewhere() -> None:
 
 
 def test_sharegpt_system_turn_and_tools_as_a_list() -> None:
-    as_list = {"conversations": [{"from": "system", "value": "Be terse."}, *SHAREGPT["conversations"]], "tools": TOOLS_BARE_DICT}
+    as_list = {
+        "conversations": [{"from": "system", "value": "Be terse."}, *SHAREGPT["conversations"]],
+        "tools": TOOLS_BARE_DICT,
+    }
     as_string = {**as_list, "tools": json.dumps(TOOLS_BARE_DICT)}
     messages, tools = build_prompt(as_list)
     assert messages[0] == {"role": "system", "content": "Be terse."}
@@ -246,16 +366,24 @@ def test_sharegpt_system_turn_and_tools_as_a_list() -> None:
 
 def test_single_question_layouts_math_problem_and_alpaca_input() -> None:
     assert build_prompt({"problem": "Find x.", "solution": "x = 2", "level": "Level 1"}) == (
-        [{"role": "user", "content": "Find x."}], None)
+        [{"role": "user", "content": "Find x."}],
+        None,
+    )
     assert build_prompt({"instruction": "Summarize", "input": "Long text.", "output": "Short."}) == (
-        [{"role": "user", "content": "Summarize\nLong text."}], None)
+        [{"role": "user", "content": "Summarize\nLong text."}],
+        None,
+    )
     assert build_prompt({"instruction": "Write a poem", "output": "..."}, fmt="magpie") == (
-        [{"role": "user", "content": "Write a poem"}], None)
+        [{"role": "user", "content": "Write a poem"}],
+        None,
+    )
 
 
 def test_field_map_for_sharegpt_turn_fields() -> None:
     record = {"dialogue": [{"speaker": "human", "says": "hello"}, {"speaker": "gpt", "says": "hi"}]}
-    messages, _ = build_prompt(record, fmt="sharegpt", field_map={"conversations": "dialogue", "from": "speaker", "value": "says"})
+    messages, _ = build_prompt(
+        record, fmt="sharegpt", field_map={"conversations": "dialogue", "from": "speaker", "value": "says"}
+    )
     assert messages == [{"role": "user", "content": "hello"}]
 
 

@@ -74,7 +74,9 @@ def _pair(tmp_path: Path, local_path: str, remote_path: str, **opts: Any) -> tup
 
 
 @pytest.mark.parametrize("spec", load_source_specs(EXAMPLES), ids=lambda s: s.name)
-def test_shared_dataset_reads_the_same_from_memory_uri_as_locally(spec: SourceSpec, mem_root: str, tmp_path: Path) -> None:
+def test_shared_dataset_reads_the_same_from_memory_uri_as_locally(
+    spec: SourceSpec, mem_root: str, tmp_path: Path
+) -> None:
     (local_file,) = spec.files()
     data = local_file.read_bytes()
     variants = {"plain": (str(local_file), data, local_file.name)}
@@ -100,7 +102,11 @@ def _bad_opts(name: str) -> dict[str, Any]:
 
 def test_bad_input_corpus_gives_the_same_rejects_from_memory_uri(mem_root: str, tmp_path: Path) -> None:
     """Every reject reason of the corpus, plain and gzip: identical rows, reasons, details and excerpts."""
-    files = sorted(p for p in BAD_DIR.iterdir() if p.suffix in (".json", ".jsonl", ".parquet") and p.name != "parquet_corrupt.parquet")
+    files = sorted(
+        p
+        for p in BAD_DIR.iterdir()
+        if p.suffix in (".json", ".jsonl", ".parquet") and p.name != "parquet_corrupt.parquet"
+    )
     assert len(files) >= 40
     reasons: set[str] = set()
     compared = 0
@@ -185,10 +191,21 @@ def _layout() -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("pattern", [
-    "p/*.jsonl*", "p/part-[0-9].jsonl*", "p/**/*.jsonl", "p/**", "*/part-*.jsonl", "p/sub/*/*.jsonl",
-    "p/.hidden.jsonl", "p/.*.jsonl", "p/*.json", "**/part-[2-6]*",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "p/*.jsonl*",
+        "p/part-[0-9].jsonl*",
+        "p/**/*.jsonl",
+        "p/**",
+        "*/part-*.jsonl",
+        "p/sub/*/*.jsonl",
+        "p/.hidden.jsonl",
+        "p/.*.jsonl",
+        "p/*.json",
+        "**/part-[2-6]*",
+    ],
+)
 def test_remote_glob_matches_the_local_glob(pattern: str, mem_root: str, tmp_path: Path) -> None:
     local_root = tmp_path / "src"
     for rel, data in _layout().items():
@@ -200,7 +217,9 @@ def test_remote_glob_matches_the_local_glob(pattern: str, mem_root: str, tmp_pat
     assert local, pattern
     assert all(isinstance(f, DataPath) for f in remote)
     assert [str(f) for f in remote] == [f"memory://{mem_root}/{p.relative_to(local_root).as_posix()}" for p in local]
-    (lc, lout), (rc, rout) = _pair(tmp_path, f"{local_root}/{pattern}", f"memory://{mem_root}/{pattern}", format="openai")
+    (lc, lout), (rc, rout) = _pair(
+        tmp_path, f"{local_root}/{pattern}", f"memory://{mem_root}/{pattern}", format="openai"
+    )
     assert rc == lc and rc.read == rc.accepted + rc.rejected + rc.duplicates
     _assert_same_outputs(lout, rout, {str(r): str(lf) for r, lf in zip(remote, local)})
 
@@ -222,7 +241,22 @@ def test_cli_takes_a_source_uri(mem_root: str, datasets_dir: Path, tmp_path: Pat
 
     data = (datasets_dir / "gsm8k_test" / "test.jsonl").read_bytes()
     uri = _put(mem_root, "cli/gsm8k.jsonl.gz", gzip.compress(data))
-    assert main([f"memory://{mem_root}/cli/*.jsonl.gz", "--format", "question", "--name", "gsm8k", "--out", str(tmp_path), "--n-shards", "2"]) == 0
+    assert (
+        main(
+            [
+                f"memory://{mem_root}/cli/*.jsonl.gz",
+                "--format",
+                "question",
+                "--name",
+                "gsm8k",
+                "--out",
+                str(tmp_path),
+                "--n-shards",
+                "2",
+            ]
+        )
+        == 0
+    )
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert counts["read"] == 1319 == counts["accepted"] + counts["rejected"] + counts["duplicates"]
     rows = _rows(tmp_path / "accepted.parquet")
@@ -241,8 +275,10 @@ def test_missing_remote_file_and_empty_glob_fail_like_local(mem_root: str, tmp_p
     _put(mem_root, "d/one.jsonl", b'{"question": "q"}\n')
     cases = [
         (f"memory://{mem_root}/d/nope.jsonl", rf"^source 'src': file not found: memory://{mem_root}/d/nope\.jsonl$"),
-        (f"memory://{mem_root}/d/*.parquet",
-         rf"^source 'src': no file matches 'memory://{mem_root}/d/\*\.parquet' \(pattern memory://{mem_root}/d/\*\.parquet\)$"),
+        (
+            f"memory://{mem_root}/d/*.parquet",
+            rf"^source 'src': no file matches 'memory://{mem_root}/d/\*\.parquet' \(pattern memory://{mem_root}/d/\*\.parquet\)$",
+        ),
         (f"memory://{mem_root}/missing-folder/**/*.jsonl", r"^source 'src': no file matches .*missing-folder"),
         (f"memory://{mem_root}/d", rf"^source 'src': memory://{mem_root}/d is a directory; give a file or a glob$"),
     ]
@@ -253,20 +289,28 @@ def test_missing_remote_file_and_empty_glob_fail_like_local(mem_root: str, tmp_p
     # the local messages have the same shape
     with pytest.raises(IngestFileError, match=r"^source 'src': file not found: .*nope\.jsonl$"):
         SourceSpec(name="src", path=str(tmp_path / "nope.jsonl")).files()
-    with pytest.raises(IngestFileError, match=r"^source 'src': no file matches '.*\*\.parquet' \(pattern .*\*\.parquet\)$"):
+    with pytest.raises(
+        IngestFileError, match=r"^source 'src': no file matches '.*\*\.parquet' \(pattern .*\*\.parquet\)$"
+    ):
         SourceSpec(name="src", path=str(tmp_path / "*.parquet")).files()
 
 
-@pytest.mark.parametrize(("path", "message"), [
-    ("s3://user:pw@bucket/x.jsonl", r"credentials in the data URI are refused"),
-    ("s3://bucket/x.jsonl?region=us-east-1&secret_access_key=abc", r"query parameter 'secret_access_key' looks like a credential"),
-    ("s3://bucket/x.jsonl?session_token=abc", r"looks like a credential"),
-    ("s3://bucket/../x.jsonl", r"'\.\.'"),
-    ("s3://bucket-*/x.jsonl", r"a glob in the bucket or host name"),
-    ("s3://bucket", r"names a bucket or host, not a file"),
-    ("file://otherhost/x.jsonl", r"file:// URIs must be local"),
-    ("nosuchscheme://b/x.jsonl", r"unknown URI scheme 'nosuchscheme'"),
-])
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("s3://user:pw@bucket/x.jsonl", r"credentials in the data URI are refused"),
+        (
+            "s3://bucket/x.jsonl?region=us-east-1&secret_access_key=abc",
+            r"query parameter 'secret_access_key' looks like a credential",
+        ),
+        ("s3://bucket/x.jsonl?session_token=abc", r"looks like a credential"),
+        ("s3://bucket/../x.jsonl", r"'\.\.'"),
+        ("s3://bucket-*/x.jsonl", r"a glob in the bucket or host name"),
+        ("s3://bucket", r"names a bucket or host, not a file"),
+        ("file://otherhost/x.jsonl", r"file:// URIs must be local"),
+        ("nosuchscheme://b/x.jsonl", r"unknown URI scheme 'nosuchscheme'"),
+    ],
+)
 def test_bad_source_uris_are_refused_when_the_yaml_loads(path: str, message: str, tmp_path: Path) -> None:
     (tmp_path / "src.yaml").write_text(f"path: '{path}'\n")
     with pytest.raises(SourceSpecError, match=message) as e:
@@ -342,8 +386,9 @@ def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict
     from eagle3_dagster.defs.resources import PipelineSettings
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
-    defs = dg.Definitions(assets=build_ingest_assets(), jobs=[ingest_job],
-                          resources={"pipeline": PipelineSettings(data_dir=str(data))})
+    defs = dg.Definitions(
+        assets=build_ingest_assets(), jobs=[ingest_job], resources={"pipeline": PipelineSettings(data_dir=str(data))}
+    )
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("ingest").execute_in_process(instance=instance)
     assert result.success
@@ -358,7 +403,9 @@ def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict
 
 
 @pytest.mark.integration
-def test_s3_prompt_sources_materialize_like_local_files(moto_prompts, datasets_dir: Path, tmp_path: Path, monkeypatch) -> None:
+def test_s3_prompt_sources_materialize_like_local_files(
+    moto_prompts, datasets_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
     port, client = moto_prompts
     set_aws_env(monkeypatch, SECRET)
     local_src = tmp_path / "local_src"
@@ -370,8 +417,10 @@ def test_s3_prompt_sources_materialize_like_local_files(moto_prompts, datasets_d
         (local_src / key).write_bytes(data)
     client.put_object(Bucket=BUCKET, Key="prompts/parquet/", Body=b"")  # a folder marker: not a file
     s3_assets, local_assets = tmp_path / "s3_assets", tmp_path / "local_assets"
-    for assets, path_of in ((s3_assets, lambda rel: s3_uri(BUCKET, f"prompts/{rel}", port)),
-                            (local_assets, lambda rel: str(local_src / rel))):
+    for assets, path_of in (
+        (s3_assets, lambda rel: s3_uri(BUCKET, f"prompts/{rel}", port)),
+        (local_assets, lambda rel: str(local_src / rel)),
+    ):
         (assets / "sources").mkdir(parents=True)
         for name, (rel, fmt) in SOURCES.items():
             (assets / "sources" / f"{name}.yaml").write_text(f"path: '{path_of(rel)}'\nformat: {fmt}\nlicence: test\n")
@@ -400,10 +449,16 @@ def test_s3_prompt_sources_materialize_like_local_files(moto_prompts, datasets_d
     # nothing of the endpoint options or the secret in the run records
     assert SECRET not in records and "endpoint_override" not in records and f"127.0.0.1:{port}" not in records
 
-    print("\n[s3 prompt sources] " + "; ".join(
-        f"{n}: read {s3_meta[n]['read']} = accepted {s3_meta[n]['accepted']} + rejected {s3_meta[n]['rejected']} + "
-        f"duplicates {s3_meta[n]['duplicates']}" for n in SOURCES) + f"; prompts {s3_meta['prompts']['prompts']} "
-        f"(cross-source duplicates {s3_meta['prompts']['cross_source_duplicates']}), identical to the local ingest")
+    print(
+        "\n[s3 prompt sources] "
+        + "; ".join(
+            f"{n}: read {s3_meta[n]['read']} = accepted {s3_meta[n]['accepted']} + rejected {s3_meta[n]['rejected']} + "
+            f"duplicates {s3_meta[n]['duplicates']}"
+            for n in SOURCES
+        )
+        + f"; prompts {s3_meta['prompts']['prompts']} "
+        f"(cross-source duplicates {s3_meta['prompts']['cross_source_duplicates']}), identical to the local ingest"
+    )
 
     # the source sensor on S3: size + LastModified from the listing
     from eagle3_dagster.defs.automation import prompt_source_sensor

@@ -71,10 +71,14 @@ ORACLE_KEYS: dict[str, Callable[[dict], Hashable]] = {
     "sharegpt_v3_test": lambda r: _key(_upto_last(r["conversations"], "from", {"human"})),
     "sharegpt_fastchat_dummy": lambda r: _key(_upto_last(r["conversations"], "from", {"human"})),
     "numina_cot_sharegpt": lambda r: _key(_upto_last(r["conversations"], "from", {"human"})),
-    "glaive_toolcall_sharegpt_en": lambda r: _key([_upto_last(r["conversations"], "from", {"human", "observation"}), _tools(r["tools"])]),
+    "glaive_toolcall_sharegpt_en": lambda r: _key(
+        [_upto_last(r["conversations"], "from", {"human", "observation"}), _tools(r["tools"])]
+    ),
     "ultrachat_200k_sample": lambda r: _key(_upto_last(r["messages"], "role", {"user"})),
     "no_robots_test_parquet": lambda r: _key(_upto_last(r["messages"], "role", {"user"})),
-    "hermes_reasoning_tool_use": lambda r: _key([_upto_last(r["messages"], "role", {"user", "tool"}), _tools(r["tools"])]),
+    "hermes_reasoning_tool_use": lambda r: _key(
+        [_upto_last(r["messages"], "role", {"user", "tool"}), _tools(r["tools"])]
+    ),
     "bfcl_live_simple": lambda r: _key([r["question"], r["function"]]),
     "alpaca_gpt4_en_demo": lambda r: _key([r["instruction"], r["input"]]),
     "gsm8k_test": lambda r: r["question"],
@@ -141,7 +145,9 @@ def test_glaive_tool_calls_get_synthesized_paired_ids(datasets_dir: Path, tmp_pa
     records = raw_records(path)
     # SOURCE.txt's 38 duplicate conversations ignore tools; 3 of them differ only in the tool list
     # and the prompt id includes tools, so whole-record duplicates (35) is the floor here.
-    assert _duplicates(records, lambda r: _key(r["conversations"])) == source_fact(datasets_dir, folder, "duplicate_conversations")
+    assert _duplicates(records, lambda r: _key(r["conversations"])) == source_fact(
+        datasets_dir, folder, "duplicate_conversations"
+    )
     assert counts.duplicates >= _duplicates(records, lambda r: _key(r))
     n_calls = 0
     for r in rows:
@@ -161,7 +167,9 @@ def test_glaive_tool_calls_get_synthesized_paired_ids(datasets_dir: Path, tmp_pa
     assert n_calls > 100
     # The first-user rule: glaive's repeated first prompts with the same tools collide.
     first, _, _ = _ingest(datasets_dir, folder, tmp_path / "first", prompt_rule="first_user")
-    assert first.duplicates == _duplicates(records, lambda r: _key([r["conversations"][0]["value"], _tools(r["tools"])]))
+    assert first.duplicates == _duplicates(
+        records, lambda r: _key([r["conversations"][0]["value"], _tools(r["tools"])])
+    )
 
 
 def test_hermes_typed_parts_become_text_reasoning_and_tool_calls(datasets_dir: Path, tmp_path: Path) -> None:
@@ -182,10 +190,11 @@ def test_hermes_typed_parts_become_text_reasoning_and_tool_calls(datasets_dir: P
             reasoning = "".join(p["value"] for p in raw["content"] if p["type"] == "reasoning")
             assert m.get("reasoning_content", "") == reasoning
             calls = [json.loads(p["value"]) for p in raw["content"] if p["type"] == "tool_call"]
-            assert [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls", [])] == \
-                [(c["name"], c["arguments"]) for c in calls]
+            assert [(c["function"]["name"], c["function"]["arguments"]) for c in m.get("tool_calls", [])] == [
+                (c["name"], c["arguments"]) for c in calls
+            ]
         with_tool_results += any(m["role"] == "tool" for m in msgs)
-        assert "\"dict\"" not in (r["tools"] or "")
+        assert '"dict"' not in (r["tools"] or "")
         assert (r["tools"] is None) == (json.loads(rec["tools"]) == [])
     assert with_tool_results > 0
 
@@ -195,7 +204,11 @@ def test_bfcl_questions_and_functions(datasets_dir: Path, tmp_path: Path) -> Non
     counts, rows, path = _ingest(datasets_dir, folder, tmp_path)
     records = raw_records(path)
     # The 4 repeated questions each come with a different function list, so they are distinct prompts.
-    assert _duplicates(records, lambda r: _key(r["question"])) == source_fact(datasets_dir, folder, "duplicate_conversations") == 4
+    assert (
+        _duplicates(records, lambda r: _key(r["question"]))
+        == source_fact(datasets_dir, folder, "duplicate_conversations")
+        == 4
+    )
     assert counts.duplicates == 0
     assert sum(_messages(r)[0]["role"] == "system" for r in rows) == 11
     assert sum(any(ord(ch) > 127 for ch in r["messages"]) for r in rows) == 15  # kept as text, not \u escapes
@@ -204,7 +217,7 @@ def test_bfcl_questions_and_functions(datasets_dir: Path, tmp_path: Path) -> Non
         rec = records[r["source_row"] - 1]
         assert [t["function"]["name"] for t in tools] == [f["name"] for f in rec["function"]]
         assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in tools)
-        assert "\"dict\"" not in r["tools"]
+        assert '"dict"' not in r["tools"]
 
 
 def test_no_robots_parquet_list_of_structs(datasets_dir: Path, tmp_path: Path) -> None:

@@ -14,8 +14,12 @@ def command_env(tmp_path: Path) -> dict[str, str]:
     """A private instance and data dir; no EAGLE3_SGLANG_URL, so the command starts its own simulator."""
     env = dict(os.environ)
     env.pop("EAGLE3_SGLANG_URL", None)
-    env.update(DAGSTER_HOME=str(tmp_path / "home"), EAGLE3_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1",
-               PYTHONUNBUFFERED="1")
+    env.update(
+        DAGSTER_HOME=str(tmp_path / "home"),
+        EAGLE3_DATA_DIR=str(tmp_path / "data"),
+        HF_HUB_OFFLINE="1",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 

@@ -60,8 +60,11 @@ def test_generation_is_pooled_and_retried(repo):
     gen = _asset(repo, "generations")
     # The asset graph (what the instance's concurrency pools see): only the step that calls the
     # SGLang fleet holds the "sglang" pool; every other computed asset runs unpooled.
-    pooled = {k.to_user_string(): node.pools for k, node in
-              ((k, repo.asset_graph.get(k)) for k in repo.assets_defs_by_key) if node.pools}
+    pooled = {
+        k.to_user_string(): node.pools
+        for k, node in ((k, repo.asset_graph.get(k)) for k in repo.assets_defs_by_key)
+        if node.pools
+    }
     assert pooled == {"generations": {"sglang"}}
     node = gen.node_def
     assert node.pool == "sglang"
@@ -73,7 +76,10 @@ def test_definitions_validate_from_the_workspace(tmp_path):
     """What `dagster dev -w workspace.yaml` loads must validate (same check as `dg check defs`)."""
     r = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "DAGSTER_HOME": str(tmp_path)},
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -83,7 +89,10 @@ def test_definitions_validate_from_the_workspace(tmp_path):
 def test_dg_check_defs():
     r = subprocess.run(
         [str(Path(sys.executable).parent / "dg"), "check", "defs"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "All definitions loaded successfully" in r.stdout + r.stderr

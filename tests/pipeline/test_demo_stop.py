@@ -24,15 +24,18 @@ pytestmark = pytest.mark.integration
 EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 
-
-
 def test_sigint_stops_the_demo_and_everything_it_started_then_a_rerun_completes(tmp_path: Path):
     env = command_env(tmp_path)
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([EAGLE3, "demo", "--shards", "0000,0001", "--sim-arg=--token-latency-ms",
-                                 "--sim-arg=30"], cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [EAGLE3, "demo", "--shards", "0000,0001", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             sim_pid = int(wait_for_log(log, r"simulator \(eagle3-sim\) at \S+, pid (\d+)", proc, 120).group(1))
             wait_for_log(log, r"generations shard 0000: \d+/\d+ .* in flight", proc, 180)  # requests in flight
@@ -63,8 +66,9 @@ def test_sigint_stops_the_demo_and_everything_it_started_then_a_rerun_completes(
         assert shard_runs[0].status == dg.DagsterRunStatus.CANCELED
 
     # the rerun resumes and completes (the simulator at full speed this time)
-    rerun = subprocess.run([EAGLE3, "demo", "--shards", "0000"], cwd=PROJECT_ROOT, env=env,
-                           capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(
+        [EAGLE3, "demo", "--shards", "0000"], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "result:     SUCCESS" in rerun.stdout
 

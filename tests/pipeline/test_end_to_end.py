@@ -92,8 +92,12 @@ def test_dropped_think_end_blocks_training_samples(tmp_path, kimi_profile):
 
             # A later run that asks only for training_samples must still refuse this shard.
             again = dg.materialize(
-                list(defs.assets), selection=["training_samples"], partition_key=shard, instance=instance,
-                resources={**defs.resources, **res}, raise_on_error=False,
+                list(defs.assets),
+                selection=["training_samples"],
+                partition_key=shard,
+                instance=instance,
+                resources={**defs.resources, **res},
+                raise_on_error=False,
             )
             assert not again.success
             assert instance.get_latest_materialization_event(dg.AssetKey("training_samples")) is None
@@ -109,8 +113,9 @@ def test_qwen3_profile_end_to_end(tmp_path, qwen_profile):
     args = ["--model", "qwen3", "--tokenizer", qwen_profile.tokenizer]
     with start_simulator(extra_args=args) as sim:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), model="qwen3", tokenizer=qwen_profile.tokenizer,
-                                         max_new_tokens=2048),
+            "pipeline": PipelineSettings(
+                data_dir=str(data), model="qwen3", tokenizer=qwen_profile.tokenizer, max_new_tokens=2048
+            ),
             "sglang": SGLangFleet(urls=sim.url),
         }
         with dg.instance_for_test() as instance:
@@ -122,6 +127,9 @@ def test_qwen3_profile_end_to_end(tmp_path, qwen_profile):
     tok = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "part-0000.parquet")
     gens = pl.read_parquet(data / "generations" / f"shard={shard}" / "part-*.parquet")
     assert all(ids[-1] != qwen_profile.think_start_id for ids in tok["input_ids"].to_list())
-    assert all(ids[0] == qwen_profile.think_start_id and qwen_profile.think_end_id in ids for ids in gens["output_ids"].to_list())
+    assert all(
+        ids[0] == qwen_profile.think_start_id and qwen_profile.think_end_id in ids
+        for ids in gens["output_ids"].to_list()
+    )
     train = pl.read_parquet(data / "training_samples" / f"shard={shard}" / "part-0000.parquet")
     assert train.height == gens.height

@@ -46,14 +46,22 @@ def test_dead_and_html_endpoints_are_named_within_seconds_and_waited_for_once(tm
             events = _step_events(instance, sh.run_id, "generations")
             types = [e.dagster_event.event_type_value for e in events if e.dagster_event]
             assert types.count("STEP_START") == 1 and "STEP_UP_FOR_RETRY" not in types, types  # one wait
-            start = next(e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_START")
+            start = next(
+                e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+            )
             lines = [(e.timestamp - start, e.user_message) for e in events if not e.dagster_event]
-            named = [(t, m) for t, m in lines if f"{dead}: connection refused" in m
-                     and f"{sim.url}: not an SGLang server: /model_info answered text/html" in m]
+            named = [
+                (t, m)
+                for t, m in lines
+                if f"{dead}: connection refused" in m
+                and f"{sim.url}: not an SGLang server: /model_info answered text/html" in m
+            ]
             assert named and named[0][0] < 10.0, lines  # within 10 s, both endpoints and their errors
             failure = next(e for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_FAILURE")
             text = failure.dagster_event.step_failure_data.error.message
-            assert "no routable SGLang endpoint after 6s" in text and "connection refused" in text and "text/html" in text
+            assert (
+                "no routable SGLang endpoint after 6s" in text and "connection refused" in text and "text/html" in text
+            )
     finally:
         sim.faults(clear=True)
 
@@ -102,8 +110,17 @@ def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
     data = tmp_path / "data"
     sim.faults(clear=True, nan_finish=1)
     port = free_port()
-    router = subprocess.Popen([sys.executable, str(Path(__file__).parents[1] / "generate" / "mini_router.py"),
-                               "--port", str(port), "--worker", sim.url, "--start-empty"])
+    router = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parents[1] / "generate" / "mini_router.py"),
+            "--port",
+            str(port),
+            "--worker",
+            sim.url,
+            "--start-empty",
+        ]
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(200):
@@ -116,6 +133,7 @@ def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
             shard = shard_with_most_prompts(data)
+
             def add_worker() -> None:  # 3 s into the generations step (its shard folder appears first)
                 while not (data / "generations" / f"shard={shard}").exists():
                     time.sleep(0.05)
@@ -127,9 +145,14 @@ def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
             sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
             t.join(5)
             events = _step_events(instance, sh.run_id, "generations")
-            start = next(e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_START")
-            named = [e.timestamp - start for e in events if not e.dagster_event
-                     and f"{url}: router has no ready worker (/readiness 503)" in e.user_message]
+            start = next(
+                e.timestamp for e in events if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+            )
+            named = [
+                e.timestamp - start
+                for e in events
+                if not e.dagster_event and f"{url}: router has no ready worker (/readiness 503)" in e.user_message
+            ]
             assert named and named[0] < 10.0
             meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
             assert meta["failed"].value == 0 and meta["succeeded"].value == meta["requested"].value  # no retries spent

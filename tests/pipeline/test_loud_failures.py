@@ -53,8 +53,14 @@ def _env(tmp_path: Path, assets: Path | None = None, **extra: str) -> dict[str, 
 
 
 def _eagle3(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", *args], env=env, cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _good_line(content: str = "hello") -> bytes:
@@ -66,24 +72,30 @@ def _good_line(content: str = "hello") -> bytes:
 
 def test_demo_fails_naming_each_source_that_yields_nothing(tmp_path):
     binary = random.Random(0).randbytes(30_000)
-    assets = _assets(tmp_path, {
-        "good": (f"path: {DEMO_PROMPTS}\nformat: openai\n", None),
-        "empty": ("path: empty.jsonl\n", b""),
-        "binary": ("path: binary.jsonl\n", binary),
-        "oversized": ("path: oversized.jsonl\nmax_bytes: 200\n", _good_line("x" * 500)),
-    })
+    assets = _assets(
+        tmp_path,
+        {
+            "good": (f"path: {DEMO_PROMPTS}\nformat: openai\n", None),
+            "empty": ("path: empty.jsonl\n", b""),
+            "binary": ("path: binary.jsonl\n", binary),
+            "oversized": ("path: oversized.jsonl\nmax_bytes: 200\n", _good_line("x" * 500)),
+        },
+    )
     r = _eagle3(["demo"], _env(tmp_path, assets, EAGLE3_SGLANG_URL=UNUSED_URL))
     out = r.stdout
     assert r.returncode == 1, (out, r.stderr[-3000:])
     assert out.rstrip().splitlines()[-1] == "result:     FAILED"
     errors = [line for line in out.splitlines() if line.startswith("error:")]
-    assert any("source 'empty' yielded no accepted prompt (read 0: accepted 0, rejected 0, duplicates 0)" in e
-               for e in errors), errors
+    assert any(
+        "source 'empty' yielded no accepted prompt (read 0: accepted 0, rejected 0, duplicates 0)" in e for e in errors
+    ), errors
     [binary_err] = [e for e in errors if "source 'binary'" in e]
     n_read = int(binary_err.split("(read ")[1].split(":")[0])
     assert n_read > 10 and f"rejected {n_read} (" in binary_err and "invalid_utf8" in binary_err
-    assert any("source 'oversized' yielded no accepted prompt (read 1: accepted 0, rejected 1 (too_large 1)" in e
-               for e in errors), errors
+    assert any(
+        "source 'oversized' yielded no accepted prompt (read 1: accepted 0, rejected 1 (too_large 1)" in e
+        for e in errors
+    ), errors
     assert len(errors) == 3, errors  # the good source is not blamed
     assert any(line.startswith("next:") and "allow_empty: true" in line for line in out.splitlines())
 
@@ -97,16 +109,22 @@ def test_demo_fails_naming_each_source_that_yields_nothing(tmp_path):
         assert run.status == dg.DagsterRunStatus.FAILURE
         assert instance.get_latest_materialization_event(dg.AssetKey("source__good")) is not None
         for name in ("empty", "binary", "oversized", "prompts"):
-            assert instance.get_latest_materialization_event(dg.AssetKey(f"source__{name}" if name != "prompts" else name)) is None
+            assert (
+                instance.get_latest_materialization_event(dg.AssetKey(f"source__{name}" if name != "prompts" else name))
+                is None
+            )
 
 
 def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, monkeypatch, kimi_profile):
     noisy = _good_line("one") + _good_line("two") + b"not json\n" * 3  # 3 of 5 rejected: 60%
-    assets = _assets(tmp_path, {
-        "empty_ok": ("path: empty_ok.jsonl\nallow_empty: true\n", b""),
-        "noisy": ("path: noisy.jsonl\n", noisy),
-        "tolerant": ("path: noisy.jsonl\nmax_reject_rate: 0.75\n", None),
-    })
+    assets = _assets(
+        tmp_path,
+        {
+            "empty_ok": ("path: empty_ok.jsonl\nallow_empty: true\n", b""),
+            "noisy": ("path: noisy.jsonl\n", noisy),
+            "tolerant": ("path: noisy.jsonl\nmax_reject_rate: 0.75\n", None),
+        },
+    )
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     from eagle3_dagster.defs.ingest import build_ingest_assets
 
@@ -117,7 +135,10 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
         out = materialize_graph(defs, instance, shards=[], resources=res)
         assert out.ingest_success and out.success, out
         # non-blocking WARN checks: the sources still feed `prompts`
-        assert out.ingest_failed_checks == {"source__empty_ok:source_yield": "WARN", "source__noisy:source_yield": "WARN"}
+        assert out.ingest_failed_checks == {
+            "source__empty_ok:source_yield": "WARN",
+            "source__noisy:source_yield": "WARN",
+        }
         assert out.warnings == ["source__empty_ok:source_yield", "source__noisy:source_yield"]
         meta = instance.get_latest_materialization_event(dg.AssetKey("source__noisy")).asset_materialization.metadata
         assert meta["reject_rate"].value == 0.6
@@ -142,22 +163,50 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
 BAD_SETTINGS = {
     "EAGLE3_N_SHARDS": ("abc", "EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'"),
     "EAGLE3_GX_KEEP_VALIDATIONS": ("-1", "EAGLE3_GX_KEEP_VALIDATIONS must be an integer >= 0 (0 = keep all), got '-1'"),
-    "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": ("lots", "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS must be an integer >= 0 (0 = never compact), got 'lots'"),
+    "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": (
+        "lots",
+        "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS must be an integer >= 0 (0 = never compact), got 'lots'",
+    ),
     "EAGLE3_SNAPSHOT_RETENTION": ("0", "EAGLE3_SNAPSHOT_RETENTION must be an integer >= 1, got '0'"),
     "EAGLE3_EXECUTOR": ("celery", "EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s, got 'celery'"),
-    "EAGLE3_NIGHTLY_CRON": ("at two", "EAGLE3_NIGHTLY_CRON must be a 5-field cron expression such as '0 2 * * *', got 'at two'"),
-    "EAGLE3_NIGHTLY_TZ": ("Mars/Olympus", "EAGLE3_NIGHTLY_TZ must be an IANA time zone such as 'UTC' or 'Europe/Paris', got 'Mars/Olympus'"),
-    "EAGLE3_SGLANG_URL": ("ftp://h:1", "EAGLE3_SGLANG_URL must be comma-separated http(s)://host:port URLs, got 'ftp://h:1'"),
-    "EAGLE3_ASSETS_DIR": ("/nonexistent/assets", "EAGLE3_ASSETS_DIR must be an existing directory, got '/nonexistent/assets'"),
-    "EAGLE3_EXPECTATIONS_DIR": ("/nonexistent/exp", "EAGLE3_EXPECTATIONS_DIR must be an existing directory, got '/nonexistent/exp'"),
-    "EAGLE3_TOKENIZER": ("/nonexistent/tok", "EAGLE3_TOKENIZER must be a tokenizer folder or a hub repo id (org/name), got '/nonexistent/tok'"),
+    "EAGLE3_NIGHTLY_CRON": (
+        "at two",
+        "EAGLE3_NIGHTLY_CRON must be a 5-field cron expression such as '0 2 * * *', got 'at two'",
+    ),
+    "EAGLE3_NIGHTLY_TZ": (
+        "Mars/Olympus",
+        "EAGLE3_NIGHTLY_TZ must be an IANA time zone such as 'UTC' or 'Europe/Paris', got 'Mars/Olympus'",
+    ),
+    "EAGLE3_SGLANG_URL": (
+        "ftp://h:1",
+        "EAGLE3_SGLANG_URL must be comma-separated http(s)://host:port URLs, got 'ftp://h:1'",
+    ),
+    "EAGLE3_ASSETS_DIR": (
+        "/nonexistent/assets",
+        "EAGLE3_ASSETS_DIR must be an existing directory, got '/nonexistent/assets'",
+    ),
+    "EAGLE3_EXPECTATIONS_DIR": (
+        "/nonexistent/exp",
+        "EAGLE3_EXPECTATIONS_DIR must be an existing directory, got '/nonexistent/exp'",
+    ),
+    "EAGLE3_TOKENIZER": (
+        "/nonexistent/tok",
+        "EAGLE3_TOKENIZER must be a tokenizer folder or a hub repo id (org/name), got '/nonexistent/tok'",
+    ),
     "EAGLE3_DATA_DIR": ("s3://user:secret@bucket/x", "EAGLE3_DATA_DIR must be a local path or a storage URI"),
 }
 
 
 def test_every_setting_is_validated_naming_variable_value_and_allowed():
-    s = Settings.from_env({"EAGLE3_N_SHARDS": "8", "EAGLE3_EXECUTOR": "in-process", "EAGLE3_SGLANG_URL": "http://a:1/, http://b:2"})
-    assert (s.n_shards, s.executor, s.sglang_urls, s.sglang_url_configured) == (8, "in_process", ("http://a:1", "http://b:2"), True)
+    s = Settings.from_env(
+        {"EAGLE3_N_SHARDS": "8", "EAGLE3_EXECUTOR": "in-process", "EAGLE3_SGLANG_URL": "http://a:1/, http://b:2"}
+    )
+    assert (s.n_shards, s.executor, s.sglang_urls, s.sglang_url_configured) == (
+        8,
+        "in_process",
+        ("http://a:1", "http://b:2"),
+        True,
+    )
     for var, (bad, message) in BAD_SETTINGS.items():
         with pytest.raises(SettingsError) as e:
             Settings.from_env({var: bad})
@@ -179,22 +228,31 @@ def test_cli_rejects_bad_settings_before_any_work_in_one_line_each(tmp_path):
     # `make instance` (before demo/ui/backfill/check-defs) runs `eagle3 check`: same lines
     assert r.stdout.rstrip().splitlines()[-1] == "result:     FAILED" and "eagle3 check" in r.stdout
     r = _eagle3(["check"], _env(tmp_path, EAGLE3_N_SHARDS="0"))
-    assert (r.returncode, r.stderr.strip()) == (2, "eagle3 check: error: EAGLE3_N_SHARDS must be an integer >= 1, got '0'")
+    assert (r.returncode, r.stderr.strip()) == (
+        2,
+        "eagle3 check: error: EAGLE3_N_SHARDS must be an integer >= 1, got '0'",
+    )
     assert not (tmp_path / "home").exists() and not (tmp_path / "data").exists()  # nothing created
     # (the code location refusing to load on a bad setting: tests/reliability/test_executors.py)
 
 
 def test_source_yaml_errors_are_one_line_per_problem(tmp_path):
-    assets = _assets(tmp_path, {
-        "typo": ("path: typo.jsonl\nfromat: openai\n", _good_line()),
-        "badrate": ("path: typo.jsonl\nmax_reject_rate: 2\n", None),
-        "broken": ("path: [unclosed\n", None),
-    })
+    assets = _assets(
+        tmp_path,
+        {
+            "typo": ("path: typo.jsonl\nfromat: openai\n", _good_line()),
+            "badrate": ("path: typo.jsonl\nmax_reject_rate: 2\n", None),
+            "broken": ("path: [unclosed\n", None),
+        },
+    )
     r = _eagle3(["demo"], _env(tmp_path, assets, EAGLE3_SGLANG_URL=UNUSED_URL))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     lines = r.stderr.splitlines()
     src = assets / "sources"
-    assert lines[0] == f"eagle3 demo: error: {src / 'badrate.yaml'}: source 'badrate': max_reject_rate must be a number in [0, 1], got 2"
+    assert (
+        lines[0]
+        == f"eagle3 demo: error: {src / 'badrate.yaml'}: source 'badrate': max_reject_rate must be a number in [0, 1], got 2"
+    )
     assert lines[1].startswith(f"eagle3 demo: error: {src / 'broken.yaml'}: not valid YAML: ")
     assert lines[2].startswith(f"eagle3 demo: error: {src / 'typo.yaml'}: unknown field(s) fromat; known: ")
     assert len(lines) == 3
@@ -204,8 +262,9 @@ def test_source_yaml_errors_are_one_line_per_problem(tmp_path):
 def test_unknown_shard_key_fails_before_anything_is_written(tmp_path, kimi_profile):
     r = _eagle3(["demo", "--shards", "0001,0042"], _env(tmp_path, EAGLE3_SGLANG_URL=UNUSED_URL))
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip() == ("eagle3 demo: error: unknown shard key(s) '0042'; valid keys (4, from EAGLE3_N_SHARDS): "
-                                "0000, 0001, 0002, 0003")
+    assert r.stderr.strip() == (
+        "eagle3 demo: error: unknown shard key(s) '0042'; valid keys (4, from EAGLE3_N_SHARDS): 0000, 0001, 0002, 0003"
+    )
     assert not (tmp_path / "data").exists() and not (tmp_path / "home").exists()
     # the same from Python (tests, scripts): no run is started, no ingest output written
     from eagle3_dagster.definitions import defs
@@ -242,8 +301,17 @@ def test_two_first_uses_of_a_fresh_instance_both_succeed(tmp_path):
     env = _env(tmp_path)
     barrier = tmp_path / "go"
     ready = [tmp_path / f"ready{i}" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, "-c", _FIRST_USE, str(barrier), str(r)], env=env, cwd=PROJECT_ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in ready]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _FIRST_USE, str(barrier), str(r)],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in ready
+    ]
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not all(r.exists() for r in ready):
         time.sleep(0.05)

@@ -32,9 +32,14 @@ pytestmark = pytest.mark.integration
 
 BIN = Path(sys.executable).parent
 MARK = "EAGLE3_TEST_NIGHTLY_DAEMON"  # set in every process this test starts, to find stragglers
-FAST = {"EAGLE3_N_SHARDS": "2", "EAGLE3_EXECUTOR": "in_process", "EAGLE3_NIGHTLY_CRON": "* * * * *",
-        "EAGLE3_SENSOR_INTERVAL_S": "5", "EAGLE3_SNAPSHOT_MAX_AGE": "30s",
-        "EAGLE3_ENDPOINT_WAIT_S": "5"}  # a generation step gives up on a dead server after 5 s (x3 step attempts)
+FAST = {
+    "EAGLE3_N_SHARDS": "2",
+    "EAGLE3_EXECUTOR": "in_process",
+    "EAGLE3_NIGHTLY_CRON": "* * * * *",
+    "EAGLE3_SENSOR_INTERVAL_S": "5",
+    "EAGLE3_SNAPSHOT_MAX_AGE": "30s",
+    "EAGLE3_ENDPOINT_WAIT_S": "5",
+}  # a generation step gives up on a dead server after 5 s (x3 step attempts)
 
 
 def _jsonl(path: Path, prompts: list[str]) -> None:
@@ -101,13 +106,13 @@ def _freshness_evaluations(instance: dg.DagsterInstance) -> list[tuple[float, bo
     return out
 
 
-def _wait(what: str, cond, timeout: float, daemon: subprocess.Popen, daemon_log: Path,
-          interval: float = 2.0):
+def _wait(what: str, cond, timeout: float, daemon: subprocess.Popen, daemon_log: Path, interval: float = 2.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if daemon.poll() is not None:
-            raise AssertionError(f"the daemon exited ({daemon.returncode}) while waiting for: {what}\n"
-                                 + daemon_log.read_text()[-6000:])
+            raise AssertionError(
+                f"the daemon exited ({daemon.returncode}) while waiting for: {what}\n" + daemon_log.read_text()[-6000:]
+            )
         got = cond()
         if got:
             return got
@@ -130,23 +135,46 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
     logs.mkdir()
 
     sim = Sim(log_path=logs / "sim.log", env={MARK: token})
-    env = {**os.environ, **FAST, MARK: token, "DAGSTER_HOME": str(home), "EAGLE3_ASSETS_DIR": str(assets),
-           "EAGLE3_DATA_DIR": str(data), "EAGLE3_SGLANG_URL": sim.url, "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **FAST,
+        MARK: token,
+        "DAGSTER_HOME": str(home),
+        "EAGLE3_ASSETS_DIR": str(assets),
+        "EAGLE3_DATA_DIR": str(data),
+        "EAGLE3_SGLANG_URL": sim.url,
+        "PYTHONUNBUFFERED": "1",
+    }
     daemon_log = logs / "daemon.log"
     daemon = None
     try:
         with open(daemon_log, "wb") as out:
-            daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"], cwd=PROJECT_ROOT,
-                                      env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            daemon = subprocess.Popen(
+                [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                cwd=PROJECT_ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         # Turn everything on through the CLI, as the README says: sensors first (a run-status sensor
         # only sees runs that end after its first tick), then the schedule.
         for kind in ("sensor", "schedule"):
-            r = subprocess.run([str(BIN / "dagster"), kind, "start", "--start-all", "-w", "workspace.yaml"],
-                               cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=180)
+            r = subprocess.run(
+                [str(BIN / "dagster"), kind, "start", "--start-all", "-w", "workspace.yaml"],
+                cwd=PROJECT_ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             assert r.returncode == 0, f"dagster {kind} start --start-all failed:\n{r.stdout}\n{r.stderr}"
         t_on = time.monotonic() - t0
-        _source(assets, "extra", ["Nightly marker question one?", "Nightly marker question two?",
-                                  "Nightly marker question three?"])
+        _source(
+            assets,
+            "extra",
+            ["Nightly marker question one?", "Nightly marker question two?", "Nightly marker question three?"],
+        )
 
         with dg.DagsterInstance.from_config(str(home)) as instance:
             # ---------------------------------------------------------------- part 1: it regenerates
@@ -155,8 +183,13 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
                 v = _latest(data)
                 return (done, v) if done and v and _snapshot_sources(data, v).get("extra") == 3 else None
 
-            publish, version = _wait("a successful publish run whose LATEST snapshot holds the new source's 3 rows",
-                                     published_with_extra, 540, daemon, daemon_log)
+            publish, version = _wait(
+                "a successful publish run whose LATEST snapshot holds the new source's 3 rows",
+                published_with_extra,
+                540,
+                daemon,
+                daemon_log,
+            )
             t_published = time.monotonic() - t0
             assert _snapshot_sources(data, version) == {"base": 2, "extra": 3}
             manifest = json.loads((data / "snapshots" / version / "manifest.json").read_text())
@@ -167,21 +200,39 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             night = publish[0].tags["eagle3/night"]
             shards = instance.get_runs(dg.RunsFilter(job_name="shard_pipeline", tags={"eagle3/night": night}))
             assert sorted(r.tags["dagster/partition"] for r in shards) == ["0000", "0001"]
-            assert all(r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("dagster/sensor_name") == "nightly_fanout"
-                       for r in shards)
+            assert all(
+                r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("dagster/sensor_name") == "nightly_fanout"
+                for r in shards
+            )
             ingest = instance.get_run_by_id(night)
             assert ingest.job_name == "ingest" and ingest.status == dg.DagsterRunStatus.SUCCESS
-            starters = {r.tags.get("dagster/schedule_name") or r.tags.get("dagster/sensor_name")
-                        for r in instance.get_runs(dg.RunsFilter(job_name="ingest"))}
+            starters = {
+                r.tags.get("dagster/schedule_name") or r.tags.get("dagster/sensor_name")
+                for r in instance.get_runs(dg.RunsFilter(job_name="ingest"))
+            }
             assert "prompt_source_sensor" in starters
 
             # the cron fires too (each minute); no tick of any schedule or sensor failed
-            _wait("a tick of nightly_regeneration", lambda: _ticks(instance).get("nightly_regeneration"), 75, daemon, daemon_log)
+            _wait(
+                "a tick of nightly_regeneration",
+                lambda: _ticks(instance).get("nightly_regeneration"),
+                75,
+                daemon,
+                daemon_log,
+            )
             ticks = _ticks(instance)
-            assert {"nightly_regeneration", "nightly_fanout", "nightly_publish", "nightly_failed",
-                    "prompt_source_sensor", "snapshot_freshness"} <= set(ticks)
-            failed = {n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
-                      for n, ts in ticks.items()}
+            assert {
+                "nightly_regeneration",
+                "nightly_fanout",
+                "nightly_publish",
+                "nightly_failed",
+                "prompt_source_sensor",
+                "snapshot_freshness",
+            } <= set(ticks)
+            failed = {
+                n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
+                for n, ts in ticks.items()
+            }
             assert not any(failed.values()), f"failed ticks: {failed}"
             assert any(t.status.value == "SUCCESS" for t in ticks["nightly_fanout"])
             assert any(ok for _, ok in _freshness_evaluations(instance)), "the freshness check never passed"
@@ -193,29 +244,49 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             _source(assets, "late", ["A prompt that arrives while the server is down?"])
 
             def failed_night():
-                recs = instance.get_run_records(dg.RunsFilter(job_name="shard_pipeline",
-                                                              statuses=[dg.DagsterRunStatus.FAILURE]))
+                recs = instance.get_run_records(
+                    dg.RunsFilter(job_name="shard_pipeline", statuses=[dg.DagsterRunStatus.FAILURE])
+                )
                 return [r.dagster_run for r in recs if r.end_time and r.end_time > t_kill]
 
             failed_runs = _wait("a failed shard run after the simulator stopped", failed_night, 360, daemon, daemon_log)
             bad_nights = {r.tags["eagle3/night"] for r in failed_runs}
-            _wait("nightly_failed saying the night published nothing",
-                  lambda: [t for t in _ticks(instance)["nightly_failed"] if t.skip_reason
-                           and "nothing published, LATEST unchanged" in t.skip_reason
-                           and any(n in t.skip_reason for n in bad_nights)], 60, daemon, daemon_log)
-            _wait("the freshness check on training_dataset failing",
-                  lambda: [e for e in _freshness_evaluations(instance) if e[0] > t_kill and not e[1]], 120, daemon, daemon_log)
+            _wait(
+                "nightly_failed saying the night published nothing",
+                lambda: [
+                    t
+                    for t in _ticks(instance)["nightly_failed"]
+                    if t.skip_reason
+                    and "nothing published, LATEST unchanged" in t.skip_reason
+                    and any(n in t.skip_reason for n in bad_nights)
+                ],
+                60,
+                daemon,
+                daemon_log,
+            )
+            _wait(
+                "the freshness check on training_dataset failing",
+                lambda: [e for e in _freshness_evaluations(instance) if e[0] > t_kill and not e[1]],
+                120,
+                daemon,
+                daemon_log,
+            )
             assert _latest(data) == latest_before
             for n in bad_nights:
-                assert not instance.get_runs(dg.RunsFilter(job_name="publish", tags={"eagle3/night": n})), \
+                assert not instance.get_runs(dg.RunsFilter(job_name="publish", tags={"eagle3/night": n})), (
                     f"night {n} had a failed shard run but was published"
+                )
             ticks = _ticks(instance)
-            failed = {n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
-                      for n, ts in ticks.items()}
+            failed = {
+                n: [t.error.message if t.error else "" for t in ts if t.status.value == "FAILURE"]
+                for n, ts in ticks.items()
+            }
             assert not any(failed.values()), f"failed ticks: {failed}"
             t_loud = time.monotonic() - t0
-        print(f"nightly daemon test: automation on at {t_on:.0f}s, published at {t_published:.0f}s, "
-              f"{len(failed_runs)} failed shard run(s) and a failed freshness check at {t_loud:.0f}s")
+        print(
+            f"nightly daemon test: automation on at {t_on:.0f}s, published at {t_published:.0f}s, "
+            f"{len(failed_runs)} failed shard run(s) and a failed freshness check at {t_loud:.0f}s"
+        )
     finally:
         if daemon is not None:
             _kill_group(daemon)

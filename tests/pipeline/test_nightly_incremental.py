@@ -67,11 +67,21 @@ def test_failed_gate_shard_is_excluded_from_the_snapshot_with_its_reason(tmp_pat
     with start_simulator() as good, start_simulator(extra_args=["--mode", "drop-think-end"]) as bad:
         with dg.instance_for_test() as instance:
             base = PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048)
-            ok = materialize_graph(defs, instance, resources={"pipeline": base, "sglang": SGLangFleet(urls=good.url)},
-                                   shards=["0000", "0001"])
+            ok = materialize_graph(
+                defs,
+                instance,
+                resources={"pipeline": base, "sglang": SGLangFleet(urls=good.url)},
+                shards=["0000", "0001"],
+            )
             assert ok.success
-            broken = materialize_graph(defs, instance, resources={"pipeline": base, "sglang": SGLangFleet(urls=bad.url)},
-                                       shards=["0002"], run_ingest=False, run_publish=True)
+            broken = materialize_graph(
+                defs,
+                instance,
+                resources={"pipeline": base, "sglang": SGLangFleet(urls=bad.url)},
+                shards=["0002"],
+                run_ingest=False,
+                run_publish=True,
+            )
             assert not broken.shards[0].success and broken.publish_success
     manifest = json.loads((data / "snapshots" / broken.snapshot_version / "manifest.json").read_text())
     by_shard = {s["shard"]: s for s in manifest["shards"]}
@@ -88,7 +98,8 @@ def test_dg_launch_runs_a_shard(tmp_path, kimi_profile):
     with start_simulator() as sim:
         env = {**os.environ, "DAGSTER_HOME": str(home), "EAGLE3_DATA_DIR": str(data), "EAGLE3_SGLANG_URL": sim.url}
         for args in (["--job", "ingest"], ["--job", "shard_pipeline", "--partition", "0001"]):
-            r = subprocess.run([dg_bin, "launch", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
-                               timeout=300)
+            r = subprocess.run(
+                [dg_bin, "launch", *args], cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=300
+            )
             assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert (data / "training_samples" / "shard=0001" / "part-0000.parquet").exists()

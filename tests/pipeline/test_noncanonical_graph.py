@@ -29,9 +29,11 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
             out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True)
             assert out.success, out  # every gate passes: non-canonical output is valid output
             train_meta = instance.get_latest_materialization_event(
-                dg.AssetKey("training_samples")).asset_materialization.metadata
+                dg.AssetKey("training_samples")
+            ).asset_materialization.metadata
             snap_meta = instance.get_latest_materialization_event(
-                dg.AssetKey("training_dataset")).asset_materialization.metadata
+                dg.AssetKey("training_dataset")
+            ).asset_materialization.metadata
         import httpx
 
         split = httpx.get(sim.url + "/_sim/stats", timeout=10).json()["noncanonical"]
@@ -48,8 +50,11 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
     flagged = train.filter(~pl.col("text_exact"))
     # exactly the samples the server split are flagged: the ids are not what encoding their text gives
     by_sample = {r["sample_id"]: r["output_ids"] for r in gens.iter_rows(named=True)}
-    resplit = {sid for sid, ids in by_sample.items()
-               if kimi_tokenizer.encode(kimi_tokenizer.decode(ids, skip_special_tokens=False), add_special_tokens=False) != ids}
+    resplit = {
+        sid
+        for sid, ids in by_sample.items()
+        if kimi_tokenizer.encode(kimi_tokenizer.decode(ids, skip_special_tokens=False), add_special_tokens=False) != ids
+    }
     assert set(flagged["sample_id"].to_list()) == resplit and flagged.height == split["samples_split"]
     assert train.filter(pl.col("text_exact"))["text_mismatch_pos"].null_count() == train.height - flagged.height
     # token ids are sacred: the flagged rows hold the ids exactly as received, fully supervised
@@ -58,8 +63,10 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
         o = by_sample[r["sample_id"]]
         assert r["input_ids"] == by_prompt[r["prompt_id"]] + o and sum(r["loss_mask"]) == len(o)
         assert 0 <= r["text_mismatch_pos"] < len(o)
-    assert not (data / "training_samples" / f"shard={shard}" / "quarantine.parquet").exists() or \
-        pl.read_parquet(data / "training_samples" / f"shard={shard}" / "quarantine.parquet").height == 0
+    assert (
+        not (data / "training_samples" / f"shard={shard}" / "quarantine.parquet").exists()
+        or pl.read_parquet(data / "training_samples" / f"shard={shard}" / "quarantine.parquet").height == 0
+    )
 
     # materialization metadata
     assert train_meta["text_exact_false"].value == flagged.height

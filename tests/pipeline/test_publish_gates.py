@@ -50,8 +50,10 @@ def _run_log(instance: dg.DagsterInstance, run_id: str) -> str:
 
 
 def _res(data: Path, url: str, **pipeline) -> dict:
-    return {"pipeline": PipelineSettings(data_dir=str(data), max_new_tokens=2048, **pipeline),
-            "sglang": SGLangFleet(urls=url)}
+    return {
+        "pipeline": PipelineSettings(data_dir=str(data), max_new_tokens=2048, **pipeline),
+        "sglang": SGLangFleet(urls=url),
+    }
 
 
 def _first_night(data: Path, instance: dg.DagsterInstance, url: str) -> tuple[str, str, object]:
@@ -59,8 +61,9 @@ def _first_night(data: Path, instance: dg.DagsterInstance, url: str) -> tuple[st
     ingest = materialize_graph(defs, instance, resources=_res(data, url), shards=[])
     assert ingest.success
     shard = shard_with_most_prompts(data)
-    night = materialize_graph(defs, instance, resources=_res(data, url), shards=[shard], run_ingest=False,
-                              run_publish=True)
+    night = materialize_graph(
+        defs, instance, resources=_res(data, url), shards=[shard], run_ingest=False, run_publish=True
+    )
     assert night.success, night
     return shard, night.snapshot_version, night
 
@@ -80,24 +83,39 @@ def nights(tmp_path_factory):
     with dg.instance_for_test() as instance, start_simulator() as sim:
         out["shard"], out["v1"], out["night1"] = _first_night(data, instance, sim.url)
         out["latest_after_night1"] = _latest(data)
-        out["gates_night1"] = {g: read_gate_result(data, g, int(out["shard"])) for g in
-                               ("prompts", "generations", "training_samples")}
+        out["gates_night1"] = {
+            g: read_gate_result(data, g, int(out["shard"])) for g in ("prompts", "generations", "training_samples")
+        }
         out["report_night1"] = (data / "reports" / "index.html").read_text()
         out["summary_night1"] = summarize(out["night1"], dg_data(data))
 
     v2_args = ["--weight-version", "v2-int4", "--reasoning-scale", "0.2"]
     with dg.instance_for_test() as instance, start_simulator(extra_args=v2_args) as sim2:
-        held = materialize_graph(defs, instance, resources=_res(data, sim2.url, expectations_dir=str(hold)),
-                                 shards=[out["shard"]], run_publish=True)
-        out.update(held=held, sim2_requests=_requests(sim2.url), latest_after_hold=_latest(data),
-                   held_log=_run_log(instance, held.publish_run_id),
-                   attempt_held=json.loads((data / "gates" / "publish" / "last.json").read_text()))
+        held = materialize_graph(
+            defs,
+            instance,
+            resources=_res(data, sim2.url, expectations_dir=str(hold)),
+            shards=[out["shard"]],
+            run_publish=True,
+        )
+        out.update(
+            held=held,
+            sim2_requests=_requests(sim2.url),
+            latest_after_hold=_latest(data),
+            held_log=_run_log(instance, held.publish_run_id),
+            attempt_held=json.loads((data / "gates" / "publish" / "last.json").read_text()),
+        )
         out["manifest_held"] = _manifest(data, out["attempt_held"]["version"])
-        night2 = materialize_graph(defs, instance, resources=_res(data, sim2.url), shards=[], run_ingest=False,
-                                   run_publish=True)
+        night2 = materialize_graph(
+            defs, instance, resources=_res(data, sim2.url), shards=[], run_ingest=False, run_publish=True
+        )
         mat = instance.get_latest_materialization_event(dg.AssetKey("training_dataset")).asset_materialization
-        out.update(night2=night2, night2_log=_run_log(instance, night2.publish_run_id), night2_meta=mat.metadata,
-                   summary=summarize(night2, dg_data(data)))
+        out.update(
+            night2=night2,
+            night2_log=_run_log(instance, night2.publish_run_id),
+            night2_meta=mat.metadata,
+            summary=summarize(night2, dg_data(data)),
+        )
     return out
 
 
@@ -167,8 +185,14 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
     before = sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir())
     with dg.instance_for_test() as instance, start_simulator() as sim:
         # the Qwen3 tokenizer with the Kimi profile: every prompt is rejected, the shard is empty
-        wrong = materialize_graph(defs, instance, resources=_res(data, sim.url, tokenizer=str(QWEN_TOKENIZER)),
-                                  shards=[shard], run_ingest=False, run_publish=True)
+        wrong = materialize_graph(
+            defs,
+            instance,
+            resources=_res(data, sim.url, tokenizer=str(QWEN_TOKENIZER)),
+            shards=[shard],
+            run_ingest=False,
+            run_publish=True,
+        )
         assert wrong.publish_success is False and not wrong.success and wrong.snapshot_version is None
         assert _latest(data) == good
         ok, severity, text = wrong.publish_checks["publish_gate"]

@@ -44,8 +44,11 @@ print("ASSETS:", len(repo.assets_defs_by_key))
 def test_runtime_requirements_leave_the_simulator_stack_to_the_sim_extra():
     reqs = [Requirement(r) for r in importlib.metadata.requires("eagle3-dagster") or []]
     runtime = {r.name.lower() for r in reqs if r.marker is None}
-    sim = {r.name.lower() for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "sim"})
-           and not r.marker.evaluate({"extra": ""})}
+    sim = {
+        r.name.lower()
+        for r in reqs
+        if r.marker is not None and r.marker.evaluate({"extra": "sim"}) and not r.marker.evaluate({"extra": ""})
+    }
     assert "aiohttp" not in runtime
     assert "aiohttp" in sim
     assert {"dagster", "httpx", "transformers"} <= runtime  # the pipeline's own stack stays in the runtime set
@@ -53,8 +56,9 @@ def test_runtime_requirements_leave_the_simulator_stack_to_the_sim_extra():
 
 @pytest.mark.integration
 def test_definitions_and_cli_load_without_aiohttp_and_the_simulator_names_its_extra():
-    r = subprocess.run([sys.executable, "-c", WITHOUT_AIOHTTP], cwd=PROJECT_ROOT, capture_output=True, text=True,
-                       timeout=240)
+    r = subprocess.run(
+        [sys.executable, "-c", WITHOUT_AIOHTTP], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=240
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "ASSETS:" in r.stdout
     sim_line = next(line for line in r.stdout.splitlines() if line.startswith("SIMULATOR:"))

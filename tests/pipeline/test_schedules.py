@@ -30,8 +30,9 @@ def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatc
     sched = build_nightly_schedule("30 3 * * *", "Europe/Paris")
     assert (sched.cron_schedule, sched.execution_timezone) == ("30 3 * * *", "Europe/Paris")
     with dg.instance_for_test() as instance:
-        ctx = dg.build_schedule_context(instance=instance,
-                                        scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.UTC))
+        ctx = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=dt.datetime(2026, 12, 2, 3, 30, tzinfo=dt.UTC)
+        )
         reqs = sched.evaluate_tick(ctx).run_requests
     assert len(reqs) == 1 and reqs[0].tags[NIGHTLY_TAG] == "true"
     assert sched.job_name == "ingest"
@@ -54,8 +55,14 @@ def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatc
 def test_schedule_skips_while_the_previous_night_runs():
     sched = build_nightly_schedule("* * * * *", "UTC")
     with dg.instance_for_test() as instance:
-        instance.add_run(dg.DagsterRun(job_name="shard_pipeline", run_id="0" * 36, status=dg.DagsterRunStatus.STARTED,
-                                       tags={NIGHTLY_TAG: "true"}))
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="shard_pipeline",
+                run_id="0" * 36,
+                status=dg.DagsterRunStatus.STARTED,
+                tags={NIGHTLY_TAG: "true"},
+            )
+        )
         data = sched.evaluate_tick(dg.build_schedule_context(instance=instance))
     assert not data.run_requests and "still running" in data.skip_message
 
@@ -67,8 +74,10 @@ def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, mo
     sensor = defs.get_sensor_def("nightly_fanout")
     with dg.instance_for_test() as instance:
         result = repo.get_job("ingest").execute_in_process(
-            instance=instance, tags={NIGHTLY_TAG: "true"},
-            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
+            instance=instance,
+            tags={NIGHTLY_TAG: "true"},
+            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
+        )
         assert result.success
         # the daemon's path: a run-status sensor tick over the instance's event log, its requests resolved
         # against the job it declares (a request it may not make raises here, as in the daemon)
@@ -76,9 +85,13 @@ def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, mo
         first = sensor.evaluate_tick(ctx)  # the first tick only sets the cursor (events from now on)
         assert not first.run_requests
         again = repo.get_job("ingest").execute_in_process(
-            instance=instance, tags={NIGHTLY_TAG: "true"},
-            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))})
-        data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo, cursor=first.cursor))
+            instance=instance,
+            tags={NIGHTLY_TAG: "true"},
+            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
+        )
+        data = sensor.evaluate_tick(
+            dg.build_sensor_context(instance=instance, repository_def=repo, cursor=first.cursor)
+        )
         # between the ingest run and its shard runs nothing runs, yet the night is in flight: no second night
         tick = build_nightly_schedule("* * * * *", "UTC").evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not tick.run_requests and "between its runs" in tick.skip_message
@@ -91,7 +104,10 @@ def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, mo
 
 def test_night_publishes_only_when_every_shard_succeeded():
     shards = ["0000", "0001", "0002"]
-    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["SUCCESS"], "0002": ["FAILURE", "SUCCESS"]}) == ("publish", [])
+    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["SUCCESS"], "0002": ["FAILURE", "SUCCESS"]}) == (
+        "publish",
+        [],
+    )
     assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["STARTED"]}) == ("waiting", ["0001", "0002"])
     assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["FAILURE"], "0002": ["QUEUED"]}) == ("failed", ["0001"])
 
@@ -135,8 +151,11 @@ def test_source_sensor_fires_on_new_or_changed_sources_only(tmp_path, monkeypatc
     assert isinstance(prompt_source_sensor(ctx3), dg.RunRequest)
     # ... but while a night runs the change waits (cursor kept), so it is not lost
     with dg.instance_for_test() as instance:
-        instance.add_run(dg.DagsterRun(job_name="ingest", run_id="1" * 36, status=dg.DagsterRunStatus.STARTED,
-                                       tags={NIGHTLY_TAG: "true"}))
+        instance.add_run(
+            dg.DagsterRun(
+                job_name="ingest", run_id="1" * 36, status=dg.DagsterRunStatus.STARTED, tags={NIGHTLY_TAG: "true"}
+            )
+        )
         (assets / "sources" / "more2.yaml").write_text("path: data/demo_prompts.jsonl\nformat: openai\n")
         busy = dg.build_sensor_context(cursor=ctx3.cursor, instance=instance)
         skip = prompt_source_sensor(busy)

@@ -40,6 +40,7 @@ EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 # -- weights updated under a running shard ---------------------------------------------------------------
 
+
 def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versions(tmp_path, kimi_profile):
     data = tmp_path / "data"
     sim = Sim(log_path=tmp_path / "sim.log")
@@ -61,7 +62,8 @@ def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versio
             # the shard never silently mixes two versions: only the starting revision is stored
             assert gens.height == 3, gens.select("sample_id", "model_revision")
             assert set(gens["model_revision"]) == {"kimi-k2.5@default"} or all(
-                r.endswith("@default") for r in gens["model_revision"]), set(gens["model_revision"])
+                r.endswith("@default") for r in gens["model_revision"]
+            ), set(gens["model_revision"])
             assert errs.height == n - 3 and set(errs["reason"]) == {"weight_version_changed"}, errs
             assert all("'v2'" in d for d in errs["detail"]), errs["detail"].to_list()
             assert set(gens["sample_id"]).isdisjoint(set(errs["sample_id"]))  # in = out + rejected
@@ -70,8 +72,14 @@ def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versio
             assert meta["succeeded"].value == 3 and meta["failed"].value == n - 3
             assert meta["reconciles"].value is True
             assert "weight_version_changed" in str(meta["errors_by_kind"].value), meta["errors_by_kind"]
-            named = [r for r in instance.all_logs(sh.run_id) if not r.dagster_event and r.step_key == "generations"
-                     and "now reports weight_version 'v2'" in r.user_message and "@default" in r.user_message]
+            named = [
+                r
+                for r in instance.all_logs(sh.run_id)
+                if not r.dagster_event
+                and r.step_key == "generations"
+                and "now reports weight_version 'v2'" in r.user_message
+                and "@default" in r.user_message
+            ]
             assert named and named[0].level >= 40, named  # an ERROR line naming both versions
             # the partial shard goes on (failed rows are counted, a rerun generates them under the new
             # revision), but nothing from the new weights reaches the training rows
@@ -83,7 +91,6 @@ def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versio
 
 
 # -- processes -----------------------------------------------------------------------------------------
-
 
 
 def _port_free(port: int) -> bool:
@@ -105,9 +112,14 @@ def _kill_group(pgid: int) -> None:
 def test_kill_9_of_the_demo_leaves_no_simulator_behind(tmp_path: Path):
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([EAGLE3, "demo", "--shards", "0000", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
-                                cwd=PROJECT_ROOT, env=command_env(tmp_path), stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [EAGLE3, "demo", "--shards", "0000", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
+            cwd=PROJECT_ROOT,
+            env=command_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         sim: psutil.Process | None = None
         try:
             m = wait_for_log(log, r"simulator \(eagle3-sim\) at http://127\.0\.0\.1:(\d+), pid (\d+)", proc, 120)
@@ -142,8 +154,14 @@ def test_eagle3_ui_stops_with_everything_it_started(tmp_path: Path, sig: signal.
     port = free_port()
     log = tmp_path / "ui.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([EAGLE3, "ui", "--port", str(port)], cwd=PROJECT_ROOT, env=command_env(tmp_path),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [EAGLE3, "ui", "--port", str(port)],
+            cwd=PROJECT_ROOT,
+            env=command_env(tmp_path),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         family: list[psutil.Process] = []
         try:
             deadline = time.monotonic() + 90
@@ -158,7 +176,9 @@ def test_eagle3_ui_stops_with_everything_it_started(tmp_path: Path, sig: signal.
                 time.sleep(0.5)
             family = psutil.Process(proc.pid).children(recursive=True)
             cmdlines = [" ".join(p.cmdline()) for p in family]
-            assert any("dagster dev" in c or "dagster', 'dev" in c or " -m dagster dev" in c for c in cmdlines), cmdlines
+            assert any("dagster dev" in c or "dagster', 'dev" in c or " -m dagster dev" in c for c in cmdlines), (
+                cmdlines
+            )
             assert any("eagle3_dagster.sim" in c or "eagle3-sim" in c for c in cmdlines), cmdlines
             t0 = time.monotonic()
             proc.send_signal(sig)  # to `eagle3 ui` only (a SIGTERM from a supervisor, or kill -INT)

@@ -80,8 +80,11 @@ def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs, 
 def test_concurrent_gate_runs_stay_capped(feats, kimi_profile, gx_dirs):
     # several shard runs validate at once on one context: the pruning is under the context lock
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda _: run_gate("prompts", feats, profile=kimi_profile, keep_validations=2,
-                                                   **gx_dirs), range(6)))
+        results = list(
+            pool.map(
+                lambda _: run_gate("prompts", feats, profile=kimi_profile, keep_validations=2, **gx_dirs), range(6)
+            )
+        )
     assert all(r.success for r in results)
     gx_root = gx_dirs["context_dir"] / "gx"
     assert len(_runs(gx_root / VALIDATIONS_BASE)) == 2 and len(_runs(gx_root / DOCS_VALIDATIONS_BASE)) == 2

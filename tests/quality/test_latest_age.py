@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration  # runs the real `eagle3 report` CLI in a s
 def _publish(data: Path, version: str, age_s: float) -> None:
     snap = data / "snapshots" / version
     snap.mkdir(parents=True)
-    (snap / "manifest.json").write_text(json.dumps({"version": version, "created_at": "2026-11-01T02:00:00+00:00",
-                                                    "rows": 3, "shards": []}))
+    (snap / "manifest.json").write_text(
+        json.dumps({"version": version, "created_at": "2026-11-01T02:00:00+00:00", "rows": 3, "shards": []})
+    )
     latest = data / "snapshots" / "LATEST"
     latest.write_text(version + "\n")
     t = time.time() - age_s
@@ -29,9 +30,25 @@ def _publish(data: Path, version: str, age_s: float) -> None:
 
 
 def _report(data: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", str(data),
-                           "--work-dir", str(data.parent / "work"), "--out", str(out)],
-                          capture_output=True, text=True, cwd=PROJECT_ROOT, timeout=120, env={**os.environ, **env})
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle3_dagster.cli",
+            "report",
+            "--data-dir",
+            str(data),
+            "--work-dir",
+            str(data.parent / "work"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+        env={**os.environ, **env},
+    )
 
 
 def test_report_says_how_old_latest_is_and_flags_a_missed_night(tmp_path):

@@ -29,9 +29,15 @@ def _gens(kimi, n: int, missing_think_end: int):
     """n good Kimi outputs, the first `missing_think_end` of which lack </think> (163607)."""
     samples = []
     for i in range(n):
-        samples.append(dict(sample_id=f"s{i:03d}", prompt_id="p0",
-                            output_ids=kimi.output(f"Step {i}: add the numbers.", f"The answer is {i}.",
-                                                   think_end=i >= missing_think_end)))
+        samples.append(
+            dict(
+                sample_id=f"s{i:03d}",
+                prompt_id="p0",
+                output_ids=kimi.output(
+                    f"Step {i}: add the numbers.", f"The answer is {i}.", think_end=i >= missing_think_end
+                ),
+            )
+        )
     return generation_rows(samples)
 
 
@@ -74,8 +80,10 @@ def test_prompt_must_end_with_think_start_for_kimi(kimi, kimi_profile, gx_dirs):
     assert _outcome(ok, "thinking_token_ends_prompt").name == "thinking token 163606 ends prompt"
     # drop the prefilled <think> of prompt b: a template rendered with thinking off
     broken = tp.with_columns(
-        pl.when(pl.col("prompt_id") == "b").then(pl.col("input_ids").list.head(pl.col("prompt_len") - 1))
-        .otherwise(pl.col("input_ids")).alias("input_ids")
+        pl.when(pl.col("prompt_id") == "b")
+        .then(pl.col("input_ids").list.head(pl.col("prompt_len") - 1))
+        .otherwise(pl.col("input_ids"))
+        .alias("input_ids")
     ).with_columns(pl.col("input_ids").list.len().cast(pl.Int32).alias("prompt_len"))
     res = run_gate("prompts", prompt_features(broken, kimi_profile), profile=kimi_profile, **gx_dirs)
     assert not res.success
@@ -84,8 +92,10 @@ def test_prompt_must_end_with_think_start_for_kimi(kimi, kimi_profile, gx_dirs):
 
 def test_think_start_expectation_is_skipped_for_qwen(qwen_profile, gx_dirs):
     # Qwen3's generation prompt ends at "<|im_start|>assistant\n": the check does not apply.
-    tp = pl.DataFrame({"prompt_id": ["q"], "source": ["x"], "input_ids": [[151644, 77091, 198]], "prompt_len": [3]},
-                      schema_overrides={"input_ids": pl.List(pl.Int32), "prompt_len": pl.Int32})
+    tp = pl.DataFrame(
+        {"prompt_id": ["q"], "source": ["x"], "input_ids": [[151644, 77091, 198]], "prompt_len": [3]},
+        schema_overrides={"input_ids": pl.List(pl.Int32), "prompt_len": pl.Int32},
+    )
     feats = prompt_features(tp, qwen_profile)
     assert feats["ends_with_think_start"].to_list() == [None]
     res = run_gate("prompts", feats, profile=qwen_profile, **gx_dirs)
@@ -134,8 +144,9 @@ def test_config_overrides_change_the_gate(kimi, kimi_profile, tokenized, gx_dirs
 
 def test_gate_result_persists_and_blocks_a_later_run(kimi, kimi_profile, tokenized, gx_dirs, tmp_path):
     data = tmp_path / "data"
-    bad = run_gate("generations", generation_features(_gens(kimi, 6, 6), tokenized, kimi_profile),
-                   profile=kimi_profile, **gx_dirs)
+    bad = run_gate(
+        "generations", generation_features(_gens(kimi, 6, 6), tokenized, kimi_profile), profile=kimi_profile, **gx_dirs
+    )
     good = run_gate("generations", generation_features(_gens(kimi, 6, 0), tokenized, kimi_profile), **gx_dirs)
     p = write_gate_result(data, "generations", 3, bad)
     assert p == data / "gates" / "generations" / "shard=0003.json"
@@ -155,8 +166,9 @@ def test_gate_result_persists_and_blocks_a_later_run(kimi, kimi_profile, tokeniz
 
 
 def test_data_docs_are_built_under_the_context_dir(kimi, kimi_profile, tokenized, gx_dirs):
-    res = run_gate("generations", generation_features(_gens(kimi, 4, 0), tokenized, kimi_profile),
-                   profile=kimi_profile, **gx_dirs)
+    res = run_gate(
+        "generations", generation_features(_gens(kimi, 4, 0), tokenized, kimi_profile), profile=kimi_profile, **gx_dirs
+    )
     assert res.data_docs_index is not None
     index = Path(res.data_docs_index)
     assert index.exists() and gx_dirs["context_dir"] in index.parents
@@ -169,8 +181,9 @@ def test_data_docs_are_built_under_the_context_dir(kimi, kimi_profile, tokenized
     stored = json.loads((gx_dirs["context_dir"] / "gx" / "expectations" / "generations_gate.json").read_text())
     metas = {e["meta"]["key"]: e["meta"] for e in stored["expectations"]}
     assert metas["think_end_present"]["severity"] == "critical"
-    no_docs = run_gate("generations", generation_features(_gens(kimi, 4, 0), tokenized, kimi_profile),
-                       build_docs=False, **gx_dirs)
+    no_docs = run_gate(
+        "generations", generation_features(_gens(kimi, 4, 0), tokenized, kimi_profile), build_docs=False, **gx_dirs
+    )
     assert no_docs.data_docs_index is None
 
 
@@ -203,10 +216,18 @@ def test_bad_suites_are_refused_with_the_expectation_named(tmp_path, kimi, kimi_
     cases = {
         "sev": ({**base, "meta": {"key": "x", "name": "x y", "severity": "fatal"}}, "severity"),
         "mostly": ({**base, "kwargs": {**base["kwargs"], "mostly": 1.5}, "meta": {"key": "x"}}, "mostly"),
-        "gx": ({"type": "expect_column_values_to_be_in_set", "kwargs": {"column": "think_end_count"},
-                "meta": {"key": "no_value_set"}}, "no_value_set"),
-        "col": ({**base, "kwargs": {"column": "no_such_feature", "value_set": [1]}, "meta": {"key": "x"}},
-                "no_such_feature"),
+        "gx": (
+            {
+                "type": "expect_column_values_to_be_in_set",
+                "kwargs": {"column": "think_end_count"},
+                "meta": {"key": "no_value_set"},
+            },
+            "no_value_set",
+        ),
+        "col": (
+            {**base, "kwargs": {"column": "no_such_feature", "value_set": [1]}, "meta": {"key": "x"}},
+            "no_such_feature",
+        ),
     }
     for name, (exp, match) in cases.items():
         d = _write_suite(tmp_path / name, "generations", [exp])

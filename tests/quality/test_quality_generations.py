@@ -22,25 +22,47 @@ def _cases(kimi) -> dict[str, tuple[dict, set[str]]]:
     sentence = "I will check the value again to be completely sure about it. "
     return {
         "good": (dict(output_ids=good), set()),
-        "good_tool": (dict(prompt_id="p1", output_ids=k.output("I should call the weather tool.", "", tool=tool)), set()),
+        "good_tool": (
+            dict(prompt_id="p1", output_ids=k.output("I should call the weather tool.", "", tool=tool)),
+            set(),
+        ),
         "no_think_end": (dict(output_ids=k.output(REASONING, "4", think_end=False)), {"think_end_present"}),
-        "two_think_ends": (dict(output_ids=k.output(REASONING, "4")[:-1] + [p.think_end_id, p.end_of_turn_id]),
-                           {"think_end_present"}),
+        "two_think_ends": (
+            dict(output_ids=k.output(REASONING, "4")[:-1] + [p.think_end_id, p.end_of_turn_id]),
+            {"think_end_present"},
+        ),
         "think_start_in_output": (dict(output_ids=[p.think_start_id] + good), {"no_think_start_in_output"}),
-        "truncated": (dict(output_ids=k.output(REASONING, "2 + 2", eot=False), finish_reason="length"),
-                      {"finish_reason_stop", "last_id_end_of_turn"}),
+        "truncated": (
+            dict(output_ids=k.output(REASONING, "2 + 2", eot=False), finish_reason="length"),
+            {"finish_reason_stop", "last_id_end_of_turn"},
+        ),
         "count_mismatch": (dict(output_ids=good, completion_tokens=len(good) + 1), {"len_matches_completion_tokens"}),
         "nan_finish": (dict(output_ids=good, finish_matched='"NaN happened"'), {"no_nan_finish"}),
         "echo": (dict(output_ids=prompt_tail + good), {"no_prompt_echo", "no_think_start_in_output"}),
-        "bad_args": (dict(prompt_id="p1", output_ids=k.output("Call it.", "", tool=(tool[0], '{"city": "Par'))),
-                     {"tool_args_json"}),
-        "unbalanced": (dict(prompt_id="p1", output_ids=[x for x in k.output("Call it.", "", tool=tool) if x != t.call_end]),
-                       {"tool_markers_balanced", "tool_args_json"}),
+        "bad_args": (
+            dict(prompt_id="p1", output_ids=k.output("Call it.", "", tool=(tool[0], '{"city": "Par'))),
+            {"tool_args_json"},
+        ),
+        "unbalanced": (
+            dict(prompt_id="p1", output_ids=[x for x in k.output("Call it.", "", tool=tool) if x != t.call_end]),
+            {"tool_markers_balanced", "tool_args_json"},
+        ),
         "tool_in_reasoning": (
-            dict(prompt_id="p1", output_ids=[t.section_begin, t.call_begin, *k.enc(tool[0]), t.argument_begin,
-                                            *k.enc(tool[1]), t.call_end, t.section_end]
-                 + k.output("Then answer.", "Sunny.")),
-            {"tool_markers_balanced"}),
+            dict(
+                prompt_id="p1",
+                output_ids=[
+                    t.section_begin,
+                    t.call_begin,
+                    *k.enc(tool[0]),
+                    t.argument_begin,
+                    *k.enc(tool[1]),
+                    t.call_end,
+                    t.section_end,
+                ]
+                + k.output("Then answer.", "Sunny."),
+            ),
+            {"tool_markers_balanced"},
+        ),
         "empty_reasoning": (dict(output_ids=k.output("", "4")), {"reasoning_not_empty"}),
         "empty_answer": (dict(output_ids=k.output(REASONING, "")), {"answer_or_tool_call"}),
         "degenerate": (dict(output_ids=k.output("ha " * 80, "4")), {"no_degenerate_repetition"}),
@@ -52,8 +74,10 @@ def _cases(kimi) -> dict[str, tuple[dict, set[str]]]:
 @pytest.fixture(scope="module")
 def frames(kimi):
     cases = _cases(kimi)
-    rows = [dict(sample_id=sid, prompt_id=o.get("prompt_id", "p0"), **{k: v for k, v in o.items() if k != "prompt_id"})
-            for sid, (o, _) in cases.items()]
+    rows = [
+        dict(sample_id=sid, prompt_id=o.get("prompt_id", "p0"), **{k: v for k, v in o.items() if k != "prompt_id"})
+        for sid, (o, _) in cases.items()
+    ]
     return generation_rows(rows), tokenized_rows(kimi, PROMPTS), cases
 
 
@@ -76,7 +100,9 @@ def test_feature_values(frames, kimi, kimi_profile, kimi_tokenizer):
     assert row["echo"]["echoes_prompt_tail"] is True and row["good"]["echoes_prompt_tail"] is False
     assert row["degenerate"]["max_ngram_coverage"] == 1.0
     assert row["long_loop"]["max_ngram_coverage"] < 0.5 < row["long_loop"]["repeated_ngram_fraction"]
-    assert row["empty_reasoning"]["output_len"] < 32 and row["empty_reasoning"]["max_ngram_coverage"] is None  # too short
+    assert (
+        row["empty_reasoning"]["output_len"] < 32 and row["empty_reasoning"]["max_ngram_coverage"] is None
+    )  # too short
 
 
 def test_every_critical_reason_is_reported(frames, kimi_profile, kimi_tokenizer, gx_dirs):
@@ -141,8 +167,9 @@ def test_large_shard_counts_match_gx(kimi, kimi_profile, gx_dirs):
     # 2,000 rows, 3% missing </think>: the pass rate GX applies `mostly` to equals polars' count.
     base = kimi.output(REASONING, "4")
     bad = kimi.output(REASONING, "4", think_end=False)
-    gens = generation_rows([dict(sample_id=f"s{i}", prompt_id="p", output_ids=bad if i % 33 == 0 else base)
-                            for i in range(2000)])
+    gens = generation_rows(
+        [dict(sample_id=f"s{i}", prompt_id="p", output_ids=bad if i % 33 == 0 else base) for i in range(2000)]
+    )
     res = run_gate("generations", generation_features(gens, None, kimi_profile), **gx_dirs)
     o = next(o for o in res.outcomes if o.key == "think_end_present")
     n_bad = len(range(0, 2000, 33))
@@ -167,7 +194,7 @@ def test_repetition_features_match_a_reference(kimi_profile):
         if len(o) < 8:
             assert cov is None and frac is None
             continue
-        c = Counter(tuple(o[i:i + 4]) for i in range(len(o) - 3))
+        c = Counter(tuple(o[i : i + 4]) for i in range(len(o) - 3))
         assert cov == pytest.approx(min(1.0, max(c.values()) * 4 / len(o)))
         assert frac == pytest.approx(1 - len(c) / (len(o) - 3))
 

@@ -108,12 +108,32 @@ def rows_text(doc: _Doc) -> str:
 # ------------------------------------------------------------------------------------------ unit
 
 
-def _outcome(name: str, key: str, *, ok: bool, severity: str = "critical", evaluated: int = 10, unexpected: int = 0,
-             mostly: float = 0.95, level: str = "row", observed=None) -> ExpectationOutcome:
+def _outcome(
+    name: str,
+    key: str,
+    *,
+    ok: bool,
+    severity: str = "critical",
+    evaluated: int = 10,
+    unexpected: int = 0,
+    mostly: float = 0.95,
+    level: str = "row",
+    observed=None,
+) -> ExpectationOutcome:
     rate = (evaluated - unexpected) / evaluated if evaluated else 1.0
-    return ExpectationOutcome(name=name, severity=severity, mostly=mostly, pass_rate=rate, unexpected_count=unexpected,
-                              success=ok, description="d", key=key, evaluated=evaluated, level=level,
-                              observed_value=observed)
+    return ExpectationOutcome(
+        name=name,
+        severity=severity,
+        mostly=mostly,
+        pass_rate=rate,
+        unexpected_count=unexpected,
+        success=ok,
+        description="d",
+        key=key,
+        evaluated=evaluated,
+        level=level,
+        observed_value=observed,
+    )
 
 
 @pytest.fixture()
@@ -121,35 +141,71 @@ def stored(tmp_path: Path) -> dict:
     """Stored results for shards 0 and 1 (2 and 3 never ran), a real-looking Data Docs page and a snapshot."""
     data, work = tmp_path / "data", tmp_path / "data"
     site = work / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
-    page = site / "validations" / "generations_gate" / "__none__" / "20261202T000000.000000Z" / "eagle3_features-generations.html"
+    page = (
+        site
+        / "validations"
+        / "generations_gate"
+        / "__none__"
+        / "20261202T000000.000000Z"
+        / "eagle3_features-generations.html"
+    )
     page.parent.mkdir(parents=True)
     page.write_text("<html>validation page</html>")
     (site / "index.html").write_text("<html>index</html>")
-    ok = GateResult("prompts", True, [_outcome("last id is <think>", "thinking_token_ends_prompt", ok=True)], n_rows=10,
-                    profile="kimi-k2.5", created_at="2026-12-02T10:00:00+00:00")
-    failures = pl.DataFrame({"row_id": ["a", "b", "c"], "reasons": [["163607 present", EVIL], ["163607 present"], ["163607 present"]]},
-                            schema={"row_id": pl.String, "reasons": pl.List(pl.String)})
+    ok = GateResult(
+        "prompts",
+        True,
+        [_outcome("last id is <think>", "thinking_token_ends_prompt", ok=True)],
+        n_rows=10,
+        profile="kimi-k2.5",
+        created_at="2026-12-02T10:00:00+00:00",
+    )
+    failures = pl.DataFrame(
+        {"row_id": ["a", "b", "c"], "reasons": [["163607 present", EVIL], ["163607 present"], ["163607 present"]]},
+        schema={"row_id": pl.String, "reasons": pl.List(pl.String)},
+    )
     bad = GateResult(
-        "generations", False,
-        [_outcome("163607 present", "think_end_present", ok=False, evaluated=10, unexpected=3),
-         _outcome(f"evil {EVIL}", "evil_key", ok=False, severity="warning", evaluated=10, unexpected=1, mostly=0.99),
-         _outcome("row count", "row_count", ok=False, severity="warning", level="table", observed=0, mostly=1.0),
-         _outcome("passes", "fine", ok=True)],
-        row_failures=failures, n_rows=10, data_docs_page=str(page), profile="kimi-k2.5",
+        "generations",
+        False,
+        [
+            _outcome("163607 present", "think_end_present", ok=False, evaluated=10, unexpected=3),
+            _outcome(f"evil {EVIL}", "evil_key", ok=False, severity="warning", evaluated=10, unexpected=1, mostly=0.99),
+            _outcome("row count", "row_count", ok=False, severity="warning", level="table", observed=0, mostly=1.0),
+            _outcome("passes", "fine", ok=True),
+        ],
+        row_failures=failures,
+        n_rows=10,
+        data_docs_page=str(page),
+        profile="kimi-k2.5",
         created_at="2026-12-02T10:01:00+00:00",
     )
-    pruned = GateResult("prompts", True, [], n_rows=5, profile="kimi-k2.5", created_at="2026-12-02T10:02:00+00:00",
-                        data_docs_page=str(page.parent.parent / "20201231T000000.000000Z" / page.name))
+    pruned = GateResult(
+        "prompts",
+        True,
+        [],
+        n_rows=5,
+        profile="kimi-k2.5",
+        created_at="2026-12-02T10:02:00+00:00",
+        data_docs_page=str(page.parent.parent / "20201231T000000.000000Z" / page.name),
+    )
     write_gate_result(data, "prompts", 0, ok)
     write_gate_result(data, "generations", 0, bad)
     write_gate_result(data, "prompts", 1, pruned)
     snap = data / "snapshots" / "0123456789abcdef"
     snap.mkdir(parents=True)
-    (snap / "manifest.json").write_text(json.dumps({
-        "version": "0123456789abcdef", "created_at": "2026-12-02T10:05:00+00:00", "rows": 0,
-        "shards": [{"shard": "0000", "included": False, "reason": f"generations gate failed {EVIL}", "rows": 0},
-                   {"shard": "0001", "included": False, "reason": "no generations gate result", "rows": 0}],
-    }))
+    (snap / "manifest.json").write_text(
+        json.dumps(
+            {
+                "version": "0123456789abcdef",
+                "created_at": "2026-12-02T10:05:00+00:00",
+                "rows": 0,
+                "shards": [
+                    {"shard": "0000", "included": False, "reason": f"generations gate failed {EVIL}", "rows": 0},
+                    {"shard": "0001", "included": False, "reason": "no generations gate result", "rows": 0},
+                ],
+            }
+        )
+    )
     (data / "snapshots" / "LATEST").write_text("0123456789abcdef\n")
     return {"data": data, "work": work, "page": page}
 
@@ -179,8 +235,10 @@ def test_render_is_offline_escaped_and_linked(stored):
     # relative link to the existing validation page, none to the pruned one
     hrefs = [a.get("href") for t, a in doc.tags if t == "a"]
     page_links = [h for h in hrefs if h and h.endswith("eagle3_features-generations.html")]
-    assert page_links == ["../gx/gx/uncommitted/data_docs/local_site/validations/generations_gate/__none__/"
-                          "20261202T000000.000000Z/eagle3_features-generations.html"]
+    assert page_links == [
+        "../gx/gx/uncommitted/data_docs/local_site/validations/generations_gate/__none__/"
+        "20261202T000000.000000Z/eagle3_features-generations.html"
+    ]
     assert "20201231T000000" not in text
     assert "3 of 10 rows unexpected (30.0%); pass rate 70.0% &lt; mostly 95.0%" in text
     assert "observed value <code>0</code>" in text
@@ -216,13 +274,25 @@ def test_concurrent_writers_leave_one_complete_report(stored):
 def test_cli_report(stored, tmp_path):
     env = {**os.environ, "EAGLE3_WORK_DIR": str(stored["work"])}
     out = tmp_path / "cli" / "report.html"
-    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", str(stored["data"]),
-                        "--out", str(out)], capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", str(stored["data"]), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(out)
     assert_offline(out.read_text(), out)
-    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", "s3://u:p@bucket/x"],
-                       capture_output=True, text=True, env=env, cwd=PROJECT_ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", "s3://u:p@bucket/x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2 and "p@" not in r.stderr
 
 
@@ -280,8 +350,14 @@ def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
     m.shards[int(shard)].cells["prompts"].docs_page.unlink()
     env = {**os.environ, "EAGLE3_DATA_DIR": str(data)}
     env.pop("EAGLE3_WORK_DIR", None)
-    r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "report"], capture_output=True, text=True,
-                       env=env, cwd=PROJECT_ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "report"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=PROJECT_ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(report)
     doc2 = assert_offline(report.read_text(), report)

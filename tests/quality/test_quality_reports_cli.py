@@ -25,12 +25,20 @@ TOOL = ("functions.get_weather:0", '{"city": "Paris"}')
 @pytest.fixture(scope="module")
 def shard(kimi):
     tokenized = tokenized_rows(kimi, {"p0": "What is 2+2?", "p1": "Weather in Paris?"})
-    gens = generation_rows([
-        dict(sample_id="s-plain", prompt_id="p0", output_ids=kimi.output("Two plus two is four.", "The answer is 4.")),
-        dict(sample_id="s-tool", prompt_id="p1", output_ids=kimi.output("I need the weather tool.", "", tool=TOOL)),
-        dict(sample_id="s-broken", prompt_id="p0", output_ids=kimi.output("Hmm, thinking", "", think_end=False,
-                                                                           eot=False), finish_reason="length"),
-    ])
+    gens = generation_rows(
+        [
+            dict(
+                sample_id="s-plain", prompt_id="p0", output_ids=kimi.output("Two plus two is four.", "The answer is 4.")
+            ),
+            dict(sample_id="s-tool", prompt_id="p1", output_ids=kimi.output("I need the weather tool.", "", tool=TOOL)),
+            dict(
+                sample_id="s-broken",
+                prompt_id="p0",
+                output_ids=kimi.output("Hmm, thinking", "", think_end=False, eot=False),
+                finish_reason="length",
+            ),
+        ]
+    )
     return gens, tokenized
 
 
@@ -75,10 +83,16 @@ def test_inspect_prints_preview_and_stored_gate(shard, kimi_profile, kimi_tokeni
     gens, tokenized = shard
     data = tmp_path / "data"
     write_frame_atomic(gens, shard_dir(data, "generations", 2) / "part-0000.parquet", schema=schemas.GENERATIONS)
-    write_frame_atomic(tokenized, shard_dir(data, "tokenized_prompts", 2) / "part-0000.parquet",
-                       schema=schemas.TOKENIZED_PROMPTS)
-    res = run_gate("generations", generation_features(gens, tokenized, kimi_profile, kimi_tokenizer),
-                   expectations_dir=EXPECTATIONS_DIR, context_dir=data / "gx", profile=kimi_profile)
+    write_frame_atomic(
+        tokenized, shard_dir(data, "tokenized_prompts", 2) / "part-0000.parquet", schema=schemas.TOKENIZED_PROMPTS
+    )
+    res = run_gate(
+        "generations",
+        generation_features(gens, tokenized, kimi_profile, kimi_tokenizer),
+        expectations_dir=EXPECTATIONS_DIR,
+        context_dir=data / "gx",
+        profile=kimi_profile,
+    )
     write_gate_result(data, "generations", 2, res)
     monkeypatch.setenv("EAGLE3_TOKENIZER", kimi_profile.tokenizer)
     assert inspect_main(["--shard", "2", "--data-dir", str(data), "--model", "kimi-k2.5", "-n", "2"]) == 0

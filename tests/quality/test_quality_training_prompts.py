@@ -41,47 +41,62 @@ def test_training_row_checks(pair, kimi_profile, gx_dirs):
     assert res.row_failures.height == 5
     # mostly=1.0 layout checks: one broken mask is a builder bug, so the gate fails
     assert not res.success
-    assert {o.key for o in res.failed_critical} == {
-        "ids_mask_same_length", "mask_layout", "length_columns_consistent"}
+    assert {o.key for o in res.failed_critical} == {"ids_mask_same_length", "mask_layout", "length_columns_consistent"}
 
 
 def test_duplicate_rate_is_table_level(pair, kimi_profile, gx_dirs):
     p, o = pair
     rows = [dict(sample_id=f"s{i}", prompt_ids=p, output_ids=o + [i % 90]) for i in range(100)]  # 10% duplicates
-    res = run_gate("training_samples", training_features(training_rows(rows), kimi_profile, max_total_len=10_000),
-                   **gx_dirs)
+    res = run_gate(
+        "training_samples", training_features(training_rows(rows), kimi_profile, max_total_len=10_000), **gx_dirs
+    )
     dup = next(x for x in res.outcomes if x.key == "duplicate_rate")
     assert not dup.success and dup.level == "table" and dup.observed_value == pytest.approx(0.9)
     assert not res.success and res.row_failures.height == 0  # the shard fails; no single row is to blame
-    ok = run_gate("training_samples", training_features(training_rows(rows), kimi_profile, max_total_len=10_000),
-                  config_overrides={"duplicate_rate": {"kwargs": {"min_value": 0.85}}}, **gx_dirs)
+    ok = run_gate(
+        "training_samples",
+        training_features(training_rows(rows), kimi_profile, max_total_len=10_000),
+        config_overrides={"duplicate_rate": {"kwargs": {"min_value": 0.85}}},
+        **gx_dirs,
+    )
     assert ok.success
 
 
 def test_source_mix_is_judged_against_what_the_sources_could_give(pair, kimi_profile, gx_dirs):
     p, o = pair
-    rows = [dict(sample_id=f"s{i}", prompt_ids=p, output_ids=o + [i], source="gsm8k" if i < 95 else "alpaca")
-            for i in range(100)]
+    rows = [
+        dict(sample_id=f"s{i}", prompt_ids=p, output_ids=o + [i], source="gsm8k" if i < 95 else "alpaca")
+        for i in range(100)
+    ]
     samples = training_rows(rows)
     # 95% gsm8k is what these sources gave (95/5 of the prompts): no warning
-    fair = training_features(samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.95, "alpaca": 0.05})
+    fair = training_features(
+        samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.95, "alpaca": 0.05}
+    )
     assert f_share(fair, "gsm8k") == pytest.approx(0.95)
     res = run_gate("training_samples", fair, **gx_dirs)
     assert next(x for x in res.outcomes if x.key == "source_mix").success
     # a single-source shard is 100% that source and never warns
     single = training_rows([dict(r, source="gsm8k") for r in rows])
-    one = run_gate("training_samples", training_features(single, kimi_profile, max_total_len=10_000,
-                                                         available_shares={"gsm8k": 1.0}), **gx_dirs)
+    one = run_gate(
+        "training_samples",
+        training_features(single, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 1.0}),
+        **gx_dirs,
+    )
     assert next(x for x in one.outcomes if x.key == "source_mix").success and not one.failed_warnings
     # the prompts were half alpaca, but alpaca's rows got lost: gsm8k is over-represented by 45 points
-    lost = training_features(samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.5, "alpaca": 0.5})
+    lost = training_features(
+        samples, kimi_profile, max_total_len=10_000, available_shares={"gsm8k": 0.5, "alpaca": 0.5}
+    )
     res = run_gate("training_samples", lost, **gx_dirs)
     mix = next(x for x in res.outcomes if x.key == "source_mix")
     assert not mix.success and mix.severity == "warning"
     assert res.success and res.row_failures.height == 0  # a warning, and table-level: nothing quarantined
     strict = run_gate("training_samples", lost, config_overrides={"source_mix": {"severity": "critical"}}, **gx_dirs)
     assert not strict.success and strict.row_failures.height == 0
-    loose = run_gate("training_samples", lost, config_overrides={"source_mix": {"kwargs": {"max_value": 0.5}}}, **gx_dirs)
+    loose = run_gate(
+        "training_samples", lost, config_overrides={"source_mix": {"kwargs": {"max_value": 0.5}}}, **gx_dirs
+    )
     assert next(x for x in loose.outcomes if x.key == "source_mix").success
     assert res.by_source == {"alpaca": [5, 0], "gsm8k": [95, 0]}
 
@@ -93,14 +108,19 @@ def f_share(f, source):
 def test_prompt_row_checks(kimi, kimi_profile, gx_dirs):
     tp = tokenized_rows(kimi, {f"p{i}": f"Question number {i}?" for i in range(150)})
     long_ids = list(range(kimi_profile.max_prompt_tokens)) + [163606]  # one id over the limit
-    extra = pl.DataFrame({
-        "prompt_id": ["oov", "long", "p0", "len_lie"],
-        "source": ["s"] * 4,
-        "shard": [0] * 4,
-        "input_ids": [[5, 170000, 163606], long_ids, tp["input_ids"][0].to_list(), [1, 2, 163606]],
-        "prompt_len": [3, len(long_ids), tp["prompt_len"][0], 4],
-        "profile": ["k"] * 4, "tokenizer_fingerprint": ["t"] * 4, "template_hash": ["h"] * 4,
-    }, schema=tp.schema)
+    extra = pl.DataFrame(
+        {
+            "prompt_id": ["oov", "long", "p0", "len_lie"],
+            "source": ["s"] * 4,
+            "shard": [0] * 4,
+            "input_ids": [[5, 170000, 163606], long_ids, tp["input_ids"][0].to_list(), [1, 2, 163606]],
+            "prompt_len": [3, len(long_ids), tp["prompt_len"][0], 4],
+            "profile": ["k"] * 4,
+            "tokenizer_fingerprint": ["t"] * 4,
+            "template_hash": ["h"] * 4,
+        },
+        schema=tp.schema,
+    )
     f = prompt_features(pl.concat([tp, extra]), kimi_profile)
     res = run_gate("prompts", f, profile=kimi_profile, **gx_dirs)
     assert _keys(res, "oov") == {"ids_in_vocabulary"}

@@ -26,9 +26,33 @@ from eagle3_dagster.train.snapshot import build_snapshot
 from eagle3_dagster.train.summary import SUMMARY_FILE, summarize_samples
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WORDS = ["we", "consider", "the", "numbers", "carefully", "then", "check", "each", "step", "and", "verify", "the", "sum", "before", "answering"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WORDS = [
+    "we",
+    "consider",
+    "the",
+    "numbers",
+    "carefully",
+    "then",
+    "check",
+    "each",
+    "step",
+    "and",
+    "verify",
+    "the",
+    "sum",
+    "before",
+    "answering",
+]
 
 
 def _samples(kimi, shard: int, night: int) -> pl.DataFrame:
@@ -42,12 +66,21 @@ def _samples(kimi, shard: int, night: int) -> pl.DataFrame:
         if i % 9 == 0:
             out = out[:-1]  # cut at max_new_tokens
         src = "gsm8k" if i % 3 else "alpaca"
-        rows.append(dict(sample_id=f"s{shard}-{i}", prompt_id=f"p{shard}-{i}", source=src,
-                         prompt_ids=kimi.prompt(f"Question {shard}-{i}: what is {i} + {i}?"), output_ids=out))
+        rows.append(
+            dict(
+                sample_id=f"s{shard}-{i}",
+                prompt_id=f"p{shard}-{i}",
+                source=src,
+                prompt_ids=kimi.prompt(f"Question {shard}-{i}: what is {i} + {i}?"),
+                output_ids=out,
+            )
+        )
     df = training_rows(rows)
     return df.with_columns(
-        pl.when(pl.col("input_ids").list.last() == kimi.p.end_of_turn_id).then(pl.lit("stop"))
-        .otherwise(pl.lit("length")).alias("finish_reason"),
+        pl.when(pl.col("input_ids").list.last() == kimi.p.end_of_turn_id)
+        .then(pl.lit("stop"))
+        .otherwise(pl.lit("length"))
+        .alias("finish_reason"),
         pl.lit(f"moonshotai/Kimi-K2.5@{'default' if night == 1 else 'v2-int4'}").alias("model_revision"),
     )
 
@@ -61,19 +94,32 @@ def _night(data: Path, kimi, profile, night: int):
         if night == 1:
             shares = available_source_shares(samples)
             feats = training_features(samples, profile, max_total_len=65536, available_shares=shares)
-            res = run_gate("training_samples", feats, expectations_dir=EXPECTATIONS_DIR, context_dir=data / "gx",
-                           profile=profile, build_docs=False)
+            res = run_gate(
+                "training_samples",
+                feats,
+                expectations_dir=EXPECTATIONS_DIR,
+                context_dir=data / "gx",
+                profile=profile,
+                build_docs=False,
+            )
             assert res.success and res.by_source
             for gate in ("prompts", "generations", "training_samples"):
                 write_gate_result(data, gate, shard, res)
 
     def judge(info):
-        return judge_snapshot(rows=info["rows"], shards_included=info["shards_included"], summary=info["summary"],
-                              previous=info["previous"], excluded=info["excluded"],
-                              expectations_dir=EXPECTATIONS_DIR, context_dir=data / "gx")
+        return judge_snapshot(
+            rows=info["rows"],
+            shards_included=info["shards_included"],
+            summary=info["summary"],
+            previous=info["previous"],
+            excluded=info["excluded"],
+            expectations_dir=EXPECTATIONS_DIR,
+            context_dir=data / "gx",
+        )
 
-    return build_snapshot(data, [0, 1], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile,
-                          judge=judge)
+    return build_snapshot(
+        data, [0, 1], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile, judge=judge
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +139,18 @@ def test_report_has_charts_and_drift_on_top(two_nights):
     top = text[: text.index("Gates by shard")]
     assert "DRIFT WARNED" in top and "median reasoning length" in top
     titles = re.findall(r'<svg[^>]*aria-label="([^"]+)"', text)
-    for want in ("reasoning length: before vs after", "snapshot: reasoning length (tokens before think-end)",
-                 "snapshot: answer length (after think-end)", "snapshot: prompt length", "snapshot: output length",
-                 "snapshot: finish reasons", "snapshot: rates", "training_samples gate: pass rate by source",
-                 "shard 0000: reasoning length (tokens before think-end)", "shard 0001: finish reasons"):
+    for want in (
+        "reasoning length: before vs after",
+        "snapshot: reasoning length (tokens before think-end)",
+        "snapshot: answer length (after think-end)",
+        "snapshot: prompt length",
+        "snapshot: output length",
+        "snapshot: finish reasons",
+        "snapshot: rates",
+        "training_samples gate: pass rate by source",
+        "shard 0000: reasoning length (tokens before think-end)",
+        "shard 0001: finish reasons",
+    ):
         assert any(t.startswith(want) for t in titles), (want, titles)
     # counts and units are written on the charts
     assert "reasoning length (tokens)" in text and "samples" in text and "(n=80)" in text
@@ -118,10 +172,12 @@ def test_charts_render_visible_at_1280px_in_chromium(two_nights, tmp_path):
             page = ctx.new_page()
             page.goto(report.as_uri(), wait_until="load")
             boxes = page.eval_on_selector_all(
-                "svg.chart", """els => els.map(e => { const r = e.getBoundingClientRect();
+                "svg.chart",
+                """els => els.map(e => { const r = e.getBoundingClientRect();
                     return {w: r.width, h: r.height, right: r.right, visible: !!e.offsetParent || r.width > 0,
                             bars: [...e.querySelectorAll('rect')].filter(b => b.getBBox().height > 0.5).length,
-                            label: e.getAttribute('aria-label')}; })""")
+                            label: e.getAttribute('aria-label')}; })""",
+            )
             shown = [b for b in boxes if b["w"] > 0]
             assert len(shown) >= 12, boxes
             for b in shown:
@@ -130,7 +186,9 @@ def test_charts_render_visible_at_1280px_in_chromium(two_nights, tmp_path):
             assert page.evaluate("document.documentElement.scrollWidth") <= 1280
             # per-shard charts open natively (<details>, no script)
             page.click("#dist-0001 > summary")
-            opened = page.eval_on_selector_all("#dist-0001 svg.chart", "els => els.map(e => e.getBoundingClientRect().width)")
+            opened = page.eval_on_selector_all(
+                "#dist-0001 svg.chart", "els => els.map(e => e.getBoundingClientRect().width)"
+            )
             assert opened and all(w >= 300 for w in opened), opened
             page.screenshot(path=str(shot), full_page=True)
         finally:

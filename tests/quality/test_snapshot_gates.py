@@ -16,23 +16,35 @@ from eagle3_dagster.train.snapshot import build_snapshot
 
 def _publish(data, kimi, profile, n: int, expectations=EXPECTATIONS_DIR):
     prompt = kimi.prompt("What is 2+2?")
-    rows = [dict(sample_id=f"s{n}-{i}", prompt_ids=prompt, output_ids=kimi.output(f"step {i} of {n}", "4"))
-            for i in range(n)]
+    rows = [
+        dict(sample_id=f"s{n}-{i}", prompt_ids=prompt, output_ids=kimi.output(f"step {i} of {n}", "4"))
+        for i in range(n)
+    ]
     samples = training_rows(rows)
     write_frame_atomic(samples, data / "training_samples" / "shard=0000" / "part-0000.parquet")
     if read_gate_result(data, "training_samples", 0) is None:
-        res = run_gate("training_samples", training_features(samples, profile, max_total_len=65536),
-                       expectations_dir=EXPECTATIONS_DIR, context_dir=data / "gx", build_docs=False)
+        res = run_gate(
+            "training_samples",
+            training_features(samples, profile, max_total_len=65536),
+            expectations_dir=EXPECTATIONS_DIR,
+            context_dir=data / "gx",
+            build_docs=False,
+        )
         for gate in ("prompts", "generations", "training_samples"):
             write_gate_result(data, gate, 0, res)
 
     def judge(info):
-        return judge_snapshot(rows=info["rows"], shards_included=info["shards_included"], summary=info["summary"],
-                              previous=info["previous"], excluded=info["excluded"], expectations_dir=expectations,
-                              context_dir=data / "gx")
+        return judge_snapshot(
+            rows=info["rows"],
+            shards_included=info["shards_included"],
+            summary=info["summary"],
+            previous=info["previous"],
+            excluded=info["excluded"],
+            expectations_dir=expectations,
+            context_dir=data / "gx",
+        )
 
-    return build_snapshot(data, [0], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile,
-                          judge=judge)
+    return build_snapshot(data, [0], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile, judge=judge)
 
 
 def test_a_sudden_drop_is_refused_unless_the_threshold_allows_it(tmp_path, kimi, kimi_profile):
@@ -44,7 +56,8 @@ def test_a_sudden_drop_is_refused_unless_the_threshold_allows_it(tmp_path, kimi,
     assert not dropped.published and dropped.path is None
     assert (data / "snapshots" / "LATEST").read_text().strip() == first.version
     assert dropped.verdict.reasons == [
-        f"at least 50% of the previous snapshot's rows: 4 rows vs 10 in snapshot {first.version} (40%)"]
+        f"at least 50% of the previous snapshot's rows: 4 rows vs 10 in snapshot {first.version} (40%)"
+    ]
     assert not (data / "snapshots" / dropped.version).exists()
     attempt = json.loads((data / "gates" / "publish" / "last.json").read_text())
     assert attempt["version"] == dropped.version and not attempt["published"] and not attempt["written"]

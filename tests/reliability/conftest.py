@@ -41,9 +41,15 @@ def eagle3_ui():
     env = child_env(DAGSTER_HOME=str(home), EAGLE3_DATA_DIR=str(data))
     env.pop("EAGLE3_SGLANG_URL", None)
     with open(log, "wb") as logf:
-        proc = subprocess.Popen([str(VENV_BIN / "eagle3"), "ui", "--port", str(port)], cwd=ROOT, env=env,
-                                stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "eagle3"), "ui", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     server = UiServer(url=f"http://127.0.0.1:{port}", port=port, proc=proc, home=home, data=data, log=log)
     seen: set[int] = set()
     try:

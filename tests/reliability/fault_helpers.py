@@ -30,31 +30,88 @@ MAX_NEW_TOKENS = 2048  # outputs end with a stop well before this, so the finish
 # + attempt), e2e_latency / generated_at (timing), cached_tokens (the server's prefix-cache state
 # after retries and restarts), endpoint (the URL of whichever simulator served it).
 GEN_DATA_COLS = (
-    "sample_id", "prompt_id", "source", "shard", "output_ids", "text", "finish_reason", "finish_matched",
-    "prompt_tokens", "completion_tokens", "model_revision", "template_hash", "sampling_hash",
+    "sample_id",
+    "prompt_id",
+    "source",
+    "shard",
+    "output_ids",
+    "text",
+    "finish_reason",
+    "finish_matched",
+    "prompt_tokens",
+    "completion_tokens",
+    "model_revision",
+    "template_hash",
+    "sampling_hash",
     "integrity_violations",
 )
 # meta_info keys that describe timing or cache state, not the sample
-META_VOLATILE = ("e2e_latency", "cached_tokens", "id", "rid", "queue_time", "prefill_launch_delay",
-                 "prefill_launch_latency", "cached_tokens_details", "response_sent_to_client_ts",
-                 "inference_time", "decode_throughput", "spec_verify_ct", "weight_version_ts")
+META_VOLATILE = (
+    "e2e_latency",
+    "cached_tokens",
+    "id",
+    "rid",
+    "queue_time",
+    "prefill_launch_delay",
+    "prefill_launch_latency",
+    "cached_tokens_details",
+    "response_sent_to_client_ts",
+    "inference_time",
+    "decode_throughput",
+    "spec_verify_ct",
+    "weight_version_ts",
+)
 TRAIN_DATA_COLS = (
-    "sample_id", "prompt_id", "source", "input_ids", "loss_mask", "prompt_len", "output_len", "total_len",
-    "model_revision", "template_hash", "tokenizer_fingerprint", "sampling_hash", "finish_reason",
-    "conversation", "tools",
+    "sample_id",
+    "prompt_id",
+    "source",
+    "input_ids",
+    "loss_mask",
+    "prompt_len",
+    "output_len",
+    "total_len",
+    "model_revision",
+    "template_hash",
+    "tokenizer_fingerprint",
+    "sampling_hash",
+    "finish_reason",
+    "conversation",
+    "tools",
 )
 
-_TOPICS = ("binary search", "hash maps", "TCP handshakes", "photosynthesis", "the French revolution",
-           "compound interest", "Rust lifetimes", "B-trees", "garbage collection", "Bayes' rule",
-           "sorting stability", "DNS caching", "unit testing", "the Krebs cycle", "matrix rank",
-           "the CAP theorem", "speculative decoding", "regular expressions", "gradient descent", "prime sieves")
-_STYLES = ("Explain {t} to a beginner in {k} sentences.", "Give {k} pitfalls of {t}.",
-           "Compare {t} with an alternative; keep it under {k}0 words.",
-           "What is a common misconception about {t}? Answer in {k} bullet points.",
-           "Write a short quiz ({k} questions) about {t}.")
+_TOPICS = (
+    "binary search",
+    "hash maps",
+    "TCP handshakes",
+    "photosynthesis",
+    "the French revolution",
+    "compound interest",
+    "Rust lifetimes",
+    "B-trees",
+    "garbage collection",
+    "Bayes' rule",
+    "sorting stability",
+    "DNS caching",
+    "unit testing",
+    "the Krebs cycle",
+    "matrix rank",
+    "the CAP theorem",
+    "speculative decoding",
+    "regular expressions",
+    "gradient descent",
+    "prime sieves",
+)
+_STYLES = (
+    "Explain {t} to a beginner in {k} sentences.",
+    "Give {k} pitfalls of {t}.",
+    "Compare {t} with an alternative; keep it under {k}0 words.",
+    "What is a common misconception about {t}? Answer in {k} bullet points.",
+    "Write a short quiz ({k} questions) about {t}.",
+)
 
 
 # -- prompts ---------------------------------------------------------------------------------
+
 
 def write_source(root: Path, n: int = 200, seed: int = 5) -> Path:
     """A prompt source (OpenAI-messages JSONL + its YAML spec), distinct prompts, some with a system turn."""
@@ -95,6 +152,7 @@ def fresh_data_dir(template: Path, dest: Path) -> Path:
 
 # -- the simulator ---------------------------------------------------------------------------
 
+
 class SimCtl(Sim):
     """The shared test simulator (tests/sim_ctl.py), its log in `log_dir`, with the faults' extra flags."""
 
@@ -104,18 +162,26 @@ class SimCtl(Sim):
 
 # -- Dagster runs ----------------------------------------------------------------------------
 
+
 def resources(data: Path, url: str, **fleet: Any) -> dict[str, Any]:
     return graph_resources(data, str(KIMI_TOKENIZER_DIR), url, max_new_tokens=MAX_NEW_TOKENS, **fleet)
 
 
-def run_shard(instance: dg.DagsterInstance, data: Path, url: str, shard: str,
-              run_config: dict[str, Any] | None = None, **fleet: Any):
+def run_shard(
+    instance: dg.DagsterInstance,
+    data: Path,
+    url: str,
+    shard: str,
+    run_config: dict[str, Any] | None = None,
+    **fleet: Any,
+):
     """One real run of the shard graph on `instance` (in this process); returns the ShardOutcome."""
     from eagle3_dagster.definitions import defs
     from eagle3_dagster.defs.run import materialize_graph
 
-    out = materialize_graph(defs, instance, shards=[shard], resources=resources(data, url, **fleet), run_ingest=False,
-                            run_config=run_config)
+    out = materialize_graph(
+        defs, instance, shards=[shard], resources=resources(data, url, **fleet), run_ingest=False, run_config=run_config
+    )
     return out.shards[0]
 
 
@@ -156,8 +222,7 @@ def materialization_metadata(instance: dg.DagsterInstance, run_id: str, asset: s
 
 
 def step_event_types(instance: dg.DagsterInstance, run_id: str, step: str) -> list[str]:
-    return [r.dagster_event.event_type_value for r in run_events(instance, run_id)
-            if r.dagster_event.step_key == step]
+    return [r.dagster_event.event_type_value for r in run_events(instance, run_id) if r.dagster_event.step_key == step]
 
 
 def run_status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus:
@@ -167,6 +232,7 @@ def run_status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRunStatus
 
 
 # -- the data --------------------------------------------------------------------------------
+
 
 @dataclass
 class ShardData:

@@ -28,8 +28,14 @@ from eagle3_dagster.sim.process import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 MISSING_SERVICES = "run `bash scripts/ci-services.sh` (as root) first; `make test` does it"
 
@@ -77,8 +83,23 @@ class PgCluster:
     def psql(self, sql: str) -> str:
         env = {**os.environ, "PGPASSWORD": self.password}
         out = subprocess.run(
-            [str(self.bin_dir / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user, "-d", self.db,
-             "-Atc", sql], env=env, capture_output=True, text=True, timeout=30,
+            [
+                str(self.bin_dir / "psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                self.user,
+                "-d",
+                self.db,
+                "-Atc",
+                sql,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
         )
         if out.returncode:
             raise RuntimeError(f"psql failed: {out.stderr}")
@@ -93,12 +114,17 @@ class PgCluster:
 
     def stop(self) -> None:
         if (self.data_dir / "postmaster.pid").exists():
-            subprocess.run(self._cmd([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w",
-                                      "stop"]), capture_output=True, timeout=60)
+            subprocess.run(
+                self._cmd([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"]),
+                capture_output=True,
+                timeout=60,
+            )
 
 
 @contextmanager
-def postgres_cluster(db: str = "dagster", user: str = "dagster", password: str = "dagster-test-pw") -> Iterator[PgCluster]:
+def postgres_cluster(
+    db: str = "dagster", user: str = "dagster", password: str = "dagster-test-pw"
+) -> Iterator[PgCluster]:
     """initdb + start a private cluster: TCP on 127.0.0.1:<free port>, unix socket in its own temp dir.
 
     As root the server runs as the `postgres` user (PostgreSQL refuses to run as root); its folder
@@ -111,8 +137,9 @@ def postgres_cluster(db: str = "dagster", user: str = "dagster", password: str =
         run_as = "postgres"
         pw = pwd.getpwnam(run_as)
         os.chown(root, pw.pw_uid, pw.pw_gid)
-    cluster = PgCluster(root=root, port=free_port(), user=user, password=password, db=db, bin_dir=bin_dir,
-                        run_as=run_as)
+    cluster = PgCluster(
+        root=root, port=free_port(), user=user, password=password, db=db, bin_dir=bin_dir, run_as=run_as
+    )
     try:
         pwfile = root / "pw"
         pwfile.write_text(password + "\n")
@@ -121,16 +148,51 @@ def postgres_cluster(db: str = "dagster", user: str = "dagster", password: str =
             pw = pwd.getpwnam(run_as)
             for p in (pwfile, cluster.socket_dir):
                 os.chown(p, pw.pw_uid, pw.pw_gid)
-        _run(cluster._cmd([str(bin_dir / "initdb"), "-D", str(cluster.data_dir), "-U", user, f"--pwfile={pwfile}",
-                           "--auth=scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync"]), "initdb")
-        opts = (f"-c listen_addresses=127.0.0.1 -p {cluster.port} -k {cluster.socket_dir} -c fsync=off "
-                f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
-        _run(cluster._cmd([str(bin_dir / "pg_ctl"), "-D", str(cluster.data_dir), "-o", opts, "-l",
-                           str(root / "server.log"), "-w", "-t", "60", "start"]), "pg_ctl start",
-             log=root / "server.log")
+        _run(
+            cluster._cmd(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(cluster.data_dir),
+                    "-U",
+                    user,
+                    f"--pwfile={pwfile}",
+                    "--auth=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--no-locale",
+                    "--no-sync",
+                ]
+            ),
+            "initdb",
+        )
+        opts = (
+            f"-c listen_addresses=127.0.0.1 -p {cluster.port} -k {cluster.socket_dir} -c fsync=off "
+            f"-c synchronous_commit=off -c full_page_writes=off -c max_connections=100"
+        )
+        _run(
+            cluster._cmd(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(cluster.data_dir),
+                    "-o",
+                    opts,
+                    "-l",
+                    str(root / "server.log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                ]
+            ),
+            "pg_ctl start",
+            log=root / "server.log",
+        )
         env = {**os.environ, "PGPASSWORD": password}
-        _run([str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", user, db], "createdb",
-             env=env)
+        _run(
+            [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(cluster.port), "-U", user, db], "createdb", env=env
+        )
         yield cluster
     finally:
         cluster.stop()
@@ -142,8 +204,6 @@ def _run(cmd: list[str], what: str, *, env: dict | None = None, log: Path | None
     if r.returncode:
         extra = log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
         raise RuntimeError(f"{what} failed ({r.returncode}): {r.stdout}\n{r.stderr}\n{extra}")
-
-
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -49,12 +49,17 @@ def main() -> int:
                 raise SystemExit("no go signal")
             time.sleep(0.02)
     out = materialize_graph(defs, instance, shards=args.shard, resources=resources, run_ingest=args.ingest)
-    print(json.dumps({
-        "ingest_success": out.ingest_success,
-        "ingest_run_id": out.ingest_run_id,
-        "shards": [s.__dict__ for s in out.shards],
-        "storage": type(instance.event_log_storage).__name__,
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "ingest_success": out.ingest_success,
+                "ingest_run_id": out.ingest_run_id,
+                "shards": [s.__dict__ for s in out.shards],
+                "storage": type(instance.event_log_storage).__name__,
+            }
+        ),
+        flush=True,
+    )
     return 0 if out.success else 1
 
 

@@ -34,7 +34,9 @@ def test_executor_is_chosen_by_environment():
     assert executor_from_env({"EAGLE3_EXECUTOR": "in_process"}).name == "in_process"
     assert executor_from_env({"EAGLE3_EXECUTOR": "in-process"}).name == "in_process"
     assert executor_from_env({"EAGLE3_EXECUTOR": "k8s"}).name == "k8s"
-    with pytest.raises(ExecutorConfigError, match="EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s, got 'celery'"):
+    with pytest.raises(
+        ExecutorConfigError, match="EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s, got 'celery'"
+    ):
         executor_from_env({"EAGLE3_EXECUTOR": "celery"})
 
 
@@ -61,8 +63,15 @@ print(json.dumps({"executor": job.executor_def.name, "valid": bool(res)}))
     run_config = _documented_step_pod_run_config()
     assert run_config["execution"]["config"]["job_namespace"]
     env = child_env(EAGLE3_EXECUTOR="k8s")
-    r = subprocess.run([PYTHON, "-c", probe], input=json.dumps(run_config), env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [PYTHON, "-c", probe],
+        input=json.dumps(run_config),
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out == {"executor": "k8s", "valid": True}
@@ -70,16 +79,25 @@ print(json.dumps({"executor": job.executor_def.name, "valid": bool(res)}))
     # and a typo in that config is refused before any pod would be created
     bad = json.loads(json.dumps(run_config))
     bad["execution"]["config"]["job_namespce"] = bad["execution"]["config"].pop("job_namespace")
-    r = subprocess.run([PYTHON, "-c", probe], input=json.dumps(bad), env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [PYTHON, "-c", probe], input=json.dumps(bad), env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+    )
     assert r.returncode != 0 and "job_namespce" in r.stderr
 
 
 @pytest.mark.integration
 def test_unknown_executor_fails_the_code_location_with_a_clear_error():
-    r = subprocess.run([PYTHON, "-c", "import eagle3_dagster.definitions"], env=child_env(EAGLE3_EXECUTOR="celery"),
-                       cwd=ROOT, capture_output=True, text=True, timeout=180)
-    assert r.returncode != 0 and "EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s, got 'celery'" in r.stderr
+    r = subprocess.run(
+        [PYTHON, "-c", "import eagle3_dagster.definitions"],
+        env=child_env(EAGLE3_EXECUTOR="celery"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert (
+        r.returncode != 0 and "EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s, got 'celery'" in r.stderr
+    )
 
 
 @pytest.mark.integration
@@ -91,14 +109,22 @@ def test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_pr
     data = tmp_path / "data"
     dg_bin = str(Path(sys.executable).parent / "dg")
     with postgres_cluster() as pg, start_simulator(log_dir=tmp_path) as sim:
-        env = child_env(DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg.url, EAGLE3_DATA_DIR=str(data),
-                        EAGLE3_SGLANG_URL=sim.url)
+        env = child_env(
+            DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg.url, EAGLE3_DATA_DIR=str(data), EAGLE3_SGLANG_URL=sim.url
+        )
         env.pop("EAGLE3_EXECUTOR", None)  # the default is what is under test
-        ingest = subprocess.run([PYTHON, WORKER, "--ingest"], env=env, cwd=ROOT, capture_output=True, text=True,
-                                timeout=240)
+        ingest = subprocess.run(
+            [PYTHON, WORKER, "--ingest"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=240
+        )
         assert ingest.returncode == 0, ingest.stdout + ingest.stderr[-3000:]
-        r = subprocess.run([dg_bin, "launch", "--job", "shard_pipeline", "--partition", "0002"], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=400)
+        r = subprocess.run(
+            [dg_bin, "launch", "--job", "shard_pipeline", "--partition", "0002"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=400,
+        )
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
         import os
@@ -112,8 +138,7 @@ def test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_pr
                 run = runs[0]
                 assert run.tags.get("dagster/partition") == "0002"
                 logs = instance.all_logs(run.run_id)
-                materialized = instance.fetch_materializations(
-                    dg.AssetKey("training_samples"), limit=5).records
+                materialized = instance.fetch_materializations(dg.AssetKey("training_samples"), limit=5).records
         finally:
             os.environ.pop("DAGSTER_PG_URL", None)
 

@@ -57,8 +57,17 @@ pytestmark = pytest.mark.integration
 
 WORKER = str(Path(__file__).with_name("fault_worker.py"))
 SHARD_ASSETS = ["generations", "tokenized_prompts", "training_samples"]
-REPORT_KEYS = ("requested", "skipped_cached", "succeeded", "failed", "retried_by_kind", "errors_by_kind",
-               "requests_sent", "chunks_written", "reconciles")
+REPORT_KEYS = (
+    "requested",
+    "skipped_cached",
+    "succeeded",
+    "failed",
+    "retried_by_kind",
+    "errors_by_kind",
+    "requests_sent",
+    "chunks_written",
+    "reconciles",
+)
 
 
 @dataclass
@@ -130,7 +139,10 @@ def _assert_run_ok(m: Matrix, sh) -> dict[str, Any]:
     assert run_status(m.instance, sh.run_id) == dg.DagsterRunStatus.SUCCESS
     for step in SHARD_ASSETS:
         types = step_event_types(m.instance, sh.run_id, step)
-        assert "STEP_SUCCESS" in types and "STEP_UP_FOR_RETRY" not in types and "STEP_FAILURE" not in types, (step, types)
+        assert "STEP_SUCCESS" in types and "STEP_UP_FOR_RETRY" not in types and "STEP_FAILURE" not in types, (
+            step,
+            types,
+        )
     return materialization_metadata(m.instance, sh.run_id, "generations")
 
 
@@ -157,12 +169,14 @@ def _injected(before: dict[str, Any], after: dict[str, Any], kind: str) -> int:
 
 # -- the network and the server -------------------------------------------------------------
 
+
 def test_clean_reference(clean: Clean) -> None:
     assert clean.meta["chunks_written"] >= 1 and clean.meta["finish_reasons"] == {"stop": clean.n}
 
 
-def _run_under_faults(m: Matrix, clean: Clean, tmp_path: Path, faults: dict[str, Any],
-                      **fleet: Any) -> tuple[dict, dict, dict]:
+def _run_under_faults(
+    m: Matrix, clean: Clean, tmp_path: Path, faults: dict[str, Any], **fleet: Any
+) -> tuple[dict, dict, dict]:
     """A fresh shard run with these simulator faults armed (and `sglang` resource fields);
     returns (its metadata, checked against the clean run; simulator stats before; after)."""
     data = fresh_data_dir(m.prompts, tmp_path / "data")
@@ -198,8 +212,9 @@ def test_server_slower_than_client_timeout(m: Matrix, clean: Clean, tmp_path: Pa
     ms, timeout = 2.0, 0.5
     slow = sum(1 for ct in clean.data.generations["completion_tokens"].to_list() if ct * ms / 1000 > timeout)
     assert slow >= 5, "the fault must actually hit some samples"
-    meta, before, after = _run_under_faults(m, clean, tmp_path, {"slow_tokens_ms": ms}, read_timeout_s=timeout,
-                                            stream=False)
+    meta, before, after = _run_under_faults(
+        m, clean, tmp_path, {"slow_tokens_ms": ms}, read_timeout_s=timeout, stream=False
+    )
     retried = meta["retried_by_kind"]
     assert set(retried) == {"read_timeout"} and retried["read_timeout"] >= slow, retried
     assert meta["requests_sent"] == clean.n + retried["read_timeout"] == after["requests"] - before["requests"]
@@ -211,8 +226,9 @@ def test_stalled_requests_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> N
     # chunks every 4 tokens, so the stall comes after the first chunk (silence before the first chunk is
     # bounded by first_chunk_timeout_s instead: queued requests send nothing)
     with generation_overrides(stream_interval=4):
-        meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
-                                                stall_timeout_s=1.0)
+        meta, before, after = _run_under_faults(
+            m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8}, stall_timeout_s=1.0
+        )
     assert _injected(before, after, "stall") == 3
     assert meta["streamed"] is True and meta["retried_by_kind"] == {"stall": 3}
     assert meta["requests_sent"] == clean.n + 3 == after["requests"] - before["requests"]
@@ -221,8 +237,9 @@ def test_stalled_requests_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> N
 
 def test_stalled_requests_not_streamed(m: Matrix, clean: Clean, tmp_path: Path) -> None:
     """The same stall without streaming: only the read timeout ends it (here 1 s; 3600 s by default)."""
-    meta, before, after = _run_under_faults(m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8},
-                                            stream=False, read_timeout_s=1.0)
+    meta, before, after = _run_under_faults(
+        m, clean, tmp_path, {"stall": 3, "stall_after_tokens": 8}, stream=False, read_timeout_s=1.0
+    )
     assert _injected(before, after, "stall") == 3
     assert meta["streamed"] is False and meta["retried_by_kind"].get("read_timeout", 0) >= 3
     assert set(meta["retried_by_kind"]) == {"read_timeout"}
@@ -281,6 +298,7 @@ def test_server_restart_mid_shard(m: Matrix, clean: Clean, tmp_path: Path) -> No
 
 # -- the pipeline process and the disk ------------------------------------------------------
 
+
 @dataclass
 class SigkillRun:
     data: Path
@@ -309,8 +327,14 @@ def sigkill_run(matrix: Matrix, clean: Clean) -> SigkillRun:
     started = {r.run_id for r in m.instance.get_runs()}
     t0 = time.monotonic()
     with log_path.open("wb") as log:
-        proc = subprocess.Popen([*base, "--overrides", overrides], env=env, cwd=ROOT, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [*base, "--overrides", overrides],
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 120
             while len(list(gen_dir.glob("part-*.parquet"))) < 2:
@@ -336,8 +360,9 @@ def sigkill_run(matrix: Matrix, clean: Clean) -> SigkillRun:
 
     partial = shard_data(data, m.shard)
     killed = [r.run_id for r in m.instance.get_runs() if r.run_id not in started]
-    leaked = [c for c in m.instance.event_log_storage.get_concurrency_info("sglang").claimed_slots
-              if c.run_id in killed]
+    leaked = [
+        c for c in m.instance.event_log_storage.get_concurrency_info("sglang").claimed_slots if c.run_id in killed
+    ]
 
     status_before_rerun = run_status(m.instance, killed[0]) if killed else None
     before, t0 = m.sim.requests(), time.monotonic()
@@ -345,9 +370,16 @@ def sigkill_run(matrix: Matrix, clean: Clean) -> SigkillRun:
     assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-4000:]
     sh = ShardOutcome(**json.loads(rerun.stdout.strip().splitlines()[-1])["shard"])
     print(f"rerun took {time.monotonic() - t0:.1f}s")
-    return SigkillRun(data=data, stored_at_kill=partial.raw_generations.height, partial=partial,
-                      killed_run_ids=killed, leaked_after_kill=leaked, rerun=sh, status_before_rerun=status_before_rerun,
-                      rerun_requests=m.sim.requests() - before)
+    return SigkillRun(
+        data=data,
+        stored_at_kill=partial.raw_generations.height,
+        partial=partial,
+        killed_run_ids=killed,
+        leaked_after_kill=leaked,
+        rerun=sh,
+        status_before_rerun=status_before_rerun,
+        rerun_requests=m.sim.requests() - before,
+    )
 
 
 def test_sigkill_of_the_pipeline_mid_shard_then_rerun(m: Matrix, clean: Clean, sigkill_run: SigkillRun) -> None:
@@ -360,8 +392,11 @@ def test_sigkill_of_the_pipeline_mid_shard_then_rerun(m: Matrix, clean: Clean, s
     # the killed run could not finish itself; the next run on this host saw its owner gone and failed it
     assert len(r.killed_run_ids) == 1 and run_status(m.instance, r.killed_run_ids[0]) == dg.DagsterRunStatus.FAILURE
     assert r.status_before_rerun == dg.DagsterRunStatus.STARTED
-    failure = [e.message for e in m.instance.all_logs(r.killed_run_ids[0])
-               if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"]
+    failure = [
+        e.message
+        for e in m.instance.all_logs(r.killed_run_ids[0])
+        if e.dagster_event and e.dagster_event.event_type_value == "PIPELINE_FAILURE"
+    ]
     assert failure and "is gone" in failure[-1], failure
     assert _materialized(m, r.killed_run_ids[0]) == {"tokenized_prompts"}  # generations never finished
 
@@ -376,12 +411,17 @@ def test_sigkilled_run_does_not_keep_its_sglang_pool_slot(m: Matrix, sigkill_run
     (Dagster cannot release it); unless the next run gives it back, two such kills would make every
     later `generations` step wait for a slot forever."""
     assert sigkill_run.leaked_after_kill, "the kill should have left the slot claimed (else this proves nothing)"
-    held = [c for c in m.instance.event_log_storage.get_concurrency_info("sglang").claimed_slots
-            if c.run_id in sigkill_run.killed_run_ids]
+    held = [
+        c
+        for c in m.instance.event_log_storage.get_concurrency_info("sglang").claimed_slots
+        if c.run_id in sigkill_run.killed_run_ids
+    ]
     for run_id in {c.run_id for c in held}:  # give it back, so the rest of the module runs unaffected
         m.instance.event_log_storage.free_concurrency_slots_for_run(run_id)
-    assert not held, (f"the SIGKILLed run {sigkill_run.killed_run_ids} still holds {held} of the 'sglang' pool "
-                      f"(limit 2) after the rerun completed; leaked right after the kill: {sigkill_run.leaked_after_kill}")
+    assert not held, (
+        f"the SIGKILLed run {sigkill_run.killed_run_ids} still holds {held} of the 'sglang' pool "
+        f"(limit 2) after the rerun completed; leaked right after the kill: {sigkill_run.leaked_after_kill}"
+    )
 
 
 def _materialized(m: Matrix, run_id: str) -> set[str]:
@@ -430,7 +470,9 @@ def flaky_write_run(matrix: Matrix, clean: Clean) -> FlakyWriteRun:
     return FlakyWriteRun(sh=sh, data=data, calls=calls["n"])
 
 
-def test_failed_chunk_write_is_retried_with_identical_data(m: Matrix, clean: Clean, flaky_write_run: FlakyWriteRun) -> None:
+def test_failed_chunk_write_is_retried_with_identical_data(
+    m: Matrix, clean: Clean, flaky_write_run: FlakyWriteRun
+) -> None:
     r = flaky_write_run
     assert r.calls >= 3, "the chunk writer was never called through store.write_table_atomic"
     meta = _check_against_clean(m, clean, r.data, r.sh, allow_stray=1)  # no Dagster step retry: the store retried
@@ -445,12 +487,15 @@ def test_report_says_chunk_writes_were_retried(m: Matrix, flaky_write_run: Flaky
     meta = materialization_metadata(m.instance, flaky_write_run.sh.run_id, "generations")
     retries = {k: v for k, v in meta.items() if "write" in k and "retr" in k}
     retries.update({k: v for k, v in meta["retried_by_kind"].items() if "write" in k})
-    assert retries, ("the generations metadata does not report the 2 failed chunk writes that were retried; "
-                     f"keys: {sorted(meta)}")
+    assert retries, (
+        f"the generations metadata does not report the 2 failed chunk writes that were retried; keys: {sorted(meta)}"
+    )
     assert sum(v for v in retries.values() if isinstance(v, int)) == 2, retries
 
 
-def test_chunk_write_that_keeps_failing_fails_loudly_then_rerun_completes(m: Matrix, clean: Clean, tmp_path: Path) -> None:
+def test_chunk_write_that_keeps_failing_fails_loudly_then_rerun_completes(
+    m: Matrix, clean: Clean, tmp_path: Path
+) -> None:
     from eagle3_dagster.generate import store
 
     data = fresh_data_dir(m.prompts, tmp_path / "data")
@@ -471,7 +516,9 @@ def test_chunk_write_that_keeps_failing_fails_loudly_then_rerun_completes(m: Mat
     assert types.count("STEP_UP_FOR_RETRY") == 2 and types.count("STEP_FAILURE") == 1, types
     assert "STEP_SUCCESS" not in types and "ASSET_MATERIALIZATION" not in types
     failure = _step_failure_text(m.instance, sh.run_id, "generations")
-    assert "StoreWriteError" in failure and "could not write" in failure and "No space left on device" in failure, failure
+    assert "StoreWriteError" in failure and "could not write" in failure and "No space left on device" in failure, (
+        failure
+    )
     assert not step_event_types(m.instance, sh.run_id, "training_samples").count("STEP_START")
     partial = shard_data(data, m.shard)
     stored = partial.raw_generations.height

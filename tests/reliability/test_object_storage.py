@@ -51,7 +51,7 @@ def _keys(client, prefix: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
         for o in page.get("Contents", []):
-            out[o["Key"][len(prefix):]] = o["Size"]
+            out[o["Key"][len(prefix) :]] = o["Size"]
     return out
 
 
@@ -95,15 +95,19 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=[], resources=res_local).ingest_success
             shard = shard_with_most_prompts(local)
-            out = materialize_graph(defs, instance, shards=[shard], resources=res_local, run_ingest=False, run_publish=True)
+            out = materialize_graph(
+                defs, instance, shards=[shard], resources=res_local, run_ingest=False, run_publish=True
+            )
             assert out.success, out
         sent_local = _requests(sim.url)
 
         # 2. the same graph with the data dir set by environment alone (EAGLE3_DATA_DIR / EAGLE3_WORK_DIR)
         monkeypatch.setenv("EAGLE3_DATA_DIR", uri)
         monkeypatch.setenv("EAGLE3_WORK_DIR", str(work))
-        res_s3 = {"pipeline": PipelineSettings(tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
-                  "sglang": SGLangFleet(urls=sim.url)}
+        res_s3 = {
+            "pipeline": PipelineSettings(tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+            "sglang": SGLangFleet(urls=sim.url),
+        }
         with dg.instance_for_test() as instance:
             t0 = time.monotonic()
             assert materialize_graph(defs, instance, shards=[], resources=res_s3).ingest_success
@@ -111,7 +115,9 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
             elapsed = time.monotonic() - t0
             assert s3.success, s3
             sh = s3.shards[0]
-            assert sh.checks["tokenized_prompts:thinking_token_ends_prompt"] and sh.checks["generations:think_end_present"]
+            assert (
+                sh.checks["tokenized_prompts:thinking_token_ends_prompt"] and sh.checks["generations:think_end_present"]
+            )
             assert sh.materialized == ["generations", "tokenized_prompts", "training_samples"]
             sent_s3 = _requests(sim.url) - sent_local
             assert sent_s3 == sent_local > 0  # the S3 run generated every sample itself
@@ -119,9 +125,15 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
             # metadata shows where the data is, without the endpoint query or any credential
             meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
             assert meta["path"].value == f"s3://{BUCKET}/{PREFIX}/generations/shard={shard}"
-            records = json.dumps([str(r.event_log_entry) for r in instance.get_event_records(
-                dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_MATERIALIZATION))] +
-                [str(r) for r in instance.get_runs()])
+            records = json.dumps(
+                [
+                    str(r.event_log_entry)
+                    for r in instance.get_event_records(
+                        dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+                    )
+                ]
+                + [str(r) for r in instance.get_runs()]
+            )
             assert SECRET not in records and "endpoint_override" not in records
 
             # 3. a rerun of the shard resumes from the bucket: nothing is regenerated
@@ -133,13 +145,18 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     # Arrow's S3 filesystem re-creates a zero-byte "folder/" marker when it deletes an object (here: a
     # superseded gate-rejects file); markers are not data and every reader skips them.
     markers = {k for k in all_keys if k.endswith("/")}
-    assert all(all_keys[k] == 0 for k in markers) and markers <= {"gates/prompts/", "gates/generations/", "gates/training_samples/"}
+    assert all(all_keys[k] == 0 for k in markers) and markers <= {
+        "gates/prompts/",
+        "gates/generations/",
+        "gates/training_samples/",
+    }
     s3_keys = {k: v for k, v in all_keys.items() if k not in markers}
     local_files = {str(f.relative_to(local)) for f in local.rglob("*") if f.is_file()}
     # gx/ and reports/ (the offline quality report) belong to the work dir, which is the data dir when local
     local_tables = {k for k in local_files if not k.startswith(("gx/", "reports/")) and not k.endswith("/.lock")}
-    assert {_normalize(k) for k in s3_keys} == {_normalize(k) for k in local_tables}, (
-        sorted(set(map(_normalize, s3_keys)) ^ set(map(_normalize, local_tables))))
+    assert {_normalize(k) for k in s3_keys} == {_normalize(k) for k in local_tables}, sorted(
+        set(map(_normalize, s3_keys)) ^ set(map(_normalize, local_tables))
+    )
     # nothing temporary, no staging, no lock, no GX context, no unfinished multipart upload
     assert not [k for k in s3_keys if k.endswith(".tmp") or "staging" in k or "/." in f"/{k}" or k.startswith("gx/")]
     assert not client.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
@@ -151,9 +168,13 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     loc_gens = _frame(sorted((local / g).glob("part-*.parquet")))
     assert s3_gens.height == loc_gens.height > 0
     assert dict(zip(s3_gens["sample_id"], s3_gens["output_ids"].to_list())) == dict(
-        zip(loc_gens["sample_id"], loc_gens["output_ids"].to_list()))
-    for rel, key in [("prompts/prompts.parquet", "prompt_id"), (f"tokenized_prompts/shard={shard}/part-0000.parquet", "prompt_id"),
-                     (f"training_samples/shard={shard}/part-0000.parquet", "sample_id")]:
+        zip(loc_gens["sample_id"], loc_gens["output_ids"].to_list())
+    )
+    for rel, key in [
+        ("prompts/prompts.parquet", "prompt_id"),
+        (f"tokenized_prompts/shard={shard}/part-0000.parquet", "prompt_id"),
+        (f"training_samples/shard={shard}/part-0000.parquet", "sample_id"),
+    ]:
         a, b = _frame(_get(client, rel)), _frame(local / rel)
         assert a.height == b.height > 0
         assert _comparable(a, key).equals(_comparable(b, key)), rel
@@ -171,11 +192,17 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
         assert hashlib.sha256(_get(client, f"snapshots/{version}/{rel}")).hexdigest() == info["sha256"], rel
         checked += 1
     assert checked == len(manifest["files"]) + 3  # specforge_prompts, specforge_preformatted, conversations
-    assert manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"] == \
-        local_manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"] > 0
+    assert (
+        manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"]
+        == local_manifest["exports"]["exports/specforge_preformatted.jsonl"]["rows"]
+        > 0
+    )
     lines = _get(client, f"snapshots/{version}/exports/specforge_prompts.jsonl").decode().splitlines()
     assert len(lines) == train.height and json.loads(lines[0]).keys() == {"id", "input_ids", "loss_mask"}
-    assert lines == (local / "snapshots" / out.snapshot_version / "exports" / "specforge_prompts.jsonl").read_text().splitlines()
+    assert (
+        lines
+        == (local / "snapshots" / out.snapshot_version / "exports" / "specforge_prompts.jsonl").read_text().splitlines()
+    )
 
     # ---- no local data folder for the tables: the work dir holds only the GX context, the shard lock and
     # the offline quality report, which names the bucket without the endpoint query or any credential
@@ -194,6 +221,8 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     assert inspect_main(["--shard", str(int(shard)), "-n", "1"]) == 0
     printed = capsys.readouterr().out
     assert "163607" in printed and "Stored gate result" in printed and SECRET not in printed
-    print(f"\n[object storage] {len(s3_keys)} objects under s3://{BUCKET}/{PREFIX}/, {s3_gens.height} generations and "
-          f"{train.height} training rows identical to the local run, {checked} manifest sha256 verified, "
-          f"{sent_s3} requests, S3 graph {elapsed:.1f}s")
+    print(
+        f"\n[object storage] {len(s3_keys)} objects under s3://{BUCKET}/{PREFIX}/, {s3_gens.height} generations and "
+        f"{train.height} training rows identical to the local run, {checked} manifest sha256 verified, "
+        f"{sent_s3} requests, S3 graph {elapsed:.1f}s"
+    )

@@ -75,10 +75,12 @@ def test_four_parallel_shard_runs_respect_pool_limit(pg, tmp_path):
     data = tmp_path / "data"
 
     with start_simulator(extra_args=["--token-latency-ms", "8"], log_dir=tmp_path) as sim:
-        env = child_env(DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg.url, EAGLE3_DATA_DIR=str(data),
-                        EAGLE3_SGLANG_URL=sim.url)
-        ingest = subprocess.run([PYTHON, WORKER, "--ingest"], env=env, cwd=ROOT, capture_output=True, text=True,
-                                timeout=180)
+        env = child_env(
+            DAGSTER_HOME=str(home), DAGSTER_PG_URL=pg.url, EAGLE3_DATA_DIR=str(data), EAGLE3_SGLANG_URL=sim.url
+        )
+        ingest = subprocess.run(
+            [PYTHON, WORKER, "--ingest"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+        )
         assert ingest.returncode == 0, ingest.stdout + ingest.stderr[-3000:]
         assert json.loads(ingest.stdout.strip().splitlines()[-1])["storage"] == "PostgresEventLogStorage"
 
@@ -86,10 +88,20 @@ def test_four_parallel_shard_runs_respect_pool_limit(pg, tmp_path):
         procs = []
         for key in SHARDS:
             ready = tmp_path / f"ready-{key}"
-            procs.append((key, ready, subprocess.Popen(
-                [PYTHON, WORKER, "--shard", key, "--ready", str(ready), "--go", str(go)],
-                env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )))
+            procs.append(
+                (
+                    key,
+                    ready,
+                    subprocess.Popen(
+                        [PYTHON, WORKER, "--shard", key, "--ready", str(ready), "--go", str(go)],
+                        env=env,
+                        cwd=ROOT,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        text=True,
+                    ),
+                )
+            )
         try:
             deadline = time.monotonic() + 120
             while not all(r.exists() for _, r, _ in procs):

@@ -47,13 +47,15 @@ def _remote_code_trap(kimi_dir: Path, folder: Path, marker: Path) -> Path:
     config["auto_map"] = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
     config["tokenizer_class"] = "EvilTokenizer"
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    (folder / "tokenization_evil.py").write_text(textwrap.dedent(f"""
+    (folder / "tokenization_evil.py").write_text(
+        textwrap.dedent(f"""
         from pathlib import Path
         Path({str(marker)!r}).write_text("remote code ran")
         from transformers import PreTrainedTokenizerFast
         class EvilTokenizer(PreTrainedTokenizerFast):
             pass
-    """))
+    """)
+    )
     return folder
 
 
@@ -80,9 +82,16 @@ def test_tokenizer_remote_code_is_never_executed(tmp_path, kimi_profile, kimi_to
 
     # control: the trap is real — transformers *does* run it once remote code is trusted.
     control = subprocess.run(
-        [PYTHON, "-c", "import sys; from transformers import AutoTokenizer; "
-                       "AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)", str(trap)],
-        env=child_env(HF_MODULES_CACHE=str(tmp_path / "hf-modules-control")), capture_output=True, text=True,
+        [
+            PYTHON,
+            "-c",
+            "import sys; from transformers import AutoTokenizer; "
+            "AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)",
+            str(trap),
+        ],
+        env=child_env(HF_MODULES_CACHE=str(tmp_path / "hf-modules-control")),
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert marker.exists(), f"control failed: trust_remote_code=True did not run the trap\n{control.stderr[-2000:]}"
@@ -104,8 +113,9 @@ def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
         "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=512),
         "sglang": SGLangFleet(urls=None),
     }
-    with start_simulator(extra_args=["--api-key-env", "E3_TEST_SIM_KEY"], env={"E3_TEST_SIM_KEY": key},
-                         log_dir=tmp_path) as sim:
+    with start_simulator(
+        extra_args=["--api-key-env", "E3_TEST_SIM_KEY"], env={"E3_TEST_SIM_KEY": key}, log_dir=tmp_path
+    ) as sim:
         # the server really demands the key
         assert httpx.get(f"{sim.url}/model_info", timeout=10).status_code == 401
         auth = {"Authorization": f"Bearer {key}"}
@@ -134,8 +144,11 @@ def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
 
     compute_logs = [p for p in home.rglob("*") if p.is_file() and p.suffix in (".out", ".err", ".log")]
     instance_files = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
-    data_text = {p: (_scan_parquet(p) if p.suffix == ".parquet" else p.read_text(errors="replace"))
-                 for p in data.rglob("*") if p.is_file()}
+    data_text = {
+        p: (_scan_parquet(p) if p.suffix == ".parquet" else p.read_text(errors="replace"))
+        for p in data.rglob("*")
+        if p.is_file()
+    }
 
     # the scans are not vacuous: each one sees what the run wrote there
     assert len(runs) == 2 and stats["requests"] > 0
@@ -162,8 +175,13 @@ def test_simulator_binds_loopback_by_default(tmp_path):
     port = free_port()
     log = tmp_path / "sim.log"
     with open(log, "wb") as f:  # the console script with no --host, as in the README
-        proc = subprocess.Popen([str(VENV_BIN / "eagle3-sim"), "--port", str(port)], env=child_env(),
-                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "eagle3-sim"), "--port", str(port)],
+            env=child_env(),
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         wait_http(f"http://127.0.0.1:{port}/health", timeout=90, proc=proc, log=log)
         listening = listening_addresses(process_tree(proc.pid))
@@ -187,8 +205,9 @@ def test_ui_binds_loopback_by_default(eagle3_ui):
 
 
 # --------------------------------------------------------------------------- paths
-@pytest.mark.parametrize("key", ["../0000", "0000/../../x", "..", "/etc", "", "00000", "000", "0x01", "0000\n",
-                                 "٠٠٠١", "0001 "])
+@pytest.mark.parametrize(
+    "key", ["../0000", "0000/../../x", "..", "/etc", "", "00000", "000", "0x01", "0000\n", "٠٠٠١", "0001 "]
+)
 def test_bad_partition_keys_are_refused(key):
     with pytest.raises(StorageError, match="invalid shard partition key"):
         parse_shard_key(key)
@@ -210,9 +229,13 @@ def test_dagster_refuses_unknown_partition_key(tmp_path):
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         with pytest.raises(dg.DagsterError, match="Could not find a partition with key `../0000`"):
-            dg.materialize(list(defs.assets), selection=["tokenized_prompts"], partition_key="../0000",
-                           instance=instance, resources={**defs.resources, "pipeline": PipelineSettings(
-                               data_dir=str(tmp_path / "data"))})
+            dg.materialize(
+                list(defs.assets),
+                selection=["tokenized_prompts"],
+                partition_key="../0000",
+                instance=instance,
+                resources={**defs.resources, "pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
+            )
     assert not (tmp_path / "tokenized_prompts").exists() and not (tmp_path / "data").exists()
 
 

@@ -19,18 +19,30 @@ QWEN_DIR = str(SHARED / "tokenizers" / "qwen3")
 # Small context and KV capacity so length checks can be hit with short prompts.
 CONTEXT = 8192
 KV_TOKENS = 6000  # -> max_req_input_len = min(8191, 5999) - 5 = 5994
-KIMI_ARGS = ["--model", "kimi-k2.5", "--tokenizer", KIMI_DIR, "--context-length", str(CONTEXT),
-             "--max-total-num-tokens", str(KV_TOKENS)]
+KIMI_ARGS = [
+    "--model",
+    "kimi-k2.5",
+    "--tokenizer",
+    KIMI_DIR,
+    "--context-length",
+    str(CONTEXT),
+    "--max-total-num-tokens",
+    str(KV_TOKENS),
+]
 QWEN_ARGS = ["--model", "qwen3", "--tokenizer", QWEN_DIR]
 
 
 def chat_ids(tok: Any, text: str, **kw: Any) -> list[int]:
-    return list(tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        tokenize=True, return_dict=False, **kw))
+    return list(
+        tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False, **kw
+        )
+    )
 
 
-def gen(s: SimProcess, body: Any, *, timeout: float = 30, method: str = "POST",
-        headers: dict[str, str] | None = None) -> httpx.Response:
+def gen(
+    s: SimProcess, body: Any, *, timeout: float = 30, method: str = "POST", headers: dict[str, str] | None = None
+) -> httpx.Response:
     return httpx.request(method, s.url + "/generate", json=body, timeout=timeout, headers=headers)
 
 
@@ -41,7 +53,7 @@ def sse_events(text: str) -> list[str]:
     out = []
     for e in events:
         assert e.startswith("data: ") and "\n" not in e, e[:200]
-        out.append(e[len("data: "):])
+        out.append(e[len("data: ") :])
     return out
 
 

@@ -35,8 +35,11 @@ def test_abort_running_request_returns_partial_output(sim):
     faults(sim, slow_tokens_ms=20)
     full = None
     with ThreadPoolExecutor(1) as ex:
-        fut = ex.submit(gen, sim, {"input_ids": P, "rid": "abort-me", "sampling_params": {"max_new_tokens": 200,
-                                                                                         "ignore_eos": True}})
+        fut = ex.submit(
+            gen,
+            sim,
+            {"input_ids": P, "rid": "abort-me", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}},
+        )
         _wait_in_flight(sim, 1)
         time.sleep(0.3)
         assert httpx.post(sim.url + "/abort_request", json={"rid": "abort-me"}).status_code == 200
@@ -45,8 +48,12 @@ def test_abort_running_request_returns_partial_output(sim):
     full = gen(sim, {"input_ids": P, "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}).json()
     assert r.status_code == 200
     d = r.json()
-    assert d["meta_info"]["finish_reason"] == {"type": "abort", "message": "Aborted", "status_code": None,
-                                               "err_type": None}
+    assert d["meta_info"]["finish_reason"] == {
+        "type": "abort",
+        "message": "Aborted",
+        "status_code": None,
+        "err_type": None,
+    }
     n = len(d["output_ids"])
     assert 0 < n < 200 and d["meta_info"]["completion_tokens"] == n
     assert d["output_ids"] == full["output_ids"][:n]
@@ -55,7 +62,9 @@ def test_abort_running_request_returns_partial_output(sim):
 def test_abort_matches_rid_prefix_and_abort_all(sim):
     faults(sim, slow_tokens_ms=50)
     with ThreadPoolExecutor(2) as ex:
-        batch = ex.submit(gen, sim, {"input_ids": [P, P[:-1]], "rid": "grp", "sampling_params": {"max_new_tokens": 100}})
+        batch = ex.submit(
+            gen, sim, {"input_ids": [P, P[:-1]], "rid": "grp", "sampling_params": {"max_new_tokens": 100}}
+        )
         other = ex.submit(gen, sim, {"input_ids": P[:-2], "rid": "zzz", "sampling_params": {"max_new_tokens": 100}})
         _wait_in_flight(sim, 3)
         httpx.post(sim.url + "/abort_request", json={"rid": "grp"})
@@ -97,8 +106,9 @@ def test_client_disconnect_cancels_the_work(sim):
 def test_stream_client_disconnect_cancels_the_work(sim):
     faults(sim, slow_tokens_ms=30)
     before = stats(sim)["client_disconnects"]
-    with httpx.stream("POST", sim.url + "/generate", json={"input_ids": P, "stream": True,
-                                                           "sampling_params": {"max_new_tokens": 200}}) as r:
+    with httpx.stream(
+        "POST", sim.url + "/generate", json={"input_ids": P, "stream": True, "sampling_params": {"max_new_tokens": 200}}
+    ) as r:
         for i, _ in enumerate(r.iter_lines()):
             if i > 3:
                 break
@@ -113,8 +123,13 @@ def test_queue_full_burst(sim):
     for _ in range(2):
         r = gen(sim, {"input_ids": P, "sampling_params": {"max_new_tokens": 2}})
         assert r.status_code == 503
-        assert r.json() == {"object": "error", "message": "The request queue is full.", "type": "503", "param": None,
-                            "code": 503}
+        assert r.json() == {
+            "object": "error",
+            "message": "The request queue is full.",
+            "type": "503",
+            "param": None,
+            "code": 503,
+        }
     assert gen(sim, {"input_ids": P, "sampling_params": {"max_new_tokens": 2}}).status_code == 200
     assert stats(sim)["faults_injected"]["queue_full"] >= 2
     # in a stream it is an abort chunk with HTTP 200
@@ -134,8 +149,11 @@ def test_reset_mid_body(sim):
     faults(sim, reset_mid_body=1)
     got = b""
     with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
-        with httpx.stream("POST", sim.url + "/generate", json={"input_ids": P, "stream": True,
-                                                               "sampling_params": {"max_new_tokens": 50}}) as r:
+        with httpx.stream(
+            "POST",
+            sim.url + "/generate",
+            json={"input_ids": P, "stream": True, "sampling_params": {"max_new_tokens": 50}},
+        ) as r:
             for b in r.iter_bytes():
                 got += b
     assert got.startswith(b"data: {") and b"[DONE]" not in got
@@ -172,13 +190,15 @@ def test_crash_after_kills_the_process_mid_response():
 @pytest.mark.integration
 def test_gpu_emulation_slots_latency_and_busy_time():
     # 2 slots, 10 ms/token, 4 requests x 40 tokens -> two waves of ~0.4 s
-    with start_simulator(extra_args=QWEN_ARGS + ["--max-running-requests", "2", "--max-queued-requests", "2",
-                                                 "--token-latency-ms", "10"]) as s:
+    with start_simulator(
+        extra_args=QWEN_ARGS + ["--max-running-requests", "2", "--max-queued-requests", "2", "--token-latency-ms", "10"]
+    ) as s:
         t0 = time.monotonic()
         with ThreadPoolExecutor(4) as ex:
-            futs = [ex.submit(gen, s, {"input_ids": P + [i], "sampling_params": {"max_new_tokens": 40,
-                                                                                "ignore_eos": True}})
-                    for i in range(4)]
+            futs = [
+                ex.submit(gen, s, {"input_ids": P + [i], "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}})
+                for i in range(4)
+            ]
             rs = [f.result(timeout=30) for f in futs]
         wall = time.monotonic() - t0
         assert all(r.status_code == 200 and len(r.json()["output_ids"]) == 40 for r in rs)
@@ -190,8 +210,10 @@ def test_gpu_emulation_slots_latency_and_busy_time():
         # aborting a queued request: "Abort in waiting queue", no output, no prompt_tokens
         faults(s, slow_tokens_ms=100)
         with ThreadPoolExecutor(4) as ex:
-            running = [ex.submit(gen, s, {"input_ids": P, "rid": f"r{i}", "sampling_params": {"max_new_tokens": 50}})
-                       for i in range(2)]
+            running = [
+                ex.submit(gen, s, {"input_ids": P, "rid": f"r{i}", "sampling_params": {"max_new_tokens": 50}})
+                for i in range(2)
+            ]
             _wait_in_flight(s, 2)
             queued = ex.submit(gen, s, {"input_ids": P, "rid": "queued", "sampling_params": {"max_new_tokens": 5}})
             _wait_in_flight(s, 3)
@@ -216,8 +238,10 @@ def _port_refuses(port: int) -> bool:
 
 @pytest.mark.integration
 def test_lifecycle_loading_refuses_then_starting_serves_generate_with_health_503():
-    with start_simulator(extra_args=QWEN_ARGS + ["--loading-seconds", "1.5", "--starting-seconds", "60",
-                                                 "--timeout-keep-alive", "0.5"], wait_for="none") as s:
+    with start_simulator(
+        extra_args=QWEN_ARGS + ["--loading-seconds", "1.5", "--starting-seconds", "60", "--timeout-keep-alive", "0.5"],
+        wait_for="none",
+    ) as s:
         time.sleep(0.3)
         assert _port_refuses(s.port)  # loading: connection refused
         deadline = time.monotonic() + 30

@@ -12,12 +12,13 @@ def test_generate_keeps_think_end_while_chat_puts_everything_in_reasoning(sim, k
     ids = chat_ids(kimi_tok, MSGS[0]["content"])
     g = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()
     assert KIMI_THINK_END in g["output_ids"]
-    c = httpx.post(sim.url + "/v1/chat/completions", json={"model": "x", "messages": MSGS, "max_tokens": 4000},
-                   timeout=30).json()
+    c = httpx.post(
+        sim.url + "/v1/chat/completions", json={"model": "x", "messages": MSGS, "max_tokens": 4000}, timeout=30
+    ).json()
     assert c["sim_prompt_ids"] == ids and c["sim_output_ids"] == g["output_ids"]  # same tokens generated
     msg = c["choices"][0]["message"]
     assert msg["content"] is None  # the answer was swallowed into reasoning
-    answer = kimi_tok.decode(g["output_ids"][g["output_ids"].index(KIMI_THINK_END) + 1:-1])
+    answer = kimi_tok.decode(g["output_ids"][g["output_ids"].index(KIMI_THINK_END) + 1 : -1])
     assert msg["reasoning_content"].endswith(answer.strip()) and "</think>" not in msg["reasoning_content"]
     assert c["choices"][0]["finish_reason"] == "stop" and c["usage"]["completion_tokens"] == len(g["output_ids"])
 
@@ -25,12 +26,15 @@ def test_generate_keeps_think_end_while_chat_puts_everything_in_reasoning(sim, k
 def test_chat_split_is_right_when_special_tokens_are_kept(sim, kimi_tok):
     ids = chat_ids(kimi_tok, MSGS[0]["content"])
     out = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()["output_ids"]
-    c = httpx.post(sim.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 4000,
-                                                           "skip_special_tokens": False}, timeout=30).json()
+    c = httpx.post(
+        sim.url + "/v1/chat/completions",
+        json={"messages": MSGS, "max_tokens": 4000, "skip_special_tokens": False},
+        timeout=30,
+    ).json()
     msg = c["choices"][0]["message"]
     cut = out.index(KIMI_THINK_END)
     assert msg["reasoning_content"] == kimi_tok.decode(out[:cut])
-    assert msg["content"] == kimi_tok.decode(out[cut + 1:-1])
+    assert msg["content"] == kimi_tok.decode(out[cut + 1 : -1])
 
 
 def test_qwen3_chat_split_works(qsim, qwen_tok):

@@ -16,8 +16,9 @@ def _reasoning_len(ids: list[int], think_end: int) -> int:
 def test_new_weight_version_and_shorter_reasoning(sim, kimi_tok, kimi_profile):
     prompt = chat_ids(kimi_tok, "Explain why the sky is blue, step by step.")
     body = {"input_ids": prompt, "sampling_params": {"max_new_tokens": 4096, "temperature": 0.6}}
-    with start_simulator(extra_args=KIMI_ARGS + ["--weight-version", "v2-int4", "--reasoning-scale", "0.2"],
-                         ready_timeout=60) as changed:
+    with start_simulator(
+        extra_args=KIMI_ARGS + ["--weight-version", "v2-int4", "--reasoning-scale", "0.2"], ready_timeout=60
+    ) as changed:
         info = httpx.get(changed.url + "/model_info", timeout=10).json()
         assert info["weight_version"] == "v2-int4"
         assert httpx.get(sim.url + "/model_info", timeout=10).json()["weight_version"] == "default"

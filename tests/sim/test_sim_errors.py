@@ -15,8 +15,13 @@ P = [1000 + i for i in range(20)]
 
 
 def test_wrong_structural_types_give_pydantic_shaped_400(sim):
-    for body in ({"input_ids": "abc"}, {"input_ids": [[1, 2], "x"]}, {"input_ids": P, "sampling_params": 3},
-                 {"input_ids": P, "rid": 5}, {"input_ids": P, "stream": "yes"}):
+    for body in (
+        {"input_ids": "abc"},
+        {"input_ids": [[1, 2], "x"]},
+        {"input_ids": P, "sampling_params": 3},
+        {"input_ids": P, "rid": 5},
+        {"input_ids": P, "stream": "yes"},
+    ):
         r = gen(sim, body)
         assert r.status_code == 400, body
         d = r.json()
@@ -47,18 +52,21 @@ def test_contract_gate_0523_vs_internal_error_059(sim, sim059):
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 5
 
 
-@pytest.mark.parametrize("sp,msg", [
-    ({"temperature": -1}, "temperature must be non-negative, got -1."),
-    ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
-    ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
-    ({"min_p": 2}, "min_p must be in [0, 1], got 2."),
-    ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
-    ({"frequency_penalty": 3}, "frequency_penalty must be in [-2, 2], got 3."),
-    ({"presence_penalty": -3}, "presence_penalty must be in [-2, 2], got -3."),
-    ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
-    ({"max_new_tokens": 5, "min_new_tokens": 6}, "min_new_tokens must be in [0, max_new_tokens(5)], got 6."),
-    ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set."),
-])
+@pytest.mark.parametrize(
+    "sp,msg",
+    [
+        ({"temperature": -1}, "temperature must be non-negative, got -1."),
+        ({"top_p": 0}, "top_p must be in (0, 1], got 0."),
+        ({"top_p": 1.5}, "top_p must be in (0, 1], got 1.5."),
+        ({"min_p": 2}, "min_p must be in [0, 1], got 2."),
+        ({"top_k": 0}, "top_k must be -1 (disable) or at least 1, got 0."),
+        ({"frequency_penalty": 3}, "frequency_penalty must be in [-2, 2], got 3."),
+        ({"presence_penalty": -3}, "presence_penalty must be in [-2, 2], got -3."),
+        ({"max_new_tokens": -1}, "max_new_tokens must be at least 0, got -1."),
+        ({"max_new_tokens": 5, "min_new_tokens": 6}, "min_new_tokens must be in [0, max_new_tokens(5)], got 6."),
+        ({"regex": "a", "json_schema": "{}"}, "Only one of regex, json_schema, or ebnf can be set."),
+    ],
+)
 def test_range_checks_have_sglang_messages(sim, sp, msg):
     r = gen(sim, {"input_ids": P, "sampling_params": sp})
     assert r.status_code == 400 and r.json() == {"error": {"message": msg}}
@@ -87,13 +95,17 @@ def test_context_length_check_is_strict_in_0523_and_inclusive_in_059(sim, sim059
         f"Requested token count exceeds the model's maximum context length of {CONTEXT} tokens. You requested a "
         f"total of {CONTEXT} tokens: {len(P)} tokens from the input messages and {CONTEXT - len(P)} tokens for the "
         "completion. Please reduce the number of tokens in the input messages or the completion to fit within "
-        "the limit.")
+        "the limit."
+    )
     over = {"input_ids": P, "sampling_params": {"max_new_tokens": CONTEXT - len(P) + 1}}
     assert gen(sim, over).status_code == 400
     long = [7] * CONTEXT
     r = gen(sim, {"input_ids": long, "sampling_params": {"max_new_tokens": 1}})
-    assert r.json() == {"error": {"message": f"The input ({CONTEXT} tokens) is longer than the model's context "
-                                             f"length ({CONTEXT} tokens)."}}
+    assert r.json() == {
+        "error": {
+            "message": f"The input ({CONTEXT} tokens) is longer than the model's context length ({CONTEXT} tokens)."
+        }
+    }
 
 
 def test_validation_order_context_before_ranges_before_features(sim):
@@ -112,8 +124,10 @@ def test_scheduler_input_length_check_non_stream_and_stream(sim):
     ids = [7] * m
     r = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 1}})
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == (f"Input length ({m} tokens) exceeds the maximum allowed length ({m} "
-                                            "tokens). Use a shorter input or enable --allow-auto-truncate.")
+    assert r.json()["error"]["message"] == (
+        f"Input length ({m} tokens) exceeds the maximum allowed length ({m} "
+        "tokens). Use a shorter input or enable --allow-auto-truncate."
+    )
     r = gen(sim, {"input_ids": ids, "stream": True, "sampling_params": {"max_new_tokens": 1}})
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     ev = sse_events(r.text)
@@ -130,8 +144,14 @@ def test_pre_generation_error_inside_a_200_stream(sim, sim059):
     assert r.status_code == 200
     ev = sse_events(r.text)
     assert ev[-1] == "[DONE]" and len(ev) == 2
-    assert json.loads(ev[0]) == {"error": {"message": "top_p must be in (0, 1], got 0.", "type": "invalid_request_error",
-                                           "code": 400, "retryable": False}}
+    assert json.loads(ev[0]) == {
+        "error": {
+            "message": "top_p must be in (0, 1], got 0.",
+            "type": "invalid_request_error",
+            "code": 400,
+            "retryable": False,
+        }
+    }
     ev = sse_events(gen(sim059, body).text)
     assert json.loads(ev[0]) == {"error": {"message": "top_p must be in (0, 1], got 0."}}
     # the contract gate runs before the stream opens: plain 400
@@ -142,13 +162,16 @@ def test_pre_generation_error_inside_a_200_stream(sim, sim059):
 @pytest.mark.integration
 def test_api_key_from_env(monkeypatch):
     key = "sk-sim-test-secret-123"
-    with start_simulator(extra_args=QWEN_ARGS + ["--api-key-env", "SIM_KEY_FOR_TEST"],
-                         env={"SIM_KEY_FOR_TEST": key}) as s:
+    with start_simulator(
+        extra_args=QWEN_ARGS + ["--api-key-env", "SIM_KEY_FOR_TEST"], env={"SIM_KEY_FOR_TEST": key}
+    ) as s:
         for h in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": key}):
             r = gen(s, {"input_ids": P, "sampling_params": {"max_new_tokens": 2}}, headers=h)
             assert r.status_code == 401 and r.json() == {"error": "Unauthorized"}
             assert httpx.get(s.url + "/model_info", headers=h).status_code == 401
-        ok = gen(s, {"input_ids": P, "sampling_params": {"max_new_tokens": 2}}, headers={"Authorization": f"Bearer {key}"})
+        ok = gen(
+            s, {"input_ids": P, "sampling_params": {"max_new_tokens": 2}}, headers={"Authorization": f"Bearer {key}"}
+        )
         assert ok.status_code == 200
         assert httpx.get(s.url + "/health").status_code == 200  # health is exempt
         assert httpx.get(s.url + "/health_generate").status_code == 200

@@ -12,13 +12,20 @@ from sim_helpers import KIMI_EOS, KIMI_THINK_END, QWEN_ARGS, chat_ids, faults, g
 from eagle3_dagster.sim.process import start_simulator
 
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Get weather for a city.",
-                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                     "required": ["city"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get weather for a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    },
     {"type": "function", "function": {"name": "ping", "description": "Ping."}},
 ]
-TOOLS_TS = ("# Tools\n\n## functions\nnamespace functions {\n// Get weather for a city.\ntype get_weather = (_: {\n"
-            "  city: string\n}) => any;\n// Ping.\ntype ping = (_: {}) => any;\n}\n")
+TOOLS_TS = (
+    "# Tools\n\n## functions\nnamespace functions {\n// Get weather for a city.\ntype get_weather = (_: {\n"
+    "  city: string\n}) => any;\n// Ping.\ntype ping = (_: {}) => any;\n}\n"
+)
 
 
 def natural(sim, ids: list[int]) -> list[int]:
@@ -56,7 +63,9 @@ def test_output_depends_on_prompt_not_rid(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "Name three colours.")
     a = gen(sim, {"input_ids": ids, "rid": "a1", "sampling_params": {"max_new_tokens": 4000}}).json()
     b = gen(sim, {"input_ids": ids, "rid": "b2", "sampling_params": {"max_new_tokens": 4000}}).json()
-    c = gen(sim, {"input_ids": chat_ids(kimi_tok, "Name four colours."), "sampling_params": {"max_new_tokens": 4000}}).json()
+    c = gen(
+        sim, {"input_ids": chat_ids(kimi_tok, "Name four colours."), "sampling_params": {"max_new_tokens": 4000}}
+    ).json()
     assert a["meta_info"]["id"] == "a1" and b["meta_info"]["id"] == "b2"
     assert a["output_ids"] == b["output_ids"]
     assert c["output_ids"] != a["output_ids"]
@@ -85,7 +94,9 @@ def test_max_new_tokens_truncates_with_length(sim, kimi_tok):
 def test_stop_token_ids_stop_at_think_end_and_include_it(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "Stop at the end of thinking")
     full = natural(sim, ids)
-    d = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000, "stop_token_ids": [KIMI_THINK_END]}}).json()
+    d = gen(
+        sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000, "stop_token_ids": [KIMI_THINK_END]}}
+    ).json()
     cut = full.index(KIMI_THINK_END) + 1
     assert d["output_ids"] == full[:cut]
     assert d["meta_info"]["finish_reason"] == {"type": "stop", "matched": KIMI_THINK_END}
@@ -128,17 +139,29 @@ def test_stop_vs_length_precedence_per_version(sim, sim059, kimi_tok):
 def test_text_flags_affect_text_only(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "Text flags")
     base = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()
-    raw = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000, "skip_special_tokens": False,
-                                                          "spaces_between_special_tokens": False,
-                                                          "no_stop_trim": True}}).json()
+    raw = gen(
+        sim,
+        {
+            "input_ids": ids,
+            "sampling_params": {
+                "max_new_tokens": 4000,
+                "skip_special_tokens": False,
+                "spaces_between_special_tokens": False,
+                "no_stop_trim": True,
+            },
+        },
+    ).json()
     assert raw["output_ids"] == base["output_ids"]
     assert raw["text"].endswith("<|im_end|>") and not base["text"].endswith("<|im_end|>")
 
 
 def test_put_and_unknown_top_level_keys(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "PUT works")
-    r = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 5}, "whatever": {"x": 1}, "model": "m"},
-            method="PUT")
+    r = gen(
+        sim,
+        {"input_ids": ids, "sampling_params": {"max_new_tokens": 5}, "whatever": {"x": 1}, "model": "m"},
+        method="PUT",
+    )
     assert r.status_code == 200 and len(r.json()["output_ids"]) == 5
 
 
@@ -150,8 +173,10 @@ def test_batch_keeps_order_and_expands_string_rid(sim, kimi_tok):
     assert isinstance(d, list) and [x["meta_info"]["id"] for x in d] == ["job_0", "job_1"]
     assert d[0]["output_ids"] == natural(sim, p0) and d[1]["output_ids"] == natural(sim, p1)
     # per-item sampling params
-    r = gen(sim, {"input_ids": [p0, p1], "rid": ["a", "b"],
-                  "sampling_params": [{"max_new_tokens": 3}, {"max_new_tokens": 4}]})
+    r = gen(
+        sim,
+        {"input_ids": [p0, p1], "rid": ["a", "b"], "sampling_params": [{"max_new_tokens": 3}, {"max_new_tokens": 4}]},
+    )
     assert [len(x["output_ids"]) for x in r.json()] == [3, 4]
 
 
@@ -194,23 +219,31 @@ def test_cached_tokens_is_longest_prefix_seen(sim, kimi_tok):
     other = gen(sim, {"input_ids": system + [9, 9], "sampling_params": {"max_new_tokens": 1}}).json()["meta_info"]
     assert other["cached_tokens"] == len(system)
     httpx.post(sim.url + "/flush_cache", timeout=5)
-    assert gen(sim, {"input_ids": a, "sampling_params": {"max_new_tokens": 1}}).json()["meta_info"]["cached_tokens"] == 0
+    assert (
+        gen(sim, {"input_ids": a, "sampling_params": {"max_new_tokens": 1}}).json()["meta_info"]["cached_tokens"] == 0
+    )
 
 
 def test_tool_call_section_names_a_declared_tool(sim, kimi_tok):
     calls = 0
     for i in range(12):
         msgs = [{"role": "user", "content": f"Weather question number {i}?"}]
-        ids = list(kimi_tok.apply_chat_template(msgs, tools=TOOLS, tools_ts_str=TOOLS_TS, add_generation_prompt=True,
-                                                tokenize=True, return_dict=False))
+        ids = list(
+            kimi_tok.apply_chat_template(
+                msgs, tools=TOOLS, tools_ts_str=TOOLS_TS, add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
         out = natural(sim, ids)
         if 163595 not in out:
             continue
         calls += 1
         text = kimi_tok.decode(out, skip_special_tokens=False)
-        m = re.search(r"</think>.*<\|tool_calls_section_begin\|><\|tool_call_begin\|>functions\.(\w+):0"
-                      r"<\|tool_call_argument_begin\|>(\{.*\})<\|tool_call_end\|><\|tool_calls_section_end\|><\|im_end\|>$",
-                      text, re.S)
+        m = re.search(
+            r"</think>.*<\|tool_calls_section_begin\|><\|tool_call_begin\|>functions\.(\w+):0"
+            r"<\|tool_call_argument_begin\|>(\{.*\})<\|tool_call_end\|><\|tool_calls_section_end\|><\|im_end\|>$",
+            text,
+            re.S,
+        )
         assert m, text[-300:]
         assert m.group(1) in {"get_weather", "ping"}
         if m.group(1) == "get_weather":
@@ -231,16 +264,26 @@ def test_instant_mode_prompt_gets_answer_only(sim, kimi_tok):
 
 
 def test_qwen3_shape(qsim, qwen_tok):
-    ids = list(qwen_tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False))
+    ids = list(
+        qwen_tok.apply_chat_template(
+            [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
     d = gen(qsim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()
     out = d["output_ids"]
     assert out[0] == 151667 and qwen_tok.decode(out[:2]) == "<think>\n"
     assert out.count(151668) == 1 and out[-1] == 151645
     assert d["meta_info"]["finish_reason"] == {"type": "stop", "matched": 151645}
     assert qwen_tok.decode(out).split("</think>")[1].startswith("\n\n")
-    off = list(qwen_tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False, enable_thinking=False))
+    off = list(
+        qwen_tok.apply_chat_template(
+            [{"role": "user", "content": "hi"}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            enable_thinking=False,
+        )
+    )
     out = gen(qsim, {"input_ids": off, "sampling_params": {"max_new_tokens": 4000}}).json()["output_ids"]
     assert 151667 not in out and 151668 not in out and out[-1] == 151645
 
@@ -261,8 +304,9 @@ def test_modes_reproduce_output_bugs(sim, kimi_tok):
 
 def test_return_logprob_triples_match_output_ids(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "logprobs")
-    d = gen(sim, {"input_ids": ids, "return_logprob": True, "top_logprobs_num": 2,
-                  "sampling_params": {"max_new_tokens": 8}}).json()
+    d = gen(
+        sim, {"input_ids": ids, "return_logprob": True, "top_logprobs_num": 2, "sampling_params": {"max_new_tokens": 8}}
+    ).json()
     lps = d["meta_info"]["output_token_logprobs"]
     assert [t for _, t, _ in lps] == d["output_ids"] and all(lp <= 0 for lp, _, _ in lps)
     assert all(len(x) == 2 for x in d["meta_info"]["output_top_logprobs"])
@@ -291,8 +335,9 @@ def test_stop_string_cuts_text_and_keeps_ids_through_it(sim, kimi_tok):
     assert d["meta_info"]["finish_reason"] == {"type": "stop", "matched": "</think>"}
     assert d["output_ids"] == full[: full.index(KIMI_THINK_END) + 1]
     assert "</think>" not in d["text"]
-    kept = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000, "stop": "</think>",
-                                                           "no_stop_trim": True}}).json()
+    kept = gen(
+        sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000, "stop": "</think>", "no_stop_trim": True}}
+    ).json()
     assert kept["text"].endswith("</think>")
 
 
@@ -314,8 +359,15 @@ def test_n_samples_share_the_warmed_prefix(sim, kimi_tok):
 def test_qwen3_tool_call_names_a_declared_tool(qsim, qwen_tok):
     calls = set()
     for i in range(10):
-        ids = list(qwen_tok.apply_chat_template([{"role": "user", "content": f"weather {i}"}], tools=TOOLS,
-                                                add_generation_prompt=True, tokenize=True, return_dict=False))
+        ids = list(
+            qwen_tok.apply_chat_template(
+                [{"role": "user", "content": f"weather {i}"}],
+                tools=TOOLS,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=False,
+            )
+        )
         out = gen(qsim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()["output_ids"]
         text = qwen_tok.decode(out, skip_special_tokens=False)
         m = re.search(r"</think>\n\n<tool_call>\n(\{.*\})\n</tool_call><\|im_end\|>$", text, re.S)

@@ -55,7 +55,23 @@ def test_splits_keep_the_text_and_break_canonical_encoding(sim, ncsim, kimi_tok)
 
 
 def test_bad_rate_is_a_clear_startup_error():
-    p = subprocess.run([sys.executable, "-m", "eagle3_dagster.sim.server", "--model", "kimi-k2.5", "--tokenizer",
-                        KIMI_DIR, "--port", "0", "--noncanonical-rate", "1.5"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eagle3_dagster.sim.server",
+            "--model",
+            "kimi-k2.5",
+            "--tokenizer",
+            KIMI_DIR,
+            "--port",
+            "0",
+            "--noncanonical-rate",
+            "1.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
     assert "--noncanonical-rate must be within [0, 1], got 1.5" in p.stderr

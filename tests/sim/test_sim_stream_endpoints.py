@@ -13,8 +13,15 @@ from eagle3_dagster.sim.process import start_simulator
 def test_stream_is_cumulative_and_ends_with_done(sim, kimi_tok):
     ids = chat_ids(kimi_tok, "stream me")
     full = gen(sim, {"input_ids": ids, "sampling_params": {"max_new_tokens": 4000}}).json()
-    r = gen(sim, {"input_ids": ids, "stream": True, "rid": "s1",
-                  "sampling_params": {"max_new_tokens": 4000, "stream_interval": 7}})
+    r = gen(
+        sim,
+        {
+            "input_ids": ids,
+            "stream": True,
+            "rid": "s1",
+            "sampling_params": {"max_new_tokens": 4000, "stream_interval": 7},
+        },
+    )
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     ev = sse_events(r.text)
     assert ev[-1] == "[DONE]"
@@ -98,8 +105,11 @@ def test_stream_never_shows_a_broken_utf8_character(sim, kimi_tok):
 
 def test_incremental_streaming_and_seed_flags(qsim, qwen_tok):
     """--incremental-streaming-output sends deltas; --seed gives another (still deterministic) model."""
-    ids = list(qwen_tok.apply_chat_template([{"role": "user", "content": "flags"}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False))
+    ids = list(
+        qwen_tok.apply_chat_template(
+            [{"role": "user", "content": "flags"}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+    )
     body = {"input_ids": ids, "stream": True, "sampling_params": {"max_new_tokens": 4000}}
     base = gen(qsim, {**body, "stream": False}).json()["output_ids"]
     with start_simulator(extra_args=QWEN_ARGS + ["--incremental-streaming-output", "--seed", "7"]) as s:

@@ -52,7 +52,9 @@ def mem() -> DataPath:
 
 
 def _table(n: int = 5) -> pa.Table:
-    return pa.table({"id": [f"r{i}" for i in range(n)], "ids": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int32()))})
+    return pa.table(
+        {"id": [f"r{i}" for i in range(n)], "ids": pa.array([[i, i + 1] for i in range(n)], pa.list_(pa.int32()))}
+    )
 
 
 # --------------------------------------------------------------------------------------- memory://
@@ -122,8 +124,13 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
     assert combined.prompts == 6 and read_parquet(mem / "prompts" / "prompts.parquet").height == 6
     assert (mem / "sources" / "s" / "counts.json").read_json()["read"] == 6
 
-    res = GateResult(gate="generations", success=False, outcomes=[], n_rows=3,
-                     row_failures=pl.DataFrame({"row_id": ["a"], "reasons": [["x"]]}))
+    res = GateResult(
+        gate="generations",
+        success=False,
+        outcomes=[],
+        n_rows=3,
+        row_failures=pl.DataFrame({"row_id": ["a"], "reasons": [["x"]]}),
+    )
     p = write_gate_result(mem, "generations", 1, res)
     assert isinstance(p, DataPath) and str(p).endswith("gates/generations/shard=0001.json")
     write_gate_result(mem, "generations", 1, res)  # rewritten: one rejects object remains
@@ -145,13 +152,32 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
 
     now = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
     samples = pl.DataFrame(
-        [{"sample_id": "s1", "prompt_id": "p1", "source": "s", "input_ids": [1, 2], "loss_mask": [0, 1], "prompt_len": 1,
-          "output_len": 1, "total_len": 2, "model_revision": "m", "template_hash": "t", "tokenizer_fingerprint": "f",
-          "sampling_hash": "h", "endpoint": "e", "finish_reason": "stop", "generated_at": now,
-          "conversation": json.dumps([{"role": "user", "content": "q"}]), "tools": None}],
+        [
+            {
+                "sample_id": "s1",
+                "prompt_id": "p1",
+                "source": "s",
+                "input_ids": [1, 2],
+                "loss_mask": [0, 1],
+                "prompt_len": 1,
+                "output_len": 1,
+                "total_len": 2,
+                "model_revision": "m",
+                "template_hash": "t",
+                "tokenizer_fingerprint": "f",
+                "sampling_hash": "h",
+                "endpoint": "e",
+                "finish_reason": "stop",
+                "generated_at": now,
+                "conversation": json.dumps([{"role": "user", "content": "q"}]),
+                "tools": None,
+            }
+        ],
         schema=pl.from_arrow(schemas.TRAINING_SAMPLES.empty_table()).schema,
     )
-    write_frame_atomic(samples, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES)
+    write_frame_atomic(
+        samples, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES
+    )
     ok = lambda g, k: SimpleNamespace(success=True)
     snap = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
     assert isinstance(snap.path, DataPath) and snap.created and snap.rows == 1
@@ -171,7 +197,9 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
     # (the version is the content a trainer consumes, so each night gets different tokens)
     for i in range(3):
         night = samples.with_columns(pl.Series("input_ids", [[1, 2 + 10 + i]], dtype=samples["input_ids"].dtype))
-        write_frame_atomic(night, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES)
+        write_frame_atomic(
+            night, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES
+        )
         build_snapshot(mem, [0], ok, config={"c": 1}, keep=2, now=now + dt.timedelta(days=i + 1))
     assert len(list_snapshots(mem / "snapshots")) == 2 and len((mem / "snapshots").glob("*/manifest.json")) == 2
 
@@ -185,10 +213,17 @@ def test_keys_cannot_escape_the_root(mem, part):
         shard_dir(mem, part or "..", 0)
 
 
-@pytest.mark.parametrize("uri", [
-    "memory://bucket/../etc", "memory://bucket/a/../../b", "s3://bucket/prefix/..?region=us-east-1",
-    "s3://bucket/%2e%2e/x", "file:///tmp/../etc", "gs://b/a\\..\\x",
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "memory://bucket/../etc",
+        "memory://bucket/a/../../b",
+        "s3://bucket/prefix/..?region=us-east-1",
+        "s3://bucket/%2e%2e/x",
+        "file:///tmp/../etc",
+        "gs://b/a\\..\\x",
+    ],
+)
 def test_uris_with_dotdot_are_refused(uri):
     with pytest.raises(StorageError, match=r"\.\."):
         data_root(uri)
@@ -204,13 +239,16 @@ def test_root_has_no_parent_and_cannot_be_deleted(mem):
 
 
 # --------------------------------------------------------------------------------------- credentials
-@pytest.mark.parametrize("uri", [
-    "s3://AKIAEXAMPLE:SuperSecret123@bucket/prefix",
-    "s3://bucket/prefix?secret_key=SuperSecret123&region=us-east-1",
-    "s3://bucket/prefix?access_key=AKIAEXAMPLE&region=us-east-1",
-    "s3://bucket/prefix?session_token=SuperSecret123",
-    "abfs://container/x?sas_token=SuperSecret123",
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://AKIAEXAMPLE:SuperSecret123@bucket/prefix",
+        "s3://bucket/prefix?secret_key=SuperSecret123&region=us-east-1",
+        "s3://bucket/prefix?access_key=AKIAEXAMPLE&region=us-east-1",
+        "s3://bucket/prefix?session_token=SuperSecret123",
+        "abfs://container/x?sas_token=SuperSecret123",
+    ],
+)
 def test_credentials_in_the_uri_are_refused_without_echoing_them(uri):
     with pytest.raises(StorageError, match="credential") as e:
         data_root(uri)
@@ -244,7 +282,9 @@ def test_settings_and_resource_data_and_work_dirs(monkeypatch, tmp_path):
     monkeypatch.delenv("EAGLE3_DATA_DIR", raising=False)
     monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
     s = settings()
-    assert s.data_dir.is_local and s.data_dir.local_path == PROJECT_ROOT / "data" and s.work_dir == PROJECT_ROOT / "data"
+    assert (
+        s.data_dir.is_local and s.data_dir.local_path == PROJECT_ROOT / "data" and s.work_dir == PROJECT_ROOT / "data"
+    )
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "d"))
     assert settings().work_dir == tmp_path / "d"
     assert PipelineSettings().gx_context_dir == tmp_path / "d" / "gx"  # GX stays where it was
@@ -273,7 +313,9 @@ def test_failures_leave_no_object_under_a_final_name(mem, tmp_path, monkeypatch)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "spool"))
     (tmp_path / "spool").mkdir()
     src = tmp_path / "in.jsonl"
-    src.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) for i in range(20)) + "\n")
+    src.write_text(
+        "\n".join(json.dumps({"messages": [{"role": "user", "content": f"q{i}"}]}) for i in range(20)) + "\n"
+    )
     real, calls = pipeline.build_prompt, {"n": 0}
 
     def dies_half_way(*a, **kw):

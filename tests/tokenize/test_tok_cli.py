@@ -12,8 +12,10 @@ from eagle3_dagster.tokenize import PromptRenderer
 from eagle3_dagster.tokenize.cli import main
 
 _GOLDEN = PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5" / "golden"
-CASES = (json.loads((_GOLDEN / "chat_renders.json").read_text())["cases"]
-         + json.loads((_GOLDEN / "tools_ts_cases.json").read_text())["cases"])
+CASES = (
+    json.loads((_GOLDEN / "chat_renders.json").read_text())["cases"]
+    + json.loads((_GOLDEN / "tools_ts_cases.json").read_text())["cases"]
+)
 
 
 def _write_jsonl(path: Path, lines: list[str]) -> Path:
@@ -46,8 +48,10 @@ def test_render_kimi_goldens_and_bad_lines(tmp_path: Path, shared_dir: Path, kim
         seen_profiles.append(profile)
         return PromptRenderer(profile, kimi_tok)
 
-    code = main(["--model", "kimi-k2.5", "--tokenizer", str(shared_dir / "tokenizers" / "kimi-k2.5"),
-                 str(src), str(out)], make_renderer=reuse_session_tokenizer)
+    code = main(
+        ["--model", "kimi-k2.5", "--tokenizer", str(shared_dir / "tokenizers" / "kimi-k2.5"), str(src), str(out)],
+        make_renderer=reuse_session_tokenizer,
+    )
     assert [p.name for p in seen_profiles] == ["kimi-k2.5"]
     assert seen_profiles[0].tokenizer == str(shared_dir / "tokenizers" / "kimi-k2.5")
     assert code == 1  # some lines carry errors
@@ -57,8 +61,10 @@ def test_render_kimi_goldens_and_bad_lines(tmp_path: Path, shared_dir: Path, kim
         assert row["text"] == case["text"] and row["input_ids"] == case["input_ids"], case["name"]
         assert row["messages"] == case["messages"] and "error" not in row
     assert rows[len(CASES)]["error"]["reason"] == "invalid_json"
-    assert rows[len(CASES) + 1]["error"] == {"reason": "invalid_request",
-                                             "detail": f"line {len(CASES) + 2}: messages: required, a non-empty list"}
+    assert rows[len(CASES) + 1]["error"] == {
+        "reason": "invalid_request",
+        "detail": f"line {len(CASES) + 2}: messages: required, a non-empty list",
+    }
     assert rows[-1]["error"]["reason"] == "render_error" and rows[-1]["id"] == 7
     assert "messages[0].role" in rows[-1]["error"]["detail"]
     printed = capsys.readouterr().out
@@ -83,8 +89,18 @@ def test_render_profile_from_assets_dir_and_yaml_path(tmp_path: Path, shared_dir
 
 def test_render_flags_prompts_the_pipeline_would_quarantine(tmp_path: Path, shared_dir: Path) -> None:
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
-    code = main(["--model", "qwen3", "--tokenizer", str(shared_dir / "tokenizers" / "qwen3"),
-                 "--max-new-tokens", "131070", str(src), str(tmp_path / "o.jsonl")])
+    code = main(
+        [
+            "--model",
+            "qwen3",
+            "--tokenizer",
+            str(shared_dir / "tokenizers" / "qwen3"),
+            "--max-new-tokens",
+            "131070",
+            str(src),
+            str(tmp_path / "o.jsonl"),
+        ]
+    )
     assert code == 1
     [row] = _read_jsonl(tmp_path / "o.jsonl")
     assert row["error"]["reason"] == "prompt_too_long" and row["input_ids"]

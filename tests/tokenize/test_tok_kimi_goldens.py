@@ -28,8 +28,10 @@ def _ids(case: dict[str, Any]) -> str:
 @pytest.mark.parametrize("case", ALL_CASES, ids=_ids)
 def test_golden_render_text_and_ids(kimi_renderer: PromptRenderer, case: dict[str, Any]) -> None:
     result = kimi_renderer.render(
-        case["messages"], case["tools"],
-        add_generation_prompt=case["add_generation_prompt"], template_kwargs=case["template_kwargs"],
+        case["messages"],
+        case["tools"],
+        add_generation_prompt=case["add_generation_prompt"],
+        template_kwargs=case["template_kwargs"],
     )
     assert result.reason is None, result.detail
     assert result.text == case["text"]
@@ -61,8 +63,12 @@ def test_batched_render_equals_apply_chat_template_tokenize(kimi_renderer: Promp
             kwargs["tools_ts_str"] = case["tools_ts_str"]
         tools = compute_tools_ts_str(case["tools"])[0] if case["tools"] else case["tools"]
         reference = kimi_tok.apply_chat_template(
-            case["messages"], tools=tools, add_generation_prompt=case["add_generation_prompt"],
-            tokenize=True, return_dict=False, **kwargs,
+            case["messages"],
+            tools=tools,
+            add_generation_prompt=case["add_generation_prompt"],
+            tokenize=True,
+            return_dict=False,
+            **kwargs,
         )
         assert result.input_ids == list(reference), case["name"]
 
@@ -83,8 +89,10 @@ def test_tools_are_deep_sorted_for_json_fallback(kimi_renderer: PromptRenderer) 
 
 def test_schema_error_in_one_tool_falls_back_to_json_for_all(kimi_renderer: PromptRenderer) -> None:
     good = {"type": "function", "function": {"name": "ok", "parameters": {"type": "object", "properties": {}}}}
-    bad = {"type": "function", "function": {"name": "bad", "parameters": {
-        "type": "object", "properties": {"x": {"oneOf": [{"const": 1}]}}}}}
+    bad = {
+        "type": "function",
+        "function": {"name": "bad", "parameters": {"type": "object", "properties": {"x": {"oneOf": [{"const": 1}]}}}},
+    }
     _, ts_good, _ = compute_tools_ts_str([good])
     assert ts_good is not None and "type ok = (_: {}) => any;" in ts_good
     _, ts_both, reason = compute_tools_ts_str([good, bad])

@@ -60,16 +60,21 @@ def test_local_folder_with_tokenizer_json(kimi_tok, qwen_renderer, tmp_path: Pat
     assert reloaded.chat_template == qwen.chat_template
 
 
-def test_official_layout_is_converted_with_identical_ids(converted, kimi_renderer: PromptRenderer,
-                                                          kimi_profile) -> None:
+def test_official_layout_is_converted_with_identical_ids(
+    converted, kimi_renderer: PromptRenderer, kimi_profile
+) -> None:
     folder, _cache, tok = converted
     assert not (folder / "REMOTE_CODE_RAN").exists()
     assert len(tok) == 163840 and tok.convert_tokens_to_ids("<|im_end|>") == 163586
     # identical ids to the shared tokenizer.json on every golden case and sample
     renderer = PromptRenderer(kimi_profile, tok)
     for case in CHAT["cases"] + TOOLS_TS["cases"]:
-        result = renderer.render(case["messages"], case["tools"], add_generation_prompt=case["add_generation_prompt"],
-                                 template_kwargs=case["template_kwargs"])
+        result = renderer.render(
+            case["messages"],
+            case["tools"],
+            add_generation_prompt=case["add_generation_prompt"],
+            template_kwargs=case["template_kwargs"],
+        )
         assert result.input_ids == case["input_ids"], case["name"]
     for sample in CHAT["encode_samples"]:
         assert tok.encode(sample["text"], add_special_tokens=False) == sample["ids"]

@@ -29,8 +29,10 @@ from eagle3_dagster.tokenize.native import (
 )
 
 _GOLDEN = PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5" / "golden"
-GOLDEN_CASES = (json.loads((_GOLDEN / "chat_renders.json").read_text(encoding="utf-8"))["cases"]
-                + json.loads((_GOLDEN / "tools_ts_cases.json").read_text(encoding="utf-8"))["cases"])
+GOLDEN_CASES = (
+    json.loads((_GOLDEN / "chat_renders.json").read_text(encoding="utf-8"))["cases"]
+    + json.loads((_GOLDEN / "tools_ts_cases.json").read_text(encoding="utf-8"))["cases"]
+)
 EXAMPLE_SOURCES = PROJECT_ROOT / "examples" / "shared-sources"
 N_RANDOM = 4000
 
@@ -94,9 +96,11 @@ def _jinja_text(renderer: PromptRenderer, request: RenderRequest) -> str:
 
 # -- goldens -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", GOLDEN_CASES, ids=lambda c: c["name"])
-def test_native_render_of_every_golden_case(native_renderer: PromptRenderer, jinja_renderer: PromptRenderer,
-                                            case: dict[str, Any]) -> None:
+def test_native_render_of_every_golden_case(
+    native_renderer: PromptRenderer, jinja_renderer: PromptRenderer, case: dict[str, Any]
+) -> None:
     request = RenderRequest(case["messages"], case["tools"], case["add_generation_prompt"], case["template_kwargs"])
     native = _native_text(native_renderer, request)
     assert native is not None, "the native renderer declined a golden case"
@@ -107,6 +111,7 @@ def test_native_render_of_every_golden_case(native_renderer: PromptRenderer, jin
 
 # -- every shared-dataset prompt -------------------------------------------------------------
 
+
 def _requests(frame: pl.DataFrame) -> list[RenderRequest]:
     return [
         RenderRequest(json.loads(m), json.loads(t) if t else None, tools_key=t)
@@ -114,8 +119,9 @@ def _requests(frame: pl.DataFrame) -> list[RenderRequest]:
     ]
 
 
-def test_native_equals_jinja_on_every_shared_dataset_prompt(shared_prompts: pl.DataFrame,
-                                                            pair: tuple[PromptRenderer, PromptRenderer]) -> None:
+def test_native_equals_jinja_on_every_shared_dataset_prompt(
+    shared_prompts: pl.DataFrame, pair: tuple[PromptRenderer, PromptRenderer]
+) -> None:
     native_renderer, jinja_renderer = pair
     requests = _requests(shared_prompts)
     assert len(requests) >= 4793
@@ -132,7 +138,8 @@ def test_native_equals_jinja_on_every_shared_dataset_prompt(shared_prompts: pl.D
 
 
 def test_native_ids_equal_apply_chat_template_tokenize_on_shared_datasets(
-        shared_prompts: pl.DataFrame, pair: tuple[PromptRenderer, PromptRenderer]) -> None:
+    shared_prompts: pl.DataFrame, pair: tuple[PromptRenderer, PromptRenderer]
+) -> None:
     """Independent reference: transformers' own tokenize=True path, row by row."""
     native_renderer = pair[0]
     tok, kimi = native_renderer.tokenizer, native_renderer.profile.template_family == "kimi_ts"
@@ -145,13 +152,15 @@ def test_native_ids_equal_apply_chat_template_tokenize_on_shared_datasets(
             tools, ts, _ = compute_tools_ts_str(tools)
             if ts:
                 kwargs["tools_ts_str"] = ts
-        reference = tok.apply_chat_template(request.messages, tools=tools, add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False, **kwargs)
+        reference = tok.apply_chat_template(
+            request.messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False, **kwargs
+        )
         assert result.input_ids == list(reference)
 
 
-def test_pipeline_frames_identical_native_vs_jinja(shared_prompts: pl.DataFrame,
-                                                   pair: tuple[PromptRenderer, PromptRenderer]) -> None:
+def test_pipeline_frames_identical_native_vs_jinja(
+    shared_prompts: pl.DataFrame, pair: tuple[PromptRenderer, PromptRenderer]
+) -> None:
     native_renderer, jinja_renderer = pair
     max_new = native_renderer.profile.sampling.max_new_tokens
     fast_ok, fast_bad = tokenize_prompts(shared_prompts, native_renderer, max_new_tokens=max_new)
@@ -163,19 +172,64 @@ def test_pipeline_frames_identical_native_vs_jinja(shared_prompts: pl.DataFrame,
 
 # -- randomised conversations ----------------------------------------------------------------
 
-_TEXTS = ["", "hi", "What is 2+2?", "  leading and trailing  ", "line1\nline2\n\n", "中文 é 🙂", "<|im_end|>",
-          "<think>x</think>", "{{ messages }}", "{% if x %}y{% endif %}", "## Return of x", "\\n \" ' <b>&",
-          "None", "<|tool_call_begin|>", "\t", "a" * 300, "<think>\nreason\n</think>\n\nanswer", "</think>",
-          "\n<think>r</think>", "<tool_response>x</tool_response>", "<tool_response>", "<|im_start|>"]
-_WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather <now> é", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}
-_SEARCH = {"type": "function", "function": {"name": "search", "parameters": {
-    "type": "object", "properties": {"q": {"type": "string", "description": "query"}}}}}
+_TEXTS = [
+    "",
+    "hi",
+    "What is 2+2?",
+    "  leading and trailing  ",
+    "line1\nline2\n\n",
+    "中文 é 🙂",
+    "<|im_end|>",
+    "<think>x</think>",
+    "{{ messages }}",
+    "{% if x %}y{% endif %}",
+    "## Return of x",
+    "\\n \" ' <b>&",
+    "None",
+    "<|tool_call_begin|>",
+    "\t",
+    "a" * 300,
+    "<think>\nreason\n</think>\n\nanswer",
+    "</think>",
+    "\n<think>r</think>",
+    "<tool_response>x</tool_response>",
+    "<tool_response>",
+    "<|im_start|>",
+]
+_WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather <now> é",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+_SEARCH = {
+    "type": "function",
+    "function": {
+        "name": "search",
+        "parameters": {"type": "object", "properties": {"q": {"type": "string", "description": "query"}}},
+    },
+}
 _PLUGIN = {"type": "_plugin", "name": "web", "config": {"z": 1, "a": [{"y": 2, "b": 3}]}}
-_BAD_SCHEMA = {"type": "function", "function": {"name": "bad", "parameters": {
-    "type": "object", "properties": {"x": {"oneOf": [{"const": 1}]}}}}}
-_TOOLSETS: list[list[dict[str, Any]] | None] = [None, None, None, [], [_WEATHER], [_WEATHER, _SEARCH], [_PLUGIN],
-                                                [_WEATHER, _BAD_SCHEMA]]
+_BAD_SCHEMA = {
+    "type": "function",
+    "function": {"name": "bad", "parameters": {"type": "object", "properties": {"x": {"oneOf": [{"const": 1}]}}}},
+}
+_TOOLSETS: list[list[dict[str, Any]] | None] = [
+    None,
+    None,
+    None,
+    [],
+    [_WEATHER],
+    [_WEATHER, _SEARCH],
+    [_PLUGIN],
+    [_WEATHER, _BAD_SCHEMA],
+]
 _MISSING = object()
 
 
@@ -195,24 +249,42 @@ def _content(rng: random.Random, wild: bool) -> Any:
         return _pick(rng, [None, _MISSING])
     if roll < 0.90:
         return [{"type": "text", "text": _text(rng)} for _ in range(rng.randint(0, 3))]
-    return _pick(rng, [  # shapes the native renderer must decline (or that the template mangles)
-        [{"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "t"}],
-        [{"type": "video", "video": "v"}],
-        [{"type": "text"}],
-        [{"text": "no type"}],
-        [{"type": "text", "text": None}],
-        ["bare string part"],
-        {"type": "text", "text": "a dict, not a list"},
-        42,
-        [],
-    ])
+    return _pick(
+        rng,
+        [  # shapes the native renderer must decline (or that the template mangles)
+            [{"type": "image_url", "image_url": {"url": "x"}}, {"type": "text", "text": "t"}],
+            [{"type": "video", "video": "v"}],
+            [{"type": "text"}],
+            [{"text": "no type"}],
+            [{"type": "text", "text": None}],
+            ["bare string part"],
+            {"type": "text", "text": "a dict, not a list"},
+            42,
+            [],
+        ],
+    )
 
 
 def _tool_call(rng: random.Random, i: int, wild: bool) -> Any:
-    args = _pick(rng, [{"city": _text(rng)}, {"city": "Paris", "days": 3, "opts": [1, 2.5, None, True, {"k": "é"}]},
-                       json.dumps({"city": "Paris"}), "", "not json {", [1, 2], None, 7, {}])
-    call: Any = {"id": f"functions.get_weather:{i}", "type": "function",
-                 "function": {"name": "get_weather", "arguments": args}}
+    args = _pick(
+        rng,
+        [
+            {"city": _text(rng)},
+            {"city": "Paris", "days": 3, "opts": [1, 2.5, None, True, {"k": "é"}]},
+            json.dumps({"city": "Paris"}),
+            "",
+            "not json {",
+            [1, 2],
+            None,
+            7,
+            {},
+        ],
+    )
+    call: Any = {
+        "id": f"functions.get_weather:{i}",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": args},
+    }
     if rng.random() < 0.1:  # an OpenAI-less shape: name and arguments on the call itself (Qwen reads it)
         call = {"id": f"functions.get_weather:{i}", "name": "get_weather", "arguments": args}
     roll = rng.random()
@@ -267,11 +339,19 @@ def _random_request(rng: random.Random, thinking_kwarg: str = "thinking") -> Ren
     messages = [_message(rng, rng.choices(roles, weights)[0], wild) for _ in range(rng.randint(1, 9))]
     tools = _pick(rng, _TOOLSETS)
     think = thinking_kwarg
-    template_kwargs = _pick(rng, [None, None, None, {think: False}, {think: True}, {think: None}]
-                            + ([{"tools_ts_str": "# custom\n"}, {"tools_ts_str": ""}] if think == "thinking" else [])
-                            + ([{think: 0}, {think: "false"}, {"other_kwarg": 1}] if wild else []))
-    return RenderRequest(messages, tools, add_generation_prompt=rng.random() < 0.8, template_kwargs=template_kwargs,
-                         tools_key=json.dumps(tools) if tools is not None and rng.random() < 0.5 else None)
+    template_kwargs = _pick(
+        rng,
+        [None, None, None, {think: False}, {think: True}, {think: None}]
+        + ([{"tools_ts_str": "# custom\n"}, {"tools_ts_str": ""}] if think == "thinking" else [])
+        + ([{think: 0}, {think: "false"}, {"other_kwarg": 1}] if wild else []),
+    )
+    return RenderRequest(
+        messages,
+        tools,
+        add_generation_prompt=rng.random() < 0.8,
+        template_kwargs=template_kwargs,
+        tools_key=json.dumps(tools) if tools is not None and rng.random() < 0.5 else None,
+    )
 
 
 def _random_requests(native_renderer: PromptRenderer) -> list[RenderRequest]:
@@ -302,7 +382,10 @@ def test_native_equals_jinja_on_random_conversations(pair: tuple[PromptRenderer,
         assert native == reference, f"case {i}: native text differs from the template\n{request!r}"
     # the generator must exercise both the native path and its declines, and template errors
     assert rendered >= N_RANDOM // 2 and declined >= N_RANDOM // 10 and jinja_errors > 0, (
-        rendered, declined, jinja_errors)
+        rendered,
+        declined,
+        jinja_errors,
+    )
 
 
 def test_render_batch_results_identical_native_vs_jinja(pair: tuple[PromptRenderer, PromptRenderer]) -> None:
@@ -315,27 +398,63 @@ def test_render_batch_results_identical_native_vs_jinja(pair: tuple[PromptRender
     assert sum(r.ok for r in native) >= N_RANDOM // 2
 
 
-@pytest.mark.parametrize("messages, template_kwargs", [
-    ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}], None),
-    ([{"role": "user", "content": ""}], None),
-    ([{"role": "user", "content": None}], None),
-    ([{"role": "user"}], None),
-    ([{"role": "user", "content": [{"type": "text", "text": "part one "}, {"type": "text", "text": "two"}]}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "why"},
-      {"role": "user", "content": "q2"}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "reasoning_content": "plan",
-      "tool_calls": [{"id": "functions.f:0", "function": {"name": "f", "arguments": {"a": "é"}}}]},
-      {"role": "tool", "content": "42", "tool_call_id": "functions.f:0"}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "reasoning_content": "plan",
-      "tool_calls": [{"id": "functions.f:0", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
-      {"role": "tool", "content": "42", "tool_call_id": "functions.f:0"}], {"thinking": False}),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "old field name"}], None),
-    ([{"role": "user", "content": "q", "name": "alice"}, {"role": "tool", "content": "r"}], None),
-])
+@pytest.mark.parametrize(
+    "messages, template_kwargs",
+    [
+        ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}], None),
+        ([{"role": "user", "content": ""}], None),
+        ([{"role": "user", "content": None}], None),
+        ([{"role": "user"}], None),
+        ([{"role": "user", "content": [{"type": "text", "text": "part one "}, {"type": "text", "text": "two"}]}], None),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "a", "reasoning_content": "why"},
+                {"role": "user", "content": "q2"},
+            ],
+            None,
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": "plan",
+                    "tool_calls": [{"id": "functions.f:0", "function": {"name": "f", "arguments": {"a": "é"}}}],
+                },
+                {"role": "tool", "content": "42", "tool_call_id": "functions.f:0"},
+            ],
+            None,
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": "plan",
+                    "tool_calls": [{"id": "functions.f:0", "function": {"name": "f", "arguments": '{"a":1}'}}],
+                },
+                {"role": "tool", "content": "42", "tool_call_id": "functions.f:0"},
+            ],
+            {"thinking": False},
+        ),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "old field name"}],
+            None,
+        ),
+        ([{"role": "user", "content": "q", "name": "alice"}, {"role": "tool", "content": "r"}], None),
+    ],
+)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
-def test_edge_cases_rendered_natively_and_equal(native_renderer: PromptRenderer, jinja_renderer: PromptRenderer,
-                                                messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None,
-                                                add_generation_prompt: bool) -> None:
+def test_edge_cases_rendered_natively_and_equal(
+    native_renderer: PromptRenderer,
+    jinja_renderer: PromptRenderer,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any] | None,
+    add_generation_prompt: bool,
+) -> None:
     for tools in (None, [_WEATHER], [_PLUGIN]):
         request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
         native = _native_text(native_renderer, request)
@@ -343,19 +462,25 @@ def test_edge_cases_rendered_natively_and_equal(native_renderer: PromptRenderer,
         assert native == _jinja_text(jinja_renderer, request)
 
 
-@pytest.mark.parametrize("messages, template_kwargs", [
-    ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}], None),  # media part
-    ([{"role": "user", "content": {"type": "text", "text": "x"}}], None),  # dict content
-    ([{"role": "assistant", "content": "a", "reasoning_content": 5}, {"role": "user", "content": "q"}], None),
-    ([{"role": "user", "content": "q", "name": 7}], None),
-    ([{"role": "tool", "content": "r", "tool_call_id": 3}], None),
-    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}], None),  # no id
-    ([{"role": "user", "content": "q"}], {"unknown_kwarg": True}),
-    ([{"role": "user", "content": "q"}], {"thinking": "no"}),
-])
-def test_native_declines_what_it_does_not_model(native_renderer: PromptRenderer, jinja_renderer: PromptRenderer,
-                                                messages: list[dict[str, Any]],
-                                                template_kwargs: dict[str, Any] | None) -> None:
+@pytest.mark.parametrize(
+    "messages, template_kwargs",
+    [
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]}], None),  # media part
+        ([{"role": "user", "content": {"type": "text", "text": "x"}}], None),  # dict content
+        ([{"role": "assistant", "content": "a", "reasoning_content": 5}, {"role": "user", "content": "q"}], None),
+        ([{"role": "user", "content": "q", "name": 7}], None),
+        ([{"role": "tool", "content": "r", "tool_call_id": 3}], None),
+        ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}], None),  # no id
+        ([{"role": "user", "content": "q"}], {"unknown_kwarg": True}),
+        ([{"role": "user", "content": "q"}], {"thinking": "no"}),
+    ],
+)
+def test_native_declines_what_it_does_not_model(
+    native_renderer: PromptRenderer,
+    jinja_renderer: PromptRenderer,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any] | None,
+) -> None:
     request = RenderRequest(messages, None, True, template_kwargs)
     assert _native_text(native_renderer, request) is None
     # ...and the renderer then gives exactly what the Jinja path gives (text or failure)
@@ -363,6 +488,7 @@ def test_native_declines_what_it_does_not_model(native_renderer: PromptRenderer,
 
 
 # -- gating -------------------------------------------------------------------------------------
+
 
 class _FakeTokenizer:
     def __init__(self, chat_template: str, special_tokens_map: dict[str, str] | None = None) -> None:
@@ -375,18 +501,22 @@ def test_native_only_for_the_exact_template_hash(kimi_tok, native_renderer: Prom
     apply = native_renderer._apply_template
     assert native_renderer_for(_FakeTokenizer(kimi_tok.chat_template), apply) is not None
     assert native_renderer_for(_FakeTokenizer(kimi_tok.chat_template + " "), apply) is None
-    assert native_renderer_for(_FakeTokenizer(kimi_tok.chat_template.replace("## Return of", "## Result of")),
-                               apply) is None
+    assert (
+        native_renderer_for(_FakeTokenizer(kimi_tok.chat_template.replace("## Return of", "## Result of")), apply)
+        is None
+    )
 
 
-def test_native_disabled_when_special_tokens_shadow_template_variables(kimi_tok,
-                                                                       native_renderer: PromptRenderer) -> None:
+def test_native_disabled_when_special_tokens_shadow_template_variables(
+    kimi_tok, native_renderer: PromptRenderer
+) -> None:
     fake = _FakeTokenizer(kimi_tok.chat_template, {"thinking": "<x>"})
     assert native_renderer_for(fake, native_renderer._apply_template) is None
 
 
 def test_native_disabled_when_a_probe_differs(kimi_tok, native_renderer: PromptRenderer) -> None:
     """E.g. a transformers version that preprocesses messages differently: the probe comparison catches it."""
+
     def slightly_different(conversations, tools, kwargs, add_generation_prompt):
         texts = native_renderer._apply_template(conversations, tools, kwargs, add_generation_prompt)
         return [t.replace("<|im_end|>", "<|im_end|>\n", 1) if "tool_declare" in t else t for t in texts]
@@ -407,24 +537,48 @@ def test_qwen_native_only_for_its_template(qwen_renderer: PromptRenderer) -> Non
     assert native_renderer_for(_FakeTokenizer(template, {"enable_thinking": "x"}), apply) is None
 
 
-@pytest.mark.parametrize("messages, template_kwargs", [
-    ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "<think>\nr\n</think>\n\na"},
-      {"role": "user", "content": "q2"}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "reasoning_content": "plan",
-      "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": "é"}}}]},
-      {"role": "tool", "content": "42"}, {"role": "tool", "content": "43"}], None),
-    ([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "old field name"}],
-     {"enable_thinking": False}),
-    ([{"role": "user", "content": [{"type": "text", "text": "parts are not strings here"}]}], None),
-    ([{"role": "user", "content": None}, {"role": "system", "content": "late"}], None),
-])
+@pytest.mark.parametrize(
+    "messages, template_kwargs",
+    [
+        ([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "hi"}], None),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "content": "<think>\nr\n</think>\n\na"},
+                {"role": "user", "content": "q2"},
+            ],
+            None,
+        ),
+        (
+            [
+                {"role": "user", "content": "q"},
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": "plan",
+                    "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"a": "é"}}}],
+                },
+                {"role": "tool", "content": "42"},
+                {"role": "tool", "content": "43"},
+            ],
+            None,
+        ),
+        (
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning": "old field name"}],
+            {"enable_thinking": False},
+        ),
+        ([{"role": "user", "content": [{"type": "text", "text": "parts are not strings here"}]}], None),
+        ([{"role": "user", "content": None}, {"role": "system", "content": "late"}], None),
+    ],
+)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
-def test_qwen_edge_cases_rendered_natively_and_equal(qwen_renderer: PromptRenderer,
-                                                     qwen_jinja_renderer: PromptRenderer,
-                                                     messages: list[dict[str, Any]],
-                                                     template_kwargs: dict[str, Any] | None,
-                                                     add_generation_prompt: bool) -> None:
+def test_qwen_edge_cases_rendered_natively_and_equal(
+    qwen_renderer: PromptRenderer,
+    qwen_jinja_renderer: PromptRenderer,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any] | None,
+    add_generation_prompt: bool,
+) -> None:
     for tools in (None, [_WEATHER], [_PLUGIN]):
         request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
         native = _native_text(qwen_renderer, request)
@@ -432,18 +586,23 @@ def test_qwen_edge_cases_rendered_natively_and_equal(qwen_renderer: PromptRender
         assert native == _jinja_text(qwen_jinja_renderer, request)
 
 
-@pytest.mark.parametrize("messages, template_kwargs", [
-    ([{"role": "system", "content": [{"type": "text", "text": "x"}]}, {"role": "user", "content": "q"}], None),
-    ([{"role": "system"}, {"role": "user", "content": "q"}], None),
-    ([{"role": "user", "content": {"type": "text", "text": "x"}}], None),
-    ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}], None),  # no name
-    ([{"role": "user", "content": "q"}], {"thinking": False}),  # Kimi's kwarg, not Qwen's
-    ([{"role": "user", "content": "q"}], {"enable_thinking": 0}),
-])
-def test_qwen_native_declines_what_it_does_not_model(qwen_renderer: PromptRenderer,
-                                                     qwen_jinja_renderer: PromptRenderer,
-                                                     messages: list[dict[str, Any]],
-                                                     template_kwargs: dict[str, Any] | None) -> None:
+@pytest.mark.parametrize(
+    "messages, template_kwargs",
+    [
+        ([{"role": "system", "content": [{"type": "text", "text": "x"}]}, {"role": "user", "content": "q"}], None),
+        ([{"role": "system"}, {"role": "user", "content": "q"}], None),
+        ([{"role": "user", "content": {"type": "text", "text": "x"}}], None),
+        ([{"role": "assistant", "content": "", "tool_calls": [{"function": {"arguments": "{}"}}]}], None),  # no name
+        ([{"role": "user", "content": "q"}], {"thinking": False}),  # Kimi's kwarg, not Qwen's
+        ([{"role": "user", "content": "q"}], {"enable_thinking": 0}),
+    ],
+)
+def test_qwen_native_declines_what_it_does_not_model(
+    qwen_renderer: PromptRenderer,
+    qwen_jinja_renderer: PromptRenderer,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any] | None,
+) -> None:
     request = RenderRequest(messages, None, True, template_kwargs)
     assert _native_text(qwen_renderer, request) is None
     assert qwen_renderer.render_batch([request]) == qwen_jinja_renderer.render_batch([request])
@@ -458,8 +617,10 @@ def test_vocabulary_check_per_row_when_a_chunk_has_an_out_of_vocab_id(kimi_profi
     import dataclasses
 
     narrow = PromptRenderer(dataclasses.replace(kimi_profile, vocab_size=163602), kimi_tok)  # <think> is 163606
-    requests = [RenderRequest([{"role": "user", "content": text}], add_generation_prompt=False)
-                for text in ("hi", "a <think> b", "there")]
+    requests = [
+        RenderRequest([{"role": "user", "content": text}], add_generation_prompt=False)
+        for text in ("hi", "a <think> b", "there")
+    ]
     results = narrow.render_batch(requests)
     assert [r.reason for r in results] == [None, "id_out_of_vocab", None]
     assert results[0].input_ids == PromptRenderer(kimi_profile, kimi_tok).render_batch(requests[:1])[0].input_ids

@@ -14,8 +14,14 @@ from eagle3_dagster import schemas
 from eagle3_dagster.profiles import ModelProfile
 from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
 
-WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def _prompt_rows(rows: list[tuple[str, Any, Any]]) -> pl.DataFrame:
@@ -38,22 +44,28 @@ def _user(text: str) -> str:
 
 
 def test_good_and_bad_rows_reconcile(kimi_renderer: PromptRenderer) -> None:
-    prompts = _prompt_rows([
-        ("p-ok", _user("What is 2+2?"), None),
-        ("p-tools", _user("Weather in Paris?"), json.dumps([WEATHER_TOOL])),
-        ("p-badjson", "[{not json", None),
-        ("p-norole", json.dumps([{"content": "hi"}]), None),
-        ("p-empty", "[]", None),
-        ("p-badtools", _user("x"), "{\"oops\""),
-    ])
+    prompts = _prompt_rows(
+        [
+            ("p-ok", _user("What is 2+2?"), None),
+            ("p-tools", _user("Weather in Paris?"), json.dumps([WEATHER_TOOL])),
+            ("p-badjson", "[{not json", None),
+            ("p-norole", json.dumps([{"content": "hi"}]), None),
+            ("p-empty", "[]", None),
+            ("p-badtools", _user("x"), '{"oops"'),
+        ]
+    )
     tokenized, rejects = tokenize_prompts(prompts, kimi_renderer, max_new_tokens=1024)
     assert tokenized.height + rejects.height == prompts.height
     assert tokenized.schema == pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()).schema
     assert rejects.schema == pl.from_arrow(schemas.TOKENIZE_REJECTS.empty_table()).schema
     assert tokenized["prompt_id"].to_list() == ["p-ok", "p-tools"]
     reasons = dict(zip(rejects["prompt_id"], rejects["reason"]))
-    assert reasons == {"p-badjson": "invalid_json", "p-norole": "render_error", "p-empty": "render_error",
-                       "p-badtools": "invalid_json"}
+    assert reasons == {
+        "p-badjson": "invalid_json",
+        "p-norole": "render_error",
+        "p-empty": "render_error",
+        "p-badtools": "invalid_json",
+    }
     details = dict(zip(rejects["prompt_id"], rejects["detail"]))
     assert "messages[0].role" in details["p-norole"] and details["p-badtools"].startswith("tools:")
 
@@ -70,8 +82,9 @@ def test_over_length_prompts_are_quarantined_not_truncated(kimi_profile: ModelPr
     short_len = len(PromptRenderer(kimi_profile, kimi_tok).render(json.loads(short)).input_ids)
     # max_prompt_tokens between the two prompt lengths
     tight = PromptRenderer(dataclasses.replace(kimi_profile, max_prompt_tokens=short_len + 50), kimi_tok)
-    tokenized, rejects = tokenize_prompts(_prompt_rows([("s", short, None), ("l", long_, None)]), tight,
-                                          max_new_tokens=16)
+    tokenized, rejects = tokenize_prompts(
+        _prompt_rows([("s", short, None), ("l", long_, None)]), tight, max_new_tokens=16
+    )
     assert tokenized["prompt_id"].to_list() == ["s"]
     assert rejects.row(0, named=True)["reason"] == "prompt_too_long"
     assert "prompt_len" in rejects["detail"][0]
@@ -101,12 +114,14 @@ def test_batches_smaller_than_the_input_give_the_same_result(kimi_renderer: Prom
 
 def test_missing_required_column_is_a_clear_error(kimi_renderer: PromptRenderer) -> None:
     with pytest.raises(ValueError, match="messages"):
-        tokenize_prompts(pl.DataFrame({"prompt_id": ["a"], "source": ["s"], "shard": [0]}), kimi_renderer,
-                         max_new_tokens=16)
+        tokenize_prompts(
+            pl.DataFrame({"prompt_id": ["a"], "source": ["s"], "shard": [0]}), kimi_renderer, max_new_tokens=16
+        )
 
 
-def test_lineage_fingerprint_and_template_hash(kimi_renderer: PromptRenderer, kimi_profile: ModelProfile,
-                                               kimi_tok, qwen_profile: ModelProfile, qwen_renderer) -> None:
+def test_lineage_fingerprint_and_template_hash(
+    kimi_renderer: PromptRenderer, kimi_profile: ModelProfile, kimi_tok, qwen_profile: ModelProfile, qwen_renderer
+) -> None:
     # same tokenizer (loaded independently) -> same fingerprint
     again = PromptRenderer(qwen_profile)
     assert again.tokenizer_fingerprint == qwen_renderer.tokenizer_fingerprint
@@ -127,12 +142,19 @@ def test_one_failing_row_does_not_affect_its_batch(kimi_renderer: PromptRenderer
 
     good = [{"role": "user", "content": "hi"}]
     # a tool call without `function` makes the Kimi template fail on this row only
-    bad = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]},
-           {"role": "user", "content": "again"}]
+    bad = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]},
+        {"role": "user", "content": "again"},
+    ]
     tools_json = json.dumps([WEATHER_TOOL])
     for renderer in (kimi_renderer, qwen_renderer):
-        requests = [RenderRequest(good), RenderRequest(bad), RenderRequest(good, [WEATHER_TOOL], tools_key=tools_json),
-                    RenderRequest([{"role": "user", "content": "other"}], [WEATHER_TOOL], tools_key=tools_json)]
+        requests = [
+            RenderRequest(good),
+            RenderRequest(bad),
+            RenderRequest(good, [WEATHER_TOOL], tools_key=tools_json),
+            RenderRequest([{"role": "user", "content": "other"}], [WEATHER_TOOL], tools_key=tools_json),
+        ]
         results = renderer.render_batch(requests)
         singles = [renderer.render(r.messages, r.tools) for r in requests]
         assert [r.input_ids for r in results] == [s.input_ids for s in singles]
@@ -151,7 +173,7 @@ def test_odd_rows_never_crash_and_reconcile(request, renderer_name: str) -> None
         ("tools-dict", _user("hi"), json.dumps({"a": 1}), "render_error"),
         ("tools-strings", _user("hi"), json.dumps(["x"]), "render_error"),
         ("plugin-only-tools", _user("hi"), json.dumps([{"type": "_plugin", "name": "web"}]), None),
-        ("unicode", _user("\u0000\ud7ff\U0001F30D 你好 \u200b"), None, None),
+        ("unicode", _user("\u0000\ud7ff\U0001f30d 你好 \u200b"), None, None),
     ]
     prompts = _prompt_rows([(pid, msgs, tools) for pid, msgs, tools, _ in odd])
     tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=16)
@@ -162,8 +184,9 @@ def test_odd_rows_never_crash_and_reconcile(request, renderer_name: str) -> None
 
 
 @pytest.mark.parametrize("renderer_name", ["kimi_renderer", "qwen_renderer"])
-def test_batched_pipeline_equals_per_row_apply_chat_template_on_real_tools(request, renderer_name: str,
-                                                                           datasets_dir) -> None:
+def test_batched_pipeline_equals_per_row_apply_chat_template_on_real_tools(
+    request, renderer_name: str, datasets_dir
+) -> None:
     """Grouped, batched rendering must not change a single id versus the naive per-row call."""
     from eagle3_dagster.tokenize import compute_tools_ts_str
 
@@ -183,6 +206,12 @@ def test_batched_pipeline_equals_per_row_apply_chat_template_on_real_tools(reque
         if profile.template_family == "kimi_ts" and tools:
             tools, tools_ts_str, _ = compute_tools_ts_str(tools)
             kwargs["tools_ts_str"] = tools_ts_str
-        expected = tok.apply_chat_template(json.loads(messages_json), tools=tools, add_generation_prompt=True,
-                                           tokenize=True, return_dict=False, **kwargs)
+        expected = tok.apply_chat_template(
+            json.loads(messages_json),
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **kwargs,
+        )
         assert ids == list(expected), pid

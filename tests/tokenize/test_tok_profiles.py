@@ -7,8 +7,14 @@ import pytest
 from eagle3_dagster.profiles import ModelProfile
 from eagle3_dagster.tokenize import PromptRenderer, TokenizerLoadError
 
-WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city.",
-                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def _token_id(tokenizer, token: str) -> int:
@@ -21,12 +27,26 @@ def _token_id(tokenizer, token: str) -> int:
 @pytest.mark.parametrize(
     "renderer_fixture,think,end_of_turn,tool_tokens,extra_stop",
     [
-        ("kimi_renderer", ("<think>", "</think>"), "<|im_end|>",
-         {"section_begin": "<|tool_calls_section_begin|>", "section_end": "<|tool_calls_section_end|>",
-          "call_begin": "<|tool_call_begin|>", "argument_begin": "<|tool_call_argument_begin|>",
-          "call_end": "<|tool_call_end|>"}, []),
-        ("qwen_renderer", ("<think>", "</think>"), "<|im_end|>",
-         {"call_begin": "<tool_call>", "call_end": "</tool_call>"}, ["<|endoftext|>"]),
+        (
+            "kimi_renderer",
+            ("<think>", "</think>"),
+            "<|im_end|>",
+            {
+                "section_begin": "<|tool_calls_section_begin|>",
+                "section_end": "<|tool_calls_section_end|>",
+                "call_begin": "<|tool_call_begin|>",
+                "argument_begin": "<|tool_call_argument_begin|>",
+                "call_end": "<|tool_call_end|>",
+            },
+            [],
+        ),
+        (
+            "qwen_renderer",
+            ("<think>", "</think>"),
+            "<|im_end|>",
+            {"call_begin": "<tool_call>", "call_end": "</tool_call>"},
+            ["<|endoftext|>"],
+        ),
     ],
 )
 def test_profile_ids_match_the_tokenizer(request, renderer_fixture, think, end_of_turn, tool_tokens, extra_stop):
@@ -56,7 +76,11 @@ def test_qwen3_renders_without_think_in_the_generation_prompt(qwen_renderer: Pro
     assert profile.think_start_id not in result.input_ids
     assert result.input_ids == qwen_renderer.tokenizer.apply_chat_template(
         [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}],
-        add_generation_prompt=True, tokenize=True, return_dict=False, enable_thinking=True)
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+        enable_thinking=True,
+    )
 
 
 def test_qwen3_tools_go_through_the_hf_template(qwen_renderer: PromptRenderer) -> None:
@@ -79,8 +103,9 @@ def test_template_not_matching_the_profile_is_quarantined(qwen_profile: ModelPro
     # prefill it (like Kimi-K2-Thinking's under the K2.5 profile), must not pass silently.
     import dataclasses
 
-    wrong = PromptRenderer(dataclasses.replace(qwen_profile, generation_prompt_ends_with_think_start=True),
-                           qwen_renderer.tokenizer)
+    wrong = PromptRenderer(
+        dataclasses.replace(qwen_profile, generation_prompt_ends_with_think_start=True), qwen_renderer.tokenizer
+    )
     result = wrong.render([{"role": "user", "content": "hi"}])
     assert result.reason == "generation_prompt_mismatch" and "151667" in result.detail
     assert wrong.render([{"role": "user", "content": "hi"}], add_generation_prompt=False).ok

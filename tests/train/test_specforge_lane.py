@@ -52,6 +52,7 @@ try:  # no skip: `make test` installs the lane, and a missing install must fail 
     import specforge.data.preprocessing as sf_pre
     from specforge.data.prompt_builder import prepare_prompt_tasks
     from specforge.data.template import TEMPLATE_REGISTRY
+
     SPECFORGE_ERROR = None
 except ImportError as e:  # pragma: no cover - reported by the fixture below
     SPECFORGE_ERROR = e
@@ -60,12 +61,16 @@ except ImportError as e:  # pragma: no cover - reported by the fixture below
 @pytest.fixture(scope="module", autouse=True)
 def _specforge_installed():
     if SPECFORGE_ERROR is not None:
-        pytest.fail(f"SpecForge's data code is not importable ({SPECFORGE_ERROR}); install the lane with `make install` "
-                    "(pip install -e '.[specforge]' and pip install --no-deps specforge==0.2.0)")
+        pytest.fail(
+            f"SpecForge's data code is not importable ({SPECFORGE_ERROR}); install the lane with `make install` "
+            "(pip install -e '.[specforge]' and pip install --no-deps specforge==0.2.0)"
+        )
 
 
 def _snapshot(tmp, profile):
-    specs = load_source_specs(PROJECT_ROOT / "assets" / "sources") + load_source_specs(PROJECT_ROOT / "examples" / "shared-sources")
+    specs = load_source_specs(PROJECT_ROOT / "assets" / "sources") + load_source_specs(
+        PROJECT_ROOT / "examples" / "shared-sources"
+    )
     dirs = []
     for spec in specs:
         ingest_source(replace(spec, limit=PER_SOURCE), tmp / "sources" / spec.name, n_shards=1)
@@ -74,17 +79,30 @@ def _snapshot(tmp, profile):
     prompts = pl.read_parquet(tmp / "prompts" / "prompts.parquet")
     renderer = PromptRenderer(profile)
     tokenized, _ = tokenize_prompts(prompts, renderer, max_new_tokens=MAX_NEW)
-    args = ["--model", profile.name, "--tokenizer", profile.tokenizer, "--noncanonical-rate", "0.25", "--log-level", "WARNING"]
+    args = [
+        "--model",
+        profile.name,
+        "--tokenizer",
+        profile.tokenizer,
+        "--noncanonical-rate",
+        "0.25",
+        "--log-level",
+        "WARNING",
+    ]
     with start_simulator(extra_args=args) as sim:
-        generate_shard(tokenized, tmp / "generations", GenerationConfig.from_profile(profile, (sim.url,), max_new_tokens=MAX_NEW))
+        generate_shard(
+            tokenized, tmp / "generations", GenerationConfig.from_profile(profile, (sim.url,), max_new_tokens=MAX_NEW)
+        )
     gens = read_generations(tmp / "generations")
     conv, failures, _ = parse_generations(gens, prompts, profile, renderer.tokenizer)
-    samples, _ = build_training_samples(gens, tokenized, exclude_sample_ids=set(failures["row_id"].to_list()),
-                                        conversations=conv)
+    samples, _ = build_training_samples(
+        gens, tokenized, exclude_sample_ids=set(failures["row_id"].to_list()), conversations=conv
+    )
     write_frame_atomic(samples, tmp / "training_samples" / "shard=0000" / "part-0000.parquet", schema=TRAINING_SAMPLES)
     passed = lambda gate, shard: SimpleNamespace(success=True)
-    snap = build_snapshot(tmp, [0], passed, config={"profile": profile.name},
-                          exporters=exporters_for(profile.name, renderer.tokenizer))
+    snap = build_snapshot(
+        tmp, [0], passed, config={"profile": profile.name}, exporters=exporters_for(profile.name, renderer.tokenizer)
+    )
     return snap, samples, renderer.tokenizer
 
 
@@ -113,18 +131,27 @@ def test_specforge_reads_exports_token_exact(tmp_path, which, kimi_profile, qwen
 
     # OFFLINE: SpecForge's dataset builder on the preformatted export, with the manifest's settings
     settings = manifest[PREFORMATTED_FILE]["specforge_settings"]
-    assert settings["data.chat_template"] == name and settings["data.max_length"] == max(r["total_len"] for r in rows.values())
+    assert settings["data.chat_template"] == name and settings["data.max_length"] == max(
+        r["total_len"] for r in rows.values()
+    )
     from datasets import load_dataset
 
     ds = load_dataset("json", data_files=str(snap.path / PREFORMATTED_FILE), split="train")
     order = ds.shuffle(seed=42)["id"]  # build_eagle3_dataset shuffles with seed 42 and drops the id column
     built = sf_pre.build_eagle3_dataset(
-        ds, tok, chat_template=settings["data.chat_template"], max_length=settings["data.max_length"],
-        is_preformatted=settings["data.is_preformatted"], train_only_last_turn=settings["data.train_only_last_turn"],
+        ds,
+        tok,
+        chat_template=settings["data.chat_template"],
+        max_length=settings["data.max_length"],
+        is_preformatted=settings["data.is_preformatted"],
+        train_only_last_turn=settings["data.train_only_last_turn"],
         num_proc=1,
     )
-    exact = {sid for sid, b in zip(order, built)
-             if _specforge_exact(b["input_ids"].view(-1).tolist(), b["loss_mask"].view(-1).tolist(), rows[sid])}
+    exact = {
+        sid
+        for sid, b in zip(order, built)
+        if _specforge_exact(b["input_ids"].view(-1).tolist(), b["loss_mask"].view(-1).tolist(), rows[sid])
+    }
     assert len(built) == manifest[PREFORMATTED_FILE]["rows"] == manifest[PREFORMATTED_FILE]["specforge_exact_rows"]
     assert exact == set(order)  # every row in the export is reproduced exactly
     assert len(exact & canonical) / len(canonical) >= 0.99, (len(exact & canonical), len(canonical))
@@ -135,17 +162,28 @@ def test_specforge_reads_exports_token_exact(tmp_path, which, kimi_profile, qwen
         text, reason = check_preformatted(r["input_ids"], r["prompt_len"], tok, profile.name)
         texts.append(text)
         verdicts.append(reason is None)
-    out = sf_pre.preprocess_conversations(tok, texts, t, max_length=100_000, is_preformatted=True,
-                                          train_only_last_turn=True, tools=[[] for _ in texts])
-    theirs = [_specforge_exact(i.view(-1).tolist(), m.view(-1).tolist(), r)
-              for i, m, r in zip(out["input_ids"], out["loss_mask"], rows.values())]
+    out = sf_pre.preprocess_conversations(
+        tok, texts, t, max_length=100_000, is_preformatted=True, train_only_last_turn=True, tools=[[] for _ in texts]
+    )
+    theirs = [
+        _specforge_exact(i.view(-1).tolist(), m.view(-1).tolist(), r)
+        for i, m, r in zip(out["input_ids"], out["loss_mask"], rows.values())
+    ]
     assert theirs == verdicts
     assert sum(theirs) == len(exact)
 
     # ONLINE: SpecForge's prompt builder on the pre-tokenized export keeps every row, ids and mask unchanged
-    tasks = prepare_prompt_tasks(snap.path / SPECFORGE_FILE, tok, chat_template=name,
-                                 max_length=manifest[SPECFORGE_FILE]["max_total_len"], is_preformatted=False,
-                                 train_only_last_turn=False, cache_dir=None, cache_key=None, num_proc=1)
+    tasks = prepare_prompt_tasks(
+        snap.path / SPECFORGE_FILE,
+        tok,
+        chat_template=name,
+        max_length=manifest[SPECFORGE_FILE]["max_total_len"],
+        is_preformatted=False,
+        train_only_last_turn=False,
+        cache_dir=None,
+        cache_key=None,
+        num_proc=1,
+    )
     ids_in_file = [json.loads(x)["id"] for x in (snap.path / SPECFORGE_FILE).read_text().splitlines()]
     assert len(tasks) == len(rows) == manifest[SPECFORGE_FILE]["specforge_exact_rows"]
     for sid, task in zip(ids_in_file, tasks):

@@ -46,9 +46,15 @@ def test_kimi_tool_calls_become_openai_tool_calls(kimi_profile, kimi_tokenizer):
     [
         ("no end of thinking here, just an answer<|im_end|>", "no_think_end"),
         ("thinking</think>answer without end of turn", "no_end_of_turn"),
-        ("r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{bad json"
-         "<|tool_call_end|><|tool_calls_section_end|><|im_end|>", "tool_arguments_not_json"),
-        ("r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|im_end|>", "unterminated_tool_section"),
+        (
+            "r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{bad json"
+            "<|tool_call_end|><|tool_calls_section_end|><|im_end|>",
+            "tool_arguments_not_json",
+        ),
+        (
+            "r</think><|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|im_end|>",
+            "unterminated_tool_section",
+        ),
     ],
 )
 def test_malformed_generations_are_flagged(kimi_profile, kimi_tokenizer, text, problem):
@@ -62,14 +68,18 @@ def test_non_canonical_tokenization_is_flagged_not_a_parse_problem(kimi_profile,
     canonical = _ids(kimi_tokenizer, "hello world</think>ok<|im_end|>")
     # split the first word into single characters: same text, different ids
     chars = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)]
-    weird = chars + canonical[len(_ids(kimi_tokenizer, "hello")):]
+    weird = chars + canonical[len(_ids(kimi_tokenizer, "hello")) :]
     assert kimi_tokenizer.decode(weird) == kimi_tokenizer.decode(canonical) and weird != canonical
     p = parse_generation(weird, kimi_profile, kimi_tokenizer)
     assert p.problems == []
     assert not round_trips(weird, p, kimi_profile, kimi_tokenizer)
     assert round_trip_mismatch(weird, p, kimi_profile, kimi_tokenizer) == 0
-    assert round_trip_mismatch(canonical, parse_generation(canonical, kimi_profile, kimi_tokenizer), kimi_profile,
-                               kimi_tokenizer) is None
+    assert (
+        round_trip_mismatch(
+            canonical, parse_generation(canonical, kimi_profile, kimi_tokenizer), kimi_profile, kimi_tokenizer
+        )
+        is None
+    )
 
 
 def test_qwen3_layout(qwen_profile):
@@ -83,18 +93,30 @@ def test_qwen3_layout(qwen_profile):
 
 
 def test_parse_generations_builds_conversations_and_quarantines(kimi_profile, kimi_tokenizer):
-    prompts = pl.DataFrame({
-        "prompt_id": ["p1", "p2"],
-        "messages": [json.dumps([{"role": "user", "content": "weather?"}]), json.dumps([{"role": "user", "content": "x"}])],
-        "tools": [json.dumps([{"type": "function", "function": {"name": "get_weather"}}]), None],
-    })
+    prompts = pl.DataFrame(
+        {
+            "prompt_id": ["p1", "p2"],
+            "messages": [
+                json.dumps([{"role": "user", "content": "weather?"}]),
+                json.dumps([{"role": "user", "content": "x"}]),
+            ],
+            "tools": [json.dumps([{"type": "function", "function": {"name": "get_weather"}}]), None],
+        }
+    )
     canonical = _ids(kimi_tokenizer, "hello world</think>ok<|im_end|>")
-    split = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)] + canonical[len(_ids(kimi_tokenizer, "hello")):]
-    gens = pl.DataFrame({
-        "sample_id": ["s1", "s2", "s3", "s4"],
-        "prompt_id": ["p1", "p2", "missing", "p2"],
-        "output_ids": [_ids(kimi_tokenizer, TOOL_TURN), _ids(kimi_tokenizer, "no think end<|im_end|>"), [1, 2], split],
-    })
+    split = [i for ch in "hello" for i in _ids(kimi_tokenizer, ch)] + canonical[len(_ids(kimi_tokenizer, "hello")) :]
+    gens = pl.DataFrame(
+        {
+            "sample_id": ["s1", "s2", "s3", "s4"],
+            "prompt_id": ["p1", "p2", "missing", "p2"],
+            "output_ids": [
+                _ids(kimi_tokenizer, TOOL_TURN),
+                _ids(kimi_tokenizer, "no think end<|im_end|>"),
+                [1, 2],
+                split,
+            ],
+        }
+    )
     ok, failed, counts = parse_generations(gens, prompts, kimi_profile, kimi_tokenizer)
     # the non-canonical row s4 is kept (flagged), only real parse problems are quarantined
     assert ok["sample_id"].to_list() == ["s1", "s4"]
@@ -115,9 +137,17 @@ def test_history_tool_call_arguments_become_json_strings(kimi_profile, kimi_toke
     """One tool-call shape in conversations: OpenAI's, arguments a JSON string, in history turns too."""
     history = [
         {"role": "user", "content": "weather in Zürich?"},
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "functions.get_weather:0", "type": "function",
-             "function": {"name": "get_weather", "arguments": {"city": "Zürich", "days": [1, 2]}}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "functions.get_weather:0",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "Zürich", "days": [1, 2]}},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "functions.get_weather:0", "content": "sunny"},
         {"role": "user", "content": "and tomorrow?"},
     ]

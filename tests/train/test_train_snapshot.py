@@ -19,18 +19,34 @@ def _write_shard(data, shard: int, n: int, **over) -> None:
     rows = []
     for i in range(n):
         sid = f"s{shard}-{i}"
-        rows.append({
-            "sample_id": sid, "prompt_id": f"p{shard}-{i}", "source": "demo",
-            "input_ids": [1, 2, 3, 10 + i], "loss_mask": [0, 0, 0, 1], "prompt_len": 3, "output_len": 1, "total_len": 4,
-            "model_revision": "m", "template_hash": "t", "tokenizer_fingerprint": "f", "sampling_hash": "h",
-            "endpoint": "e", "finish_reason": "stop", "generated_at": now,
-            "conversation": json.dumps([{"role": "user", "content": "q"},
-                                        {"role": "assistant", "content": "a", "reasoning_content": "r"}]),
-            "tools": None,
-        })
+        rows.append(
+            {
+                "sample_id": sid,
+                "prompt_id": f"p{shard}-{i}",
+                "source": "demo",
+                "input_ids": [1, 2, 3, 10 + i],
+                "loss_mask": [0, 0, 0, 1],
+                "prompt_len": 3,
+                "output_len": 1,
+                "total_len": 4,
+                "model_revision": "m",
+                "template_hash": "t",
+                "tokenizer_fingerprint": "f",
+                "sampling_hash": "h",
+                "endpoint": "e",
+                "finish_reason": "stop",
+                "generated_at": now,
+                "conversation": json.dumps(
+                    [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": "r"}]
+                ),
+                "tools": None,
+            }
+        )
         rows[-1].update(over)
     df = pl.DataFrame(rows, schema=pl.from_arrow(TRAINING_SAMPLES.empty_table()).schema)
-    write_frame_atomic(df, data / "training_samples" / f"shard={shard:04d}" / "part-0000.parquet", schema=TRAINING_SAMPLES)
+    write_frame_atomic(
+        df, data / "training_samples" / f"shard={shard:04d}" / "part-0000.parquet", schema=TRAINING_SAMPLES
+    )
 
 
 def _gates(failed: dict[tuple[str, int], bool] | None = None, missing: set | None = None):
@@ -76,13 +92,19 @@ def test_version_is_what_a_trainer_consumes(tmp_path):
     """Same tokens from another machine, port or day: same version. Other ids, mask or model: another one."""
     _write_shard(tmp_path, 0, 3)
     a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
-    _write_shard(tmp_path, 0, 3, endpoint="http://other-host:31000",
-                 generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.UTC))
+    _write_shard(
+        tmp_path, 0, 3, endpoint="http://other-host:31000", generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.UTC)
+    )
     b = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
     assert b.version == a.version and not b.created
     versions = {a.version}
-    for change in ({"model_revision": "m@v2"}, {"template_hash": "t2"}, {"sampling_hash": "h2"},
-                   {"input_ids": [1, 2, 3, 99]}, {"loss_mask": [0, 0, 1, 1]}):
+    for change in (
+        {"model_revision": "m@v2"},
+        {"template_hash": "t2"},
+        {"sampling_hash": "h2"},
+        {"input_ids": [1, 2, 3, 99]},
+        {"loss_mask": [0, 0, 1, 1]},
+    ):
         _write_shard(tmp_path, 0, 3, **change)
         v = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}).version
         assert v not in versions, change
