@@ -47,6 +47,7 @@ NIGHTLY_TZ_ENV = "EAGLE3_NIGHTLY_TZ"
 SNAPSHOT_MAX_AGE_ENV = "EAGLE3_SNAPSHOT_MAX_AGE"
 SNAPSHOT_MAX_AGE_DEFAULT = timedelta(hours=26)
 SENSOR_INTERVAL_ENV = "EAGLE3_SENSOR_INTERVAL_S"
+TOKENIZERS_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
 
 
 class SettingsError(ValueError):
@@ -253,6 +254,8 @@ class Settings:
     stream: bool | None = None  # EAGLE3_STREAM: SSE with stall detection (default on)
     stall_timeout_s: float | None = None  # EAGLE3_STALL_TIMEOUT_S: silence between chunks that is a stall
     allow_old_sglang: bool | None = None  # EAGLE3_ALLOW_OLD_SGLANG: accept /server_info versions < 0.5.9
+    # TOKENIZERS_PARALLELISM (read by the `tokenizers` Rust library itself): threads over a batch encode/decode
+    tokenizers_parallelism: bool = True
 
     @property
     def sources_dir(self) -> Path:
@@ -317,6 +320,9 @@ class Settings:
             stream=get("EAGLE3_STREAM", lambda r: _bool("EAGLE3_STREAM", r), None),
             stall_timeout_s=get("EAGLE3_STALL_TIMEOUT_S", lambda r: _seconds("EAGLE3_STALL_TIMEOUT_S", r), None),
             allow_old_sglang=get("EAGLE3_ALLOW_OLD_SGLANG", lambda r: _bool("EAGLE3_ALLOW_OLD_SGLANG", r), None),
+            tokenizers_parallelism=get(
+                TOKENIZERS_PARALLELISM_ENV, lambda r: _bool(TOKENIZERS_PARALLELISM_ENV, r), True
+            ),
         )
         if problems:
             raise SettingsError(problems)
@@ -349,3 +355,12 @@ def generation_env(s: Settings | None = None) -> dict[str, object]:
         "allow_old_server": s.allow_old_sglang,
     }
     return {k: v for k, v in pairs.items() if v is not None}
+
+
+def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:
+    """Put the validated TOKENIZERS_PARALLELISM (default true) in the environment, where the `tokenizers`
+    Rust library reads it at each batch call: the training stage's batch decode/encode then runs on every
+    core (train/parse.py). Set it to 0 to keep a step on one thread. Returns the value applied."""
+    s = s or settings()
+    os.environ[TOKENIZERS_PARALLELISM_ENV] = "true" if s.tokenizers_parallelism else "false"
+    return s.tokenizers_parallelism

@@ -43,6 +43,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -53,6 +54,7 @@ import pyarrow as pa
 from .. import schemas
 from ..storage import (
     DataPath,
+    ParquetSink,
     as_data_path,
     parquet_file,
     parquet_num_rows,
@@ -180,13 +182,17 @@ class ShardStore:
     # -- writes ----------------------------------------------------------------------------
     def _write(self, table: pa.Table, path: DataPath) -> None:
         """Atomic write with retries to the SAME final name, so a retry can never add a second copy."""
+        self._write_with(lambda: write_table_atomic(table, path, schema=None), path)
+
+    def _write_with(self, write: Any, path: DataPath) -> Any:
+        """Run `write` (an atomic write of `path`) with retries; fsync the folder once it is there."""
         last: BaseException | None = None
         for attempt in range(self.write_retries + 1):
             try:
-                write_table_atomic(table, path, schema=None)
+                result = write()
                 if path.is_local:
                     _fsync_dir(path.parent.local_path)
-                return
+                return result
             except Exception as e:  # disk full, I/O error, ...
                 last = e
                 if attempt < self.write_retries:
@@ -220,19 +226,16 @@ class ShardStore:
         files = chunk_files(self.out_dir)
         if len(files) <= min_chunks:
             return 0
-        table = compacted_table(files)
         names = [f.name for f in files]
-        meta = dict(table.schema.metadata or {})
-        meta[COMPACTED_FROM] = json.dumps(names).encode()
-        table = table.replace_schema_metadata(meta)
         # Sorts after every chunk it replaces, even if the clock stepped back since they were written.
         ns = max([time.time_ns(), *[int(m.group(1)) + 1 for n in names if (m := _PART_NS.match(n))]])
         path = self.out_dir / f"part-{ns:020d}-{uuid.uuid4().hex[:8]}.compacted.parquet"
-        self._write(table, path)
-        if parquet_num_rows(path) != table.num_rows:  # never delete data we cannot see in the new file
-            raise StoreWriteError(f"compacted chunk {path} does not hold the {table.num_rows} rows written")
+        # streamed chunk by chunk: memory stays one chunk, whatever the shard's size
+        rows = self._write_with(lambda: write_compacted(files, path), path)
+        if parquet_num_rows(path) != rows:  # never delete data we cannot see in the new file
+            raise StoreWriteError(f"compacted chunk {path} does not hold the {rows} rows written")
         self._delete_chunks(files)
-        log.info("%s: compacted %d chunks into %s (%d rows)", self.out_dir, len(files), path.name, table.num_rows)
+        log.info("%s: compacted %d chunks into %s (%d rows)", self.out_dir, len(files), path.name, rows)
         return len(files)
 
     def finish_compaction(self) -> int:
@@ -265,27 +268,45 @@ def compacted_from(path: DataPath) -> list[str]:
     return [str(n) for n in json.loads(raw)] if raw else []
 
 
-def compacted_table(files: list[DataPath]) -> pa.Table:
-    """The rows `read_generations` returns for these chunks, in its order, as a GENERATIONS table.
-
-    The winner per sample_id is its first row in name order (keep="first" over the concatenation);
-    only sample_id is read to decide, then each chunk is read once and filtered.
-    """
-    schema = schemas.GENERATIONS
+def _winners(files: list[DataPath]) -> tuple[list[int], np.ndarray]:
+    """Rows per chunk and the keep mask over their concatenation: the first row per sample_id in name
+    order (keep="first"), decided from the sample_id column alone."""
     ids = [parquet_file(f).read(columns=["sample_id"]).column("sample_id").cast(pa.string()) for f in files]
     keep = (
         pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()), dtype=pl.String)
         .is_first_distinct()
         .to_numpy()
     )
-    parts: list[pa.Table] = []
+    return [len(a) for a in ids], np.asarray(keep, dtype=bool)
+
+
+def _winning_parts(files: list[DataPath]) -> Iterator[pa.Table]:
+    """Each chunk's winning rows as a GENERATIONS table, one chunk in memory at a time."""
+    schema = schemas.GENERATIONS
+    counts, keep = _winners(files)
     offset = 0
-    for f, a in zip(files, ids):
-        n = len(a)
+    for f, n in zip(files, counts):
         t = parquet_file(f).read()
         if t.num_rows != n:
             raise StoreWriteError(f"{f} changed while it was compacted")
         t = t.select(schema.names).cast(schema).replace_schema_metadata(schema.metadata)
-        parts.append(t.filter(pa.array(np.asarray(keep[offset : offset + n], dtype=bool))))
+        yield t.filter(pa.array(keep[offset : offset + n]))
         offset += n
-    return pa.concat_tables(parts).combine_chunks() if parts else schema.empty_table()
+
+
+def write_compacted(files: list[DataPath], path: DataPath) -> int:
+    """Write the rows `read_generations` returns for these chunks, in its order, to `path` streamed (ParquetSink: appears only when complete), its footer
+    naming the chunks it replaces; returns the rows written. Peak memory: one chunk, not the shard."""
+    meta = dict(schemas.GENERATIONS.metadata or {})
+    meta[COMPACTED_FROM] = json.dumps([f.name for f in files]).encode()
+    sink = ParquetSink(path, schemas.GENERATIONS.with_metadata(meta))
+    rows = 0
+    try:
+        for part in _winning_parts(files):
+            sink.write_table(part.replace_schema_metadata(meta))
+            rows += part.num_rows
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    return rows

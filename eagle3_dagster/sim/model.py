@@ -193,6 +193,19 @@ def find_tools(prompt_text: str, rng: random.Random) -> list[ToolDecl]:
     return tools
 
 
+def _grow(reasoning: str, tokens_mean: int, rng: random.Random) -> str:
+    """More sentences until the reasoning is about a target drawn within ±25% of `tokens_mean` tokens
+    (~4.3 characters a token for this English filler; the exact count comes from the real tokenizer)."""
+    target_chars = int(rng.uniform(0.75, 1.25) * tokens_mean * 4.3)
+    parts = [reasoning]
+    size = len(reasoning)
+    while size < target_chars:
+        s = rng.choice(_SENTENCES)
+        parts.append(s)
+        size += len(s) + 1
+    return " ".join(parts)
+
+
 class OutputModel:
     """Builds and caches Scripts; thread-safe enough for one event loop plus worker threads."""
 
@@ -209,6 +222,7 @@ class OutputModel:
         self.global_seed: int | None = None  # --seed: a different but still deterministic "model"
         self.splitter: Any = None  # --noncanonical-rate: a sim.noncanonical.NonCanonicalSplitter
         self.shape_reasoning: Callable[[str], str] = lambda text: text  # a changed deployment (sim/deployment.py)
+        self.output_tokens_mean: int | None = None  # --output-tokens-mean: long outputs (reasoning models)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
@@ -242,6 +256,8 @@ class OutputModel:
         # Mostly longer than SGLang's default max_new_tokens=128, so forgetting to send it shows up.
         reasoning = " ".join(rng.choice(_SENTENCES) for _ in range(rng.randint(6, 30)))
         reasoning += " " + " ".join(rng.choice(_WORDS) for _ in range(rng.randint(5, 40))) + "."
+        if self.output_tokens_mean:
+            reasoning = _grow(reasoning, self.output_tokens_mean, rng)
         reasoning = self.shape_reasoning(reasoning)
         n = rng.randint(2, 9999)
         answer = " ".join(rng.choice(_ANSWER).format(n=n) for _ in range(rng.randint(1, 5)))

@@ -190,6 +190,7 @@ class Sim:
         self.profile = profile
         self.tok = tokenizer
         self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
+        self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
         # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
         self.deployment = Deployment(getattr(args, "weight_version", "default"), getattr(args, "reasoning_scale", 1.0))
         self.model.shape_reasoning = self.deployment.shape_reasoning
@@ -1032,6 +1033,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(text unchanged; sim/noncanonical.py)",
     )
     ap.add_argument("--noncanonical-max-splits", type=int, default=3)
+    ap.add_argument(
+        "--output-tokens-mean",
+        type=int,
+        default=None,
+        help="reasoning grown so outputs average about this many tokens (±25%%; long outputs, sim/model.py)",
+    )
     ap.add_argument("--prefix-cache-nodes", type=int, default=2_000_000)
     ap.add_argument("--loading-seconds", type=float, default=0.0, help="do not bind for S seconds")
     ap.add_argument("--starting-seconds", type=float, default=0.0, help="/health 503 for S seconds after binding")

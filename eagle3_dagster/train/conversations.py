@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
 import polars as pl
 
 from ..profiles import ModelProfile
-from .parse import parse_generation, round_trip_mismatch
+from .parse import parse_generations_batch, round_trip_mismatches
+
+PARSE_BATCH = 256  # samples decoded / re-encoded per Rust batch call
 
 CONVERSATION_FAILURES_SCHEMA: dict[str, Any] = {"row_id": pl.String, "reasons": pl.List(pl.String)}
 CONVERSATIONS_SCHEMA: dict[str, Any] = {
@@ -65,27 +68,32 @@ def parse_generations(
     ok_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     round_trip_ok = 0
-    for r in generations.select("sample_id", "prompt_id", "output_ids").iter_rows(named=True):
-        msgs_json, tools_json = by_prompt.get(r["prompt_id"], (None, None))
-        if msgs_json is None:
-            failures.append({"row_id": r["sample_id"], "reasons": ["prompt_missing"]})
-            continue
-        parsed = parse_generation(r["output_ids"], profile, tokenizer)
-        mismatch = round_trip_mismatch(r["output_ids"], parsed, profile, tokenizer)
-        round_trip_ok += mismatch is None
-        if parsed.problems:
-            failures.append({"row_id": r["sample_id"], "reasons": list(parsed.problems)})
-            continue
-        conversation = openai_tool_calls(json.loads(msgs_json)) + [parsed.assistant_message()]
-        ok_rows.append(
-            {
-                "sample_id": r["sample_id"],
-                "conversation": json.dumps(conversation, ensure_ascii=False, sort_keys=True),
-                "tools": tools_json,
-                "text_exact": mismatch is None,
-                "text_mismatch_pos": mismatch,
-            }
-        )
+    rows = generations.select("sample_id", "prompt_id", "output_ids").iter_rows()
+    while batch := list(itertools.islice(rows, PARSE_BATCH)):
+        known = [r for r in batch if r[1] in by_prompt]
+        parsed = parse_generations_batch([r[2] for r in known], profile, tokenizer)
+        mismatches = iter(round_trip_mismatches([r[2] for r in known], parsed, profile, tokenizer))
+        parses = iter(parsed)
+        for sample_id, prompt_id, _ids in batch:
+            if prompt_id not in by_prompt:
+                failures.append({"row_id": sample_id, "reasons": ["prompt_missing"]})
+                continue
+            p, mismatch = next(parses), next(mismatches)
+            round_trip_ok += mismatch is None
+            if p.problems:
+                failures.append({"row_id": sample_id, "reasons": list(p.problems)})
+                continue
+            msgs_json, tools_json = by_prompt[prompt_id]
+            conversation = openai_tool_calls(json.loads(msgs_json)) + [p.assistant_message()]
+            ok_rows.append(
+                {
+                    "sample_id": sample_id,
+                    "conversation": json.dumps(conversation, ensure_ascii=False, sort_keys=True),
+                    "tools": tools_json,
+                    "text_exact": mismatch is None,
+                    "text_mismatch_pos": mismatch,
+                }
+            )
     ok = pl.DataFrame(ok_rows, schema=CONVERSATIONS_SCHEMA)
     fail = pl.DataFrame(failures, schema=CONVERSATION_FAILURES_SCHEMA)
     counts = {

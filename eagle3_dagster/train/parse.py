@@ -9,6 +9,13 @@ position: a trainer that re-tokenizes its text would train on other ids than the
 Parse problems (no `</think>`, unbalanced tool-call markers, tool-call JSON that does not parse) are
 reason codes and quarantine the row.
 
+Speed: the training stage parses and round-trips whole batches (`parse_generations_batch`,
+`round_trip_mismatches`): every segment of a batch is decoded, and every turn re-encoded, in one call
+into the `tokenizers` Rust library (threads over the batch when TOKENIZERS_PARALLELISM allows; set in
+config.py), never per token through transformers. `parse_generation` / `round_trip_mismatch` are the
+per-sample reference through the tokenizer's own decode/encode; tests/train/test_train_parse.py checks
+both give the same result on every shared dataset and on non-canonical sampler output.
+
 Kimi-K2.5 layout (prompt ends with `<think>`):
     reasoning </think> answer [<|tool_calls_section_begin|> (<|tool_call_begin|> id
     <|tool_call_argument_begin|> args <|tool_call_end|>)* <|tool_calls_section_end|>] <|im_end|>
@@ -19,6 +26,7 @@ Qwen3 layout (the model opens the block itself):
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,11 +61,26 @@ def _index(ids: list[int], token: int | None, start: int = 0) -> int:
         return -1
 
 
-def _kimi_tool_calls(
-    ids: list[int], profile: ModelProfile, tokenizer: Any, problems: list[str]
-) -> list[dict[str, Any]]:
+_JSON_CHECK = "tool_arguments_not_json"
+
+
+@dataclass
+class _Plan:
+    """The id-level part of a parse: which runs of ids to decode, and the reason codes.
+
+    segments: [reasoning, content, (call id, arguments) per tool call]; only [reasoning] without a
+    think-end. problems holds an int k where call k's arguments must be checked as JSON (the check
+    needs their text), so reason codes keep the order of the per-sample parse.
+    """
+
+    segments: list[list[int]]
+    problems: list[str | int]
+    think_end_pos: int | None
+    n_calls: int = 0
+
+
+def _kimi_tool_call_plan(ids: list[int], profile: ModelProfile, plan: _Plan) -> None:
     t = profile.tool_call_ids
-    calls: list[dict[str, Any]] = []
     pos = 0
     while True:
         b = _index(ids, t.call_begin, pos)
@@ -66,24 +89,17 @@ def _kimi_tool_calls(
         a = _index(ids, t.argument_begin, b + 1)
         e = _index(ids, t.call_end, b + 1)
         if a < 0 or e < 0 or a > e:
-            problems.append("unterminated_tool_call")
+            plan.problems.append("unterminated_tool_call")
             break
-        call_id = _decode(tokenizer, ids[b + 1 : a]).strip()
-        args = _decode(tokenizer, ids[a + 1 : e])
-        # "functions.get_weather:0" -> "get_weather"
-        name = call_id.split(".", 1)[-1].rsplit(":", 1)[0]
-        try:
-            json.loads(args)
-        except ValueError:
-            problems.append("tool_arguments_not_json")
-        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+        plan.segments += [ids[b + 1 : a], ids[a + 1 : e]]
+        plan.problems.append(plan.n_calls)
+        plan.n_calls += 1
         pos = e + 1
-    return calls
 
 
-def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
+def _plan(output_ids: Any, profile: ModelProfile) -> _Plan:
     ids = list(output_ids)
-    problems: list[str] = []
+    problems: list[str | int] = []
     if ids and ids[-1] in profile.stop_token_ids:
         ids = ids[:-1]
     else:
@@ -97,10 +113,10 @@ def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: An
     te = _index(ids, profile.think_end_id, start)
     if te < 0:
         problems.append("no_think_end")
-        return ParsedGeneration(reasoning=_decode(tokenizer, ids[start:]), content="", problems=problems)
+        return _Plan(segments=[ids[start:]], problems=problems, think_end_pos=None)
     reasoning_ids, rest = ids[start:te], ids[te + 1 :]
     t = profile.tool_call_ids
-    tool_calls: list[dict[str, Any]] = []
+    plan = _Plan(segments=[reasoning_ids, rest], problems=problems, think_end_pos=te)
     if t.section_begin is not None:  # Kimi: one section of calls after the answer text
         sb = _index(rest, t.section_begin)
         if sb >= 0:
@@ -110,43 +126,130 @@ def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: An
                 se = len(rest)
             elif se != len(rest) - 1:
                 problems.append("text_after_tool_section")
-            tool_calls = _kimi_tool_calls(rest[sb + 1 : se], profile, tokenizer, problems)
-            rest = rest[:sb]
+            plan.segments[1] = rest[:sb]
+            _kimi_tool_call_plan(rest[sb + 1 : se], profile, plan)
         if _index(reasoning_ids, t.section_begin) >= 0:
             problems.append("tool_call_inside_reasoning")
+    return plan
+
+
+def _finish(plan: _Plan, texts: list[str]) -> ParsedGeneration:
+    """The parse from its plan and the decoded text of each of its segments (same order)."""
+    calls: list[dict[str, Any]] = []
+    bad_json: set[int] = set()
+    for k in range(plan.n_calls):
+        call_id = texts[2 + 2 * k].strip()
+        args = texts[3 + 2 * k]
+        # "functions.get_weather:0" -> "get_weather"
+        name = call_id.split(".", 1)[-1].rsplit(":", 1)[0]
+        try:
+            json.loads(args)
+        except ValueError:
+            bad_json.add(k)
+        calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+    problems = [p if isinstance(p, str) else _JSON_CHECK for p in plan.problems if isinstance(p, str) or p in bad_json]
     return ParsedGeneration(
-        reasoning=_decode(tokenizer, reasoning_ids),
-        content=_decode(tokenizer, rest),
-        tool_calls=tool_calls,
-        think_end_pos=te,
+        reasoning=texts[0],
+        content=texts[1] if plan.think_end_pos is not None else "",
+        tool_calls=calls,
+        think_end_pos=plan.think_end_pos,
         problems=problems,
     )
 
 
-def assistant_turn_text(parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> str:
+def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
+    """One generation, decoded through the tokenizer's own `decode` (the reference for parse_generations_batch)."""
+    plan = _plan(output_ids, profile)
+    return _finish(plan, [_decode(tokenizer, s) for s in plan.segments])
+
+
+def parse_generations_batch(outputs: Sequence[Any], profile: ModelProfile, tokenizer: Any) -> list[ParsedGeneration]:
+    """parse_generation for many samples, every segment decoded in one batch call (see batch_decode)."""
+    plans = [_plan(ids, profile) for ids in outputs]
+    texts = batch_decode(tokenizer, [s for p in plans for s in p.segments])
+    out: list[ParsedGeneration] = []
+    pos = 0
+    for p in plans:
+        n = len(p.segments)
+        out.append(_finish(p, texts[pos : pos + n]))
+        pos += n
+    return out
+
+
+def _backend(tokenizer: Any) -> Any:
+    """The `tokenizers` (Rust) tokenizer behind a transformers fast tokenizer, or None for a slow one."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    return backend if backend is not None and hasattr(backend, "encode_batch") else None
+
+
+def batch_decode(tokenizer: Any, seqs: list[list[int]]) -> list[str]:
+    """tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) for each sequence.
+
+    A fast tokenizer decodes the whole batch in Rust (`tokenizers.Tokenizer.decode_batch`, threads when
+    TOKENIZERS_PARALLELISM allows): no per-token Python conversion. A slow tokenizer decodes one by one.
+    """
+    backend = _backend(tokenizer)
+    if backend is None:
+        return [_decode(tokenizer, s) for s in seqs]
+    return list(backend.decode_batch(seqs, skip_special_tokens=False))
+
+
+def batch_encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """tokenizer.encode(text, add_special_tokens=False) for each text, in one Rust batch call when fast."""
+    backend = _backend(tokenizer)
+    if backend is None:
+        return [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    # encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody reads here
+    encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
+    return [e.ids for e in encode(texts, add_special_tokens=False)]
+
+
+def _markers(profile: ModelProfile, tokenizer: Any) -> dict[str, str]:
+    """The marker tokens' strings an assistant turn is assembled with (looked up once per batch)."""
+    tok = tokenizer.convert_ids_to_tokens
+    t = profile.tool_call_ids
+    out = {"think_end": tok(profile.think_end_id), "eot": tok(profile.end_of_turn_id)}
+    if t.section_begin is not None:
+        out.update(
+            section_begin=tok(t.section_begin),
+            section_end=tok(t.section_end),
+            call_begin=tok(t.call_begin),
+            argument_begin=tok(t.argument_begin),
+            call_end=tok(t.call_end),
+        )
+    else:
+        out["think_start"] = tok(profile.think_start_id)
+    return out
+
+
+def assistant_turn_text(
+    parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any, markers: dict[str, str] | None = None
+) -> str:
     """The assistant turn as the chat template renders a kept-reasoning turn, after the generation prompt.
 
     Kimi's template drops the reasoning of a final plain answer when it renders history, so the
     turn is assembled here exactly as its suffix branch writes it (reasoning kept).
     """
-    think_end = tokenizer.convert_ids_to_tokens(profile.think_end_id)
-    eot = tokenizer.convert_ids_to_tokens(profile.end_of_turn_id)
-    t = profile.tool_call_ids
-    if t.section_begin is not None:
+    m = markers if markers is not None else _markers(profile, tokenizer)
+    if "section_begin" in m:
         calls = ""
         if parsed.tool_calls:
-            tok = tokenizer.convert_ids_to_tokens
             calls = (
-                tok(t.section_begin)
+                m["section_begin"]
                 + "".join(
-                    f"{tok(t.call_begin)}{c['id']}{tok(t.argument_begin)}{c['function']['arguments']}{tok(t.call_end)}"
+                    f"{m['call_begin']}{c['id']}{m['argument_begin']}{c['function']['arguments']}{m['call_end']}"
                     for c in parsed.tool_calls
                 )
-                + tok(t.section_end)
+                + m["section_end"]
             )
-        return f"{parsed.reasoning}{think_end}{parsed.content}{calls}{eot}"
-    think_start = tokenizer.convert_ids_to_tokens(profile.think_start_id)
-    return f"{think_start}{parsed.reasoning}{think_end}{parsed.content}{eot}"
+        return f"{parsed.reasoning}{m['think_end']}{parsed.content}{calls}{m['eot']}"
+    return f"{m['think_start']}{parsed.reasoning}{m['think_end']}{parsed.content}{m['eot']}"
+
+
+def _first_difference(again: list[int], ids: list[int]) -> int | None:
+    if again == ids:
+        return None
+    return next((i for i, (a, b) in enumerate(zip(again, ids)) if a != b), min(len(again), len(ids)))
 
 
 def round_trip_mismatch(
@@ -157,13 +260,20 @@ def round_trip_mismatch(
     A mismatch with a clean parse is non-canonical tokenization (a sampler emitted e.g. `hel`+`lo` where
     encoding the text gives `hello`): the ids are valid training data, but re-tokenizing the text gives
     other ids, so text-level exports flag or leave out such a row (never the token-level tables).
+    Encodes through the tokenizer's own `encode`: the reference for round_trip_mismatches.
     """
     text = assistant_turn_text(parsed, profile, tokenizer)
-    again = tokenizer.encode(text, add_special_tokens=False)
-    ids = list(output_ids)
-    if again == ids:
-        return None
-    return next((i for i, (a, b) in enumerate(zip(again, ids)) if a != b), min(len(again), len(ids)))
+    return _first_difference(tokenizer.encode(text, add_special_tokens=False), list(output_ids))
+
+
+def round_trip_mismatches(
+    outputs: Sequence[Any], parsed: Sequence[ParsedGeneration], profile: ModelProfile, tokenizer: Any
+) -> list[int | None]:
+    """round_trip_mismatch for many samples: the turns assembled with markers looked up once, encoded in one
+    Rust batch call (batch_encode), compared as plain int lists."""
+    markers = _markers(profile, tokenizer)
+    again = batch_encode(tokenizer, [assistant_turn_text(p, profile, tokenizer, markers) for p in parsed])
+    return [_first_difference(a, list(ids)) for a, ids in zip(again, outputs)]
 
 
 def round_trips(output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> bool:

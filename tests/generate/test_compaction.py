@@ -138,15 +138,15 @@ def test_failed_compacted_write_leaves_nothing_under_a_final_name(tmp_path: Path
     out = tmp_path / "shard=0000"
     before = _fill(out)
     names = [f.name for f in chunk_files(out)]
-    real = store.write_table_atomic
+    real = store.ParquetSink
 
-    def disk_full(table, path, **kw):
-        if ".compacted." in path.name:
-            (path.parent / f".{path.name}.half.tmp").write_bytes(b"PAR1 half")  # what a full disk leaves
+    class DiskFull(real):  # the compacted chunk is streamed: the disk fills up after its first part
+        def write_table(self, table):
+            super().write_table(table)
+            (self.tmp.parent / f".{self.target.name}.half.tmp").write_bytes(b"PAR1 half")  # what a crash leaves
             raise OSError(28, "No space left on device")
-        return real(table, path, **kw)
 
-    monkeypatch.setattr(store, "write_table_atomic", disk_full)
+    monkeypatch.setattr(store, "ParquetSink", DiskFull)
     st = ShardStore(out, write_retries=1)
     st.open()
     try:
@@ -156,7 +156,7 @@ def test_failed_compacted_write_leaves_nothing_under_a_final_name(tmp_path: Path
         st.close()
     assert [f.name for f in chunk_files(out)] == names
     assert read_generations(out).equals(before)
-    monkeypatch.setattr(store, "write_table_atomic", real)
+    monkeypatch.setattr(store, "ParquetSink", real)
     st.open()  # the next open removes the temp file; a later compaction succeeds
     try:
         assert not list(out.glob(".*.tmp"))
@@ -265,14 +265,13 @@ def test_generate_shard_reports_a_failed_compaction_and_keeps_the_data(
     from eagle3_dagster.generate import store
 
     out = tmp_path / "shard=0000"
-    real = store.write_table_atomic
+    real = store.ParquetSink
 
-    def no_compacted(table, path, **kw):
-        if ".compacted." in path.name:
+    class NoCompacted(real):  # the compacted chunk (streamed through a ParquetSink) finds the disk full
+        def write_table(self, table):
             raise OSError(28, "No space left on device")
-        return real(table, path, **kw)
 
-    monkeypatch.setattr(store, "write_table_atomic", no_compacted)
+    monkeypatch.setattr(store, "ParquetSink", NoCompacted)
     rep = generate_shard(prompts, out, make_config(clean_sim.url, flush_every_n=2, flush_every_s=60, write_retries=0))
     assert rep.succeeded == N and rep.chunks_compacted == 0
     assert rep.compaction_error and "No space left" in rep.compaction_error
@@ -280,7 +279,7 @@ def test_generate_shard_reports_a_failed_compaction_and_keeps_the_data(
     assert len(files) == rep.chunks_written and not any(".compacted." in f.name for f in files)
     before = read_generations(out)
     assert before.height == N
-    monkeypatch.setattr(store, "write_table_atomic", real)
+    monkeypatch.setattr(store, "ParquetSink", real)
     rep = generate_shard(prompts, out, make_config(clean_sim.url))
     assert rep.chunks_compacted == len(files) and rep.compaction_error is None
     assert read_generations(out).equals(before)

@@ -160,3 +160,150 @@ def test_history_tool_call_arguments_become_json_strings(kimi_profile, kimi_toke
     # history: the text the chat template rendered into the prompt (json.dumps, non-ASCII kept)
     assert args[0] == '{"city": "Zürich", "days": [1, 2]}'
     assert args[1:] == ['{"city": "Paris"}', '{"tz": "Europe/Paris"}']
+
+
+# --- the batched path (Rust batch decode/encode) equals the per-sample reference -------------------
+
+
+def _dataset_strings(datasets_dir, per_file: int = 40) -> list[str]:
+    """Up to `per_file` distinct non-empty strings from every shared dataset file (all of their fields)."""
+    import pyarrow.parquet as pq
+
+    def walk(v, out: list[str]) -> None:
+        if isinstance(v, str) and v.strip():
+            out.append(v)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x, out)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x, out)
+
+    texts: list[str] = []
+    files = sorted(f for f in datasets_dir.glob("*/*") if f.suffix in (".json", ".jsonl", ".parquet"))
+    assert len(files) >= 11, files
+    for f in files:
+        if f.suffix == ".parquet":
+            records = pq.read_table(f).slice(0, 200).to_pylist()
+        else:
+            raw = f.read_text(encoding="utf-8")
+            records = (
+                json.loads(raw)
+                if raw.lstrip().startswith("[")
+                else [json.loads(x) for x in raw.splitlines()[:200] if x.strip()]
+            )
+        found: list[str] = []
+        for r in records[:200]:
+            walk(r, found)
+        texts += list(dict.fromkeys(found))[:per_file]
+    return texts
+
+
+def _outputs(profile, tok, texts: list[str]) -> list[list[int]]:
+    """Generations as a sampler writes them: plain answers, tool calls (valid and broken JSON), truncated
+    outputs, and non-canonical token splits made by the simulator's own splitter (eagle3-sim --noncanonical-rate)."""
+    import random
+
+    from eagle3_dagster.sim.noncanonical import NonCanonicalSplitter
+
+    kimi = profile.tool_call_ids.section_begin is not None
+    splitter = NonCanonicalSplitter(tok, 1.0, max_splits=3)
+    rng = random.Random(17)
+    out: list[list[int]] = []
+    for i, (r, a) in enumerate(zip(texts, texts[1:] + texts[:1])):
+        r, a = r[:3000], a[:3000]
+        if kimi:
+            turn = f"{r}</think>{a}<|im_end|>"
+            args = json.dumps({"q": a[:300], "n": i}, ensure_ascii=False) if i % 3 else a[:80]
+            tools = (
+                f"{r}</think>{a[:200]}<|tool_calls_section_begin|><|tool_call_begin|>functions.f_{i}:0"
+                f"<|tool_call_argument_begin|>{args}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+            )
+        else:
+            turn = f"<think>\n{r}\n</think>\n\n{a}<|im_end|>"
+            tools = f'<think>\n{r}\n</think>\n\n<tool_call>\n{{"name": "f", "arguments": {json.dumps(a[:200])}}}\n</tool_call><|im_end|>'
+        ids = tok.encode(turn, add_special_tokens=False)
+        out += [ids, tok.encode(tools, add_special_tokens=False), ids[: len(ids) // 2]]
+        out.append(splitter.apply(ids, rng))
+    return out
+
+
+@pytest.mark.parametrize("which", ["kimi", "qwen"])
+def test_batched_parse_and_round_trip_equal_the_per_sample_path(
+    which, kimi_profile, kimi_tokenizer, qwen_profile, datasets_dir
+):
+    from transformers import AutoTokenizer
+
+    from eagle3_dagster.train.parse import parse_generations_batch, round_trip_mismatches
+
+    profile, tok = (
+        (kimi_profile, kimi_tokenizer)
+        if which == "kimi"
+        else (qwen_profile, AutoTokenizer.from_pretrained(qwen_profile.tokenizer))
+    )
+    outputs = _outputs(profile, tok, _dataset_strings(datasets_dir))
+    reference = [parse_generation(ids, profile, tok) for ids in outputs]
+    batched = parse_generations_batch(outputs, profile, tok)
+    assert batched == reference
+    ref_rt = [round_trip_mismatch(ids, p, profile, tok) for ids, p in zip(outputs, reference)]
+    assert round_trip_mismatches(outputs, batched, profile, tok) == ref_rt
+    # the inputs cover what the equality must hold for: clean, quarantined, non-canonical, tool calls
+    problems = {p for g in reference for p in g.problems}
+    assert {"no_end_of_turn", "no_think_end"} <= problems
+    clean = [m for g, m in zip(reference, ref_rt) if not g.problems]
+    assert sum(m is None for m in clean) > 300 and sum(m is not None for m in clean) > 50
+    if which == "kimi":
+        assert "tool_arguments_not_json" in problems and sum(bool(g.tool_calls) for g in reference) > 100
+
+
+def test_parse_generations_frame_equals_the_per_row_path(kimi_profile, kimi_tokenizer, datasets_dir):
+    """parse_generations (batched, in PARSE_BATCH rows) gives the frame the per-row loop gave, row for row."""
+    from eagle3_dagster.train.conversations import CONVERSATION_FAILURES_SCHEMA, CONVERSATIONS_SCHEMA, openai_tool_calls
+
+    outputs = _outputs(kimi_profile, kimi_tokenizer, _dataset_strings(datasets_dir, per_file=25))
+    n = len(outputs)
+    assert n > 600  # more than two batches
+    prompts = pl.DataFrame(
+        {
+            "prompt_id": [f"p{i}" for i in range(0, n, 2)],
+            "messages": [json.dumps([{"role": "user", "content": f"q{i}"}]) for i in range(0, n, 2)],
+            "tools": [None] * len(range(0, n, 2)),
+        }
+    )
+    gens = pl.DataFrame(
+        {
+            "sample_id": [f"s{i:05d}" for i in range(n)],
+            "prompt_id": [f"p{i - i % 2}" if i % 97 else "missing" for i in range(n)],
+            "output_ids": outputs,
+        }
+    )
+    ok, failed, counts = parse_generations(gens, prompts, kimi_profile, kimi_tokenizer)
+    # the per-row reference (the loop parse_generations ran before batching)
+    by_prompt = {r["prompt_id"]: (r["messages"], r["tools"]) for r in prompts.iter_rows(named=True)}
+    ok_rows, fail_rows, rt_ok = [], [], 0
+    for r in gens.iter_rows(named=True):
+        if r["prompt_id"] not in by_prompt:
+            fail_rows.append({"row_id": r["sample_id"], "reasons": ["prompt_missing"]})
+            continue
+        p = parse_generation(r["output_ids"], kimi_profile, kimi_tokenizer)
+        mm = round_trip_mismatch(r["output_ids"], p, kimi_profile, kimi_tokenizer)
+        rt_ok += mm is None
+        if p.problems:
+            fail_rows.append({"row_id": r["sample_id"], "reasons": list(p.problems)})
+            continue
+        conv = openai_tool_calls(json.loads(by_prompt[r["prompt_id"]][0])) + [p.assistant_message()]
+        ok_rows.append(
+            {
+                "sample_id": r["sample_id"],
+                "conversation": json.dumps(conv, ensure_ascii=False, sort_keys=True),
+                "tools": None,
+                "text_exact": mm is None,
+                "text_mismatch_pos": mm,
+            }
+        )
+    assert ok.equals(pl.DataFrame(ok_rows, schema=CONVERSATIONS_SCHEMA))
+    assert failed.equals(pl.DataFrame(fail_rows, schema=CONVERSATION_FAILURES_SCHEMA))
+    assert counts["round_trip_ok"] == rt_ok and counts["parsed"] == n == ok.height + failed.height
+    assert (
+        counts["text_exact_false"] > 0 and failed.filter(pl.col("reasons").list.contains("prompt_missing")).height > 0
+    )
