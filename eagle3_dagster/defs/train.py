@@ -5,15 +5,16 @@ import json
 import dagster as dg
 import polars as pl
 
-from ..generate import read_generations
-from ..quality import read_gate_result, run_gate, training_features
-from ..quality.features import available_source_shares
-from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
-from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
-from ..train import build_training_samples
-from ..train.conversations import parse_generations
-from ..train.summary import SUMMARY_FILE, headline, summarize_samples
-from .gates import gate_check_results, gate_check_specs, store_gate_result
+from ..config import apply_tokenizers_parallelism
+from ..generate.store import iter_generations
+from ..orchestration.stage import gated_result
+from ..quality import read_gate_result
+from ..quality.features import available_source_shares, with_training_table_features
+from ..schemas import TOKENIZED_PROMPTS
+from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir
+from ..train.shard import build_training_shard
+from ..train.summary import SUMMARY_FILE, headline, summarize
+from .gates import gate_check_specs
 from .generate import ACTIVE_FILE
 from .metadata import to_metadata
 from .partitions import shard_partitions
@@ -21,6 +22,7 @@ from .resources import PipelineSettings, cached_renderer
 
 GROUP = "train"
 MAX_TRAIN_LEN = 65536
+GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
 
 
 def _require_passed_gates(data, shard: int) -> dict:
@@ -65,42 +67,32 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     active_path = gen_dir / ACTIVE_FILE
     if not active_path.exists():
         raise dg.Failure(f"shard {shard:04d}: {active_path} is missing; materialize `generations` first")
-    # only the samples of the latest generations materialization (the current cache keys)
-    gens = read_generations(gen_dir).join(read_parquet(active_path, columns=["sample_id"]), on="sample_id", how="semi")
-    bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
-    bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
-    errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
+    # only the samples of the latest generations materialization (the current cache keys), streamed
+    active = read_parquet(active_path, columns=["sample_id"])["sample_id"]
+    errors_path = gen_dir / "errors.parquet"
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
-    tokenizer = cached_renderer(profile).tokenizer
-    candidates = gens.filter(
-        ~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts))
-    )
-    conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
-    samples, counts = build_training_samples(
-        gens,
-        tokenized,
-        exclude_sample_ids=bad_samples | set(parse_failures["row_id"].to_list()),
-        exclude_prompt_ids=bad_prompts,
-        conversations=conversations,
-    )
+    apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
     out = shard_dir(data, "training_samples", shard)
-    write_frame_atomic(parse_failures, out / "quarantine.parquet")
-    path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
+    built = build_training_shard(
+        iter_generations(gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS),
+        active,
+        tokenized,
+        prompts,
+        profile,
+        cached_renderer(profile).tokenizer,
+        bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()),
+        bad_prompt_ids=set(gates["prompts"].row_failures["row_id"].to_list()),
+        out_path=out / "part-0000.parquet",
+        quarantine_path=out / "quarantine.parquet",
+        max_total_len=MAX_TRAIN_LEN,
+        spill_dir=pipeline.work_path,
+    )
+    counts, parse_counts = built.counts, built.parse_counts
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
-    features = training_features(
-        samples, profile, max_total_len=MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
-    )
+    features = with_training_table_features(built.row_features, available_source_shares(tokenized))
     # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
-    summary = summarize_samples(samples, profile)
+    summary = summarize(built.stats)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
-    gate = run_gate(
-        "training_samples",
-        features,
-        expectations_dir=pipeline.expectations_path,
-        context_dir=pipeline.gx_context_dir,
-        profile=profile,
-    )
-    report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
     context.log.info(
         f"training_samples shard {shard:04d}: "
         + " · ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in dict(counts).items())
@@ -111,17 +103,22 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "(non-canonical tokenization: their text re-encodes to other ids); kept in training_samples and "
             "specforge_prompts.jsonl, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl"
         )
-    return dg.MaterializeResult(
+    _, result = gated_result(
+        context,
+        pipeline,
+        "training_samples",
+        shard,
+        features,
+        profile,
         metadata={
             **to_metadata(counts),
             **to_metadata(parse_counts),
             "round_trip_rate": rt_rate,
-            "text_exact_rows": int(samples["text_exact"].sum() or 0) if samples.height else 0,
+            "text_exact_rows": built.text_exact_rows,
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
-            "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
+            "supervised_tokens": built.supervised_tokens,
             **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
-            "path": dg.MetadataValue.path(str(path)),
-            **report_meta,
+            "path": dg.MetadataValue.path(str(out / "part-0000.parquet")),
         },
-        check_results=gate_check_results("training_samples", gate, ()),
     )
+    return result

@@ -268,22 +268,45 @@ def compacted_from(path: DataPath) -> list[str]:
     return [str(n) for n in json.loads(raw)] if raw else []
 
 
-def _winners(files: list[DataPath]) -> tuple[list[int], np.ndarray]:
-    """Rows per chunk and the keep mask over their concatenation: the first row per sample_id in name
-    order (keep="first"), decided from the sample_id column alone."""
+def _winners(files: list[DataPath]) -> tuple[list[int], np.ndarray, pl.Series]:
+    """Rows per chunk, the keep mask over their concatenation (the first row per sample_id in name order,
+    keep="first") and the sample_ids it was decided from (the only column read)."""
     ids = [parquet_file(f).read(columns=["sample_id"]).column("sample_id").cast(pa.string()) for f in files]
-    keep = (
-        pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()), dtype=pl.String)
-        .is_first_distinct()
-        .to_numpy()
+    all_ids = pl.Series(
+        "sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()), dtype=pl.String
     )
-    return [len(a) for a in ids], np.asarray(keep, dtype=bool)
+    keep = all_ids.is_first_distinct().to_numpy()
+    return [len(a) for a in ids], np.asarray(keep, dtype=bool), all_ids
+
+
+def iter_generations(
+    out_dir: StoreDir, *, only: pl.Series | None = None, batch_rows: int = 1024
+) -> Iterator[pl.DataFrame]:
+    """read_generations(out_dir) (restricted to the sample_ids in `only`) in batches of at most `batch_rows`
+    rows, same rows in the same order: one record batch in memory at a time, whatever the shard's size."""
+    files = chunk_files(out_dir)
+    if not files:
+        return
+    counts, keep, ids = _winners(files)
+    if only is not None:
+        keep &= ids.is_in(only.cast(pl.String).implode()).to_numpy()
+    offset = 0
+    for f, n in zip(files, counts):
+        pos = offset
+        for rb in parquet_file(f).iter_batches(batch_size=batch_rows):
+            mask = keep[pos : pos + rb.num_rows]
+            pos += rb.num_rows
+            if mask.any():
+                yield cast(pl.DataFrame, pl.from_arrow(pa.Table.from_batches([rb]))).filter(pl.Series(mask))
+        if pos != offset + n:
+            raise StoreWriteError(f"{f} changed while it was read")
+        offset += n
 
 
 def _winning_parts(files: list[DataPath]) -> Iterator[pa.Table]:
     """Each chunk's winning rows as a GENERATIONS table, one chunk in memory at a time."""
     schema = schemas.GENERATIONS
-    counts, keep = _winners(files)
+    counts, keep, _ = _winners(files)
     offset = 0
     for f, n in zip(files, counts):
         t = parquet_file(f).read()

@@ -408,6 +408,11 @@ def training_features(
     whose rows were lost to rejects or quarantine makes the others over-represented. Null (not
     judged) without `available_shares`.
     """
+    return with_training_table_features(training_row_features(samples, max_total_len=max_total_len), available_shares)
+
+
+def training_row_features(samples: pl.DataFrame, *, max_total_len: int) -> pl.DataFrame:
+    """The per-row part of training_features: one row of scalars per sample, batch by batch (streamed)."""
     ids = pl.col("input_ids")
     mask = pl.col("loss_mask")
     n = ids.list.len().cast(pl.Int32)
@@ -437,6 +442,12 @@ def training_features(
         (n <= max_total_len).alias("fits_max_len"),
         ids.hash().alias("input_hash"),
     )
+    return feats
+
+
+def with_training_table_features(feats: pl.DataFrame, available_shares: dict[str, float] | None) -> pl.DataFrame:
+    """The table-level columns of training_features (source_share, source_share_excess) over the whole shard's
+    row features."""
     total = max(feats.height, 1)
     feats = feats.with_columns((pl.len().over("source") / total).alias("source_share"))
     if available_shares is None:

@@ -10,6 +10,7 @@ import dagster as dg
 import polars as pl
 import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
+from stream_reference import assert_training_shard_equals_whole_shard_build, small_stream_batches  # noqa: F401
 
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.defs.run import materialize_graph
@@ -19,6 +20,7 @@ from eagle3_dagster.train.export import CONVERSATIONS_FILE, PREFORMATTED_FILE, S
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.usefixtures("small_stream_batches")
 def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_tokenizer):
     data = tmp_path / "data"
     with start_simulator(extra_args=["--noncanonical-rate", "0.6"]) as sim:
@@ -37,6 +39,9 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
         import httpx
 
         split = httpx.get(sim.url + "/_sim/stats", timeout=10).json()["noncanonical"]
+
+    # the streamed training stage (tiny batches and sort buckets here) wrote what the whole-shard build writes
+    assert_training_shard_equals_whole_shard_build(data, shard, res["pipeline"], train_meta, tmp_path)
 
     k = int(shard)
     prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == k)

@@ -1,0 +1,114 @@
+"""The gated shard stage, streamed: read -> domain -> write -> features -> gate -> MaterializeResult.
+
+A shard step never holds the shard: the domain function consumes input batches and hands its output
+rows to a `SortedSpill`, which writes them in bounded buckets and gives them back sorted by their key
+(the order the tables have always had: one Parquet file sorted by sample_id), one bucket at a time, to
+be written to the final file through a ParquetSink (appears under its final name only when complete).
+What the gate judges is the whole shard, but only its per-row scalar features (a few numbers a row)
+are kept for it; `gated_result` validates that frame with the stage's GX suite exactly as before
+(`mostly` semantics unchanged), stores the result and returns the step's MaterializeResult.
+
+Peak memory: one input batch + one output bucket + the shard's feature columns, flat in the shard's
+size (bench/shard_memory.py measures it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import dagster as dg
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..quality import run_gate
+
+BUCKET_ROWS = 1024  # rows a sorted output bucket holds (about 16 MB of 1,600-token training rows)
+
+
+class SortedSpill:
+    """Rows sorted by a unique string key, in bounded memory (an external bucket sort).
+
+    `keys` are every key the rows may have (one small column for the shard); they are cut into
+    buckets of `bucket_rows` consecutive sorted keys. `add()` appends each row to its bucket's spill
+    file; `sorted_batches()` then reads the buckets in key order, each sorted: the rows come back in
+    exactly `concat(all rows).sort(key)` order, at most one bucket in memory.
+    """
+
+    def __init__(
+        self, keys: pl.Series, key: str, *, spill_dir: Path | None = None, bucket_rows: int | None = None
+    ) -> None:
+        self.key = key
+        bucket_rows = bucket_rows or BUCKET_ROWS
+        ordered = keys.cast(pl.String).sort()
+        self.bounds = ordered.gather(list(range(bucket_rows, ordered.len(), bucket_rows)))
+        self.dir = Path(tempfile.mkdtemp(prefix="eagle3-spill-", dir=spill_dir))
+        self.writers: dict[int, pq.ParquetWriter] = {}
+        self.rows = 0
+
+    def add(self, df: pl.DataFrame) -> None:
+        if df.height == 0:
+            return
+        bucket = self.bounds.search_sorted(df[self.key].cast(pl.String), side="right")
+        df = df.with_columns(bucket.alias("__bucket"))
+        for (b,), part in df.group_by("__bucket", maintain_order=True):
+            table = part.drop("__bucket").to_arrow()
+            w = self.writers.get(int(cast(int, b)))
+            if w is None:
+                w = self.writers[int(cast(int, b))] = pq.ParquetWriter(
+                    self.dir / f"{int(cast(int, b)):06d}.parquet", table.schema, compression="lz4"
+                )
+            w.write_table(table.cast(w.schema))
+        self.rows += df.height
+
+    def sorted_batches(self) -> Iterator[pl.DataFrame]:
+        for w in self.writers.values():
+            w.close()
+        try:
+            for b in sorted(self.writers):
+                path = self.dir / f"{b:06d}.parquet"
+                yield pl.read_parquet(path).sort(self.key)
+                path.unlink()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def arrow_batch(df: pl.DataFrame, schema: pa.Schema) -> pa.Table:
+    """A frame as the table's Arrow schema (the cast write_frame_atomic(df, path, schema=...) applies)."""
+    return df.to_arrow().select(schema.names).cast(schema)
+
+
+def gated_result(
+    context: Any,
+    pipeline: Any,
+    gate: str,
+    shard: int,
+    features: pl.DataFrame,
+    profile: Any,
+    *,
+    metadata: dict[str, Any],
+    headlines: tuple[Any, ...] = (),
+) -> tuple[Any, dg.MaterializeResult]:
+    """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
+    consumers), refresh the report; return (the gate result, the step's MaterializeResult with its checks)."""
+    from ..defs.gates import gate_check_results, store_gate_result
+
+    result = run_gate(
+        gate,
+        features,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=pipeline.gx_context_dir,
+        profile=profile,
+    )
+    report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
+    return result, dg.MaterializeResult(
+        metadata={**metadata, **report_meta},
+        check_results=gate_check_results(gate, result, headlines),
+    )

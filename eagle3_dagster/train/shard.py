@@ -1,0 +1,112 @@
+"""One shard's training samples, streamed: generations in batches -> parse + round trip -> ids + loss mask.
+
+The same rows, columns and order as building the whole shard at once (parse_generations +
+build_training_samples over every generation, sorted by sample_id): each batch of generations is
+parsed and built on its own, the rows go through a SortedSpill (orchestration/stage.py) and are written
+bucket by bucket in sample_id order. Kept for the whole shard: the parse failures (row id + reasons,
+the quarantine file) and per-row scalars only (the gate's feature columns, the summary's statistics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import polars as pl
+
+from ..orchestration.stage import SortedSpill, arrow_batch
+from ..profiles import ModelProfile
+from ..quality.features import training_row_features
+from ..schemas import TRAINING_SAMPLES
+from ..storage import ParquetSink, PathLike, write_frame_atomic
+from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
+from .samples import build_training_samples
+from .summary import sample_stats
+
+
+@dataclass
+class TrainingShard:
+    counts: dict[str, int] = field(default_factory=dict)  # generations = samples + excluded + missing_prompt
+    parse_counts: dict[str, int] = field(default_factory=dict)  # parsed = ok + parse_failures
+    row_features: pl.DataFrame = field(default_factory=pl.DataFrame)  # training_row_features of every row
+    stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # summary.sample_stats of every row
+    text_exact_rows: int = 0
+    supervised_tokens: int = 0
+
+
+def _add(total: dict[str, int], part: dict[str, int]) -> None:
+    for k, v in part.items():
+        total[k] = total.get(k, 0) + int(v)
+
+
+def build_training_shard(
+    generations: Iterable[pl.DataFrame],
+    sample_ids: pl.Series,
+    tokenized: pl.DataFrame,
+    prompts: pl.DataFrame,
+    profile: ModelProfile,
+    tokenizer: Any,
+    *,
+    bad_sample_ids: set[str],
+    bad_prompt_ids: set[str],
+    out_path: PathLike,
+    quarantine_path: PathLike,
+    max_total_len: int,
+    spill_dir: Path | None = None,
+) -> TrainingShard:
+    """Write the shard's training table (out_path) and parse quarantine (quarantine_path) from batches of
+    its generations (`sample_ids`: every sample_id the batches may hold). Memory: a batch, a bucket and
+    the per-row scalars."""
+    res = TrainingShard()
+    prompt_ids = tokenized.select("prompt_id", "input_ids", "tokenizer_fingerprint")
+    failures: list[pl.DataFrame] = []
+    features: list[pl.DataFrame] = []
+    stats: list[pl.DataFrame] = []
+    spill = SortedSpill(sample_ids, "sample_id", spill_dir=spill_dir)
+    sink = None
+    try:
+        for gens in generations:
+            candidates = gens.filter(
+                ~pl.col("sample_id").is_in(list(bad_sample_ids)) & ~pl.col("prompt_id").is_in(list(bad_prompt_ids))
+            )
+            conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
+            samples, counts = build_training_samples(
+                gens,
+                prompt_ids,
+                exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
+                exclude_prompt_ids=bad_prompt_ids,
+                conversations=conversations,
+            )
+            _add(res.parse_counts, parse_counts)
+            _add(res.counts, counts)
+            failures.append(parse_failures)
+            spill.add(samples)
+        sink = ParquetSink(out_path, TRAINING_SAMPLES)
+        for batch in spill.sorted_batches():
+            sink.write_table(arrow_batch(batch, TRAINING_SAMPLES))
+            features.append(training_row_features(batch, max_total_len=max_total_len))
+            stats.append(sample_stats(batch, profile))
+            res.text_exact_rows += int(batch["text_exact"].sum() or 0)
+            res.supervised_tokens += int(batch["output_len"].sum() or 0)
+        write_frame_atomic(
+            pl.concat(failures).rechunk() if failures else pl.DataFrame(schema=CONVERSATION_FAILURES_SCHEMA),
+            quarantine_path,
+        )
+        sink.commit()
+    except BaseException:
+        if sink is not None:
+            sink.abort()
+        spill.close()
+        raise
+    empty = cast(pl.DataFrame, pl.from_arrow(TRAINING_SAMPLES.empty_table()))
+    res.row_features = pl.concat(features) if features else training_row_features(empty, max_total_len=max_total_len)
+    res.stats = pl.concat(stats) if stats else sample_stats(empty, profile)
+    for k in ("generations", "excluded", "missing_prompt", "samples"):
+        res.counts.setdefault(k, 0)
+    for k in ("parsed", "round_trip_ok", "parse_failures", "text_exact_false"):
+        res.parse_counts.setdefault(k, 0)
+    assert res.counts["generations"] == res.counts["samples"] + res.counts["excluded"] + res.counts["missing_prompt"]
+    assert res.counts["samples"] == spill.rows
+    return res

@@ -1,0 +1,92 @@
+"""The streamed training stage writes what the whole-shard build wrote (called from a real Dagster run's test).
+
+The reference is the whole-shard path (read every generation, parse_generations + build_training_samples
+over all of them, training_features, summarize_samples), computed here from the same stored inputs and
+gate results. `small_stream_batches` makes batches and sort buckets tiny so a demo shard crosses many of both.
+tests/pipeline/test_noncanonical_graph.py runs the graph (non-canonical outputs: text_exact true and false rows)
+and calls `assert_training_shard_equals_whole_shard_build`: no extra graph run for this check.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from eagle3_dagster.defs.resources import cached_renderer
+from eagle3_dagster.generate import read_generations
+from eagle3_dagster.quality import read_gate_result, run_gate, training_features
+from eagle3_dagster.quality.features import available_source_shares
+from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.storage import write_frame_atomic
+from eagle3_dagster.train import build_training_samples
+from eagle3_dagster.train.conversations import parse_generations
+from eagle3_dagster.train.summary import summarize_samples
+
+BATCH, BUCKET = 2, 2
+
+
+@pytest.fixture
+def small_stream_batches(monkeypatch):
+    from eagle3_dagster.defs import train as train_defs
+    from eagle3_dagster.orchestration import stage
+
+    monkeypatch.setattr(train_defs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
+    monkeypatch.setattr(stage, "BUCKET_ROWS", BUCKET)  # ... and many sort buckets for a demo shard
+
+
+def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipeline, meta, tmp_path: Path) -> None:
+    from eagle3_dagster.defs import train as train_defs
+
+    k = int(shard)
+    folder = data / "training_samples" / f"shard={shard}"
+    profile = pipeline.profile()
+    tokenizer = cached_renderer(profile).tokenizer
+    gen_dir = data / "generations" / f"shard={shard}"
+    gens = read_generations(gen_dir).join(pl.read_parquet(gen_dir / "active.parquet"), on="sample_id", how="semi")
+    tokenized = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "part-*.parquet")
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == k)
+    bad_p = set(read_gate_result(data, "prompts", k).row_failures["row_id"].to_list())
+    bad_s = set(read_gate_result(data, "generations", k).row_failures["row_id"].to_list())
+    cands = gens.filter(~pl.col("sample_id").is_in(list(bad_s)) & ~pl.col("prompt_id").is_in(list(bad_p)))
+    conv, failures, parse_counts = parse_generations(cands, prompts, profile, tokenizer)
+    samples, counts = build_training_samples(
+        gens,
+        tokenized,
+        exclude_sample_ids=bad_s | set(failures["row_id"].to_list()),
+        exclude_prompt_ids=bad_p,
+        conversations=conv,
+    )
+    assert samples.height > 3 * BUCKET and gens.height > 3 * BATCH  # the shard crossed several buckets and batches
+    assert samples["text_exact"].sum() < samples.height  # non-canonical rows are in it
+
+    # the training table: same rows, order, schema (row groups may differ: one per sort bucket)
+    written = pq.read_table(folder / "part-0000.parquet")
+    ref = samples.to_arrow().select(TRAINING_SAMPLES.names).cast(TRAINING_SAMPLES)
+    assert written.schema.equals(ref.schema) and written.equals(ref)
+    # the quarantine and the summary: byte for byte
+    write_frame_atomic(failures, tmp_path / "ref_quarantine.parquet")
+    assert (folder / "quarantine.parquet").read_bytes() == (tmp_path / "ref_quarantine.parquet").read_bytes()
+    summary = json.dumps(summarize_samples(samples, profile), indent=1, default=str)
+    assert (folder / "summary.json").read_text() == summary
+    # counts, and the gate judged the same feature frame (stored result vs a fresh validation of the reference)
+    assert {k: meta[k].value for k in (*counts, *parse_counts)} == {**counts, **parse_counts}
+    feats = training_features(
+        samples, profile, max_total_len=train_defs.MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
+    )
+    stored = read_gate_result(data, "training_samples", k)
+    fresh = run_gate(
+        "training_samples",
+        feats,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=tmp_path / "gx",
+        profile=profile,
+        build_docs=False,
+    )
+    assert stored.n_rows == fresh.n_rows == samples.height
+    assert [(o.key, o.unexpected_count, o.success) for o in stored.outcomes] == [
+        (o.key, o.unexpected_count, o.success) for o in fresh.outcomes
+    ]
