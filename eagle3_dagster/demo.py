@@ -333,11 +333,28 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
     return out
 
 
+def _big_shard(n: int) -> None:
+    """--samples N: the run's only source is N distinct prompts (bigshard.py), in one shard (EAGLE3_N_SHARDS=1)."""
+    from .bigshard import prepare_big_shard
+    from .config import PROJECT_ROOT
+
+    s = settings()
+    assets = prepare_big_shard(n, s.work_dir / "big_shard", PROJECT_ROOT.parent / "shared" / "datasets", s.assets_dir)
+    os.environ["EAGLE3_ASSETS_DIR"] = str(assets)  # read by settings() in this process and its step processes
+    os.environ["EAGLE3_N_SHARDS"] = "1"
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="eagle3 demo", description=__doc__)
     ap.add_argument("--shards", help="comma-separated shard keys (default: all)")
     ap.add_argument("--sim-arg", action="append", default=[], help="extra argument for eagle3-sim (repeatable)")
+    ap.add_argument("--samples", type=int, help="one big shard of N distinct prompts from ../shared/datasets")
+    ap.add_argument("--output-tokens", type=int, help="simulator outputs of about T tokens (long reasoning)")
     args = ap.parse_args(argv)
+    if args.output_tokens:
+        args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
+    if args.samples is not None:
+        _big_shard(args.samples)
     settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
     shards = args.shards.split(",") if args.shards else None
     from .defs.run import check_shard_keys

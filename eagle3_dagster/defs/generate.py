@@ -19,18 +19,19 @@ from ..generate import (
     ModelRevisionError,
     NoEndpointError,
     generate_shard,
-    read_generations,
     sample_key,
 )
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
 from ..generate.report import progress_line, result_line
-from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
+from ..generate.store import iter_generations
+from ..orchestration.stage import gated_result, streamed_features
+from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
-from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
+from .gates import HeadlineCheck, gate_check_specs
 from .metadata import to_metadata
 from .partitions import shard_partitions
 from .resources import PipelineSettings, SGLangFleet, cached_renderer
@@ -38,6 +39,7 @@ from .resources import PipelineSettings, SGLangFleet, cached_renderer
 GROUP = "generate"
 ACTIVE_FILE = "active.parquet"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
+GENERATION_BATCH_ROWS = 512  # generations read and featurized at a time (the step never holds the shard)
 
 
 def compact_after_chunks_from_env() -> int | None:
@@ -181,31 +183,34 @@ def generations(
     # this materialization's samples are exactly the current cache keys of its prompts.
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
     write_frame_atomic(active, out / ACTIVE_FILE)
-    gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
-    features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
-    gate = run_gate(
-        "generations",
-        features,
-        expectations_dir=pipeline.expectations_path,
-        context_dir=pipeline.gx_context_dir,
-        profile=profile,
+    # streamed: one batch of generations at a time; the gate judges the shard's per-row features
+    features, preview_rows, stored = streamed_features(
+        iter_generations(out, only=active["sample_id"], batch_rows=GENERATION_BATCH_ROWS),
+        lambda batch: generation_features(
+            batch, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW
+        ),
+        preview=3,
     )
-    report_meta = store_gate_result(context, pipeline, "generations", shard, gate, profile.name)
-    write_frame_atomic(gate.row_failures, out / "quarantine.parquet")
-    return dg.MaterializeResult(
+    _, result = gated_result(
+        context,
+        pipeline,
+        "generations",
+        shard,
+        features,
+        profile,
+        headlines=GENERATION_HEADLINES,
+        quarantine=out / "quarantine.parquet",
         metadata={
             **to_metadata(report),
-            "stored_samples": gens.height,
-            "quarantined": gate.row_failures.height,
+            "stored_samples": stored,
             "sample_preview": dg.MetadataValue.md(
-                sample_preview_markdown(gens, prompts, renderer.tokenizer, profile, n=3)
+                sample_preview_markdown(preview_rows, prompts, renderer.tokenizer, profile, n=3)
             ),
             "histograms": dg.MetadataValue.md(
                 histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
             ),
             "path": dg.MetadataValue.path(str(out)),
-            **report_meta,
         },
-        check_results=gate_check_results("generations", gate, GENERATION_HEADLINES),
     )
+    return result

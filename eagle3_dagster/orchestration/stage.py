@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..quality import run_gate
+from ..schemas import GENERATIONS
+from ..storage import write_frame_atomic
 
 BUCKET_ROWS = 1024  # rows a sorted output bucket holds (about 16 MB of 1,600-token training rows)
 
@@ -80,6 +82,24 @@ class SortedSpill:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def streamed_features(
+    batches: Iterator[pl.DataFrame], features: Callable[[pl.DataFrame], pl.DataFrame], *, preview: int = 3
+) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+    """Per-row features of every batch (concatenated: the frame the gate validates), the first `preview`
+    rows (for the sample preview) and the number of rows; one batch in memory at a time."""
+    feats: list[pl.DataFrame] = []
+    head: pl.DataFrame | None = None
+    rows = 0
+    for batch in batches:
+        if head is None or head.height < preview:
+            head = batch.head(preview) if head is None else pl.concat([head, batch.head(preview - head.height)])
+        feats.append(features(batch))
+        rows += batch.height
+    if head is None:
+        head = cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table()))
+    return (pl.concat(feats).rechunk() if feats else features(head)), head, rows
+
+
 def arrow_batch(df: pl.DataFrame, schema: pa.Schema) -> pa.Table:
     """A frame as the table's Arrow schema (the cast write_frame_atomic(df, path, schema=...) applies)."""
     return df.to_arrow().select(schema.names).cast(schema)
@@ -95,9 +115,11 @@ def gated_result(
     *,
     metadata: dict[str, Any],
     headlines: tuple[Any, ...] = (),
+    quarantine: Any = None,
 ) -> tuple[Any, dg.MaterializeResult]:
     """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
-    consumers), refresh the report; return (the gate result, the step's MaterializeResult with its checks)."""
+    consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
+    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks)."""
     from ..defs.gates import gate_check_results, store_gate_result
 
     result = run_gate(
@@ -108,6 +130,9 @@ def gated_result(
         profile=profile,
     )
     report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
+    if quarantine is not None:
+        write_frame_atomic(result.row_failures, quarantine)
+        metadata = {**metadata, "quarantined": result.row_failures.height}
     return result, dg.MaterializeResult(
         metadata={**metadata, **report_meta},
         check_results=gate_check_results(gate, result, headlines),

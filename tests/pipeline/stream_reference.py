@@ -31,9 +31,11 @@ BATCH, BUCKET = 2, 2
 
 @pytest.fixture
 def small_stream_batches(monkeypatch):
+    from eagle3_dagster.defs import generate as gen_defs
     from eagle3_dagster.defs import train as train_defs
     from eagle3_dagster.orchestration import stage
 
+    monkeypatch.setattr(gen_defs, "GENERATION_BATCH_ROWS", BATCH)
     monkeypatch.setattr(train_defs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
     monkeypatch.setattr(stage, "BUCKET_ROWS", BUCKET)  # ... and many sort buckets for a demo shard
 
@@ -90,3 +92,28 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     assert [(o.key, o.unexpected_count, o.success) for o in stored.outcomes] == [
         (o.key, o.unexpected_count, o.success) for o in fresh.outcomes
     ]
+
+    # the generations gate: the streamed feature frame is the whole-shard one (same stored outcomes, same
+    # quarantine bytes as validating generation_features over every generation at once)
+    from eagle3_dagster.defs.generate import ECHO_WINDOW, tokenized_source
+    from eagle3_dagster.generate.inputs import prompt_view
+    from eagle3_dagster.quality import generation_features
+    from eagle3_dagster.quality.reports import PREVIEW_PROMPT_TAIL
+
+    view = prompt_view(tokenized_source(data, k), tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
+    gfeats = generation_features(gens, view, profile, tokenizer=tokenizer, echo_window=ECHO_WINDOW)
+    gfresh = run_gate(
+        "generations",
+        gfeats,
+        expectations_dir=pipeline.expectations_path,
+        context_dir=tmp_path / "gx",
+        profile=profile,
+        build_docs=False,
+    )
+    gstored = read_gate_result(data, "generations", k)
+    assert gstored.n_rows == gfresh.n_rows == gens.height
+    assert [(o.key, o.unexpected_count, o.success) for o in gstored.outcomes] == [
+        (o.key, o.unexpected_count, o.success) for o in gfresh.outcomes
+    ]
+    write_frame_atomic(gfresh.row_failures, tmp_path / "ref_gen_quarantine.parquet")
+    assert (gen_dir / "quarantine.parquet").read_bytes() == (tmp_path / "ref_gen_quarantine.parquet").read_bytes()
