@@ -24,6 +24,10 @@ Three measurements, each against `eagle3-sim` running in its own process on 127.
                          one (10x fewer), both streamed from Parquet, short outputs. Target <= 1.5.
                          Scaled to 20k vs 200k by default (see `note`); the input side alone is also
                          measured at the full 100k vs 1M (rss_ratio_input_side_1m_vs_100k).
+  compact_rss_ratio_10x  peak RSS of the end-of-run chunk compaction alone (fresh process, no HTTP) on a
+                         shard of --rss-small vs --rss-large samples in 256-row chunks. The compaction
+                         read every chunk into one table (the per-sample memory behind rss_ratio_1m_vs_100k
+                         1.81 / 2.00); it is streamed chunk by chunk now. Target <= 1.5.
 The last stdout line is one JSON object.
 """
 
@@ -348,6 +352,75 @@ print(json.dumps({"maxrss_kb": peak_kb(), "import_kb": base, "generate_shard_kb"
 )
 
 
+_COMPACT_CHILD = (
+    _PEAK_KB
+    + r"""
+import json, sys, time
+from eagle3_dagster.generate.store import ShardStore, read_generations
+st = ShardStore(sys.argv[1])
+st.open()
+base = peak_kb()
+t0 = time.perf_counter()
+n = st.compact(8)
+st.close()
+print(json.dumps({"maxrss_kb": peak_kb(), "import_kb": base, "replaced": n, "wall_s": time.perf_counter() - t0}))
+"""
+)
+
+
+def _chunks(out: Path, n: int, rows_per_chunk: int, meta_bytes: int = 600) -> None:
+    """A generations shard of `n` samples in chunks as generate_shard writes them (256 rows at a time here),
+    rows shaped like the simulator's short answers, for the compaction measurement (no HTTP)."""
+    from eagle3_dagster.storage import write_table_atomic
+
+    out.mkdir(parents=True)
+    for c, start in enumerate(range(0, n, rows_per_chunk)):
+        k = min(rows_per_chunk, n - start)
+        i = pl.int_range(start, start + k, eager=True)
+        df = pl.DataFrame({"i": i}).select(
+            sample_id=pl.format("s{}", pl.col("i")),
+            prompt_id=pl.format("p{}", pl.col("i")),
+            source=pl.lit("bench"),
+            shard=pl.lit(0, dtype=pl.Int32),
+            rid=pl.format("r{}", pl.col("i")),
+            output_ids=pl.concat_list([(pl.col("i") * (j + 3) % 150000).cast(pl.Int32) for j in range(4)]),
+            text=pl.lit("four tokens of text"),
+            finish_reason=pl.lit("length"),
+            finish_matched=pl.lit(None, pl.String),
+            prompt_tokens=pl.lit(8, dtype=pl.Int32),
+            completion_tokens=pl.lit(4, dtype=pl.Int32),
+            cached_tokens=pl.lit(0, dtype=pl.Int32),
+            e2e_latency=pl.lit(0.01),
+            meta_info=pl.lit("x" * meta_bytes),
+            endpoint=pl.lit("http://127.0.0.1:30000"),
+            model_revision=pl.lit("m@default"),
+            template_hash=pl.lit("bench"),
+            sampling_hash=pl.lit("bench"),
+            integrity_violations=pl.lit([], dtype=pl.List(pl.String)),
+            generated_at=pl.lit(0).cast(pl.Datetime("us", "UTC")),
+        )
+        write_table_atomic(df.to_arrow(), out / f"part-{c:020d}-bench.parquet", schema=schemas.GENERATIONS)
+
+
+def bench_compact_rss(small: int, large: int, tmp: Path) -> dict[str, Any]:
+    """Peak RSS of the end-of-run compaction alone (a fresh process), at two shard sizes 10x apart: the
+    compaction used to read every chunk into one table (per-sample memory at the end of generate_shard)."""
+    kb = {}
+    for n in (small, large):
+        out = tmp / f"compact_{n}"
+        _chunks(out, n, 256)
+        r = subprocess.run([sys.executable, "-c", _COMPACT_CHILD, str(out)], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(r.stderr[-3000:])
+        kb[n] = json.loads(r.stdout.strip().splitlines()[-1])
+        assert kb[n]["replaced"] == -(-n // 256), kb[n]
+    return {
+        "compact_rss_ratio_10x": round(kb[large]["maxrss_kb"] / kb[small]["maxrss_kb"], 3),
+        "compact_rss_mb": {str(n): round(d["maxrss_kb"] / 1024, 1) for n, d in kb.items()},
+        "compact_wall_s": {str(n): round(d["wall_s"], 1) for n, d in kb.items()},
+    }
+
+
 def bench_asset_rss(n: int, prompt_len: int, concurrency: int, tmp: Path) -> dict[str, Any]:
     """Peak RSS of the generations asset's data path: the whole tokenized frame vs streamed (see the docstring)."""
     from eagle3_dagster.schemas import TOKENIZED_PROMPTS
@@ -405,12 +478,14 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--plan-large", type=int, default=1_000_000)
     ap.add_argument("--stream-n", type=int, default=150, help="samples per round for stream_cpu")
     ap.add_argument("--stream-max-new-tokens", type=int, default=8192)
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: bare,latency,stream,rss,plan,asset")
+    ap.add_argument(
+        "--skip", default="", help="comma list of parts to skip: bare,latency,stream,rss,plan,compact,asset"
+    )
     ap.add_argument("--only", default="", help="comma list of parts to run (default: all but asset)")
     ap.add_argument("--asset-n", type=int, default=50_000, help="prompts in the asset_rss shard")
     ap.add_argument("--asset-prompt-len", type=int, default=1000, help="tokens a prompt in the asset_rss shard")
     args = ap.parse_args(argv)
-    parts = {"bare", "latency", "stream", "rss", "plan", "asset"}
+    parts = {"bare", "latency", "stream", "rss", "plan", "compact", "asset"}
     skip = set(filter(None, args.skip.split(",")))
     if args.only:
         skip |= parts - set(args.only.split(","))
@@ -442,6 +517,9 @@ def main(argv: list[str]) -> int:
                 )
         if "plan" not in skip:
             result.update(bench_plan_rss(args.plan_small, args.plan_large, tmp))
+        if "compact" not in skip:
+            result.update(bench_compact_rss(args.rss_small, args.rss_large, tmp))
+            print(json.dumps({k: result[k] for k in result if "compact" in k}), file=sys.stderr, flush=True)
         if "asset" not in skip:
             result.update(bench_asset_rss(args.asset_n, args.asset_prompt_len, args.concurrency, tmp))
     print(json.dumps(result))
