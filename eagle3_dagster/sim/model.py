@@ -195,8 +195,8 @@ def find_tools(prompt_text: str, rng: random.Random) -> list[ToolDecl]:
 
 def _grow(reasoning: str, tokens_mean: int, rng: random.Random) -> str:
     """More sentences until the reasoning is about a target drawn within ±25% of `tokens_mean` tokens
-    (~4.3 characters a token for this English filler; the exact count comes from the real tokenizer)."""
-    target_chars = int(rng.uniform(0.75, 1.25) * tokens_mean * 4.3)
+    (~4.9 characters a token for this English filler; the exact count comes from the real tokenizer)."""
+    target_chars = int(rng.uniform(0.75, 1.25) * tokens_mean * 4.9)
     parts = [reasoning]
     size = len(reasoning)
     while size < target_chars:
