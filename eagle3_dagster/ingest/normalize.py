@@ -140,7 +140,7 @@ def build_prompt(
         tools_raw = None
     elif layout == "bfcl":
         messages = _bfcl_messages(record, role_key or "role", content_key or "content")
-        tools_raw = record.get("function")
+        tools_raw = _bfcl_function_docs(record)
     else:  # pragma: no cover - FORMAT_ALIASES only maps to the layouts above
         raise AssertionError(layout)
     if layout == "bfcl":
@@ -181,7 +181,7 @@ def build_conversation(
     messages = _bfcl_messages(rec, fm.get("role") or "role", fm.get("content") or "content")
     if not messages:
         raise RowReject("empty_conversation", "the conversation has no messages")
-    return _normalize_kept(messages), normalize_tools(rec.get("function"))
+    return _normalize_kept(messages), normalize_tools(_bfcl_function_docs(rec))
 
 
 def detect_layout(record: dict[str, Any]) -> str:
@@ -330,6 +330,21 @@ def _question_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
                 raise RowReject("bad_content", f"field '{key}' must be a string, got {_json_type(value)}")
             return _prepend_system(record, [{"role": "user", "content": value, "_where": key}])
     raise RowReject("missing_field", f"no question field (one of {', '.join(QUESTION_KEYS)})")
+
+
+def _bfcl_function_docs(record: dict[str, Any]) -> Any:
+    """The record's `function` docs. BFCL's multi-turn files name `involved_classes` instead and keep
+    the docs in separate files (multi_turn_func_doc/): without them the questions would be asked with
+    no tools, so such a record is rejected, never turned into a tool-less prompt."""
+    docs = record.get("function")
+    if docs is None and record.get("involved_classes"):
+        classes = ", ".join(map(str, record["involved_classes"]))[:120]
+        raise RowReject(
+            "missing_field",
+            f"BFCL record uses involved_classes ({classes}) but has no 'function' docs; "
+            "add the classes' docs (BFCL multi_turn_func_doc/) as 'function'",
+        )
+    return docs
 
 
 def _bfcl_messages(record: dict[str, Any], role_key: str, content_key: str) -> list[dict[str, Any]]:

@@ -73,7 +73,15 @@ def test_multi_turn_records_are_user_turns_each_followed_by_a_model_turn(
     # messiness: an exact duplicate, a record whose 2nd turn is empty (BFCL miss_func layout), a bad turn
     holey = {**multi[1], "id": "holey", "question": [multi[1]["question"][0], [], *multi[1]["question"][1:]]}
     bad = {**multi[2], "id": "bad", "question": [[{"role": "user", "content": 7}], *multi[2]["question"][1:]]}
-    lines = [*multi, multi[0], holey, bad]
+    # BFCL's own multi-turn files name involved_classes and keep the function docs elsewhere
+    no_docs = {
+        "id": "multi_turn_base_1",
+        "question": [[{"role": "user", "content": "List the files here."}], [{"role": "user", "content": "Now cd."}]],
+        "initial_config": {"GorillaFileSystem": {}},
+        "path": ["GorillaFileSystem.ls", "GorillaFileSystem.cd"],
+        "involved_classes": ["GorillaFileSystem"],
+    }
+    lines = [*multi, multi[0], holey, bad, no_docs]
     path = tmp_path / "bfcl_multi.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in lines), encoding="utf-8")
 
@@ -82,10 +90,12 @@ def test_multi_turn_records_are_user_turns_each_followed_by_a_model_turn(
     assert (counts.read, counts.accepted, counts.rejected, counts.duplicates) == (
         len(lines),
         len(multi),  # `holey` has the same first question and tools as multi[1]: a duplicate prompt
-        1,
+        2,
         2,
     )
-    assert counts.rejects_by_reason == {"bad_content": 1}
+    assert counts.rejects_by_reason == {"bad_content": 1, "missing_field": 1}
+    rejects = pq.read_table(tmp_path / "out" / "rejects.parquet").to_pylist()
+    assert any("involved_classes (GorillaFileSystem)" in str(r.get("detail")) for r in rejects), rejects
     rows = pq.read_table(tmp_path / "out" / "accepted.parquet").to_pylist()
     by_line = {r["source_row"]: r for r in rows}
     for line, rec in enumerate(multi, start=1):
