@@ -21,6 +21,8 @@ Kimi-K2.5 layout (prompt ends with `<think>`):
     <|tool_call_argument_begin|> args <|tool_call_end|>)* <|tool_calls_section_end|>] <|im_end|>
 Qwen3 layout (the model opens the block itself):
     <think>\\n reasoning \\n</think>\\n\\n answer [<tool_call>\\n{json}\\n</tool_call>]* <|im_end|>
+    Tool calls become OpenAI-shape `tool_calls` (ids `call_<i>`, arguments the exact JSON text the
+    model wrote for "arguments"); `content` is the text before the first `<tool_call>`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class ParsedGeneration:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     think_end_pos: int | None = None
     problems: list[str] = field(default_factory=list)  # reason codes: no_think_end, unterminated_tool_call, ...
+    # Qwen3: the generated text from the first `<tool_call>` on (calls and what lies between them),
+    # exactly as decoded, so the turn re-encodes to its ids; `content` is the text before it.
+    tool_text: str = ""
 
     def assistant_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content, "reasoning_content": self.reasoning}
@@ -61,6 +66,67 @@ def _index(ids: list[int], token: int | None, start: int = 0) -> int:
         return -1
 
 
+def _json_member_text(obj_text: str, key: str) -> str | None:
+    """The exact text of a top-level member's value in a JSON object text (None: not there).
+
+    The model's own bytes: `{"name": "f", "arguments": {"b": 1, "a": 2}}` -> `{"b": 1, "a": 2}`,
+    spacing and key order as generated (json.dumps of the parsed value could differ)."""
+    dec = json.JSONDecoder()
+    text = obj_text.strip()
+    if not text.startswith("{"):
+        return None
+    pos = 1
+    while pos < len(text):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "}":
+            return None
+        name, pos = dec.raw_decode(text, pos)
+        while pos < len(text) and text[pos] in " \t\r\n:":
+            pos += 1
+        start = pos
+        _, pos = dec.raw_decode(text, pos)
+        if name == key:
+            return text[start:pos]
+    return None
+
+
+def _qwen_tool_calls(
+    ids: list[int], profile: ModelProfile, tokenizer: Any, problems: list[str]
+) -> list[dict[str, Any]]:
+    """`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks (ids start at the first
+    `<tool_call>`) -> OpenAI-shape calls, arguments the model's own JSON text. Text between or after
+    the blocks (other than whitespace) is `text_after_tool_section`."""
+    t = profile.tool_call_ids
+    calls: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(ids):
+        b = _index(ids, t.call_begin, pos)
+        if b < 0:
+            if _decode(tokenizer, ids[pos:]).strip():
+                problems.append("text_after_tool_section")
+            break
+        if _decode(tokenizer, ids[pos:b]).strip():
+            problems.append("text_after_tool_section")
+        e = _index(ids, t.call_end, b + 1)
+        if e < 0:
+            problems.append("unterminated_tool_call")
+            break
+        body = _decode(tokenizer, ids[b + 1 : e])
+        try:
+            obj = json.loads(body)
+            args = _json_member_text(body, "arguments") if isinstance(obj, dict) else None
+        except ValueError:
+            obj, args = None, None
+        name = obj.get("name") if isinstance(obj, dict) else None
+        if not isinstance(name, str) or args is None:
+            problems.append("tool_arguments_not_json")
+            name, args = (name if isinstance(name, str) else ""), body
+        calls.append({"id": f"call_{len(calls)}", "type": "function", "function": {"name": name, "arguments": args}})
+        pos = e + 1
+    return calls
+
+
 _JSON_CHECK = "tool_arguments_not_json"
 
 
@@ -77,6 +143,7 @@ class _Plan:
     problems: list[str | int]
     think_end_pos: int | None
     n_calls: int = 0
+    qwen_tools: list[int] | None = None  # Qwen3: the ids from the first `<tool_call>` on (parsed per sample)
 
 
 def _kimi_tool_call_plan(ids: list[int], profile: ModelProfile, plan: _Plan) -> None:
@@ -130,11 +197,17 @@ def _plan(output_ids: Any, profile: ModelProfile) -> _Plan:
             _kimi_tool_call_plan(rest[sb + 1 : se], profile, plan)
         if _index(reasoning_ids, t.section_begin) >= 0:
             problems.append("tool_call_inside_reasoning")
+    if t.section_begin is None and t.call_begin is not None:  # Qwen3: <tool_call> blocks after the answer
+        cb = _index(rest, t.call_begin)
+        if cb >= 0:
+            plan.qwen_tools = rest[cb:]
+            plan.segments[1] = rest[:cb]
     return plan
 
 
-def _finish(plan: _Plan, texts: list[str]) -> ParsedGeneration:
-    """The parse from its plan and the decoded text of each of its segments (same order)."""
+def _finish(plan: _Plan, texts: list[str], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
+    """The parse from its plan and the decoded text of each of its segments (same order). Qwen3 tool-call
+    blocks (rare: only rows that have one) are parsed here through the tokenizer's own decode."""
     calls: list[dict[str, Any]] = []
     bad_json: set[int] = set()
     for k in range(plan.n_calls):
@@ -148,19 +221,24 @@ def _finish(plan: _Plan, texts: list[str]) -> ParsedGeneration:
             bad_json.add(k)
         calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
     problems = [p if isinstance(p, str) else _JSON_CHECK for p in plan.problems if isinstance(p, str) or p in bad_json]
+    tool_text = ""
+    if plan.qwen_tools is not None:
+        calls = _qwen_tool_calls(plan.qwen_tools, profile, tokenizer, problems)
+        tool_text = _decode(tokenizer, plan.qwen_tools)
     return ParsedGeneration(
         reasoning=texts[0],
         content=texts[1] if plan.think_end_pos is not None else "",
         tool_calls=calls,
         think_end_pos=plan.think_end_pos,
         problems=problems,
+        tool_text=tool_text,
     )
 
 
 def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
     """One generation, decoded through the tokenizer's own `decode` (the reference for parse_generations_batch)."""
     plan = _plan(output_ids, profile)
-    return _finish(plan, [_decode(tokenizer, s) for s in plan.segments])
+    return _finish(plan, [_decode(tokenizer, s) for s in plan.segments], profile, tokenizer)
 
 
 def parse_generations_batch(outputs: Sequence[Any], profile: ModelProfile, tokenizer: Any) -> list[ParsedGeneration]:
@@ -171,7 +249,7 @@ def parse_generations_batch(outputs: Sequence[Any], profile: ModelProfile, token
     pos = 0
     for p in plans:
         n = len(p.segments)
-        out.append(_finish(p, texts[pos : pos + n]))
+        out.append(_finish(p, texts[pos : pos + n], profile, tokenizer))
         pos += n
     return out
 
@@ -243,7 +321,7 @@ def assistant_turn_text(
                 + m["section_end"]
             )
         return f"{parsed.reasoning}{m['think_end']}{parsed.content}{calls}{m['eot']}"
-    return f"{m['think_start']}{parsed.reasoning}{m['think_end']}{parsed.content}{m['eot']}"
+    return f"{m['think_start']}{parsed.reasoning}{m['think_end']}{parsed.content}{parsed.tool_text}{m['eot']}"
 
 
 def _first_difference(again: list[int], ids: list[int]) -> int | None:
