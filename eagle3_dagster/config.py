@@ -1,8 +1,11 @@
 """Process-wide settings: ONE typed, validated object read from the environment in one place.
 
-Every environment variable the project reads is read here (the simulator's own flags and the
-SGLang API key, a secret the client reads by name, excepted), so the README can list them and
-tests can override them. `settings()` reads the environment now (not at import) and validates
+Every environment variable the pipeline reads is read here, and nowhere else (tests/test_layout.py
+scans for it; the simulator, a program of its own, reads its own in sim/settings.py), so the README
+can list them (tests/test_layout.py compares its table with the Settings fields) and tests can
+override them. Domain functions take their values as parameters; the callers (definitions, CLIs,
+the demo) pass them from one Settings object. The SGLang API key (SGLANG_API_KEY) is read here too
+and handed over as a `Secret` that never prints itself. `settings()` reads the environment now (not at import) and validates
 every setting at once: a bad value raises SettingsError whose message has one line per problem,
 each naming the variable, the bad value and what is allowed:
 
@@ -21,9 +24,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
+from .secret import Secret
 from .storage import DataPath, data_root
+from .urls import parse_endpoint_urls, redact_url
 
 # The project root is the folder holding pyproject.toml; defaults are relative to it so
 # `make demo` works from a fresh clone without any configuration.
@@ -48,6 +52,7 @@ SNAPSHOT_MAX_AGE_ENV = "EAGLE3_SNAPSHOT_MAX_AGE"
 SNAPSHOT_MAX_AGE_DEFAULT = timedelta(hours=26)
 SENSOR_INTERVAL_ENV = "EAGLE3_SENSOR_INTERVAL_S"
 TOKENIZERS_PARALLELISM_ENV = "TOKENIZERS_PARALLELISM"
+API_KEY_ENV = "SGLANG_API_KEY"  # the SGLang server's --api-key; a secret
 
 
 class SettingsError(ValueError):
@@ -98,30 +103,15 @@ def _data_dir(raw: str) -> DataPath:
     except Exception as e:  # any refusal (credentials in the URI, unknown scheme) is a settings error
         raise _Problem(
             f"EAGLE3_DATA_DIR must be a local path or a storage URI (s3://, gs://, file://, ...), "
-            f"got {_redact(raw)!r}: {e}"
+            f"got {redact_url(raw)!r}: {e}"
         ) from None
 
 
-def _redact(raw: str) -> str:
-    """A URI without user info and query (where credentials could hide), for messages."""
-    if "://" not in raw:
-        return raw
-    parts = urlsplit(raw)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}{':' + str(parts.port) if parts.port else ''}{parts.path}"
-
-
 def _urls(raw: str) -> tuple[str, ...]:
-    urls = tuple(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
-    for u in urls:
-        try:
-            parts = urlsplit(u)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port is None or parts.port > 0)
-        except ValueError:
-            ok = False
-        if not ok:
-            raise _Problem(f"EAGLE3_SGLANG_URL must be comma-separated http(s)://host:port URLs, got {_redact(u)!r}")
-    return urls
+    try:
+        return parse_endpoint_urls(raw, source="EAGLE3_SGLANG_URL")
+    except ValueError as e:
+        raise _Problem(str(e)) from None
 
 
 def _executor(raw: str) -> str:
@@ -218,8 +208,11 @@ def work_dir_for(data_dir: DataPath, work_dir: Path | None = None) -> Path:
     if work_dir is None:
         raw = os.environ.get("EAGLE3_WORK_DIR")
         work_dir = _path(raw) if raw else None
-    if work_dir is not None:
-        return work_dir
+    return work_dir if work_dir is not None else _default_work_dir(data_dir)
+
+
+def _default_work_dir(data_dir: DataPath) -> Path:
+    """The work dir when EAGLE3_WORK_DIR is not set: the data dir if local, else a local scratch folder."""
     if data_dir.is_local:
         return data_dir.local_path
     if (PROJECT_ROOT / "pyproject.toml").exists():
@@ -256,6 +249,8 @@ class Settings:
     allow_old_sglang: bool | None = None  # EAGLE3_ALLOW_OLD_SGLANG: accept /server_info versions < 0.5.9
     # TOKENIZERS_PARALLELISM (read by the `tokenizers` Rust library itself): threads over a batch encode/decode
     tokenizers_parallelism: bool = True
+    # SGLANG_API_KEY: the Bearer key, a Secret (repr/str masked) handed to GenerationConfig.api_key
+    sglang_api_key: Secret | None = None
 
     @property
     def sources_dir(self) -> Path:
@@ -285,7 +280,7 @@ class Settings:
         urls: tuple[str, ...] = get("EAGLE3_SGLANG_URL", _urls, ())
         values: dict[str, Any] = dict(
             data_dir=data_dir,
-            work_dir=work_dir_for(data_dir, work),
+            work_dir=work if work is not None else _default_work_dir(data_dir),  # `env` only, not os.environ
             assets_dir=get(
                 "EAGLE3_ASSETS_DIR", lambda r: _existing_dir("EAGLE3_ASSETS_DIR", r), PROJECT_ROOT / "assets"
             ),
@@ -323,6 +318,7 @@ class Settings:
             tokenizers_parallelism=get(
                 TOKENIZERS_PARALLELISM_ENV, lambda r: _bool(TOKENIZERS_PARALLELISM_ENV, r), True
             ),
+            sglang_api_key=get(API_KEY_ENV, Secret, None),  # never echoed in a message, not even when bad
         )
         if problems:
             raise SettingsError(problems)
@@ -332,6 +328,27 @@ class Settings:
 def settings() -> Settings:
     """Read and validate the settings now (not at import), so tests and Dagster runs see the current env."""
     return Settings.from_env(os.environ)
+
+
+def child_process_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process (`dagster dev` under `eagle3 ui`): ours with `extra` on top.
+
+    Values are handed to children explicitly this way; nothing writes this process's environment.
+    """
+    env = dict(os.environ)
+    env.update(extra or {})
+    return env
+
+
+def set_in_this_process(values: Mapping[str, str]) -> Settings:
+    """Set EAGLE3_* variables for this process and the step processes it starts, validated first.
+
+    Only `eagle3 demo --samples` uses it: the partition count and the assets folder are load-time
+    settings (they shape the asset graph), so they must be in the environment the definitions load from.
+    """
+    new = Settings.from_env({**os.environ, **values})  # a bad value fails here, naming the variable
+    os.environ.update(values)
+    return new
 
 
 def gx_keep_validations() -> int:
@@ -346,9 +363,11 @@ def generation_env(s: Settings | None = None) -> dict[str, object]:
     EAGLE3_STREAM            stream /generate (SSE, stall detection); 0 for one JSON answer (default 1)
     EAGLE3_STALL_TIMEOUT_S   silence between stream chunks that counts as a stall (default 300)
     EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)
+    SGLANG_API_KEY           the Bearer key (a Secret: masked in repr/str, never in logs/metadata/run config)
     """
     s = s or settings()
     pairs = {
+        "api_key": s.sglang_api_key,
         "wait_for_endpoint_s": s.endpoint_wait_s,
         "stream": s.stream,
         "stall_timeout_s": s.stall_timeout_s,

@@ -1,7 +1,9 @@
 """`eagle3 demo` and `eagle3 ui`: the whole graph on a local instance, with a simulator if needed.
 
 The simulator is started only when EAGLE3_SGLANG_URL is unset; pointing that variable at a real
-SGLang server (or router) runs the very same code against it.
+SGLang server (or router) runs the very same code against it. Nothing here writes the process
+environment: the instance is opened from its folder, the simulator's URL reaches the runs as the
+`sglang` resource (`eagle3 demo`) or in the environment of the `dagster dev` child (`eagle3 ui`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .config import PROJECT_ROOT, settings
+from .config import PROJECT_ROOT, Settings, child_process_env, settings
 from .storage import DataPath, parquet_num_rows
 
 INSTANCE_YAML = """\
@@ -43,7 +45,6 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
     """
     home = Path(home or settings().dagster_home).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(home)  # for Dagster and every process started from here
     with open(home / INSTANCE_LOCK, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cfg = home / "dagster.yaml"
@@ -66,9 +67,11 @@ def _create_instance_storage(home: Path) -> None:
 
 
 @contextlib.contextmanager
-def sglang_endpoint(extra_sim_args: list[str] | None = None) -> Iterator[str]:
-    """Yield the SGLang URL(s) to use: EAGLE3_SGLANG_URL if set, else a simulator we start and stop."""
-    s = settings()
+def sglang_endpoint(s: Settings, extra_sim_args: list[str] | None = None) -> Iterator[str]:
+    """Yield the SGLang URL(s) to use: EAGLE3_SGLANG_URL if set, else a simulator we start and stop.
+
+    The caller hands the URL over explicitly (the `sglang` resource, a child's environment).
+    """
     if s.sglang_url_configured:
         yield ",".join(s.sglang_urls)
         return
@@ -76,12 +79,10 @@ def sglang_endpoint(extra_sim_args: list[str] | None = None) -> Iterator[str]:
 
     # A short drain: on a stop the client has already aborted its requests.
     sim = start_simulator(extra_args=["--drain-timeout", "3", *(extra_sim_args or [])])
-    os.environ["EAGLE3_SGLANG_URL"] = sim.url
     try:
         print(f"[demo] simulator (eagle3-sim) at {sim.url}, pid {sim.pid}", flush=True)
         yield sim.url
     finally:
-        os.environ.pop("EAGLE3_SGLANG_URL", None)
         sim.stop(timeout=5)
 
 
@@ -266,7 +267,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
             if report.exists()
             else ""
         ),
-        f"instance:   DAGSTER_HOME={settings().dagster_home}  (see the runs with `make ui`)",
+        f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
     lines.append(
@@ -336,12 +337,12 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
 def _big_shard(n: int) -> None:
     """--samples N: the run's only source is N distinct prompts (bigshard.py), in one shard (EAGLE3_N_SHARDS=1)."""
     from .bigshard import prepare_big_shard
-    from .config import PROJECT_ROOT
+    from .config import PROJECT_ROOT, set_in_this_process
 
     s = settings()
     assets = prepare_big_shard(n, s.work_dir / "big_shard", PROJECT_ROOT.parent / "shared" / "datasets", s.assets_dir)
-    os.environ["EAGLE3_ASSETS_DIR"] = str(assets)  # read by settings() in this process and its step processes
-    os.environ["EAGLE3_N_SHARDS"] = "1"
+    # load-time settings, read by settings() in this process and its step processes
+    set_in_this_process({"EAGLE3_ASSETS_DIR": str(assets), "EAGLE3_N_SHARDS": "1"})
 
 
 def main(argv: list[str]) -> int:
@@ -355,29 +356,37 @@ def main(argv: list[str]) -> int:
         args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
     if args.samples is not None:
         _big_shard(args.samples)
-    settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
+    s = settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
     shards = args.shards.split(",") if args.shards else None
     from .defs.run import check_shard_keys
 
     check_shard_keys(shards)  # an unknown key fails here, listing the valid ones, before anything is written
     from .ingest import load_source_specs
 
-    load_source_specs(settings().sources_dir)  # every bad source YAML: one line each, before anything is created
-    ensure_dagster_home()
+    load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
+    home = ensure_dagster_home(s.dagster_home)
     import dagster as dg
 
     from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
+    from .defs.resources import SGLangFleet
 
     with StopOnSignal() as stopper:
         try:
-            with sglang_endpoint(args.sim_arg):
+            with sglang_endpoint(s, args.sim_arg) as url, dg.DagsterInstance.from_config(str(home)) as instance:
                 from .defs.run import materialize_graph
 
-                instance = dg.DagsterInstance.get()
                 stopper.instance = instance
+                # the URL (a configured fleet or the simulator just started) reaches every run as the
+                # `sglang` resource, not through the process environment
+                fleet = {"sglang": SGLangFleet(urls=url)}
                 outcome = stopper.run(
                     lambda: materialize_graph(
-                        defs, instance, shards=shards, run_publish=True, should_stop=lambda: stopper.requested
+                        defs,
+                        instance,
+                        shards=shards,
+                        resources=fleet,
+                        run_publish=True,
+                        should_stop=lambda: stopper.requested,
                     )
                 )
         except KeyboardInterrupt:
@@ -395,8 +404,8 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 130
-    print(summarize(outcome, settings().data_dir), flush=True)
-    summary_path = settings().data_dir / "demo_summary.json"
+    print(summarize(outcome, s.data_dir), flush=True)
+    summary_path = s.data_dir / "demo_summary.json"
     summary_path.write_text(
         json.dumps(
             {
@@ -416,16 +425,17 @@ def ui_main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="eagle3 ui")
     ap.add_argument("--port", default="3000")
     args = ap.parse_args(argv)
-    settings()  # validated before the UI starts
-    ensure_dagster_home()
+    s = settings()  # validated before the UI starts
+    home = ensure_dagster_home(s.dagster_home)
     import time
 
     from .ingest import load_source_specs
     from .sim.process import die_with_parent
 
-    load_source_specs(settings().sources_dir)  # a bad source YAML: one line per problem, not a failed code location
-    with StopOnSignal() as stopper, sglang_endpoint():
-        env = dict(os.environ)
+    load_source_specs(s.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
+    with StopOnSignal() as stopper, sglang_endpoint(s) as url:
+        # `dagster dev` and the runs it starts get the instance and the URL in their own environment
+        env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})
         cmd = [
             sys.executable,
             "-m",

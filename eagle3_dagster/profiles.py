@@ -130,13 +130,16 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
 
 
 def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> ModelProfile:
-    """Load a profile by name (from `models_dir`) or by path to a YAML file."""
+    """Load a profile by name (from `models_dir`, e.g. Settings.models_dir) or by path to a YAML file.
+
+    No global fallback: a name without `models_dir` is an error (the caller passes the folder).
+    """
     p = Path(name_or_path)
     if p.suffix not in (".yaml", ".yml") and "/" not in str(name_or_path):
         if models_dir is None:
-            from .config import settings
-
-            models_dir = settings().models_dir
+            raise ProfileError(
+                f"model profile {str(name_or_path)!r} is a name: pass models_dir (Settings.models_dir) or a YAML path"
+            )
         p = models_dir / f"{name_or_path}.yaml"
     if not p.exists():
         avail = sorted(x.stem for x in p.parent.glob("*.yaml")) if p.parent.exists() else []
@@ -148,12 +151,10 @@ def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> Mo
     return profile_from_dict(raw, source=str(p), base_dir=p.parent)
 
 
-def active_profile() -> ModelProfile:
-    """The profile the pipeline runs with: EAGLE3_MODEL, with EAGLE3_TOKENIZER overriding its tokenizer."""
-    from .config import settings
-
-    s = settings()
-    prof = load_profile(s.model, s.models_dir)
-    if s.tokenizer_override:
-        prof = prof.with_tokenizer(s.tokenizer_override)
+def active_profile(model: str | Path, models_dir: Path | None, tokenizer_override: str | None = None) -> ModelProfile:
+    """The profile the pipeline runs with: `model` (Settings.model, EAGLE3_MODEL) from `models_dir`, with
+    `tokenizer_override` (Settings.tokenizer_override, EAGLE3_TOKENIZER) replacing its tokenizer."""
+    prof = load_profile(model, models_dir)
+    if tokenizer_override:
+        prof = prof.with_tokenizer(tokenizer_override)
     return prof

@@ -1,8 +1,9 @@
 """Which Dagster executor runs the steps of a run, chosen by configuration (EAGLE3_EXECUTOR).
 
 Run config can *configure* an executor but cannot *choose* one; the choice is part of the code
-location. Reading it from the environment here keeps scale-out a deployment decision: the same
-code runs steps in one process on a laptop and one Kubernetes pod per step in a cluster.
+location. Taking it from the settings (config.py, which reads the environment) keeps scale-out a
+deployment decision: the same code runs steps in one process on a laptop and one Kubernetes pod per
+step in a cluster.
 
     EAGLE3_EXECUTOR=multiprocess   (default) each step in its own process on this machine;
                                    `execution: {config: {in_process: {}}}` in run config still
@@ -27,13 +28,13 @@ class ExecutorConfigError(SettingsError):
         super().__init__([message])
 
 
-def executor_from_env(environ: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:
-    """The executor named by EAGLE3_EXECUTOR in `environ` (default: the process settings, config.py)."""
-    if environ is None:
+def executor_from_env(env: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:
+    """The executor named by EAGLE3_EXECUTOR in the mapping `env` (default: the process settings, config.py)."""
+    if env is None:
         name = settings().executor
     else:
         try:
-            name = Settings.from_env({EXECUTOR_ENV: environ.get(EXECUTOR_ENV, "")}).executor
+            name = Settings.from_env({EXECUTOR_ENV: env.get(EXECUTOR_ENV, "")}).executor
         except SettingsError as e:
             raise ExecutorConfigError(str(e)) from None
     if name == "multiprocess":

@@ -2,8 +2,9 @@
 
 Every field is optional and falls back to the environment (see config.py), so the same
 definitions serve `make demo`, `dagster dev` and a production deployment; the launchpad can
-override any of them per run. The SGLang API key is never a field: the client reads it from
-SGLANG_API_KEY, so it cannot leak into run config or metadata.
+override any of them per run. The SGLang API key is never a field: the settings module reads
+SGLANG_API_KEY and hands it to GenerationConfig as a masked Secret, so it cannot leak into run
+config or metadata.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dagster as dg
 from ..config import settings, work_dir_for
 from ..profiles import ModelProfile, load_profile
 from ..storage import DataPath, data_root
+from ..urls import parse_endpoint_urls
 
 
 class PipelineSettings(dg.ConfigurableResource):
@@ -81,7 +83,7 @@ class SGLangFleet(dg.ConfigurableResource):
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:
-            return tuple(u.strip().rstrip("/") for u in self.urls.split(",") if u.strip())
+            return parse_endpoint_urls(self.urls, source="sglang resource `urls`")
         return settings().sglang_urls
 
 

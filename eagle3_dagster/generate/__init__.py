@@ -2,13 +2,15 @@
 
 The Dagster `generations` asset calls:
 
-    cfg = GenerationConfig.from_profile(active_profile())          # endpoints from EAGLE3_SGLANG_URL
+    s = settings()                                                  # config.py: the one Settings object
+    cfg = GenerationConfig.from_profile(profile, s.sglang_urls, **generation_env(s))  # values passed in
     report = generate_shard(tokenized, shard_dir(data, "generations", k), cfg, progress=log_progress)
     MaterializeResult(metadata=report.as_metadata())
     df = read_generations(shard_dir(...))                          # schemas.GENERATIONS, one row a sample
 
 `tokenized` is a TOKENIZED_PROMPTS DataFrame or the Path of the shard's Parquet (streamed).
 Modules: config (what is sent, cache keys), endpoints (health, balancing, circuit breaker),
+endpoint_info (errors, endpoint state, what a server reports),
 client (one request with retries, integrity checks), inputs (which rows to send), store (atomic
 chunks, lock, resume), report (progress and metadata), shard (the run).
 """

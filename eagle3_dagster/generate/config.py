@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..profiles import ModelProfile
+from ..secret import Secret
+from ..urls import parse_endpoint_urls
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,9 @@ class GenerationConfig:
     flush_every_s: float = 10.0
     regen_seed: int | None = None
     model_revision: str | None = None  # None -> from /model_info (model_path @ weight_version)
-    api_key_env: str = "SGLANG_API_KEY"  # the NAME of the env var; the key itself is never stored here
+    # The NAME of the variable the settings layer read the key from (for messages); the key itself is
+    # `api_key`, a Secret handed over by the caller (config.generation_env), never printed or hashed.
+    api_key_env: str = "SGLANG_API_KEY"
     # --- deeper knobs (keyword-only extensions; defaults suit a real fleet) ---
     vocab_size: int | None = None  # validate prompt ids client-side: the server does not
     in_flight_headroom: int = 128  # per endpoint, on top of max_running_requests (spec §8)
@@ -71,9 +75,10 @@ class GenerationConfig:
     # After a successful run with more than this many chunk files in the shard folder, merge them into
     # one (store.ShardStore.compact; crash-safe). None: never compact.
     compact_after_chunks: int | None = 8
+    api_key: Secret | None = field(default=None, repr=False, compare=False)  # Bearer key; None: no Authorization
 
     def __post_init__(self) -> None:
-        eps = tuple(e.strip().rstrip("/") for e in self.endpoints if e and e.strip())
+        eps = parse_endpoint_urls(self.endpoints, source="GenerationConfig.endpoints")
         if not eps:
             raise ValueError("GenerationConfig.endpoints is empty: set EAGLE3_SGLANG_URL or pass endpoints")
         object.__setattr__(self, "endpoints", eps)
@@ -94,18 +99,10 @@ class GenerationConfig:
             raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
     @classmethod
-    def from_profile(
-        cls, profile: ModelProfile, endpoints: Iterable[str] | str | None = None, **overrides: Any
-    ) -> GenerationConfig:
-        """Sampling and stop ids from the model profile; endpoints from the argument or EAGLE3_SGLANG_URL."""
-        if endpoints is None:
-            from ..config import settings
-
-            eps: tuple[str, ...] = settings().sglang_urls
-        elif isinstance(endpoints, str):
-            eps = tuple(u for u in endpoints.split(",") if u.strip())
-        else:
-            eps = tuple(endpoints)
+    def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str, **overrides: Any) -> GenerationConfig:
+        """Sampling and stop ids from the model profile; `endpoints` (a comma-separated string or URLs) as given:
+        the caller passes them (Settings.sglang_urls, the `sglang` resource), there is no global fallback."""
+        eps = parse_endpoint_urls(endpoints, source="GenerationConfig endpoints")
         s = profile.sampling
         base: dict[str, Any] = dict(
             endpoints=eps,

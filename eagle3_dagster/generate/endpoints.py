@@ -24,182 +24,51 @@ SGLang server: /model_info answered text/html`, `/health 503`, ...) at once and 
 from __future__ import annotations
 
 import asyncio
-import errno
-import json
 import logging
-import random
-import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-log = logging.getLogger(__name__)
-
-
-class NoEndpointError(RuntimeError):
-    """No endpoint became routable within the configured wait."""
-
-
-class AuthError(RuntimeError):
-    """The server refused the API key (401/403). The key itself is never part of the message."""
-
-
-class ModelRevisionError(RuntimeError):
-    """The endpoints serve different model revisions; mixing them would poison a dataset."""
-
-
-class EndpointRefusedError(RuntimeError):
-    """Every endpoint was refused for this run (old server version, server-side sampling defaults, ...)."""
-
-
-MIN_SERVER_VERSION = (0, 5, 9)
-# Sampling fields that change what is generated (spec §2.2); a server default for one the client
-# does not send would change the data invisibly. Text-only flags are harmless.
-DISTRIBUTION_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "min_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "frequency_penalty",
-        "presence_penalty",
-        "repetition_penalty",
-        "stop",
-        "stop_regex",
-        "stop_token_ids",
-        "ignore_eos",
-        "n",
-        "sampling_seed",
-        "json_schema",
-        "regex",
-        "ebnf",
-        "structural_tag",
-        "logit_bias",
-        "custom_params",
-    }
+from .endpoint_info import (
+    _TEXT_ONLY,
+    DISTRIBUTION_KEYS,
+    MIN_SERVER_VERSION,
+    AuthError,
+    Endpoint,
+    EndpointRefusedError,
+    ModelRevisionError,
+    NoEndpointError,
+    describe_error,
+    display_url,
+    jittered_backoff,
+    max_running_of,
+    model_revision_of,
+    parse_version,
+    preferred_params_of,
 )
 
+log = logging.getLogger(__name__)
 
-def parse_version(v: Any) -> tuple[int, ...] | None:
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(v or ""))
-    if not m:
-        return None
-    return tuple(int(x) for x in m.groups() if x is not None)
-
-
-def preferred_params_of(info: dict[str, Any]) -> dict[str, Any]:
-    """`preferred_sampling_params` from /model_info: SGLang reports the CLI's JSON string (or null)."""
-    raw = info.get("preferred_sampling_params")
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError:
-            return {"<unparsed>": raw}
-    return dict(raw) if isinstance(raw, dict) else {"<unparsed>": raw}
-
-
-def describe_error(e: BaseException, path: str, timeout: float) -> str:
-    """A transport error as a person reads it."""
-    if isinstance(e, httpx.ConnectError):
-        cause: BaseException | None = e
-        while cause is not None:
-            if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
-                return "connection refused"
-            cause = cause.__cause__ or cause.__context__
-        text = str(e).lower()
-        if "refused" in text:
-            return "connection refused"
-        if "name or service not known" in text or "nodename nor servname" in text or "name resolution" in text:
-            return f"host name does not resolve ({e})"
-        return f"cannot connect ({e or type(e).__name__})"
-    if isinstance(e, httpx.ConnectTimeout):
-        return "connect timeout"
-    if isinstance(e, httpx.TimeoutException):
-        return f"no answer to {path} within {timeout:g}s"
-    return f"{path}: {type(e).__name__}: {e}"[:200]
-
-
-def display_url(url: str) -> str:
-    """The URL without any user:password part, for logs and metadata."""
-    p = urlsplit(url)
-    if p.username or p.password:
-        host = p.hostname or ""
-        if p.port:
-            host = f"{host}:{p.port}"
-        return urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
-    return url
-
-
-@dataclass
-class Endpoint:
-    url: str
-    name: str
-    healthy: bool = False  # last /health answered 200
-    circuit_open: bool = False
-    half_open: bool = False
-    open_until: float = 0.0
-    cooldown_s: float = 0.0
-    mismatched: bool = False  # serves another model revision: never routable in this run
-    outstanding: int = 0
-    consecutive_failures: int = 0
-    requests: int = 0
-    succeeded: int = 0
-    failures: int = 0
-    circuit_opens: int = 0
-    health_503: int = 0
-    revision_checked: bool = False
-    revision: str = ""
-    server_info: dict[str, Any] = field(default_factory=dict)
-    kind: str = ""  # "server" | "router" once known
-    state: str = "not probed yet"  # why it is (not) routable, for people
-    refused: str = ""  # refused for the whole run: the reason
-    server_version: str = ""
-    incremental_stream: bool = False  # --incremental-streaming-output: stream chunks carry deltas
-    preferred_sampling_params: dict[str, Any] = field(default_factory=dict)
-    workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
-    worker_window: int | None = None  # a router's in-flight window from its workers
-
-    @property
-    def routable(self) -> bool:
-        if not self.healthy or self.circuit_open or self.mismatched or self.refused:
-            return False
-        return not self.half_open or self.outstanding == 0  # half-open: one trial request at a time
-
-    def stats(self) -> dict[str, int]:
-        return {
-            "requests": self.requests,
-            "succeeded": self.succeeded,
-            "failures": self.failures,
-            "circuit_opens": self.circuit_opens,
-            "health_503": self.health_503,
-        }
-
-
-def model_revision_of(info: dict[str, Any]) -> str:
-    path = str(info.get("model_path") or info.get("served_model_name") or "unknown-model")
-    wv = info.get("weight_version")
-    return f"{path}@{wv if wv is not None else 'default'}"
-
-
-def max_running_of(info: dict[str, Any]) -> int | None:
-    """max_running_requests from /server_info; the per-DP effective value when the server reports it."""
-    states = info.get("internal_states")
-    if isinstance(states, list) and states:
-        raw = [s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)]
-        vals = [int(v) for v in raw if isinstance(v, (int, float)) and v > 0]
-        if vals:
-            return sum(vals)
-    v = info.get("max_running_requests")
-    if isinstance(v, (int, float)) and v > 0:
-        return int(v)
-    return None
+# endpoint_info.py holds the errors, the Endpoint state and the parsing of what a server reports;
+# they stay importable from here.
+__all__ = [
+    "DISTRIBUTION_KEYS",
+    "MIN_SERVER_VERSION",
+    "AuthError",
+    "Endpoint",
+    "EndpointPool",
+    "EndpointRefusedError",
+    "ModelRevisionError",
+    "NoEndpointError",
+    "describe_error",
+    "display_url",
+    "jittered_backoff",
+    "max_running_of",
+    "model_revision_of",
+    "parse_version",
+    "preferred_params_of",
+]
 
 
 class EndpointPool:
@@ -615,11 +484,3 @@ class EndpointPool:
 
     def per_endpoint(self) -> dict[str, dict[str, int]]:
         return {ep.name: ep.stats() for ep in self.endpoints}
-
-
-_TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval"})
-
-
-def jittered_backoff(attempt: int, base: float, cap: float) -> float:
-    """Full jitter (AWS style): spreads a thundering herd after a 503 burst or a restart."""
-    return random.uniform(0, min(cap, base * (2**attempt)))

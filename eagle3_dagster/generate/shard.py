@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import secrets
 import ssl
 import threading
@@ -43,9 +42,8 @@ _INT32_MAX = 2**31 - 1
 
 def _auth_headers(config: GenerationConfig) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
-    key = os.environ.get(config.api_key_env)
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
+    if config.api_key is not None:  # read by the settings layer (config.py), handed over as a Secret
+        headers["Authorization"] = f"Bearer {config.api_key.reveal()}"
     return headers
 
 

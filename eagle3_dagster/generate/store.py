@@ -126,13 +126,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 def lock_path_for(out_dir: DataPath, lock_dir: Path | None) -> Path:
-    """The shard's flock file: beside the chunks when local, else under `lock_dir` (a local work dir)."""
+    """The shard's flock file: beside the chunks when local, else under `lock_dir` (a local work dir,
+    e.g. Settings.work_dir / "locks", passed by the caller: there is no global fallback)."""
     if out_dir.is_local:
         return out_dir.local_path / ".lock"
     if lock_dir is None:
-        from ..config import settings
-
-        lock_dir = settings().work_dir / "locks"
+        raise ValueError(
+            f"{out_dir} is not local: its shard lock needs a local lock_dir (the work dir's locks/ folder); pass one"
+        )
     digest = hashlib.sha256(str(out_dir).encode()).hexdigest()[:16]
     table = out_dir.parent.name if "/" in out_dir.rel else "data"
     return Path(lock_dir) / f"{table}-{out_dir.name}-{digest}.lock"

@@ -25,6 +25,8 @@ from typing import Literal
 
 import httpx
 
+from .settings import api_key_from_env, child_env
+
 
 def die_with_parent(sig: int = signal.SIGKILL):
     """A preexec_fn: the child gets `sig` when the process that started it dies, even by SIGKILL
@@ -108,9 +110,7 @@ class SimProcess:
         return self.proc.pid
 
     def _headers(self) -> dict[str, str]:
-        var = _arg_value(self.extra_args, "--api-key-env")
-        env = self.env if self.env is not None else os.environ
-        key = (env.get(var) or os.environ.get(var)) if var else None
+        key = api_key_from_env(_arg_value(self.extra_args, "--api-key-env"), self.env)
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     def start(self) -> SimProcess:
@@ -143,11 +143,7 @@ class SimProcess:
             str(self.port),
             *self.extra_args,
         ]
-        env = dict(os.environ)
-        if self.env:
-            env.update(self.env)
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        env.setdefault("TRANSFORMERS_OFFLINE", "1")
+        env = child_env(self.env)  # ours + self.env, Hugging Face offline unless set (sim/settings.py)
         logf = open(self.log_path, "ab")
         try:
             # Its own session (a Ctrl-C in the terminal reaches the parent, which stops it in order), and

@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
 
+from eagle3_dagster.config import Settings
 from eagle3_dagster.generate import (
     AuthError,
     GenerationConfig,
@@ -24,6 +25,7 @@ from eagle3_dagster.generate import (
     read_generation_errors,
     read_generations,
 )
+from eagle3_dagster.secret import Secret
 
 pytestmark = pytest.mark.integration
 
@@ -175,9 +177,11 @@ SECRET = "sk-test-5f1c2a9e-do-not-log-me"
 def test_api_key_is_sent_and_never_leaks(start_sim, tmp_path: Path, monkeypatch, caplog):
     sim = start_sim("--api-key-env", "SIM_TEST_KEY", env={"SIM_TEST_KEY": SECRET})
     sim.faults(reset_mid_body=2, queue_full_burst=2)
-    monkeypatch.setenv("SGLANG_API_KEY", SECRET)
     caplog.set_level(logging.DEBUG)
-    cfg = make_config(sim.url)
+    # the settings layer reads SGLANG_API_KEY and hands it over as a Secret (config.generation_env)
+    key = Settings.from_env({"SGLANG_API_KEY": SECRET}).sglang_api_key
+    assert key is not None and SECRET not in repr(key) + str(key) + f"{key}"
+    cfg = make_config(sim.url, api_key=key)
     prompts = make_prompts(6, seed=37)
     long_ids = list(range(1000, 1010)) * 30000  # too long for the context: a 400 with the server's text
     prompts = pl.concat(
@@ -188,12 +192,10 @@ def test_api_key_is_sent_and_never_leaks(start_sim, tmp_path: Path, monkeypatch,
     assert rep.retried_by_kind == {"reset": 2, "http_503": 2}
 
     # Without the key, the server refuses: the run fails loudly, without the key in the message.
-    monkeypatch.setenv("SGLANG_API_KEY", "wrong-" + SECRET[::-1])
     with pytest.raises(AuthError) as ei:
-        generate_shard(prompts, tmp_path / "s2", cfg)
-    monkeypatch.delenv("SGLANG_API_KEY")
+        generate_shard(prompts, tmp_path / "s2", cfg.with_(api_key=Secret("wrong-" + SECRET[::-1])))
     with pytest.raises(AuthError):
-        generate_shard(prompts, tmp_path / "s3", cfg)
+        generate_shard(prompts, tmp_path / "s3", cfg.with_(api_key=None))
 
     texts = [repr(cfg), str(cfg), json.dumps(rep.as_metadata()), repr(rep), str(ei.value), repr(ei.value)]
     for rec in caplog.records:

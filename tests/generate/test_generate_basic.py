@@ -11,6 +11,7 @@ import pytest
 from gen_helpers import KIMI_EOS, Sim, make_config, make_prompts
 
 from eagle3_dagster import schemas
+from eagle3_dagster.config import Settings
 from eagle3_dagster.generate import (
     GenerationConfig,
     generate_shard,
@@ -215,9 +216,10 @@ def test_integrity_checks_on_crafted_responses():
     assert integrity_violations({"meta_info": {}}) == ["output_ids_missing"]
 
 
-def test_endpoints_come_from_the_environment(kimi_profile, monkeypatch):
-    monkeypatch.setenv("EAGLE3_SGLANG_URL", "http://w1:30000/, http://w2:30000")
-    cfg = GenerationConfig.from_profile(kimi_profile)
+def test_endpoints_come_from_the_settings(kimi_profile):
+    # the caller hands the settings' endpoints over; GenerationConfig has no global fallback
+    s = Settings.from_env({"EAGLE3_SGLANG_URL": "http://w1:30000/, http://w2:30000"})
+    cfg = GenerationConfig.from_profile(kimi_profile, s.sglang_urls)
     assert cfg.endpoints == ("http://w1:30000", "http://w2:30000")
     assert cfg.max_new_tokens == kimi_profile.sampling.max_new_tokens and cfg.vocab_size == 163840
 

@@ -1,0 +1,287 @@
+"""The simulator's state and engine: one server's settings, GPU slots, and the generation of each item in time.
+
+`Sim` holds what a running server knows (profile, tokenizer, limits, faults, counters, prefix cache,
+in-flight requests); `Engine.run` queues an item for a GPU slot, prefills, and decodes it token by
+token in simulated time (aborts, stalls and latency faults included), and builds the response bodies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..profiles import ModelProfile
+from . import fleet_faults as FF
+from . import protocol as P
+from .cache import PrefixTrie
+from .deployment import Deployment
+from .faults import Faults
+from .model import OutputModel
+from .stats import Stats
+
+
+@dataclass
+class ReqState:
+    rid: str
+    status: str = "queued"  # queued | running
+    abort: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Sim:
+    def __init__(
+        self, args: argparse.Namespace, profile: ModelProfile, tokenizer: Any, api_key: str | None = None
+    ) -> None:
+        self.args = args
+        self.version: str = args.version
+        self.profile = profile
+        self.tok = tokenizer
+        self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
+        self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
+        # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
+        self.deployment = Deployment(getattr(args, "weight_version", "default"), getattr(args, "reasoning_scale", 1.0))
+        self.model.shape_reasoning = self.deployment.shape_reasoning
+        self.context_length: int = args.context_length or profile.context_length
+        self.max_total_num_tokens: int = args.max_total_num_tokens
+        self.max_req_input_len = min(self.context_length - 1, self.max_total_num_tokens - 1) - 5
+        self.eos_ids = tuple(profile.stop_token_ids)
+        self.api_key = api_key  # from sim/settings.py (the variable --api-key-env names); never logged
+        self.faults = Faults(
+            queue_full_burst=args.queue_full_burst,
+            reset_mid_body=args.reset_mid_body,
+            crash_after=args.crash_after,
+            slow_tokens_ms=args.token_latency_ms,
+            prefill_ms_per_1k=args.prefill_ms_per_1k,
+            mode=args.mode,
+        )
+        self.stats = Stats()
+        self.fleet = FF.FleetFaults(
+            weight_version=self.deployment.weight_version
+        )  # fleet-level faults (fleet_faults.py); --weight-version is the starting version
+        self.trie = PrefixTrie(args.prefix_cache_nodes)
+        self.in_flight: dict[str, ReqState] = {}
+        self.slots = asyncio.Semaphore(args.max_running_requests)
+        self.running = 0
+        self.waiting = 0
+        self._busy_since: float | None = None
+        self.started_at = time.time()
+        self.ready_at = self.started_at + args.starting_seconds
+        self.reasoning_parser = args.reasoning_parser if args.reasoning_parser != "none" else None
+        if args.reasoning_parser == "auto":
+            self.reasoning_parser = "kimi_k2" if profile.template_family == "kimi_ts" else "qwen3"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def health_state(self) -> str:
+        if self.faults.health != "ok":
+            return self.faults.health
+        return "starting" if time.time() < self.ready_at else "ok"
+
+    def _slot_acquired(self) -> None:
+        if self.running == 0:
+            self._busy_since = time.monotonic()
+        self.running += 1
+        self.stats.peak_running = max(self.stats.peak_running, self.running)
+
+    def _slot_released(self) -> None:
+        self.running -= 1
+        if self.running == 0 and self._busy_since is not None:
+            self.stats.busy_seconds += time.monotonic() - self._busy_since
+            self._busy_since = None
+
+    def busy_seconds(self) -> float:
+        extra = time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
+        return self.stats.busy_seconds + extra
+
+
+@dataclass
+class Progress:
+    """Snapshot of one item: its ids so far and, once done, its finish reason."""
+
+    item: P.Item
+    plan: P.Plan | None
+    produced: list[int]
+    finish_reason: dict[str, Any] | None
+    cached: int
+    started: float
+    queued_abort: bool = False
+    first_sent: bool = False
+    sent_ids: int = 0
+    sent_text: str = ""
+
+
+def _logprob(tok_id: int, pos: int) -> float:
+    # Deterministic fake logprob in (-3, 0].
+    return -((tok_id * 2654435761 + pos * 40503) % 3000) / 1000.0
+
+
+class Engine:
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+
+    async def _wait(self, st: ReqState, delay: float) -> bool:
+        """Sleep `delay` seconds or until aborted; True if aborted."""
+        if st.abort.is_set():
+            return True
+        if delay <= 0:
+            await asyncio.sleep(0)
+            return st.abort.is_set()
+        try:
+            await asyncio.wait_for(st.abort.wait(), delay)
+            return True
+        except TimeoutError:
+            return False
+
+    async def run(self, item: P.Item, stream_interval: int | None, on_chunk: Any = None) -> Progress:
+        """Queue for a GPU slot, prefill, decode. `on_chunk(progress)` is awaited per stream step."""
+        sim = self.sim
+        st = ReqState(item.rid)
+        sim.in_flight[item.rid] = st
+        sim.stats.peak_in_flight = max(sim.stats.peak_in_flight, len(sim.in_flight))
+        sim.stats.items += 1
+        t0 = time.time()
+        pr = Progress(item, None, [], None, 0, t0)
+        sim.waiting += 1
+        holding = False  # True while this request owns a GPU slot
+        try:
+            acq = asyncio.ensure_future(sim.slots.acquire())
+            ab = asyncio.ensure_future(st.abort.wait())
+            try:
+                await asyncio.wait({acq, ab}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sim.waiting -= 1
+                ab.cancel()
+                if not acq.done():
+                    acq.cancel()
+                elif not acq.cancelled() and acq.exception() is None:
+                    holding = True
+                    sim._slot_acquired()
+                    slot_t0 = time.monotonic()
+            if not holding:
+                pr.queued_abort = True
+                pr.finish_reason = {
+                    "type": "abort",
+                    "message": "Abort in waiting queue",
+                    "status_code": None,
+                    "err_type": None,
+                }
+                return pr
+            st.status = "running"
+            pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
+            plan = P.plan_output(
+                sim.model,
+                item,
+                eos_ids=sim.eos_ids,
+                context_length=sim.context_length,
+                version=sim.version,
+                mode=sim.faults.mode,
+            )
+            sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
+            if sim.fleet.take_nan():
+                plan = FF.nan_plan(plan, sim.eos_ids[0])
+            pr.plan = plan
+            stall_at = sim.fleet.take_stall()
+            prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
+            aborted = await self._wait(st, prefill)
+            total = len(plan.output_ids)
+            step = max(1, stream_interval or 1) if on_chunk else max(total, 1)
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            k = 0
+            while not aborted and k < total:
+                nk = min(total, k + step)
+                if stall_at is not None and nk > stall_at:
+                    await st.abort.wait()  # silent, connection open, until aborted or the client leaves
+                    aborted = True
+                    break
+                lat = sim.faults.slow_tokens_ms / 1000  # read each step: the fault can change live
+                if await self._wait(st, start + nk * lat - loop.time()):
+                    aborted = True
+                    if lat > 0:  # tokens decoded by now, not the whole step
+                        k = max(k, min(nk, int((loop.time() - start) / lat)))
+                    break
+                k = nk
+                pr.produced = plan.output_ids[:k]
+                if k < total and on_chunk is not None:
+                    await on_chunk(pr)
+            if aborted:
+                pr.produced = plan.output_ids[:k]
+                pr.finish_reason = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+            else:
+                pr.produced = list(plan.output_ids)
+                pr.finish_reason = plan.finish_reason
+            return pr
+        except asyncio.CancelledError:
+            sim.stats.client_disconnects += 1
+            raise
+        finally:
+            if holding:
+                sim.stats.slot_seconds += time.monotonic() - slot_t0
+                sim._slot_released()
+                sim.slots.release()
+            if sim.in_flight.get(item.rid) is st:
+                del sim.in_flight[item.rid]
+            if pr.finish_reason is not None:
+                sim.stats.bump(sim.stats.finished, pr.finish_reason["type"])
+                sim.stats.prompt_tokens += len(item.input_ids)
+                sim.stats.completion_tokens += len(pr.produced)
+                sim.stats.cached_tokens += pr.cached
+
+    # -- response bodies ------------------------------------------------------------------------
+    def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[int]:
+        if self.sim.faults.mode == "echo-prompt-tail":
+            # sglang #10896: the last prompt ids leak to the front of output_ids.
+            return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens :]) + list(ids)
+        return list(ids)
+
+    def text(self, pr: Progress, final: bool) -> str:
+        s = pr.item.sampling
+        trim = pr.plan.stop_trim if (final and pr.plan and pr.finish_reason == pr.plan.finish_reason) else 0
+        stop_str = pr.plan.stop_str if (final and pr.plan) else None
+        return P.render_text(self.sim.model, pr.produced, trim, s, stop_str)
+
+    def meta(self, pr: Progress, final: bool, stream: bool) -> dict[str, Any]:
+        sim = self.sim
+        m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
+        if not pr.queued_abort:
+            m["prompt_tokens"] = len(pr.item.input_ids)
+        m["weight_version"] = sim.fleet.weight_version
+        m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
+        m["completion_tokens"] = len(pr.produced)
+        if not pr.queued_abort:
+            m["cached_tokens"] = pr.cached
+        if sim.version == P.V0_5_23:
+            m["reasoning_tokens"] = self.reasoning_tokens(pr.produced) if sim.reasoning_parser else 0
+        if pr.item.return_logprob:
+            m["input_token_logprobs"] = []
+            m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
+            if pr.item.top_logprobs_num:
+                m["output_top_logprobs"] = [
+                    [[_logprob(t, i), t, None]]
+                    + [
+                        [_logprob(t + j, i) - 1.0, (t + j) % sim.profile.vocab_size, None]
+                        for j in range(1, pr.item.top_logprobs_num)
+                    ]
+                    for i, t in enumerate(pr.produced)
+                ]
+        if final:
+            m["e2e_latency"] = time.time() - pr.started
+        if (final and not stream) or (stream and not pr.first_sent):
+            m["response_sent_to_client_ts"] = time.time()
+        return m
+
+    def reasoning_tokens(self, ids: Sequence[int]) -> int:
+        te = self.sim.profile.think_end_id
+        return ids.index(te) if te in ids else len(ids)
+
+    def body(self, pr: Progress, return_prompt_ids: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "text": self.text(pr, True),
+            "output_ids": self.output_ids(pr, pr.produced),
+            "meta_info": self.meta(pr, True, False),
+        }
+        if return_prompt_ids and self.sim.version == P.V0_5_23:
+            d["prompt_token_ids"] = list(pr.item.input_ids)
+        return d

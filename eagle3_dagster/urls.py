@@ -1,0 +1,45 @@
+"""SGLang endpoint lists: the one parser, used by the settings (EAGLE3_SGLANG_URL), the `sglang`
+resource's `urls` field and GenerationConfig.
+
+    parse_endpoint_urls("http://a:30000, http://b:30000/")  ->  ("http://a:30000", "http://b:30000")
+
+Comma-separated (or any iterable of) http(s)://host[:port][/path] URLs; blanks and trailing slashes
+are dropped; anything else raises ValueError naming where the list came from and the bad entry
+(without user info or query, where credentials could hide).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+
+def redact_url(raw: str) -> str:
+    """A URI without user info and query (where credentials could hide), for messages."""
+    if "://" not in raw:
+        return raw
+    try:
+        parts = urlsplit(raw)
+        port = parts.port
+    except ValueError:
+        return raw.split("://", 1)[0] + "://<unparsable>"
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{':' + str(port) if port else ''}{parts.path}"
+
+
+def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint list") -> tuple[str, ...]:
+    """The endpoint URLs in `value` (a comma-separated string or an iterable of URLs), normalized.
+
+    Returns () for an empty list (the caller decides whether that is an error).
+    """
+    items = value.split(",") if isinstance(value, str) else [u for v in value for u in str(v).split(",")]
+    urls = tuple(u.strip().rstrip("/") for u in items if u and u.strip())
+    for u in urls:
+        try:
+            parts = urlsplit(u)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port is None or parts.port > 0)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{source} must be comma-separated http(s)://host:port URLs, got {redact_url(u)!r}")
+    return urls

@@ -1,0 +1,173 @@
+"""The settings contract: README table <-> Settings fields, one endpoint-list parser, the API key as a
+Secret, and domain functions without a global fallback (their callers pass the values)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, generation_env
+from eagle3_dagster.defs.resources import SGLangFleet
+from eagle3_dagster.generate import GenerationConfig
+from eagle3_dagster.generate.store import lock_path_for
+from eagle3_dagster.profiles import ProfileError, load_profile
+from eagle3_dagster.storage import data_root
+
+# Fields computed from another setting, not read from a variable of their own.
+DERIVED = {"sglang_url_configured": "EAGLE3_SGLANG_URL is set"}
+
+
+class _Recording(dict):
+    """A mapping that notes every key Settings.from_env looks up."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.looked_up: set[str] = set()
+
+    def get(self, key, default=None):
+        self.looked_up.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.looked_up.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.looked_up.add(key)
+        return super().__contains__(key)
+
+
+def readme_variables() -> dict[str, str]:
+    """Variable -> its row in the README's `## Configuration` table (a row may name several)."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    m = re.search(r"^## Configuration\n(.*?)(?=^## )", text, re.S | re.M)
+    assert m, "README.md has no '## Configuration' section"
+    rows = [ln for ln in m.group(1).splitlines() if ln.startswith("|")]
+    out: dict[str, str] = {}
+    for row in rows[2:]:  # header, separator
+        first = row.split("|")[1]
+        names = re.findall(r"`([A-Z][A-Z0-9_]+)`", first)
+        assert names, f"a configuration row without a variable: {row}"
+        for n in names:
+            assert n not in out, f"{n} is documented twice"
+            out[n] = row
+    assert len(out) >= 15, out  # the parse found the table
+    return out
+
+
+def samples(tmp: Path) -> dict[str, str]:
+    """One valid, non-default value per variable (a new variable needs one here)."""
+    for d in ("assets", "expectations"):
+        (tmp / d).mkdir()
+    return {
+        "EAGLE3_SGLANG_URL": "http://gpu-1:30000,http://gpu-2:30000",
+        "SGLANG_API_KEY": "sk-contract-test",
+        "EAGLE3_MODEL": "qwen3",
+        "EAGLE3_TOKENIZER": "org/tokenizer",
+        "EAGLE3_ASSETS_DIR": str(tmp / "assets"),
+        "EAGLE3_DATA_DIR": str(tmp / "data"),
+        "EAGLE3_WORK_DIR": str(tmp / "work"),
+        "EAGLE3_EXPECTATIONS_DIR": str(tmp / "expectations"),
+        "EAGLE3_ENDPOINT_WAIT_S": "5",
+        "EAGLE3_STREAM": "0",
+        "TOKENIZERS_PARALLELISM": "0",
+        "EAGLE3_STALL_TIMEOUT_S": "7",
+        "EAGLE3_ALLOW_OLD_SGLANG": "1",
+        "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": "3",
+        "EAGLE3_GX_KEEP_VALIDATIONS": "5",
+        "EAGLE3_N_SHARDS": "9",
+        "EAGLE3_NIGHTLY_CRON": "5 3 * * *",
+        "EAGLE3_NIGHTLY_TZ": "Europe/Paris",
+        "EAGLE3_SNAPSHOT_MAX_AGE": "2h",
+        "EAGLE3_SNAPSHOT_RETENTION": "3",
+        "EAGLE3_SENSOR_INTERVAL_S": "7",
+        "EAGLE3_EXECUTOR": "in_process",
+        "DAGSTER_HOME": str(tmp / "home"),
+    }
+
+
+def test_every_readme_row_is_one_settings_field_and_back(tmp_path):
+    documented = readme_variables()
+    env = _Recording()
+    Settings.from_env(env)
+    read = env.looked_up
+    assert not read - set(documented), (
+        f"read by Settings.from_env but not in the README table: {read - set(documented)}"
+    )
+    assert not set(documented) - read, f"in the README table but never read: {set(documented) - read}"
+
+    values = samples(tmp_path)
+    assert set(values) == read, f"tests need one sample value per variable: {read ^ set(values)}"
+    pinned = {"EAGLE3_WORK_DIR": values["EAGLE3_WORK_DIR"]}  # else the work dir follows the data dir
+    base = Settings.from_env(pinned)
+    field_of: dict[str, str] = {}
+    for var, value in values.items():
+        changed = Settings.from_env({**pinned, var: value})
+        if var == "EAGLE3_WORK_DIR":
+            changed, base_ = Settings.from_env({var: value}), Settings.from_env({})
+        else:
+            base_ = base
+        diff = {f.name for f in fields(Settings) if getattr(changed, f.name) != getattr(base_, f.name)}
+        diff -= set(DERIVED)
+        assert len(diff) == 1, f"{var} should set exactly one Settings field, it changes {sorted(diff)}"
+        field_of[var] = diff.pop()
+    # and every Settings field is set by exactly one documented variable (or derived from one)
+    by_field = sorted(field_of.values())
+    assert len(by_field) == len(set(by_field)), field_of
+    assert set(by_field) | set(DERIVED) == {f.name for f in fields(Settings)}, (
+        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(DERIVED)}"
+    )
+
+
+def test_one_parser_for_endpoint_lists(kimi_profile):
+    raw = " http://gpu-1:30000/ , http://gpu-2:30000,"
+    want = ("http://gpu-1:30000", "http://gpu-2:30000")
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": raw}).sglang_urls == want
+    assert SGLangFleet(urls=raw).endpoints() == want
+    assert GenerationConfig.from_profile(kimi_profile, raw).endpoints == want
+    assert GenerationConfig.from_profile(kimi_profile, list(want)).endpoints == want
+
+    bad = "http://gpu-1:30000,ftp://user:hunter2@gpu-2:21/x?token=abc"
+    msgs = []
+    with pytest.raises(SettingsError) as e1:
+        Settings.from_env({"EAGLE3_SGLANG_URL": bad})
+    msgs.append(str(e1.value))
+    with pytest.raises(ValueError) as e2:
+        SGLangFleet(urls=bad).endpoints()
+    msgs.append(str(e2.value))
+    with pytest.raises(ValueError) as e3:
+        GenerationConfig.from_profile(kimi_profile, bad)
+    msgs.append(str(e3.value))
+    for msg, source in zip(msgs, ("EAGLE3_SGLANG_URL", "sglang resource", "GenerationConfig"), strict=True):
+        # the same rule and wording everywhere, naming where the list came from; no credentials echoed
+        assert source in msg and "must be comma-separated http(s)://host:port URLs, got 'ftp://gpu-2:21/x'" in msg
+        assert "hunter2" not in msg and "abc" not in msg
+
+
+def test_the_api_key_is_read_by_the_settings_and_handed_over_masked(kimi_profile):
+    key = "sk-do-not-print-4f1a"
+    s = Settings.from_env({"SGLANG_API_KEY": key})
+    overrides = generation_env(s)
+    cfg = GenerationConfig.from_profile(kimi_profile, "http://h:1", **overrides)
+    assert cfg.api_key is not None and cfg.api_key.reveal() == key
+    for text in (repr(s), str(s), repr(cfg), str(cfg), f"{cfg.api_key}", repr(overrides)):
+        assert key not in text
+    assert Settings.from_env({}).sglang_api_key is None and "api_key" not in generation_env(Settings.from_env({}))
+
+
+def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch):
+    # a broken environment must not matter to them: they never read the settings themselves
+    monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(tmp_path / "missing"))
+    monkeypatch.setenv("EAGLE3_WORK_DIR", str(tmp_path / "w"))
+    with pytest.raises(ProfileError, match="pass models_dir"):
+        load_profile("kimi-k2.5")
+    assert load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models").name == "kimi-k2.5"
+    remote = data_root("memory://contract/data") / "generations" / "shard=0001"
+    with pytest.raises(ValueError, match="needs a local lock_dir"):
+        lock_path_for(remote, None)
+    assert lock_path_for(remote, tmp_path / "locks").parent == tmp_path / "locks"
+    with pytest.raises(TypeError):
+        GenerationConfig.from_profile(load_profile("qwen3", PROJECT_ROOT / "assets" / "models"))  # type: ignore[call-arg]
