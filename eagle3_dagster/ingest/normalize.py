@@ -103,8 +103,13 @@ def build_prompt(
     fmt: str = "auto",
     field_map: Mapping[str, str] | None = None,
     prompt_rule: str = "last_user_or_tool",
+    whole_conversation: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-    """Record -> (canonical prompt messages, canonical tools or None). Raises RowReject."""
+    """Record -> (canonical prompt messages, canonical tools or None). Raises RowReject.
+
+    `whole_conversation` (sources with `regenerate: all_turns`): every message is kept and
+    validated, assistant turns included; the prompt rule is not applied.
+    """
     if not isinstance(record, dict):
         raise RowReject("not_an_object", f"record is a JSON {_json_type(record)}, expected an object")
     fm = dict(field_map or {})
@@ -138,6 +143,10 @@ def build_prompt(
         tools_raw = record.get("function")
     else:  # pragma: no cover - FORMAT_ALIASES only maps to the layouts above
         raise AssertionError(layout)
+    if whole_conversation:
+        if not messages:
+            raise RowReject("empty_conversation", "the conversation has no messages")
+        return _normalize_kept(messages), normalize_tools(tools_raw)
     prompt = _normalize_kept(_apply_prompt_rule(messages, prompt_rule))
     return prompt, normalize_tools(tools_raw)
 
