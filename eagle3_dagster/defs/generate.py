@@ -24,6 +24,14 @@ from ..generate import (
 )
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
+from ..generate.multiturn import (
+    active_turn_ids,
+    current_turns,
+    load_multiturn,
+    turn_generations,
+    turn_prompt_view,
+    turns_summary,
+)
 from ..generate.report import progress_line, result_line
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
@@ -157,18 +165,32 @@ def generations(
     def progress(p) -> None:
         context.log.info(progress_line(key, p))
 
+    renderer = cached_renderer(profile)
+    # regenerate: all_turns sources: their conversations' turns run in the same shard (generate/multiturn.py)
+    multiturn = load_multiturn(
+        data / "prompts" / "prompts.parquet",
+        shard,
+        tokenized,
+        renderer=renderer,
+        profile=profile,
+        max_new_tokens=config.max_new_tokens,
+    )
     try:
         with client_logs_to(context):
-            report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
+            report = generate_shard(
+                tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks", multiturn=multiturn
+            )
     except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested) as e:
         # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
         # A stop request (Ctrl-C / SIGTERM) must not be retried either.
         raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
     context.log.info(result_line(key, report))
-    if report.failed and not (report.succeeded or report.skipped_cached):
+    turns_failed = (report.turns or {}).get("turns_failed", 0)
+    turns_ok = (report.turns or {}).get("turns_regenerated", 0)
+    if (report.failed or turns_failed) and not (report.succeeded or report.skipped_cached or turns_ok):
         # Nothing usable came back: a green step with an empty table would hide it.
         raise dg.Failure(
-            description=f"generations shard {key}: every one of the {report.failed} samples failed "
+            description=f"generations shard {key}: every one of the {report.failed + turns_failed} samples failed "
             f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
             "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
             "passing reason is sent again).",
@@ -180,9 +202,14 @@ def generations(
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
+    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
+        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)])
     write_frame_atomic(active, out / ACTIVE_FILE)
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
-    renderer = cached_renderer(profile)
+    turns = current_turns(out, active) if multiturn is not None else None
+    if turns is not None and turns.height:
+        gens = pl.concat([gens, turn_generations(turns)])
+        prompts = pl.concat([prompts, turn_prompt_view(turns, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))])
     features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
     gate = run_gate(
         "generations",
@@ -197,6 +224,7 @@ def generations(
         metadata={
             **to_metadata(report),
             "stored_samples": gens.height,
+            **({"turn_rows": dg.MetadataValue.json(turns_summary(turns))} if turns is not None else {}),
             "quarantined": gate.row_failures.height,
             "sample_preview": dg.MetadataValue.md(
                 sample_preview_markdown(gens, prompts, renderer.tokenizer, profile, n=3)

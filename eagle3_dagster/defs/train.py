@@ -6,12 +6,14 @@ import dagster as dg
 import polars as pl
 
 from ..generate import read_generations
+from ..generate.multiturn import current_turns
 from ..quality import read_gate_result, run_gate, training_features
 from ..quality.features import available_source_shares
-from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
+from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
+from ..train.multiturn import add_lineage, rows_by_turn, with_turns
 from ..train.summary import SUMMARY_FILE, headline, summarize_samples
 from .gates import gate_check_results, gate_check_specs, store_gate_result
 from .generate import ACTIVE_FILE
@@ -71,24 +73,38 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
-    tokenizer = cached_renderer(profile).tokenizer
+    renderer = cached_renderer(profile)
+    tokenizer = renderer.tokenizer
+    # the turns of all_turns conversations: one row each, built like any sample (train/multiturn.py)
+    wt = with_turns(
+        gens,
+        tokenized,
+        prompts,
+        current_turns(gen_dir, read_parquet(active_path, columns=["sample_id"])),
+        profile_name=profile.name,
+        tokenizer_fingerprint=renderer.tokenizer_fingerprint,
+        bad_prompt_ids=bad_prompts,
+    )
+    gens, bad_samples = wt.generations, bad_samples | wt.exclude_sample_ids
     candidates = gens.filter(
         ~pl.col("sample_id").is_in(list(bad_samples)) & ~pl.col("prompt_id").is_in(list(bad_prompts))
     )
-    conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
+    conversations, parse_failures, parse_counts = parse_generations(candidates, wt.prompts, profile, tokenizer)
     samples, counts = build_training_samples(
         gens,
-        tokenized,
+        wt.tokenized,
         exclude_sample_ids=bad_samples | set(parse_failures["row_id"].to_list()),
         exclude_prompt_ids=bad_prompts,
         conversations=conversations,
     )
+    samples = add_lineage(samples, wt.lineage)
     out = shard_dir(data, "training_samples", shard)
     write_frame_atomic(parse_failures, out / "quarantine.parquet")
-    path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
+    schema = TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS
+    path = write_frame_atomic(samples, out / "part-0000.parquet", schema=schema)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(
-        samples, profile, max_total_len=MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
+        samples, profile, max_total_len=MAX_TRAIN_LEN, available_shares=available_source_shares(wt.source_tokenized)
     )
     # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
     summary = summarize_samples(samples, profile)
@@ -118,6 +134,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "round_trip_rate": rt_rate,
             "text_exact_rows": int(samples["text_exact"].sum() or 0) if samples.height else 0,
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
+            **({"turn_rows": dg.MetadataValue.json(rows_by_turn(samples))} if wt.lineage is not None else {}),
             "supervised_tokens": int(samples["output_len"].sum() or 0) if samples.height else 0,
             **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
             "path": dg.MetadataValue.path(str(path)),

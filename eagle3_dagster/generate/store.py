@@ -137,8 +137,16 @@ def lock_path_for(out_dir: DataPath, lock_dir: Path | None) -> Path:
 
 
 class ShardStore:
-    def __init__(self, out_dir: StoreDir, *, write_retries: int = 3, lock_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: StoreDir,
+        *,
+        write_retries: int = 3,
+        lock_dir: Path | None = None,
+        schema: pa.Schema = schemas.GENERATIONS,
+    ) -> None:
         self.out_dir = as_data_path(out_dir)
+        self.schema = schema  # GENERATIONS, or TURN_GENERATIONS for the turns of all_turns conversations
         self.lock_path = lock_path_for(self.out_dir, lock_dir)
         self.write_retries = write_retries
         self._lock_fd: int | None = None
@@ -198,7 +206,7 @@ class ShardStore:
     def write_chunk(self, rows: list[dict[str, Any]]) -> DataPath | None:
         if not rows:
             return None
-        table = pa.Table.from_pylist(rows, schema=schemas.GENERATIONS)
+        table = pa.Table.from_pylist(rows, schema=self.schema)
         # Time-ordered unique names: chunks of several runs never collide, sorted order = write order.
         path = self.out_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         self._write(table, path)
@@ -220,7 +228,7 @@ class ShardStore:
         files = chunk_files(self.out_dir)
         if len(files) <= min_chunks:
             return 0
-        table = compacted_table(files)
+        table = compacted_table(files, self.schema)
         names = [f.name for f in files]
         meta = dict(table.schema.metadata or {})
         meta[COMPACTED_FROM] = json.dumps(names).encode()
@@ -265,13 +273,12 @@ def compacted_from(path: DataPath) -> list[str]:
     return [str(n) for n in json.loads(raw)] if raw else []
 
 
-def compacted_table(files: list[DataPath]) -> pa.Table:
+def compacted_table(files: list[DataPath], schema: pa.Schema = schemas.GENERATIONS) -> pa.Table:
     """The rows `read_generations` returns for these chunks, in its order, as a GENERATIONS table.
 
     The winner per sample_id is its first row in name order (keep="first" over the concatenation);
     only sample_id is read to decide, then each chunk is read once and filtered.
     """
-    schema = schemas.GENERATIONS
     ids = [parquet_file(f).read(columns=["sample_id"]).column("sample_id").cast(pa.string()) for f in files]
     keep = (
         pl.Series("sample_id", pa.chunked_array([c for a in ids for c in a.chunks], type=pa.string()), dtype=pl.String)

@@ -81,6 +81,7 @@ from . import protocol as P
 from .deployment import Deployment
 from .model import OutputModel
 from .noncanonical import NonCanonicalSplitter, check_noncanonical_args
+from .record import RequestRecorder
 
 log = logging.getLogger("eagle3_dagster.sim")
 
@@ -219,6 +220,8 @@ class Sim:
         self.started_at = time.time()
         self.ready_at = self.started_at + args.starting_seconds
         self.reasoning_parser = args.reasoning_parser if args.reasoning_parser != "none" else None
+        # --record-requests FILE: one JSON line per item run (sim/record.py), for tests
+        self.recorder = RequestRecorder(args.record_requests) if getattr(args, "record_requests", None) else None
         if args.reasoning_parser == "auto":
             self.reasoning_parser = "kimi_k2" if profile.template_family == "kimi_ts" else "qwen3"
 
@@ -294,6 +297,8 @@ class Engine:
         sim.in_flight[item.rid] = st
         sim.stats.peak_in_flight = max(sim.stats.peak_in_flight, len(sim.in_flight))
         sim.stats.items += 1
+        if sim.recorder is not None:
+            sim.recorder.record(item.rid, item.input_ids)
         t0 = time.time()
         pr = Progress(item, None, [], None, 0, t0)
         sim.waiting += 1
@@ -1041,6 +1046,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--drain-timeout", type=float, default=30.0)
     ap.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive close (s), as uvicorn")
     ap.add_argument("--log-level", default="INFO")
+    ap.add_argument("--record-requests", default=None, help="append {rid, input_ids} per /generate item (tests)")
     ap.add_argument("--weight-version", default="default", help="reported weight_version (a new deployment)")
     ap.add_argument(
         "--reasoning-scale",
