@@ -203,7 +203,7 @@ def generations(
     # this materialization's samples are exactly the current cache keys of its prompts.
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
-        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)])
+        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_frame_atomic(active, out / ACTIVE_FILE)
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     turns = current_turns(out, active) if multiturn is not None else None

@@ -80,7 +80,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         gens,
         tokenized,
         prompts,
-        current_turns(gen_dir, read_parquet(active_path, columns=["sample_id"])),
+        current_turns(gen_dir, read_parquet(active_path)),
         profile_name=profile.name,
         tokenizer_fingerprint=renderer.tokenizer_fingerprint,
         bad_prompt_ids=bad_prompts,

@@ -24,10 +24,12 @@ A conversation ends early, counted with a reason, when a turn
 The turn that ends it is stored (token ids are never dropped); the later turns are not planned.
 Counts reconcile: turns_planned = turns_regenerated + sum(turns_not_reached by reason).
 
-Cache keys: turn k's prompt id is a hash of (conversation id, k, the exact input_ids sent), and its
-sample_id the usual `sample_key` of that prompt id, so an unchanged night replays every stored turn
-and sends nothing, and a change at turn k (new output, new template) changes the keys of k and
-every later turn, and nothing before.
+Cache keys: a turn's prompt id is a hash of the exact input_ids sent (they hold the whole regenerated
+history), and its sample_id the usual `sample_key` of that prompt id (+ model revision, template,
+sampling, seed), so an unchanged night replays every stored turn and sends nothing, and a change at
+turn k (an edited message, a new template) changes the keys of k and every later turn, and nothing
+before. The lineage (conversation id, turn index) of the current materialization is kept in the
+shard's active.parquet, so a turn stored for an earlier version of a conversation gets the current one.
 
 Storage: `generations/shard=NNNN/turns/part-*.parquet` (schemas.TURN_GENERATIONS: a GENERATIONS row
 plus the conversation id, the turn index, the exact prompt ids sent and the prompt messages), in
@@ -113,9 +115,13 @@ def conversations_from_prompts(prompts: pl.DataFrame, tokenized: pl.DataFrame) -
     return out
 
 
-def turn_prompt_id(conversation_id: str, turn_index: int, input_ids: list[int]) -> str:
-    """Identity of turn k's prompt: the conversation, k and the exact ids sent (the whole history)."""
-    h = hashlib.sha256(f"{conversation_id}|turn{turn_index}|".encode())
+def turn_prompt_id(input_ids: list[int]) -> str:
+    """Identity of a turn's prompt: the exact ids sent, which hold the whole (regenerated) history.
+
+    Not the conversation id: a dataset edit at turn k changes the conversation's id, yet turns
+    before k have the same prompts and must not be sent again. Two conversations that reach the
+    same prompt share its one stored sample (counted as `turns_shared`)."""
+    h = hashlib.sha256(b"all_turns|")
     h.update(array("q", input_ids).tobytes())
     return h.hexdigest()[:32]
 
@@ -148,6 +154,7 @@ class TurnStats:
     turns_planned: int = 0
     turns_regenerated: int = 0  # stored turns on the conversations' current paths (sent now + cached)
     turns_cached: int = 0  # of those, found stored (sent in an earlier run)
+    turns_shared: int = 0  # of those, the same prompt as another conversation's turn (one stored sample)
     turns_sent: int = 0  # requests answered in this run
     turns_failed: int = 0  # requests that failed in this run (the conversation ends: error_<reason>)
     turns_not_reached: Counter[str] = field(default_factory=Counter)  # planned turns after an early end
@@ -168,6 +175,7 @@ class TurnStats:
             "turns_planned": self.turns_planned,
             "turns_regenerated": self.turns_regenerated,
             "turns_cached": self.turns_cached,
+            "turns_shared": self.turns_shared,
             "turns_sent": self.turns_sent,
             "turns_failed": self.turns_failed,
             "turns_not_reached": dict(sorted(self.turns_not_reached.items())),
@@ -215,7 +223,9 @@ class TurnDriver:
         self.stats = TurnStats()
         self.ready: deque[dict[str, Any]] = deque()
         self.in_flight = 0
-        self.active_sample_ids: list[tuple[str, str]] = []  # (sample_id, turn prompt id) on current paths
+        # (sample_id, turn prompt id, conversation_id, turn_index) on the current paths, one per sample
+        self.active_sample_ids: list[tuple[str, str, str, int]] = []
+        self._active: set[str] = set()
         self._states: dict[str, _State] = {}
         self._changed: asyncio.Event | None = None
         self._conversations = conversations
@@ -228,7 +238,7 @@ class TurnDriver:
             self.stats.turns_planned += len(conv.turns)
             st = _State(conv)
             self._states[conv.conversation_id] = st
-            self._queue_next(st)
+            self._queue_next(st, first=True)
 
     def take(self) -> dict[str, Any] | None:
         if not self.ready:
@@ -262,6 +272,7 @@ class TurnDriver:
         """A turn was answered (its row is in the write buffer): queue the conversation's next turn."""
         self.in_flight -= 1
         self.stats.turns_sent += 1
+        self.stored[item["sample_id"]] = row  # another conversation reaching this prompt replays it
         st = self._states[item["conversation_id"]]
         self._record(st, item, row)
         self._notify()
@@ -281,15 +292,22 @@ class TurnDriver:
         if self.stats.ended_early[reason] == 1:
             log.info("conversation %s ended early at turn %d: %s", st.conv.conversation_id, st.k + 1, reason)
 
-    def _queue_next(self, st: _State) -> None:
-        """Build turn st.k's request; while it is stored, replay it and go on; else queue it."""
+    def _queue_next(self, st: _State, *, first: bool = False) -> None:
+        """Build turn st.k's request; while it is stored, replay it and go on; else queue it.
+
+        A conversation's next turn goes to the FRONT of the queue (depth first): conversations
+        finish early instead of all waiting for the last round, so the shard does not end on a
+        tail of dependent turns with the server's slots half empty (bench/multiturn.py)."""
         while True:
             item = self._build(st)
             if item is None:
                 return
             cached = self.stored.get(item["sample_id"])
             if cached is None:
-                self.ready.append(item)
+                if first:
+                    self.ready.append(item)
+                else:
+                    self.ready.appendleft(item)
                 return
             self.stats.turns_cached += 1
             if not self._advance(st, item, cached):
@@ -304,7 +322,11 @@ class TurnDriver:
         conv, k = st.conv, st.k
         self.stats.turns_regenerated += 1
         self.stats.rows_by_turn[k + 1] += 1
-        self.active_sample_ids.append((item["sample_id"], item["prompt_id"]))
+        if item["sample_id"] in self._active:
+            self.stats.turns_shared += 1
+        else:
+            self._active.add(item["sample_id"])
+            self.active_sample_ids.append((item["sample_id"], item["prompt_id"], conv.conversation_id, k + 1))
         later = len(conv.turns) - (k + 1)
         fr = row.get("finish_reason")
         reason: str | None = None
@@ -361,7 +383,7 @@ class TurnDriver:
             if prompt_length_problem(len(ids), self.profile, self.max_new_tokens):
                 self._end(st, PROMPT_TOO_LONG, not_reached=len(conv.turns) - k)
                 return None
-        pid = turn_prompt_id(conv.conversation_id, k + 1, ids)
+        pid = turn_prompt_id(ids)
         sid = sample_key(pid, self.model_revision, conv.template_hash or "", self.s_hash, self.regen_seed)
         return {
             "sample_id": sid,
@@ -502,17 +524,28 @@ def load_multiturn(
 
 
 def current_turns(gen_dir: Any, active: pl.DataFrame) -> pl.DataFrame:
-    """The stored turn rows whose sample_id is in `active` (the latest generations materialization)."""
+    """The stored turn rows whose sample_id is in `active` (the latest generations materialization),
+    with the lineage of that materialization (a stored turn may have been made for an earlier
+    version of the conversation: same prompt, older conversation id)."""
     turns = read_turn_rows(gen_dir)
-    if turns.height == 0:
-        return turns
-    return turns.join(active.select("sample_id"), on="sample_id", how="semi")
+    if turns.height == 0 or "turn_index" not in active.columns:
+        return turns.clear()
+    lineage = active.filter(pl.col("turn_index").is_not_null()).select(
+        "sample_id", "conversation_id", pl.col("turn_index").cast(pl.Int32)
+    )
+    return turns.drop("conversation_id", "turn_index").join(lineage, on="sample_id", how="inner")
 
 
-def active_turn_ids(turn_sample_ids: list[tuple[str, str]]) -> pl.DataFrame:
+def active_turn_ids(turn_sample_ids: list[tuple[str, str, str, int]]) -> pl.DataFrame:
+    """active.parquet rows of the turns: sample_id, prompt_id + their lineage in this materialization."""
     return pl.DataFrame(
-        {"sample_id": [s for s, _ in turn_sample_ids], "prompt_id": [p for _, p in turn_sample_ids]},
-        schema={"sample_id": pl.String, "prompt_id": pl.String},
+        {
+            "sample_id": [t[0] for t in turn_sample_ids],
+            "prompt_id": [t[1] for t in turn_sample_ids],
+            "conversation_id": [t[2] for t in turn_sample_ids],
+            "turn_index": [t[3] for t in turn_sample_ids],
+        },
+        schema={"sample_id": pl.String, "prompt_id": pl.String, "conversation_id": pl.String, "turn_index": pl.Int32},
     )
 
 

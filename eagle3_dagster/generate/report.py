@@ -66,8 +66,9 @@ class ShardReport:
     # all_turns conversations (generate/multiturn.py TurnStats.as_dict); their turns are not in the
     # requested/succeeded/failed counts above, which stay those of the final-turn prompts
     turns: dict[str, Any] | None = None
-    # (sample_id, turn prompt id) of every stored turn on the conversations' current paths (not metadata)
-    turn_sample_ids: list[tuple[str, str]] = field(default_factory=list)
+    # (sample_id, turn prompt id, conversation_id, turn_index) of every stored turn on the conversations'
+    # current paths, one per sample (not metadata)
+    turn_sample_ids: list[tuple[str, str, str, int]] = field(default_factory=list)
 
     @property
     def reconciles(self) -> bool:
