@@ -31,6 +31,7 @@ from ..generate.multiturn import (
     turn_generations,
     turn_prompt_view,
     turns_summary,
+    write_turns_summary,
 )
 from ..generate.report import progress_line, result_line
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
@@ -205,6 +206,7 @@ def generations(
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_frame_atomic(active, out / ACTIVE_FILE)
+    write_turns_summary(out, report.turns)  # the quality report's conversations section
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     turns = current_turns(out, active) if multiturn is not None else None
     if turns is not None and turns.height:

@@ -558,3 +558,15 @@ def turns_summary(turns: pl.DataFrame) -> dict[str, Any]:
         "conversations": int(turns["conversation_id"].n_unique()),
         "rows_by_turn": {str(k): int(v) for k, v in by_turn.items()},
     }
+
+
+TURNS_SUMMARY_FILE = "turns.json"  # generations/shard=NNNN/turns.json: the last run's TurnStats (quality report)
+
+
+def write_turns_summary(gen_dir: Any, turns: dict[str, Any] | None) -> None:
+    """The shard's conversation counts for the quality report; removed when the shard has no conversations."""
+    f = as_data_path(gen_dir) / TURNS_SUMMARY_FILE
+    if turns is None:
+        f.unlink(missing_ok=True)
+        return
+    f.write_text(json.dumps(turns, indent=1, sort_keys=True))

@@ -67,7 +67,7 @@ def _meta(instance, key: str) -> dict:
     return instance.get_latest_materialization_event(dg.AssetKey(key)).asset_materialization.metadata
 
 
-def _run_profile(tmp_path, monkeypatch, datasets_dir, profile, model: str, *, limit: int = 6):
+def _run_profile(tmp_path, monkeypatch, datasets_dir, profile, model: str, *, limit: int = 4, night2: bool = True):
     assets = _assets(tmp_path, datasets_dir, limit)
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     data = tmp_path / "data"
@@ -86,6 +86,8 @@ def _run_profile(tmp_path, monkeypatch, datasets_dir, profile, model: str, *, li
             assert sh.success, sh
             gen_meta, train_meta = _meta(instance, "generations"), _meta(instance, "training_samples")
             first_requests = len(read_recorded(log))
+            if not night2:
+                return data, shard, log, gen_meta, train_meta, first_requests
             # an unchanged night: every turn is replayed from the store, nothing is sent
             again = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
             assert again.success, again
@@ -171,8 +173,13 @@ def _check(data: Path, shard: str, log: Path, gen_meta, train_meta, profile, dat
         assert len(assistants) >= len(ts)
         for m in assistants[-len(ts) :]:
             assert m.get("reasoning_content")
-    # metadata a user reads: rows per turn index
+    # metadata a user reads: rows per turn index; the quality report's conversations section
     assert train_meta["turn_rows"].value["rows_by_turn"]
+    report = (data / "reports" / "index.html").read_text()
+    section = report.split("<h2>Multi-turn conversations (regenerate: all_turns)</h2>")[1].split("</table>")[0]
+    assert f"<td>{shard}</td>" in section and f'<td class="num">{t["turns_planned"]}</td>' in section
+    for reason in t["conversations_ended_early"]:
+        assert reason in section
     return t
 
 
@@ -184,5 +191,7 @@ def test_all_turns_kimi(tmp_path, monkeypatch, datasets_dir, kimi_profile):
 
 
 def test_all_turns_qwen3(tmp_path, monkeypatch, datasets_dir, qwen_profile):
-    data, shard, log, gen_meta, train_meta, _ = _run_profile(tmp_path, monkeypatch, datasets_dir, qwen_profile, "qwen3")
+    data, shard, log, gen_meta, train_meta, _ = _run_profile(
+        tmp_path, monkeypatch, datasets_dir, qwen_profile, "qwen3", night2=False
+    )
     _check(data, shard, log, gen_meta, train_meta, qwen_profile, datasets_dir)
