@@ -339,8 +339,10 @@ class TurnDriver:
             reason = parsed.problems[0]
         if reason is None and later > 0:
             pos = conv.turns[k]
-            ds = conv.messages[pos].get("tool_calls") or [] if pos < len(conv.messages) else []
-            if tool_calls_differ(parsed.tool_calls, ds):
+            ds_msg = conv.messages[pos] if pos < len(conv.messages) else {}
+            ds = ds_msg.get("tool_calls") or []
+            # a slot (BFCL: {"generate": true}) has no dataset answer to compare with
+            if not ds_msg.get("generate") and tool_calls_differ(parsed.tool_calls, ds):
                 if conv.on_tool_mismatch == "end":
                     reason = "tool_call_mismatch"
                 else:

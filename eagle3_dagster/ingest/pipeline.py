@@ -32,7 +32,7 @@ from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .canonical import canonical_json, shard_of
 from .errors import EmptySourceError, IngestFileError, RowReject
-from .normalize import build_prompt
+from .normalize import build_conversation, build_prompt
 from .readers import RawRecord, iter_records, safe_text
 from .spec import SourceSpec
 from .turns import regenerate_options
@@ -182,17 +182,14 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     continue
                 conversation_json = regenerate_json = None
                 try:
-                    messages, tools = build_prompt(
-                        rec.value,
-                        fmt=spec.format,
-                        field_map=spec.field_map,
-                        prompt_rule=spec.prompt_rule,
-                        whole_conversation=spec.all_turns,
-                    )
                     if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
-                        conversation = messages
+                        conversation, tools = build_conversation(rec.value, fmt=spec.format, field_map=spec.field_map)
                         messages, options = regenerate_options(
                             conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
+                        )
+                    else:
+                        messages, tools = build_prompt(
+                            rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
                         )
                 except RowReject as r:
                     reject(file, rec, r.reason, r.detail)
