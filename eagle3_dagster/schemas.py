@@ -22,6 +22,10 @@ PROMPTS = pa.schema(
         ("messages", pa.string()),  # canonical JSON list of OpenAI-shaped messages (the prompt)
         ("tools", pa.string()),  # canonical JSON list of OpenAI function tools, or null
         ("n_messages", pa.int32()),
+        # regenerate: all_turns sources only (ingest/turns.py), else null: the whole conversation
+        # (canonical JSON; `messages` is then turn 1's prompt) and the options JSON
+        ("conversation", pa.string()),
+        ("regenerate", pa.string()),
     ]
 )
 
@@ -88,6 +92,25 @@ GENERATIONS = pa.schema(
     ]
 )
 
+# generations/shard=NNNN/turns/part-*.parquet: turns of `regenerate: all_turns` conversations
+# (generate/multiturn.py): a GENERATIONS row (prompt_id = the turn's prompt id) plus its lineage and
+# the exact prompt it was generated from.
+TURN_GENERATIONS = pa.schema(
+    [
+        *GENERATIONS,
+        ("conversation_id", pa.string()),  # the conversation's prompt_id (prompts table)
+        ("turn_index", pa.int32()),  # 1-based
+        ("prompt_ids", IDS),  # exactly the input_ids sent for this turn
+        ("prompt_messages", pa.string()),  # JSON: the messages rendered (the model's own earlier turns)
+        ("tools", pa.string()),  # JSON tools of the conversation, or null
+    ],
+    metadata=GENERATIONS.metadata,
+)
+
+# training_samples rows of a shard that holds all_turns conversations: TRAINING_SAMPLES + lineage
+# (final_turn-only shards keep TRAINING_SAMPLES, byte for byte as before).
+TRAINING_SAMPLES_TURNS_EXTRA = (("conversation_id", pa.string()), ("turn_index", pa.int32()))
+
 # generations/shard=NNNN/errors.parquet: requests that could not produce a sample.
 GENERATION_ERRORS = pa.schema(
     [
@@ -124,3 +147,4 @@ TRAINING_SAMPLES = pa.schema(
         ("text_mismatch_pos", pa.int32()),  # else the first differing output position (non-canonical tokenization)
     ]
 )
+TRAINING_SAMPLES_TURNS = pa.schema([*TRAINING_SAMPLES, *TRAINING_SAMPLES_TURNS_EXTRA])

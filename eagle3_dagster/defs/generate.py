@@ -7,7 +7,9 @@ which is all the echo feature and the sample preview look at), in one more pass 
 """
 
 import contextlib
+import itertools
 import logging
+from collections.abc import Iterator
 
 import dagster as dg
 import polars as pl
@@ -23,6 +25,15 @@ from ..generate import (
 )
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
+from ..generate.multiturn import (
+    active_turn_ids,
+    current_turns,
+    load_multiturn,
+    turn_generations,
+    turn_prompt_view,
+    turns_summary,
+    write_turns_summary,
+)
 from ..generate.report import progress_line, result_line
 from ..generate.store import iter_generations
 from ..orchestration.stage import gated_result, streamed_features
@@ -159,18 +170,32 @@ def generations(
     def progress(p) -> None:
         context.log.info(progress_line(key, p))
 
+    renderer = cached_renderer(profile)
+    # regenerate: all_turns sources: their conversations' turns run in the same shard (generate/multiturn.py)
+    multiturn = load_multiturn(
+        data / "prompts" / "prompts.parquet",
+        shard,
+        tokenized,
+        renderer=renderer,
+        profile=profile,
+        max_new_tokens=config.max_new_tokens,
+    )
     try:
         with client_logs_to(context):
-            report = generate_shard(tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks")
+            report = generate_shard(
+                tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks", multiturn=multiturn
+            )
     except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested) as e:
         # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
         # A stop request (Ctrl-C / SIGTERM) must not be retried either.
         raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
     context.log.info(result_line(key, report))
-    if report.failed and not (report.succeeded or report.skipped_cached):
+    turns_failed = (report.turns or {}).get("turns_failed", 0)
+    turns_ok = (report.turns or {}).get("turns_regenerated", 0)
+    if (report.failed or turns_failed) and not (report.succeeded or report.skipped_cached or turns_ok):
         # Nothing usable came back: a green step with an empty table would hide it.
         raise dg.Failure(
-            description=f"generations shard {key}: every one of the {report.failed} samples failed "
+            description=f"generations shard {key}: every one of the {report.failed + turns_failed} samples failed "
             f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
             "are in the shard's errors.parquet. Fix the server and run again (what fails for a "
             "passing reason is sent again).",
@@ -182,11 +207,18 @@ def generations(
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
+    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
+        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_frame_atomic(active, out / ACTIVE_FILE)
-    renderer = cached_renderer(profile)
+    write_turns_summary(out, report.turns)  # the quality report's conversations section
+    turns = current_turns(out, active) if multiturn is not None else None
+    batches: Iterator[pl.DataFrame] = iter_generations(out, only=active["sample_id"], batch_rows=GENERATION_BATCH_ROWS)
+    if turns is not None and turns.height:  # the turns of all_turns conversations, gated with the shard
+        batches = itertools.chain(batches, [turn_generations(turns)])
+        prompts = pl.concat([prompts, turn_prompt_view(turns, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))])
     # streamed: one batch of generations at a time; the gate judges the shard's per-row features
     features, preview_rows, stored = streamed_features(
-        iter_generations(out, only=active["sample_id"], batch_rows=GENERATION_BATCH_ROWS),
+        batches,
         lambda batch: generation_features(
             batch, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW
         ),
@@ -204,6 +236,7 @@ def generations(
         metadata={
             **to_metadata(report),
             "stored_samples": stored,
+            **({"turn_rows": dg.MetadataValue.json(turns_summary(turns))} if turns is not None else {}),
             "sample_preview": dg.MetadataValue.md(
                 sample_preview_markdown(preview_rows, prompts, renderer.tokenizer, profile, n=3)
             ),

@@ -1,17 +1,22 @@
 """Training wiring: `training_samples[shard]`, consuming only shards whose gates passed."""
 
+import itertools
 import json
+from collections.abc import Iterable
+from typing import cast
 
 import dagster as dg
 import polars as pl
 
 from ..config import apply_tokenizers_parallelism
+from ..generate.multiturn import current_turns, turn_generations
 from ..generate.store import iter_generations
 from ..orchestration.stage import gated_result
 from ..quality import read_gate_result
 from ..quality.features import available_source_shares, with_training_table_features
-from ..schemas import TOKENIZED_PROMPTS
+from ..schemas import GENERATIONS, TOKENIZED_PROMPTS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir
+from ..train.multiturn import rows_by_turn, with_turns
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
 from .gates import gate_check_specs
@@ -72,24 +77,42 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     errors_path = gen_dir / "errors.parquet"
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
-    out = shard_dir(data, "training_samples", shard)
-    built = build_training_shard(
-        iter_generations(gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS),
-        active,
+    renderer = cached_renderer(profile)
+    bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
+    # the turns of all_turns conversations: one row each, built like any sample (train/multiturn.py)
+    turns = current_turns(gen_dir, read_parquet(active_path))
+    wt = with_turns(
+        cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table())),  # the generations come streamed below
         tokenized,
         prompts,
+        turns,
+        profile_name=profile.name,
+        tokenizer_fingerprint=renderer.tokenizer_fingerprint,
+        bad_prompt_ids=bad_prompts,
+    )
+    batches: Iterable[pl.DataFrame] = iter_generations(gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS)
+    if turns.height:
+        batches = itertools.chain(batches, [turn_generations(turns)])
+    out = shard_dir(data, "training_samples", shard)
+    built = build_training_shard(
+        batches,
+        active,
+        wt.tokenized,
+        wt.prompts,
         profile,
-        cached_renderer(profile).tokenizer,
-        bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()),
-        bad_prompt_ids=set(gates["prompts"].row_failures["row_id"].to_list()),
+        renderer.tokenizer,
+        bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()) | wt.exclude_sample_ids,
+        bad_prompt_ids=bad_prompts,
         out_path=out / "part-0000.parquet",
         quarantine_path=out / "quarantine.parquet",
         max_total_len=MAX_TRAIN_LEN,
         spill_dir=pipeline.work_path,
+        lineage=wt.lineage,
+        schema=TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS,
     )
     counts, parse_counts = built.counts, built.parse_counts
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
-    features = with_training_table_features(built.row_features, available_source_shares(tokenized))
+    features = with_training_table_features(built.row_features, available_source_shares(wt.source_tokenized))
     # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
     summary = summarize(built.stats)
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, default=str))
@@ -116,6 +139,9 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "round_trip_rate": rt_rate,
             "text_exact_rows": built.text_exact_rows,
             "generation_errors": parquet_num_rows(errors_path) if errors_path.exists() else 0,
+            **(
+                {"turn_rows": dg.MetadataValue.json(rows_by_turn(built.lineage_rows))} if wt.lineage is not None else {}
+            ),
             "supervised_tokens": built.supervised_tokens,
             **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
             "path": dg.MetadataValue.path(str(out / "part-0000.parquet")),

@@ -155,6 +155,7 @@ class Plan:
     send: np.ndarray  # bool, one per input row: generate this row now
     hi: np.ndarray  # pass-1 keys (high 64 bits), to detect an input that changed under us
     carried_ids: list[str]  # not stored, failed permanently before (e.g. a 400): not sent again
+    excluded: int = 0  # rows of all_turns conversations (generate/multiturn.py sends their turns)
 
 
 def classify(
@@ -198,6 +199,7 @@ def plan_shard(
     regen_seed: int | None,
     stored: tuple[np.ndarray, np.ndarray],
     skip_ids: frozenset[str] | set[str] = frozenset(),
+    exclude_prompt_ids: frozenset[str] | set[str] = frozenset(),
 ) -> Plan:
     cols = _columns_of(src)
     if "prompt_id" not in cols or "input_ids" not in cols:
@@ -205,10 +207,13 @@ def plan_shard(
     has_th = "template_hash" in cols
     hi_a, lo_a = array("Q"), array("Q")
     skipped: list[tuple[int, str]] = []
+    excluded: list[int] = []
     for b in _batches(src, ["prompt_id", "template_hash"] if has_th else ["prompt_id"]):
         pids = b.get_column("prompt_id").to_list()
         ths = b.get_column("template_hash").to_list() if has_th else [""] * len(pids)
         for p, t in zip(pids, ths):
+            if exclude_prompt_ids and p in exclude_prompt_ids:
+                excluded.append(len(hi_a))
             sid = sample_key(p, model_revision, t or "", s_hash, regen_seed)
             if skip_ids and sid in skip_ids:
                 skipped.append((len(hi_a), sid))
@@ -218,6 +223,8 @@ def plan_shard(
     hi = np.frombuffer(hi_a, dtype=np.uint64)
     lo = np.frombuffer(lo_a, dtype=np.uint64)
     first, in_store = classify(hi, lo, *stored)
+    if excluded:
+        first[np.asarray(excluded, dtype=np.int64)] = False
     send = first & ~in_store
     carried = [sid for i, sid in skipped if send[i]]
     for i, _ in skipped:
@@ -230,6 +237,7 @@ def plan_shard(
         send=send,
         hi=hi.copy(),
         carried_ids=carried,
+        excluded=len(excluded),
     )
 
 

@@ -63,6 +63,12 @@ class ShardReport:
     # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
     # does not send refuses the endpoint before anything is sent)
     preferred_sampling_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # all_turns conversations (generate/multiturn.py TurnStats.as_dict); their turns are not in the
+    # requested/succeeded/failed counts above, which stay those of the final-turn prompts
+    turns: dict[str, Any] | None = None
+    # (sample_id, turn prompt id, conversation_id, turn_index) of every stored turn on the conversations'
+    # current paths, one per sample (not metadata)
+    turn_sample_ids: list[tuple[str, str, str, int]] = field(default_factory=list)
 
     @property
     def reconciles(self) -> bool:
@@ -71,6 +77,9 @@ class ShardReport:
     def as_metadata(self) -> dict[str, Any]:
         """Plain JSON-able values (the Dagster asset wraps them); no secrets are ever in here."""
         d = asdict(self)
+        d.pop("turn_sample_ids")
+        if d["turns"] is None:
+            d.pop("turns")
         for k in ("samples_per_s", "output_tokens_per_s", "wall_s"):
             d[k] = round(float(d[k]), 3)
         for k in ("latency_p50", "latency_p90", "latency_p99", "cached_tokens_ratio"):

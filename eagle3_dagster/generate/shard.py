@@ -27,11 +27,13 @@ import httpx
 import polars as pl
 
 from .. import stopping
+from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
 from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
+from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .report import ProgressReport, RunStats, ShardReport, progress_line
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
 
@@ -119,13 +121,20 @@ async def generate_shard_async(
     progress: Callable[[ProgressReport], None] | None = None,
     progress_every_s: float = 5.0,
     lock_dir: Path | None = None,
+    multiturn: MultiTurn | None = None,
 ) -> ShardReport:
     """See generate_shard. A stop request (stopping.request_stop: Ctrl-C / SIGTERM on the demo) cancels
     the run: in-flight requests are aborted, answered samples stored, and StopRequested is raised."""
     with stopping.cancellable():
         try:
             return await _generate_shard(
-                tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s, lock_dir=lock_dir
+                tokenized,
+                out_dir,
+                config,
+                progress=progress,
+                progress_every_s=progress_every_s,
+                lock_dir=lock_dir,
+                multiturn=multiturn,
             )
         except asyncio.CancelledError:
             if stopping.stop_requested():
@@ -144,9 +153,17 @@ async def _generate_shard(
     progress: Callable[[ProgressReport], None] | None,
     progress_every_s: float,
     lock_dir: Path | None,
+    multiturn: MultiTurn | None = None,
 ) -> ShardReport:
     out_dir = as_data_path(out_dir)
     store = ShardStore(out_dir, write_retries=config.write_retries, lock_dir=lock_dir)
+    # all_turns conversations: their turns go to generations/shard=NNNN/turns/ (generate/multiturn.py)
+    turn_store = (
+        ShardStore(turns_dir(out_dir), write_retries=config.write_retries, lock_dir=lock_dir, schema=TURN_GENERATIONS)
+        if multiturn is not None and multiturn.conversations
+        else None
+    )
+    driver: TurnDriver | None = None
     headers = _auth_headers(config)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
     # One TLS context for every pool: building one loads the CA bundle (~25 ms), per client it adds up.
@@ -178,6 +195,8 @@ async def _generate_shard(
     bg: list[asyncio.Task[Any]] = []
     try:
         store.open()  # the shard's lock first: a second process on the same shard stops here
+        if turn_store is not None:
+            turn_store.open()
         await pool.start(configured_revision=config.model_revision)
         revision = pool.model_revision or "unknown"
         s_hash = sampling_hash(config)
@@ -216,10 +235,27 @@ async def _generate_shard(
             regen_seed=config.regen_seed,
             stored=stored_keys(out_dir),
             skip_ids=frozenset(prior.get_column("sample_id").to_list()),
+            exclude_prompt_ids=multiturn.conversation_ids if multiturn is not None else frozenset(),
         )
+        if multiturn is not None and multiturn.conversations:
+            driver = multiturn.driver(
+                stored=await asyncio.to_thread(stored_turns, out_dir),
+                model_revision=revision,
+                s_hash=s_hash,
+                regen_seed=config.regen_seed,
+            )
+            await asyncio.to_thread(driver.start)  # replays the stored turns: an unchanged night sends nothing
+            log.info(
+                "shard %s: %d all_turns conversations, %d turns planned, %d stored already, %d to send next",
+                out_dir.name,
+                driver.stats.conversations,
+                driver.stats.turns_planned,
+                driver.stats.turns_cached,
+                len(driver.ready),
+            )
         carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
         report.requested = plan.requested
-        report.duplicates_in_input = plan.rows - plan.requested
+        report.duplicates_in_input = plan.rows - plan.excluded - plan.requested
         report.skipped_cached = plan.skipped_cached
         stats = RunStats(total=plan.pending)
         report.carried_failed = carried.height
@@ -235,7 +271,7 @@ async def _generate_shard(
 
         n_workers = config.max_in_flight or pool.max_in_flight(config.in_flight_headroom)
         report.in_flight_source = "config" if config.max_in_flight else "server_info"
-        n_workers = max(1, min(n_workers, plan.pending))
+        n_workers = max(1, min(n_workers, plan.pending + (driver.pending if driver is not None else 0)))
         report.max_in_flight = n_workers
         run_nonce = secrets.token_hex(3)  # rids of this run never equal a killed run's still-running rids
 
@@ -256,7 +292,13 @@ async def _generate_shard(
                 rows, buffer = buffer, []
                 last_flush = time.monotonic()
                 if rows:
-                    await asyncio.to_thread(store.write_chunk, rows)
+                    turn_rows = [r for r in rows if "turn_index" in r]
+                    if turn_rows:
+                        rows = [r for r in rows if "turn_index" not in r]
+                        assert turn_store is not None
+                        await asyncio.to_thread(turn_store.write_chunk, turn_rows)
+                    if rows:
+                        await asyncio.to_thread(store.write_chunk, rows)
                 if errors_due:
                     snapshot = list(errors)
                     await asyncio.to_thread(store.write_errors, snapshot)
@@ -271,8 +313,25 @@ async def _generate_shard(
 
         items = iter_pending(tokenized, plan, model_revision=revision, s_hash=s_hash, regen_seed=config.regen_seed)
 
+        async def next_item() -> dict[str, Any] | None:
+            """A conversation's next turn first (keeps conversations moving), else the next prompt; when
+            only turns in flight are left, wait for one of them: the window stays full across rounds."""
+            while True:
+                if driver is not None and (turn := driver.take()) is not None:
+                    return turn
+                item = next(items, None)  # one shared iterator: each sample is taken by exactly one worker
+                if item is not None or driver is None or not driver.busy:
+                    return item
+                await driver.wait()
+
+        def count_failure(item: dict[str, Any], reason: str) -> None:
+            if "turn_index" in item and driver is not None:
+                driver.failed(item, reason)  # the conversation ends there (counted by reason)
+            else:
+                stats.failed += 1
+
         async def worker(wclient: httpx.AsyncClient) -> None:
-            for item in items:  # one shared iterator: each sample is taken by exactly one worker
+            while (item := await next_item()) is not None:
                 ids = item["input_ids"]
                 problem = _input_problem(ids, config.vocab_size)
                 if problem is not None:
@@ -280,7 +339,7 @@ async def _generate_shard(
                         _error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending")
                     )
                     stats.errors[problem] += 1
-                    stats.failed += 1
+                    count_failure(item, problem)
                     continue
                 o = await generate_one(
                     pool=pool,
@@ -336,14 +395,17 @@ async def _generate_shard(
                             )
                     errors.append(_error_row(item, o.reason, o.status, detail))
                     stats.errors[o.reason] += 1
-                    stats.failed += 1
+                    count_failure(item, o.reason or "unknown")
                 else:
                     viol = integrity_violations(o.response, max_new_tokens=config.max_new_tokens)
                     row = _result_row(
                         o, item, model_revision=revision, s_hash=s_hash, vocab_size=config.vocab_size, violations=viol
                     )
+                    if "turn_index" in item and driver is not None:
+                        row.update(driver.row_extras(item))
                     buffer.append(row)
-                    stats.succeeded += 1
+                    if "turn_index" not in item:
+                        stats.succeeded += 1
                     stats.latencies.append(o.latency_s)
                     stats.finish[row["finish_reason"] or "unknown"] += 1
                     stats.output_tokens += len(o.response.get("output_ids") or ())
@@ -357,6 +419,8 @@ async def _generate_shard(
                     if row["integrity_violations"]:
                         stats.integrity_violations += 1
                         log.warning("integrity violation in %s: %s", item["sample_id"], row["integrity_violations"])
+                    if driver is not None and "turn_index" in item:
+                        driver.done(item, row)  # queues this conversation's next turn
                 if len(buffer) >= config.flush_every_n:
                     await flush(min_rows=config.flush_every_n)
 
@@ -403,6 +467,11 @@ async def _generate_shard(
         for reason in carried.get_column("reason").to_list():
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
         report.per_endpoint = pool.per_endpoint()
+        if driver is not None:
+            report.turns = driver.stats.as_dict()
+            report.turn_sample_ids = list(driver.active_sample_ids)
+            if not driver.stats.reconciles:
+                log.error("shard %s: the turn counts do not reconcile: %s", out_dir.name, report.turns)
         report.http_pools = len(clients)
         report.compaction_leftovers_removed = store.compaction_leftovers_removed
         if config.compact_after_chunks is not None:
@@ -423,6 +492,8 @@ async def _generate_shard(
         for c in clients:
             await c.aclose()
         store.close()
+        if turn_store is not None:
+            turn_store.close()
 
 
 async def _abort_in_flight(client: httpx.AsyncClient, headers: dict[str, str], in_flight: dict[str, str]) -> None:
@@ -501,6 +572,7 @@ def generate_shard(
     progress: Callable[[ProgressReport], None] | None = None,
     progress_every_s: float = 5.0,
     lock_dir: Path | None = None,
+    multiturn: MultiTurn | None = None,
 ) -> ShardReport:
     """Generate every sample of one shard that is not stored yet; see the module docstring.
 
@@ -511,6 +583,12 @@ def generate_shard(
     """
     return _run(
         lambda: generate_shard_async(
-            tokenized, out_dir, config, progress=progress, progress_every_s=progress_every_s, lock_dir=lock_dir
+            tokenized,
+            out_dir,
+            config,
+            progress=progress,
+            progress_every_s=progress_every_s,
+            lock_dir=lock_dir,
+            multiturn=multiturn,
         )
     )

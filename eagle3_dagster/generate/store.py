@@ -140,8 +140,16 @@ def lock_path_for(out_dir: DataPath, lock_dir: Path | None) -> Path:
 
 
 class ShardStore:
-    def __init__(self, out_dir: StoreDir, *, write_retries: int = 3, lock_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: StoreDir,
+        *,
+        write_retries: int = 3,
+        lock_dir: Path | None = None,
+        schema: pa.Schema = schemas.GENERATIONS,
+    ) -> None:
         self.out_dir = as_data_path(out_dir)
+        self.schema = schema  # GENERATIONS, or TURN_GENERATIONS for the turns of all_turns conversations
         self.lock_path = lock_path_for(self.out_dir, lock_dir)
         self.write_retries = write_retries
         self._lock_fd: int | None = None
@@ -205,7 +213,7 @@ class ShardStore:
     def write_chunk(self, rows: list[dict[str, Any]]) -> DataPath | None:
         if not rows:
             return None
-        table = pa.Table.from_pylist(rows, schema=schemas.GENERATIONS)
+        table = pa.Table.from_pylist(rows, schema=self.schema)
         # Time-ordered unique names: chunks of several runs never collide, sorted order = write order.
         path = self.out_dir / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         self._write(table, path)
@@ -232,7 +240,7 @@ class ShardStore:
         ns = max([time.time_ns(), *[int(m.group(1)) + 1 for n in names if (m := _PART_NS.match(n))]])
         path = self.out_dir / f"part-{ns:020d}-{uuid.uuid4().hex[:8]}.compacted.parquet"
         # streamed chunk by chunk: memory stays one chunk, whatever the shard's size
-        rows = self._write_with(lambda: write_compacted(files, path), path)
+        rows = self._write_with(lambda: write_compacted(files, path, self.schema), path)
         if parquet_num_rows(path) != rows:  # never delete data we cannot see in the new file
             raise StoreWriteError(f"compacted chunk {path} does not hold the {rows} rows written")
         self._delete_chunks(files)
@@ -304,9 +312,8 @@ def iter_generations(
         offset += n
 
 
-def _winning_parts(files: list[DataPath]) -> Iterator[pa.Table]:
-    """Each chunk's winning rows as a GENERATIONS table, one chunk in memory at a time."""
-    schema = schemas.GENERATIONS
+def _winning_parts(files: list[DataPath], schema: pa.Schema = schemas.GENERATIONS) -> Iterator[pa.Table]:
+    """Each chunk's winning rows as a `schema` table, one chunk in memory at a time."""
     counts, keep, _ = _winners(files)
     offset = 0
     for f, n in zip(files, counts):
@@ -318,15 +325,15 @@ def _winning_parts(files: list[DataPath]) -> Iterator[pa.Table]:
         offset += n
 
 
-def write_compacted(files: list[DataPath], path: DataPath) -> int:
+def write_compacted(files: list[DataPath], path: DataPath, schema: pa.Schema = schemas.GENERATIONS) -> int:
     """Write the rows `read_generations` returns for these chunks, in its order, to `path` streamed (ParquetSink: appears only when complete), its footer
     naming the chunks it replaces; returns the rows written. Peak memory: one chunk, not the shard."""
-    meta = dict(schemas.GENERATIONS.metadata or {})
+    meta = dict(schema.metadata or {})
     meta[COMPACTED_FROM] = json.dumps([f.name for f in files]).encode()
-    sink = ParquetSink(path, schemas.GENERATIONS.with_metadata(meta))
+    sink = ParquetSink(path, schema.with_metadata(meta))
     rows = 0
     try:
-        for part in _winning_parts(files):
+        for part in _winning_parts(files, schema):
             sink.write_table(part.replace_schema_metadata(meta))
             rows += part.num_rows
         sink.commit()

@@ -32,9 +32,10 @@ from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .canonical import canonical_json, shard_of
 from .errors import EmptySourceError, IngestFileError, RowReject
-from .normalize import build_prompt
+from .normalize import build_conversation, build_prompt
 from .readers import RawRecord, iter_records, safe_text
 from .spec import SourceSpec
+from .turns import regenerate_options
 
 ACCEPTED_FILE = "accepted.parquet"
 REJECTS_FILE = "rejects.parquet"
@@ -179,10 +180,17 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                 if rec.error is not None:
                     reject(file, rec, *rec.error)
                     continue
+                conversation_json = regenerate_json = None
                 try:
-                    messages, tools = build_prompt(
-                        rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
-                    )
+                    if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
+                        conversation, tools = build_conversation(rec.value, fmt=spec.format, field_map=spec.field_map)
+                        messages, options = regenerate_options(
+                            conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
+                        )
+                    else:
+                        messages, tools = build_prompt(
+                            rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
+                        )
                 except RowReject as r:
                     reject(file, rec, r.reason, r.detail)
                     continue
@@ -192,6 +200,11 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
                     # before "tools"), without serializing the prompt twice.
                     payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
+                    if spec.all_turns:
+                        # another unit of work than the final-turn prompt of the same record: its own id
+                        conversation_json = canonical_json(conversation)
+                        regenerate_json = canonical_json(options)
+                        payload += f"|all_turns|{regenerate_json}|{conversation_json}".encode()
                 except UnicodeEncodeError:
                     reject(
                         file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
@@ -219,6 +232,8 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                         "messages": messages_json,
                         "tools": tools_json,
                         "n_messages": len(messages),
+                        "conversation": conversation_json,
+                        "regenerate": regenerate_json,
                     }
                 )
                 counts.accepted += 1

@@ -18,6 +18,12 @@ Fields (only `path` is required):
     allow_empty: false         # true: a source with no accepted prompt is a warning, not a failed asset
     max_reject_rate: 0.5       # a reject rate (rejected / read) above this warns (check + report)
     description: ""            # free text
+    regenerate: final_turn     # or all_turns: every assistant turn regenerated in order, on-policy
+                               #   (generate/multiturn.py); final_turn = only the last one (default)
+    max_turns: 8               # all_turns only: regenerate at most this many turns per conversation
+    on_tool_mismatch: end      # all_turns only: a regenerated turn whose tool calls differ from the
+                               #   dataset's (count, names, arguments) ends the conversation (end) or
+                               #   the dataset's tool results are used anyway (continue); counted
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from .errors import SourceSpecError
 from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri
 
+REGENERATE_MODES = ("final_turn", "all_turns")
+TOOL_MISMATCH_POLICIES = ("end", "continue")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -53,6 +61,13 @@ class SourceSpec:
     description: str = ""
     allow_empty: bool = False
     max_reject_rate: float = 0.5
+    regenerate: str = "final_turn"
+    max_turns: int | None = None
+    on_tool_mismatch: str = "end"
+
+    @property
+    def all_turns(self) -> bool:
+        return self.regenerate == "all_turns"
 
     def __post_init__(self) -> None:
         problem = _validate(self)
@@ -127,6 +142,14 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}"
     if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
         return "licence and description must be strings"
+    if spec.regenerate not in REGENERATE_MODES:
+        return f"field 'regenerate': {spec.regenerate!r} is not one of {', '.join(REGENERATE_MODES)}"
+    if spec.max_turns is not None and (not _is_int(spec.max_turns) or spec.max_turns < 1):
+        return f"field 'max_turns': must be a positive integer, got {spec.max_turns!r}"
+    if spec.on_tool_mismatch not in TOOL_MISMATCH_POLICIES:
+        return f"field 'on_tool_mismatch': {spec.on_tool_mismatch!r} is not one of {', '.join(TOOL_MISMATCH_POLICIES)}"
+    if spec.regenerate != "all_turns" and (spec.max_turns is not None or spec.on_tool_mismatch != "end"):
+        return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
     return None
 
 
@@ -155,6 +178,9 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
     d["field_map"] = d.get("field_map") or {}
     d["licence"] = "" if d.get("licence") is None else d["licence"]
     d["description"] = "" if d.get("description") is None else d["description"]
+    for key in ("regenerate", "on_tool_mismatch"):
+        if key in d and d[key] is None:
+            del d[key]  # `regenerate:` with no value: the default
     try:
         return SourceSpec(**d, base_dir=base_dir)
     except SourceSpecError as e:

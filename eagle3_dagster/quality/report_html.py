@@ -38,6 +38,7 @@ from . import charts
 from .gate import read_gate_result
 from .retention import DOCS_INDEX
 from .suites import GATES
+from .turns_report import collect_turns, turns_section
 
 REPORT_DIR = "reports"
 REPORT_FILE = "index.html"
@@ -232,6 +233,7 @@ class ReportModel:
     attempt: dict[str, Any] | None = None  # data/gates/publish/last.json: the latest publish attempt
     sources: list[SourceView] = field(default_factory=list)
     latest: LatestAge | None = None
+    turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "not run": 0, "unreadable": 0}
@@ -443,6 +445,7 @@ def collect(
         data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
         latest=latest_age(data, now),
+        turns=collect_turns(data, ids),
     )
 
 
@@ -661,6 +664,8 @@ def render(model: ReportModel, report_path: PathLike) -> str:
 
     h.extend(charts.source_gate_section(model))
     h.extend(charts.shard_sections(model))
+
+    h.extend(turns_section(model.turns))
 
     other = [(row.shard, lab, c) for row in model.shards for lab, c in row.other_rejects.items()]
     if other:

@@ -68,6 +68,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(text unchanged; sim/noncanonical.py)",
     )
     ap.add_argument("--noncanonical-max-splits", type=int, default=3)
+    ap.add_argument("--record-requests", default=None, help="append {rid, input_ids} per /generate item (tests)")
     ap.add_argument(
         "--output-tokens-mean",
         type=int,

@@ -21,6 +21,7 @@ from .cache import PrefixTrie
 from .deployment import Deployment
 from .faults import Faults
 from .model import OutputModel
+from .record import RequestRecorder
 from .stats import Stats
 
 
@@ -41,6 +42,8 @@ class Sim:
         self.tok = tokenizer
         self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
         self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
+        # --record-requests FILE: one JSON line per item run (sim/record.py), for tests
+        self.recorder = RequestRecorder(args.record_requests) if getattr(args, "record_requests", None) else None
         # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
         self.deployment = Deployment(getattr(args, "weight_version", "default"), getattr(args, "reasoning_scale", 1.0))
         self.model.shape_reasoning = self.deployment.shape_reasoning
@@ -141,6 +144,8 @@ class Engine:
         sim.in_flight[item.rid] = st
         sim.stats.peak_in_flight = max(sim.stats.peak_in_flight, len(sim.in_flight))
         sim.stats.items += 1
+        if sim.recorder is not None:
+            sim.recorder.record(item.rid, item.input_ids)
         t0 = time.time()
         pr = Progress(item, None, [], None, 0, t0)
         sim.waiting += 1

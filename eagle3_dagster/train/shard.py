@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import polars as pl
+import pyarrow as pa
 
 from ..orchestration.stage import SortedSpill, arrow_batch
 from ..profiles import ModelProfile
@@ -33,6 +34,7 @@ class TrainingShard:
     row_features: pl.DataFrame = field(default_factory=pl.DataFrame)  # training_row_features of every row
     stats: pl.DataFrame = field(default_factory=pl.DataFrame)  # summary.sample_stats of every row
     text_exact_rows: int = 0
+    lineage_rows: pl.DataFrame = field(default_factory=pl.DataFrame)  # sample_id, conversation_id, turn_index
     supervised_tokens: int = 0
 
 
@@ -55,15 +57,19 @@ def build_training_shard(
     quarantine_path: PathLike,
     max_total_len: int,
     spill_dir: Path | None = None,
+    lineage: pl.DataFrame | None = None,
+    schema: pa.Schema = TRAINING_SAMPLES,
 ) -> TrainingShard:
     """Write the shard's training table (out_path) and parse quarantine (quarantine_path) from batches of
     its generations (`sample_ids`: every sample_id the batches may hold). Memory: a batch, a bucket and
-    the per-row scalars."""
+    the per-row scalars. `lineage` (sample_id, conversation_id, turn_index of the turns of all_turns
+    conversations) is joined onto every row, null for final-turn rows; `schema` is then TRAINING_SAMPLES_TURNS."""
     res = TrainingShard()
     prompt_ids = tokenized.select("prompt_id", "input_ids", "tokenizer_fingerprint")
     failures: list[pl.DataFrame] = []
     features: list[pl.DataFrame] = []
     stats: list[pl.DataFrame] = []
+    lineages: list[pl.DataFrame] = []
     spill = SortedSpill(sample_ids, "sample_id", spill_dir=spill_dir)
     sink = None
     try:
@@ -83,9 +89,12 @@ def build_training_shard(
             _add(res.counts, counts)
             failures.append(parse_failures)
             spill.add(samples)
-        sink = ParquetSink(out_path, TRAINING_SAMPLES)
+        sink = ParquetSink(out_path, schema)
         for batch in spill.sorted_batches():
-            sink.write_table(arrow_batch(batch, TRAINING_SAMPLES))
+            if lineage is not None:
+                batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
+                lineages.append(batch.select("sample_id", "conversation_id", "turn_index"))
+            sink.write_table(arrow_batch(batch, schema))
             features.append(training_row_features(batch, max_total_len=max_total_len))
             stats.append(sample_stats(batch, profile))
             res.text_exact_rows += int(batch["text_exact"].sum() or 0)
@@ -103,6 +112,8 @@ def build_training_shard(
     empty = cast(pl.DataFrame, pl.from_arrow(TRAINING_SAMPLES.empty_table()))
     res.row_features = pl.concat(features) if features else training_row_features(empty, max_total_len=max_total_len)
     res.stats = pl.concat(stats) if stats else sample_stats(empty, profile)
+    if lineage is not None:
+        res.lineage_rows = pl.concat(lineages) if lineages else lineage.clear()
     for k in ("generations", "excluded", "missing_prompt", "samples"):
         res.counts.setdefault(k, 0)
     for k in ("parsed", "round_trip_ok", "parse_failures", "text_exact_false"):

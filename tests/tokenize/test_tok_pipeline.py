@@ -35,6 +35,8 @@ def _prompt_rows(rows: list[tuple[str, Any, Any]]) -> pl.DataFrame:
         "messages": [r[1] for r in rows],
         "tools": [r[2] for r in rows],
         "n_messages": [1] * len(rows),
+        "conversation": [None] * len(rows),  # final_turn prompts (regenerate: all_turns fills these)
+        "regenerate": [None] * len(rows),
     }
     return pl.from_arrow(pa.Table.from_pydict(data, schema=schemas.PROMPTS))
 
