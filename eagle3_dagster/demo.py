@@ -117,7 +117,7 @@ class StopOnSignal:
         )
         if self.instance is not None:
             try:
-                from .defs.run import cancel_own_runs
+                from .orchestration.run import cancel_own_runs
 
                 cancel_own_runs(self.instance)
             except Exception as e:
@@ -340,7 +340,7 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
     shards = args.shards.split(",") if args.shards else None
-    from .defs.run import check_shard_keys
+    from .orchestration.run import check_shard_keys
 
     check_shard_keys(shards)  # an unknown key fails here, listing the valid ones, before anything is written
     from .ingest import load_source_specs
@@ -354,7 +354,7 @@ def main(argv: list[str]) -> int:
     with StopOnSignal() as stopper:
         try:
             with sglang_endpoint(args.sim_arg):
-                from .defs.run import materialize_graph
+                from .orchestration.run import materialize_graph
 
                 instance = dg.DagsterInstance.get()
                 stopper.instance = instance

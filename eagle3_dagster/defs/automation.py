@@ -35,7 +35,7 @@ from pathlib import Path
 import dagster as dg
 
 from ..config import settings
-from .partitions import shard_partitions
+from ..orchestration.partitions import shard_partitions
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -338,3 +338,8 @@ freshness_checks, snapshot_freshness = build_freshness()
 JOBS = [ingest_job, shard_pipeline_job, publish_job]
 SCHEDULES = [nightly_regeneration]
 SENSORS = [nightly_fanout, nightly_publish, nightly_failed, prompt_source_sensor, snapshot_freshness]
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(asset_checks=freshness_checks, jobs=JOBS, schedules=SCHEDULES, sensors=SENSORS)

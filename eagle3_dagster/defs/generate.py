@@ -20,23 +20,22 @@ from ..generate import (
     NoEndpointError,
     generate_shard,
     read_generations,
-    sample_key,
 )
+from ..generate.active import active_sample_ids, run_config, write_active_samples
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
 from ..generate.report import progress_line, result_line
+from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
+from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
+from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
 from ..quality import generation_features, histograms_markdown, run_gate, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
-from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
-from .metadata import to_metadata
-from .partitions import shard_partitions
-from .resources import PipelineSettings, SGLangFleet, cached_renderer
 
 GROUP = "generate"
-ACTIVE_FILE = "active.parquet"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
 
 
@@ -91,19 +90,6 @@ def tokenized_source(data, shard: int):
     return folder
 
 
-def active_sample_ids(tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "sample_id": [
-                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", sampling_hash, regen_seed)
-                for r in tokenized.select("prompt_id", "template_hash").iter_rows(named=True)
-            ],
-            "prompt_id": tokenized["prompt_id"].to_list(),
-        },
-        schema={"sample_id": pl.String, "prompt_id": pl.String},
-    )
-
-
 GENERATION_HEADLINES = (
     HeadlineCheck(
         "think_end_present",
@@ -134,23 +120,10 @@ def generations(
     data = pipeline.data_path
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
-    overrides = {"compact_after_chunks": compact_after_chunks_from_env(), **generation_env()}
-    if pipeline.max_new_tokens:
-        overrides["max_new_tokens"] = pipeline.max_new_tokens
-    if sglang.max_in_flight:
-        overrides["max_in_flight"] = sglang.max_in_flight
-    if sglang.model_revision:
-        overrides["model_revision"] = sglang.model_revision
-    if sglang.regen_seed is not None:
-        overrides["regen_seed"] = sglang.regen_seed
-    if sglang.read_timeout_s is not None:
-        overrides["read_timeout_s"] = sglang.read_timeout_s
-    if sglang.max_retries is not None:
-        overrides["max_retries"] = sglang.max_retries
-    for name in ("wait_for_endpoint_s", "stream", "stall_timeout_s"):
-        if getattr(sglang, name) is not None:
-            overrides[name] = getattr(sglang, name)
-    config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
+    run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
+    config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
+        compact_after_chunks=compact_after_chunks_from_env()  # None (EAGLE3_..._CHUNKS=0): never compact
+    )
     out = shard_dir(data, "generations", shard)
     key = f"{shard:04d}"
 
@@ -180,7 +153,7 @@ def generations(
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
-    write_frame_atomic(active, out / ACTIVE_FILE)
+    write_active_samples(out, active)
     gens = read_generations(out).join(active.select("sample_id"), on="sample_id", how="semi")
     renderer = cached_renderer(profile)
     features = generation_features(gens, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW)
@@ -209,3 +182,8 @@ def generations(
         },
         check_results=gate_check_results("generations", gate, GENERATION_HEADLINES),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[generations])

@@ -5,42 +5,20 @@ import json
 import dagster as dg
 import polars as pl
 
-from ..generate import read_generations
-from ..quality import read_gate_result, run_gate, training_features
+from ..generate.active import ActiveSamplesMissingError, read_active_generations
+from ..orchestration.gates import gate_check_results, gate_check_specs, store_gate_result
+from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
+from ..orchestration.resources import PipelineSettings, cached_renderer
+from ..quality import GateFailedError, require_gate_passed, run_gate, training_features
 from ..quality.features import available_source_shares
 from ..schemas import TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir, write_frame_atomic
 from ..train import build_training_samples
 from ..train.conversations import parse_generations
 from ..train.summary import SUMMARY_FILE, headline, summarize_samples
-from .gates import gate_check_results, gate_check_specs, store_gate_result
-from .generate import ACTIVE_FILE
-from .metadata import to_metadata
-from .partitions import shard_partitions
-from .resources import PipelineSettings, cached_renderer
 
 GROUP = "train"
-MAX_TRAIN_LEN = 65536
-
-
-def _require_passed_gates(data, shard: int) -> dict:
-    """Cross-run gating: a shard whose gate failed (in any earlier run) is never consumed."""
-    gates = {}
-    for gate in ("prompts", "generations"):
-        res = read_gate_result(data, gate, shard)
-        if res is None:
-            raise dg.Failure(
-                f"shard {shard:04d}: no stored `{gate}` gate result; materialize the upstream assets first"
-            )
-        if not res.success:
-            failed = [o.name for o in res.outcomes if not o.success and o.severity == "critical"]
-            raise dg.Failure(
-                description=f"shard {shard:04d}: the `{gate}` gate failed ({', '.join(failed)}); refusing to build "
-                "training samples from it",
-                metadata={"failed_expectations": dg.MetadataValue.json(failed)},
-            )
-        gates[gate] = res
-    return gates
 
 
 @dg.asset(
@@ -59,14 +37,15 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     shard = parse_shard_key(context.partition_key)
     data = pipeline.data_path
     profile = pipeline.profile()
-    gates = _require_passed_gates(data, shard)
+    try:  # cross-run gating: a shard whose gate failed (in any earlier run) is never consumed
+        gates = {g: require_gate_passed(data, g, shard) for g in ("prompts", "generations")}
+    except GateFailedError as e:
+        raise dg.Failure(description=f"{e}; refusing to build training samples from it") from None
     tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
-    gen_dir = shard_dir(data, "generations", shard)
-    active_path = gen_dir / ACTIVE_FILE
-    if not active_path.exists():
-        raise dg.Failure(f"shard {shard:04d}: {active_path} is missing; materialize `generations` first")
-    # only the samples of the latest generations materialization (the current cache keys)
-    gens = read_generations(gen_dir).join(read_parquet(active_path, columns=["sample_id"]), on="sample_id", how="semi")
+    try:  # only the samples of the latest generations materialization (the current cache keys)
+        gens = read_active_generations(shard_dir(data, "generations", shard))
+    except ActiveSamplesMissingError as e:
+        raise dg.Failure(f"shard {shard:04d}: {e}") from None
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     bad_samples = set(gates["generations"].row_failures["row_id"].to_list())
     errors_path = shard_dir(data, "generations", shard) / "errors.parquet"
@@ -88,7 +67,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     path = write_frame_atomic(samples, out / "part-0000.parquet", schema=TRAINING_SAMPLES)
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = training_features(
-        samples, profile, max_total_len=MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
+        samples, profile, max_total_len=profile.max_train_len, available_shares=available_source_shares(tokenized)
     )
     # the shard's distribution summary, for the report's per-shard charts (train/summary.py)
     summary = summarize_samples(samples, profile)
@@ -125,3 +104,8 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         },
         check_results=gate_check_results("training_samples", gate, ()),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[training_samples])

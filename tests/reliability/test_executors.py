@@ -21,7 +21,7 @@ import yaml
 from dagster._core.events import DagsterEventType
 from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
-from eagle3_dagster.defs.executors import ExecutorConfigError, executor_from_env
+from eagle3_dagster.orchestration.executors import ExecutorConfigError, executor_from_env
 from eagle3_dagster.sim.process import start_simulator
 
 DOC = ROOT / "docs" / "scale-out.md"
