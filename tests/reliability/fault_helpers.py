@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
-from dagster._core.events import DagsterEventType
+from dagster import DagsterEventType
 from graph_helpers import graph_resources, shard_with_most_prompts
 from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 

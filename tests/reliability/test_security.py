@@ -20,7 +20,7 @@ import dagster as dg
 import httpx
 import polars as pl
 import pytest
-from dagster._serdes import serialize_value
+from dagster import serialize_value
 from rel_helpers import PYTHON, VENV_BIN, child_env, listening_addresses, process_tree, wait_http
 
 from eagle3_dagster.definitions import defs
