@@ -317,7 +317,8 @@ _ASSET_CHILD = (
     + r"""
 import json, sys, time
 import polars as pl
-from eagle3_dagster.defs.generate import ECHO_WINDOW, active_sample_ids, tokenized_source
+from eagle3_dagster.defs.generate import ECHO_WINDOW, tokenized_source
+from eagle3_dagster.generate.active import active_sample_ids
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
 from eagle3_dagster.generate.inputs import prompt_view
 from eagle3_dagster.quality.reports import PREVIEW_PROMPT_TAIL

@@ -122,9 +122,14 @@ def _executor(raw: str) -> str:
 
 
 def _cron(raw: str) -> str:
-    from dagster._utils.schedules import is_valid_cron_string
+    import dagster as dg  # the public API: a schedule definition refuses an invalid cron string
 
-    if not is_valid_cron_string(raw.strip()):
+    try:
+        dg.ScheduleDefinition(name="cron_check", cron_schedule=raw.strip(), job_name="cron_check")
+        valid = True
+    except dg.DagsterInvalidDefinitionError:
+        valid = False
+    if not valid:
         raise _Problem(f"{NIGHTLY_CRON_ENV} must be a 5-field cron expression such as '0 2 * * *', got {raw!r}")
     return raw.strip()
 

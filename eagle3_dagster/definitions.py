@@ -1,27 +1,21 @@
-"""The one Dagster entry point: `dagster dev -w workspace.yaml` and `dg` both load `defs`."""
+"""The one Dagster entry point: `dagster dev -w workspace.yaml` and `dg` both load `defs`.
+
+Assembled from the defs folder the way `dg` projects are (`dg.load_from_defs_folder`): every module
+under eagle3_dagster/defs/ contributes its own `@dg.definitions` —
+
+    defs/ingest.py, tokenize.py, generate.py, train.py, publish.py   the assets of each stage (+ checks)
+    defs/automation.py                                               jobs, schedule, sensors, freshness check
+    defs/common/resources.py                                         resources and executor, bound from settings
+
+Helpers that are not definitions (run driver, gate -> check results, metadata, partitions, resource
+types, executor choice) live in eagle3_dagster/orchestration/. A new stage module is picked up
+without touching this file; tests/pipeline/test_defs_snapshot.py shows what changed.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 
-from .defs.automation import JOBS, SCHEDULES, SENSORS, freshness_checks
-from .defs.executors import executor_from_env
-from .defs.generate import generations
-from .defs.ingest import build_ingest_assets
-from .defs.publish import training_dataset
-from .defs.resources import PipelineSettings, SGLangFleet
-from .defs.tokenize import tokenized_prompts
-from .defs.train import training_samples
-
-all_assets = [*build_ingest_assets(), tokenized_prompts, generations, training_samples, training_dataset]
-
-# Jobs, the nightly schedule, the sensors and the snapshot freshness check: defs/automation.py.
-defs = dg.Definitions(
-    assets=all_assets,
-    asset_checks=freshness_checks,
-    jobs=JOBS,
-    schedules=SCHEDULES,
-    sensors=SENSORS,
-    resources={"pipeline": PipelineSettings(), "sglang": SGLangFleet()},
-    executor=executor_from_env(),  # EAGLE3_EXECUTOR: multiprocess (default), in_process, k8s
-)
+defs = dg.load_from_defs_folder(path_within_project=Path(__file__).parent)

@@ -118,7 +118,7 @@ class StopOnSignal:
         )
         if self.instance is not None:
             try:
-                from .defs.run import cancel_own_runs
+                from .orchestration.run import cancel_own_runs
 
                 cancel_own_runs(self.instance)
             except Exception as e:
@@ -358,7 +358,7 @@ def main(argv: list[str]) -> int:
         _big_shard(args.samples)
     s = settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
     shards = args.shards.split(",") if args.shards else None
-    from .defs.run import check_shard_keys
+    from .orchestration.run import check_shard_keys
 
     check_shard_keys(shards)  # an unknown key fails here, listing the valid ones, before anything is written
     from .ingest import load_source_specs
@@ -368,12 +368,12 @@ def main(argv: list[str]) -> int:
     import dagster as dg
 
     from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
-    from .defs.resources import SGLangFleet
+    from .orchestration.resources import SGLangFleet
 
     with StopOnSignal() as stopper:
         try:
             with sglang_endpoint(s, args.sim_arg) as url, dg.DagsterInstance.from_config(str(home)) as instance:
-                from .defs.run import materialize_graph
+                from .orchestration.run import materialize_graph
 
                 stopper.instance = instance
                 # the URL (a configured fleet or the simulator just started) reaches every run as the

@@ -62,6 +62,9 @@ class ModelProfile:
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     tool_call_ids: ToolCallIds = field(default_factory=ToolCallIds)
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    # The longest training sample (prompt + output ids) the training gate accepts (feature
+    # `total_len`); a limit of the drafter's training, not of what the model sees or emits.
+    max_train_len: int = 65536
     trust_remote_code: bool = False
     source_file: str = ""
 
@@ -73,10 +76,15 @@ class ModelProfile:
         d["stop_token_ids"] = tuple(self.stop_token_ids)
         return ModelProfile(**d)
 
+    def max_new_tokens_for(self, override: int | None) -> int:
+        """max_new_tokens of a run: the override (resource field, CLI flag) when set, else the profile's."""
+        return int(override) if override is not None else int(self.sampling.max_new_tokens)
+
     def fingerprint(self) -> str:
         """Hash of everything in the profile that changes what the model sees or emits."""
         d = asdict(self)
         d.pop("source_file", None)
+        d.pop("max_train_len", None)  # a training-table limit: changes nothing the model sees or emits
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -124,6 +132,9 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
     for k in ("think_start_id", "think_end_id", "end_of_turn_id"):
         if not 0 <= int(d[k]) < int(d["vocab_size"]):
             raise ProfileError(f"{source}: {k}={d[k]} is outside the vocabulary (vocab_size={d['vocab_size']})")
+    mtl = d.get("max_train_len", ModelProfile.max_train_len)
+    if isinstance(mtl, bool) or not isinstance(mtl, int) or mtl < 1:
+        raise ProfileError(f"{source}: max_train_len must be an integer >= 1 (default 65536), got {mtl!r}")
     if d["end_of_turn_id"] not in d["stop_token_ids"]:
         raise ProfileError(f"{source}: stop_token_ids must include end_of_turn_id {d['end_of_turn_id']}")
     return ModelProfile(**d)
@@ -149,6 +160,14 @@ def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> Mo
     except yaml.YAMLError as e:
         raise ProfileError(f"{p}: not valid YAML: {e}") from None
     return profile_from_dict(raw, source=str(p), base_dir=p.parent)
+
+
+def resolve_profile(model: str | Path, models_dir: Path, tokenizer: str | None = None) -> ModelProfile:
+    """The profile a run uses: `model` (a name in `models_dir` or a YAML path), its tokenizer replaced by
+    `tokenizer` when given (EAGLE3_TOKENIZER, a resource field, a CLI flag). The assets
+    (PipelineSettings.profile), `eagle3 render` and `eagle3 inspect` all resolve it here."""
+    prof = load_profile(model, models_dir)
+    return prof.with_tokenizer(tokenizer) if tokenizer else prof
 
 
 def active_profile(model: str | Path, models_dir: Path | None, tokenizer_override: str | None = None) -> ModelProfile:

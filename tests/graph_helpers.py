@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 
 
 def graph_resources(data_dir: str | Path, tokenizer: str, url: str, *, max_new_tokens: int = 2048, **fleet) -> dict:

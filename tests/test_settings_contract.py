@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, generation_env
-from eagle3_dagster.defs.resources import SGLangFleet
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.store import lock_path_for
+from eagle3_dagster.orchestration.resources import SGLangFleet
 from eagle3_dagster.profiles import ProfileError, load_profile
 from eagle3_dagster.storage import data_root
 

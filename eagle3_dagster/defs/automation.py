@@ -24,18 +24,15 @@ selection, which is what the first version of the fan-out did).
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 
 import dagster as dg
 
 from ..config import settings
-from .partitions import shard_partitions
+from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
+from ..orchestration.partitions import shard_partitions
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -232,54 +229,6 @@ def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
     return dg.SkipReason(msg)
 
 
-class SourceListingError(RuntimeError):
-    """A remote prompt source could not be listed (store unreachable, access denied): skip the tick."""
-
-
-def source_files_fingerprint() -> str:
-    """Hash of every prompt-source YAML and the data files it names.
-
-    Local files: path + size + mtime (ns). Files named by a URI (s3://, gs://, memory://, ...): the
-    display URI + size + mtime from the filesystem listing (S3: LastModified, whole seconds), plus
-    for fsspec filesystems the store's version fields (ETag, md5, generation, ...) when `info()` has
-    them (eagle3_dagster/ingest/remote.py:file_version). A remote glob that matches nothing, or a
-    remote file that is missing, adds nothing (as a local one). A remote source that cannot be
-    listed raises SourceListingError: the sensor skips that tick and keeps its cursor.
-    """
-    s = settings()
-    h = hashlib.sha256()
-    paths = set(s.sources_dir.rglob("*")) if s.sources_dir.exists() else set()
-    remote_lines: list[str] = []
-    try:
-        from ..ingest import load_source_specs
-        from ..ingest.remote import file_uri_to_path, file_version, is_remote, is_uri, list_remote
-
-        for spec in load_source_specs(s.sources_dir):
-            if is_remote(spec.path):
-                try:
-                    remote_lines.extend(
-                        file_version(f, info) for f, info in list_remote(spec.path, spec.name, allow_empty=True)
-                    )
-                except Exception as e:
-                    raise SourceListingError(f"source {spec.name!r}: {e}") from None
-                continue
-            raw = file_uri_to_path(spec.path) if is_uri(spec.path) else spec.path
-            base = spec.base_dir or s.sources_dir
-            pattern = raw if os.path.isabs(raw) else os.path.join(base, raw)
-            paths.update(Path(p) for p in glob.glob(pattern, recursive=True))
-    except SourceListingError:
-        raise
-    except Exception as e:  # a broken YAML is itself a change worth an ingest run, which reports it
-        h.update(f"spec-error:{e}".encode())
-    for p in sorted(paths):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    for line in sorted(remote_lines):
-        h.update(f"{line}\n".encode())
-    return h.hexdigest()[:32]
-
-
 @dg.sensor(
     name="prompt_source_sensor",
     job=ingest_job,
@@ -290,7 +239,7 @@ def source_files_fingerprint() -> str:
 )
 def prompt_source_sensor(context: dg.SensorEvaluationContext):
     try:
-        fp = source_files_fingerprint()
+        fp = source_files_fingerprint(settings().sources_dir)
     except SourceListingError as e:
         return dg.SkipReason(f"cannot list a remote prompt source, will retry: {e}")
     if context.cursor == fp:
@@ -338,3 +287,8 @@ freshness_checks, snapshot_freshness = build_freshness()
 JOBS = [ingest_job, shard_pipeline_job, publish_job]
 SCHEDULES = [nightly_regeneration]
 SENSORS = [nightly_fanout, nightly_publish, nightly_failed, prompt_source_sensor, snapshot_freshness]
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(asset_checks=freshness_checks, jobs=JOBS, schedules=SCHEDULES, sensors=SENSORS)

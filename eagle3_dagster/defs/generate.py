@@ -21,8 +21,8 @@ from ..generate import (
     ModelRevisionError,
     NoEndpointError,
     generate_shard,
-    sample_key,
 )
+from ..generate.active import active_sample_ids, run_config, write_active_samples
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
 from ..generate.multiturn import (
@@ -36,19 +36,18 @@ from ..generate.multiturn import (
 )
 from ..generate.report import progress_line, result_line
 from ..generate.store import iter_generations
+from ..orchestration.gates import HeadlineCheck, gate_check_specs
+from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
+from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
-from ..storage import as_data_path, parse_shard_key, shard_dir, write_frame_atomic
-from .gates import HeadlineCheck, gate_check_specs
-from .metadata import to_metadata
-from .partitions import shard_partitions
-from .resources import PipelineSettings, SGLangFleet, cached_renderer
+from ..storage import as_data_path, parse_shard_key, shard_dir
 
 GROUP = "generate"
-ACTIVE_FILE = "active.parquet"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
 GENERATION_BATCH_ROWS = 512  # generations read and featurized at a time (the step never holds the shard)
 
@@ -104,19 +103,6 @@ def tokenized_source(data, shard: int):
     return folder
 
 
-def active_sample_ids(tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "sample_id": [
-                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", sampling_hash, regen_seed)
-                for r in tokenized.select("prompt_id", "template_hash").iter_rows(named=True)
-            ],
-            "prompt_id": tokenized["prompt_id"].to_list(),
-        },
-        schema={"sample_id": pl.String, "prompt_id": pl.String},
-    )
-
-
 GENERATION_HEADLINES = (
     HeadlineCheck(
         "think_end_present",
@@ -147,23 +133,10 @@ def generations(
     data = pipeline.data_path
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
-    overrides = {"compact_after_chunks": compact_after_chunks_from_env(), **generation_env()}
-    if pipeline.max_new_tokens:
-        overrides["max_new_tokens"] = pipeline.max_new_tokens
-    if sglang.max_in_flight:
-        overrides["max_in_flight"] = sglang.max_in_flight
-    if sglang.model_revision:
-        overrides["model_revision"] = sglang.model_revision
-    if sglang.regen_seed is not None:
-        overrides["regen_seed"] = sglang.regen_seed
-    if sglang.read_timeout_s is not None:
-        overrides["read_timeout_s"] = sglang.read_timeout_s
-    if sglang.max_retries is not None:
-        overrides["max_retries"] = sglang.max_retries
-    for name in ("wait_for_endpoint_s", "stream", "stall_timeout_s"):
-        if getattr(sglang, name) is not None:
-            overrides[name] = getattr(sglang, name)
-    config = GenerationConfig.from_profile(profile, sglang.endpoints(), **overrides)
+    run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
+    config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
+        compact_after_chunks=compact_after_chunks_from_env()  # None (EAGLE3_..._CHUNKS=0): never compact
+    )
     out = shard_dir(data, "generations", shard)
     key = f"{shard:04d}"
 
@@ -209,7 +182,7 @@ def generations(
     active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
-    write_frame_atomic(active, out / ACTIVE_FILE)
+    write_active_samples(out, active)
     write_turns_summary(out, report.turns)  # the quality report's conversations section
     turns = current_turns(out, active) if multiturn is not None else None
     batches: Iterator[pl.DataFrame] = iter_generations(out, only=active["sample_id"], batch_rows=GENERATION_BATCH_ROWS)
@@ -247,3 +220,8 @@ def generations(
         },
     )
     return result
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[generations])

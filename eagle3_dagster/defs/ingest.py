@@ -10,12 +10,12 @@ from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
 from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
+from ..orchestration.gates import report_metadata
+from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import N_SHARDS
+from ..orchestration.resources import PipelineSettings
 from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
-from .gates import report_metadata
-from .metadata import to_metadata
-from .partitions import N_SHARDS
-from .resources import PipelineSettings
 
 GROUP = "ingest"
 SOURCE_CHECK = "source_yield"  # non-blocking WARN check on every source__<name>
@@ -143,3 +143,9 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         )
 
     return [*source_assets, prompts]
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """One asset per source YAML (the list is read when the definitions load) and `prompts`."""
+    return dg.Definitions(assets=build_ingest_assets())

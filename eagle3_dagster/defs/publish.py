@@ -6,14 +6,14 @@ The nightly schedule, the sensors and the jobs that run this asset live in defs/
 import dagster as dg
 
 from ..config import settings
+from ..orchestration.gates import refresh_quality_report, report_metadata
+from ..orchestration.partitions import N_SHARDS
+from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
 from ..train.summary import headline
-from .gates import refresh_quality_report, report_metadata
-from .partitions import N_SHARDS
-from .resources import PipelineSettings, SGLangFleet
 
 GROUP = "publish"
 
@@ -65,7 +65,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     config = {
         "profile": profile.name,
         "profile_fingerprint": profile.fingerprint(),
-        "max_new_tokens": pipeline.max_new_tokens or profile.sampling.max_new_tokens,
+        "max_new_tokens": profile.max_new_tokens_for(pipeline.max_new_tokens),
         "regen_seed": sglang.regen_seed,
         "n_shards": N_SHARDS,
     }
@@ -203,3 +203,8 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
             )
         )
     return out
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[training_dataset])

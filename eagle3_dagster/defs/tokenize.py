@@ -5,13 +5,13 @@ from typing import cast
 import dagster as dg
 import polars as pl
 
+from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
+from ..orchestration.partitions import shard_partitions
+from ..orchestration.resources import PipelineSettings, cached_renderer
 from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import parse_shard_key, read_parquet, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
-from .gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
-from .partitions import shard_partitions
-from .resources import PipelineSettings, cached_renderer
 
 GROUP = "tokenize"
 PROMPT_HEADLINES = (
@@ -41,7 +41,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     profile = pipeline.profile()
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     renderer = cached_renderer(profile)
-    max_new = pipeline.max_new_tokens or profile.sampling.max_new_tokens
+    max_new = profile.max_new_tokens_for(pipeline.max_new_tokens)
     tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)
     out = shard_dir(data, "tokenized_prompts", shard)
     write_frame_atomic(tokenized, out / "part-0000.parquet", schema=TOKENIZED_PROMPTS)
@@ -80,3 +80,8 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
         },
         check_results=gate_check_results("prompts", gate, PROMPT_HEADLINES),
     )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[tokenized_prompts])

@@ -9,45 +9,24 @@ import dagster as dg
 import polars as pl
 
 from ..config import apply_tokenizers_parallelism
+from ..generate.active import ActiveSamplesMissingError, read_active_samples
 from ..generate.multiturn import current_turns, turn_generations
 from ..generate.store import iter_generations
+from ..orchestration.gates import gate_check_specs
+from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
+from ..orchestration.resources import PipelineSettings, cached_renderer
 from ..orchestration.stage import gated_result
-from ..quality import read_gate_result
+from ..quality import GateFailedError, require_gate_passed
 from ..quality.features import available_source_shares, with_training_table_features
 from ..schemas import GENERATIONS, TOKENIZED_PROMPTS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir
 from ..train.multiturn import rows_by_turn, with_turns
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
-from .gates import gate_check_specs
-from .generate import ACTIVE_FILE
-from .metadata import to_metadata
-from .partitions import shard_partitions
-from .resources import PipelineSettings, cached_renderer
 
 GROUP = "train"
-MAX_TRAIN_LEN = 65536
 GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
-
-
-def _require_passed_gates(data, shard: int) -> dict:
-    """Cross-run gating: a shard whose gate failed (in any earlier run) is never consumed."""
-    gates = {}
-    for gate in ("prompts", "generations"):
-        res = read_gate_result(data, gate, shard)
-        if res is None:
-            raise dg.Failure(
-                f"shard {shard:04d}: no stored `{gate}` gate result; materialize the upstream assets first"
-            )
-        if not res.success:
-            failed = [o.name for o in res.outcomes if not o.success and o.severity == "critical"]
-            raise dg.Failure(
-                description=f"shard {shard:04d}: the `{gate}` gate failed ({', '.join(failed)}); refusing to build "
-                "training samples from it",
-                metadata={"failed_expectations": dg.MetadataValue.json(failed)},
-            )
-        gates[gate] = res
-    return gates
 
 
 @dg.asset(
@@ -66,21 +45,24 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     shard = parse_shard_key(context.partition_key)
     data = pipeline.data_path
     profile = pipeline.profile()
-    gates = _require_passed_gates(data, shard)
+    try:  # cross-run gating: a shard whose gate failed (in any earlier run) is never consumed
+        gates = {g: require_gate_passed(data, g, shard) for g in ("prompts", "generations")}
+    except GateFailedError as e:
+        raise dg.Failure(description=f"{e}; refusing to build training samples from it") from None
     tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
     gen_dir = shard_dir(data, "generations", shard)
-    active_path = gen_dir / ACTIVE_FILE
-    if not active_path.exists():
-        raise dg.Failure(f"shard {shard:04d}: {active_path} is missing; materialize `generations` first")
-    # only the samples of the latest generations materialization (the current cache keys), streamed
-    active = read_parquet(active_path, columns=["sample_id"])["sample_id"]
+    try:  # only the samples of the latest generations materialization (the current cache keys), streamed
+        active_samples = read_active_samples(gen_dir)
+    except ActiveSamplesMissingError as e:
+        raise dg.Failure(f"shard {shard:04d}: {e}") from None
+    active = active_samples["sample_id"]
     errors_path = gen_dir / "errors.parquet"
     prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
     renderer = cached_renderer(profile)
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     # the turns of all_turns conversations: one row each, built like any sample (train/multiturn.py)
-    turns = current_turns(gen_dir, read_parquet(active_path))
+    turns = current_turns(gen_dir, active_samples)
     wt = with_turns(
         cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table())),  # the generations come streamed below
         tokenized,
@@ -105,7 +87,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         bad_prompt_ids=bad_prompts,
         out_path=out / "part-0000.parquet",
         quarantine_path=out / "quarantine.parquet",
-        max_total_len=MAX_TRAIN_LEN,
+        max_total_len=profile.max_train_len,
         spill_dir=pipeline.work_path,
         lineage=wt.lineage,
         schema=TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS,
@@ -148,3 +130,8 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         },
     )
     return result
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[training_samples])

@@ -120,7 +120,7 @@ def gated_result(
     """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
     consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
     (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks)."""
-    from ..defs.gates import gate_check_results, store_gate_result
+    from .gates import gate_check_results, store_gate_result
 
     result = run_gate(
         gate,

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..config import Settings, settings
-from ..profiles import ProfileError, load_profile
+from ..profiles import ProfileError, resolve_profile
 from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
 from ..storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
 from .gate import read_gate_result
@@ -56,12 +56,10 @@ def main(argv: list[str]) -> int:
         print("eagle3 inspect: --shard and -n must be >= 0", file=sys.stderr)
         return 2
     try:
-        profile = load_profile(args.model or s.model, s.models_dir)
+        profile = resolve_profile(args.model or s.model, s.models_dir, s.tokenizer_override)
     except ProfileError as e:
         print(f"eagle3 inspect: {e}", file=sys.stderr)
         return 2
-    if s.tokenizer_override:
-        profile = profile.with_tokenizer(s.tokenizer_override)
     try:
         gens_dir = shard_dir(data_dir, "generations", args.shard)
         tok_dir = shard_dir(data_dir, "tokenized_prompts", args.shard)

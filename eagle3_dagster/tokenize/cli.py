@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import settings
-from ..profiles import ModelProfile, ProfileError, load_profile
+from ..profiles import ModelProfile, ProfileError, resolve_profile
 from .loading import TokenizerLoadError
 from .pipeline import INVALID_JSON, PROMPT_TOO_LONG, prompt_length_problem
 from .render import PromptRenderer, RenderRequest
@@ -129,19 +129,17 @@ def main(argv: list[str], *, make_renderer: Callable[[ModelProfile], PromptRende
         print(f"eagle3 render: input file not found: {args.input}", file=sys.stderr)
         return 2
     try:
-        profile = load_profile(args.model, settings().models_dir)
+        s = settings()
+        profile = resolve_profile(args.model, s.models_dir, args.tokenizer or s.tokenizer_override)
     except ProfileError as e:
         print(f"eagle3 render: {e}", file=sys.stderr)
         return 2
-    tokenizer_location = args.tokenizer or settings().tokenizer_override
-    if tokenizer_location:
-        profile = profile.with_tokenizer(tokenizer_location)
     try:
         renderer = make_renderer(profile)
     except (TokenizerLoadError, ValueError) as e:
         print(f"eagle3 render: {e}", file=sys.stderr)
         return 2
-    max_new_tokens = args.max_new_tokens if args.max_new_tokens is not None else profile.sampling.max_new_tokens
+    max_new_tokens = profile.max_new_tokens_for(args.max_new_tokens)  # as the tokenized_prompts asset
 
     counts: Counter[str] = Counter()
     args.output.parent.mkdir(parents=True, exist_ok=True)

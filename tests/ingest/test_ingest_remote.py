@@ -383,7 +383,7 @@ def moto_prompts():
 def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict[str, dict], Any]:
     from eagle3_dagster.defs.automation import ingest_job
     from eagle3_dagster.defs.ingest import build_ingest_assets
-    from eagle3_dagster.defs.resources import PipelineSettings
+    from eagle3_dagster.orchestration.resources import PipelineSettings
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     defs = dg.Definitions(

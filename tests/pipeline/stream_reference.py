@@ -16,8 +16,8 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from eagle3_dagster.defs.resources import cached_renderer
 from eagle3_dagster.generate import read_generations
+from eagle3_dagster.orchestration.resources import cached_renderer
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features
 from eagle3_dagster.quality.features import available_source_shares
 from eagle3_dagster.schemas import TRAINING_SAMPLES

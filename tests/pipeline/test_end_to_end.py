@@ -10,8 +10,8 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-from eagle3_dagster.defs.run import materialize_graph
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ import pytest
 from graph_helpers import graph_resources
 
 from eagle3_dagster.config import PROJECT_ROOT, PartitionKeyError, Settings, SettingsError
-from eagle3_dagster.defs.run import materialize_graph
+from eagle3_dagster.orchestration.run import materialize_graph
 
 pytestmark = pytest.mark.integration
 

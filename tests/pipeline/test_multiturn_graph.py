@@ -21,8 +21,8 @@ from graph_helpers import shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.defs.ingest import build_ingest_assets
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-from eagle3_dagster.defs.run import materialize_graph
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
 from eagle3_dagster.tokenize.loading import load_tokenizer

@@ -13,7 +13,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from stream_reference import assert_training_shard_equals_whole_shard_build, small_stream_batches  # noqa: F401
 
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.run import materialize_graph
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.train.export import CONVERSATIONS_FILE, PREFORMATTED_FILE, SPECFORGE_FILE
 

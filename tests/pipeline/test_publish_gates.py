@@ -22,9 +22,9 @@ from graph_helpers import shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.demo import summarize
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.quality import read_gate_result
 from eagle3_dagster.sim.process import start_simulator
 

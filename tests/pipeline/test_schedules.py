@@ -23,7 +23,7 @@ from eagle3_dagster.defs.automation import (
     night_verdict,
     prompt_source_sensor,
 )
-from eagle3_dagster.defs.resources import PipelineSettings
+from eagle3_dagster.orchestration.resources import PipelineSettings
 
 
 def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatch):

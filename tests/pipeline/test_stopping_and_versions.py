@@ -29,8 +29,8 @@ from sim_ctl import Sim
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.generate import read_generation_errors, read_generations
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import free_port
 
 pytestmark = pytest.mark.integration

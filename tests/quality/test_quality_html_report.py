@@ -301,7 +301,7 @@ def test_cli_report(stored, tmp_path):
 
 def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Path, str, object]:
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.defs.run import materialize_graph
+    from eagle3_dagster.orchestration.run import materialize_graph
     from eagle3_dagster.sim.process import start_simulator
 
     data = tmp_path / "data"
@@ -320,7 +320,7 @@ def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Pa
 
 @pytest.mark.integration
 def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
-    from eagle3_dagster.defs.partitions import N_SHARDS
+    from eagle3_dagster.orchestration.partitions import N_SHARDS
 
     data, shard, (out, meta) = _pipeline_run(tmp_path, kimi_profile, [])
     assert out.shards[0].success and out.publish_success
@@ -391,8 +391,8 @@ def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
 
 
 def test_demo_summary_prints_report_path(stored, monkeypatch):
-    from eagle3_dagster.defs.run import GraphOutcome
     from eagle3_dagster.demo import summarize
+    from eagle3_dagster.orchestration.run import GraphOutcome
     from eagle3_dagster.storage import data_root
 
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(stored["data"]))

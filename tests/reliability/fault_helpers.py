@@ -20,7 +20,7 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
-from dagster._core.events import DagsterEventType
+from dagster import DagsterEventType
 from graph_helpers import graph_resources, shard_with_most_prompts
 from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 
@@ -132,9 +132,9 @@ def write_source(root: Path, n: int = 200, seed: int = 5) -> Path:
 
 def ingest_prompts(spec_path: Path, data: Path) -> str:
     """data/prompts/prompts.parquet via the project's ingest; returns the shard with the most prompts."""
-    from eagle3_dagster.defs.partitions import N_SHARDS
     from eagle3_dagster.ingest import combine_sources, ingest_source
     from eagle3_dagster.ingest.spec import load_source_spec
+    from eagle3_dagster.orchestration.partitions import N_SHARDS
 
     spec = load_source_spec(spec_path)
     src = data / "sources" / spec.name
@@ -177,7 +177,7 @@ def run_shard(
 ):
     """One real run of the shard graph on `instance` (in this process); returns the ShardOutcome."""
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.defs.run import materialize_graph
+    from eagle3_dagster.orchestration.run import materialize_graph
 
     out = materialize_graph(
         defs, instance, shards=[shard], resources=resources(data, url, **fleet), run_ingest=False, run_config=run_config

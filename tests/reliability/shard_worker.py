@@ -27,8 +27,8 @@ def main() -> int:
     import dagster as dg
 
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.defs.resources import PipelineSettings
-    from eagle3_dagster.defs.run import materialize_graph
+    from eagle3_dagster.orchestration.resources import PipelineSettings
+    from eagle3_dagster.orchestration.run import materialize_graph
 
     instance = dg.DagsterInstance.get()
     resources = {"pipeline": PipelineSettings(max_new_tokens=args.max_new_tokens)}
@@ -37,7 +37,7 @@ def main() -> int:
         # transformers) and the tokenizer, so the runs start on equal terms when `go` appears.
         import importlib
 
-        from eagle3_dagster.defs.resources import cached_renderer
+        from eagle3_dagster.orchestration.resources import cached_renderer
 
         importlib.import_module("great_expectations")
 

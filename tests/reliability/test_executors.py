@@ -18,10 +18,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from dagster._core.events import DagsterEventType
+from dagster import DagsterEventType
 from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
-from eagle3_dagster.defs.executors import ExecutorConfigError, executor_from_env
+from eagle3_dagster.orchestration.executors import ExecutorConfigError, executor_from_env
 from eagle3_dagster.sim.process import start_simulator
 
 DOC = ROOT / "docs" / "scale-out.md"
@@ -53,7 +53,7 @@ def test_k8s_executor_from_config_alone_loads_and_accepts_the_documented_run_con
     # A fresh process, as a code server would start: only the environment differs.
     probe = r"""
 import json, dagster as dg
-from dagster._core.definitions.run_config import RunConfig
+from dagster import RunConfig
 from eagle3_dagster.definitions import defs
 job = defs.resolve_job_def("shard_pipeline")
 run_config = json.loads(input())

@@ -50,8 +50,8 @@ from fault_helpers import (
 )
 from rel_helpers import PYTHON, ROOT, child_env
 
-from eagle3_dagster.defs.run import ShardOutcome
 from eagle3_dagster.demo import INSTANCE_YAML
+from eagle3_dagster.orchestration.run import ShardOutcome
 
 pytestmark = pytest.mark.integration
 
@@ -425,7 +425,7 @@ def test_sigkilled_run_does_not_keep_its_sglang_pool_slot(m: Matrix, sigkill_run
 
 
 def _materialized(m: Matrix, run_id: str) -> set[str]:
-    from dagster._core.events import DagsterEventType
+    from dagster import DagsterEventType
 
     recs = m.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
     return {r.asset_materialization.asset_key.to_user_string() for r in recs}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from dagster._core.events import DagsterEventType
+from dagster import DagsterEventType
 from rel_helpers import PYTHON, ROOT, child_env, postgres_cluster
 
 from eagle3_dagster.sim.process import start_simulator

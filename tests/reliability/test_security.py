@@ -20,15 +20,15 @@ import dagster as dg
 import httpx
 import polars as pl
 import pytest
-from dagster._serdes import serialize_value
+from dagster import serialize_value
 from rel_helpers import PYTHON, VENV_BIN, child_env, listening_addresses, process_tree, wait_http
 
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.resources import PipelineSettings, SGLangFleet
-from eagle3_dagster.defs.run import materialize_graph
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.ingest.errors import SourceSpecError
 from eagle3_dagster.ingest.spec import SourceSpec
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import free_port, start_simulator
 from eagle3_dagster.storage import StorageError, parse_shard_key, safe_join, shard_dir
 from eagle3_dagster.tokenize import PromptRenderer, load_tokenizer

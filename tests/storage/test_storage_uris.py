@@ -16,9 +16,9 @@ import pytest
 
 from eagle3_dagster import schemas
 from eagle3_dagster.config import PROJECT_ROOT, settings
-from eagle3_dagster.defs.resources import PipelineSettings
 from eagle3_dagster.generate.store import ShardStore, lock_path_for, read_generations
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source
+from eagle3_dagster.orchestration.resources import PipelineSettings
 from eagle3_dagster.quality.gate import GateResult, read_gate_result, write_gate_result
 from eagle3_dagster.storage import (
     DataPath,

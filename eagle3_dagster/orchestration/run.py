@@ -173,7 +173,7 @@ def _failed_checks(result: dg.ExecuteInProcessResult) -> dict[str, str]:
 
 
 def _words(message: str) -> str:
-    """ "dagster._core.definitions.events.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
+    """ "dagster.<module path>.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
     the user's words, without the exception's module path."""
     return re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", message.strip())
 

@@ -1,8 +1,10 @@
-"""Resources: where the pipeline reads and writes, which model profile, which SGLang fleet.
+"""Resource types: where the pipeline reads and writes, which model profile, which SGLang fleet.
 
-Every field is optional and falls back to the environment (see config.py), so the same
-definitions serve `make demo`, `dagster dev` and a production deployment; the launchpad can
-override any of them per run. The SGLang API key is never a field: the settings module reads
+The definitions bind them ONCE, from the validated settings (`resources_from_settings`, called by
+eagle3_dagster/defs/common/resources.py), so the launchpad shows the deployment's values and a
+run's config can override any field (tests/pipeline/test_run_config_overrides.py proves each one).
+A field left None (a resource built in a test or script without the definitions) means the
+deployment's setting (config.py). The SGLang API key is never a field: the settings module reads
 SGLANG_API_KEY and hands it to GenerationConfig as a masked Secret, so it cannot leak into run
 config or metadata.
 """
@@ -10,11 +12,12 @@ config or metadata.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
-from ..config import settings, work_dir_for
-from ..profiles import ModelProfile, load_profile
+from ..config import Settings, settings, work_dir_for
+from ..profiles import ModelProfile, resolve_profile
 from ..storage import DataPath, data_root
 from ..urls import parse_endpoint_urls
 
@@ -60,9 +63,9 @@ class PipelineSettings(dg.ConfigurableResource):
 
     def profile(self) -> ModelProfile:
         s = settings()
-        prof = load_profile(self.model or s.model, self.assets_path / "models")
-        tok = self.tokenizer or s.tokenizer_override
-        return prof.with_tokenizer(tok) if tok else prof
+        return resolve_profile(
+            self.model or s.model, self.assets_path / "models", self.tokenizer or s.tokenizer_override
+        )
 
 
 class SGLangFleet(dg.ConfigurableResource):
@@ -85,6 +88,48 @@ class SGLangFleet(dg.ConfigurableResource):
         if self.urls:
             return parse_endpoint_urls(self.urls, source="sglang resource `urls`")
         return settings().sglang_urls
+
+    def generation_fields(self) -> dict[str, Any]:
+        """The GenerationConfig fields this resource sets (same names); None: the profile's / the default."""
+        return {
+            "max_in_flight": self.max_in_flight,
+            "model_revision": self.model_revision or None,  # "" in the launchpad: from /model_info
+            "regen_seed": self.regen_seed,
+            "read_timeout_s": self.read_timeout_s,
+            "max_retries": self.max_retries,
+            "wait_for_endpoint_s": self.wait_for_endpoint_s,
+            "stream": self.stream,
+            "stall_timeout_s": self.stall_timeout_s,
+        }
+
+
+def _data_dir_value(s: Settings) -> str:
+    """EAGLE3_DATA_DIR as a resource value: the local path, or the URI as configured (with its query)."""
+    return str(s.data_dir.local_path) if s.data_dir.is_local else s.data_dir.root.uri
+
+
+def resources_from_settings(s: Settings) -> dict[str, dg.ConfigurableResource]:
+    """The `pipeline` and `sglang` resources with the deployment's settings bound (the one place).
+
+    `sglang.urls` is bound only when EAGLE3_SGLANG_URL is set: otherwise it stays None and the run
+    uses the default URL or the simulator `eagle3 demo` / `eagle3 ui` start after definitions load.
+    """
+    return {
+        "pipeline": PipelineSettings(
+            data_dir=_data_dir_value(s),
+            work_dir=str(s.work_dir),
+            assets_dir=str(s.assets_dir),
+            expectations_dir=str(s.expectations_dir),
+            model=s.model,
+            tokenizer=s.tokenizer_override,
+        ),
+        "sglang": SGLangFleet(
+            urls=",".join(s.sglang_urls) if s.sglang_url_configured else None,
+            wait_for_endpoint_s=s.endpoint_wait_s,
+            stream=s.stream,
+            stall_timeout_s=s.stall_timeout_s,
+        ),
+    }
 
 
 _RENDERERS: dict[str, object] = {}

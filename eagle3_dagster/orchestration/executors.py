@@ -31,12 +31,16 @@ class ExecutorConfigError(SettingsError):
 def executor_from_env(env: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:
     """The executor named by EAGLE3_EXECUTOR in the mapping `env` (default: the process settings, config.py)."""
     if env is None:
-        name = settings().executor
-    else:
-        try:
-            name = Settings.from_env({EXECUTOR_ENV: env.get(EXECUTOR_ENV, "")}).executor
-        except SettingsError as e:
-            raise ExecutorConfigError(str(e)) from None
+        return executor_for(settings().executor)
+    try:
+        name = Settings.from_env({EXECUTOR_ENV: env.get(EXECUTOR_ENV, "")}).executor
+    except SettingsError as e:
+        raise ExecutorConfigError(str(e)) from None
+    return executor_for(name)
+
+
+def executor_for(name: str) -> dg.ExecutorDefinition:
+    """The executor for a validated EAGLE3_EXECUTOR value (Settings.executor)."""
     if name == "multiprocess":
         return dg.multi_or_in_process_executor
     if name == "in_process":

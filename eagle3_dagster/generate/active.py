@@ -1,0 +1,69 @@
+"""Which stored samples are the shard's current ones, and the GenerationConfig of one run.
+
+A shard folder keeps every sample ever generated (a config change never deletes work). The samples
+of the latest `generations` materialization are exactly the current cache keys of its prompts:
+`active.parquet` lists them, and `training_samples` reads only those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import polars as pl
+
+from ..profiles import ModelProfile
+from ..storage import PathLike, as_data_path, read_parquet, write_frame_atomic
+from .config import GenerationConfig, sample_key
+from .store import read_generations
+
+ACTIVE_FILE = "active.parquet"
+
+
+class ActiveSamplesMissingError(FileNotFoundError):
+    """The shard has no active.parquet: `generations` was never materialized for it."""
+
+
+def run_config(profile: ModelProfile, endpoints: Iterable[str] | str, *layers: Mapping[str, Any]) -> GenerationConfig:
+    """The GenerationConfig of one run: the profile's sampling and stop ids, then each layer of
+    GenerationConfig fields in order (a later layer wins); a None value sets nothing (the profile's
+    value / an earlier layer's / the default stays)."""
+    fields: dict[str, Any] = {}
+    for layer in layers:
+        fields.update((k, v) for k, v in layer.items() if v is not None)
+    return GenerationConfig.from_profile(profile, endpoints, **fields)
+
+
+def active_sample_ids(
+    tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed: int | None
+) -> pl.DataFrame:
+    """(sample_id, prompt_id) of the current cache key of every tokenized prompt."""
+    return pl.DataFrame(
+        {
+            "sample_id": [
+                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", sampling_hash, regen_seed)
+                for r in tokenized.select("prompt_id", "template_hash").iter_rows(named=True)
+            ],
+            "prompt_id": tokenized["prompt_id"].to_list(),
+        },
+        schema={"sample_id": pl.String, "prompt_id": pl.String},
+    )
+
+
+def write_active_samples(gen_dir: PathLike, active: pl.DataFrame) -> None:
+    write_frame_atomic(active, as_data_path(gen_dir) / ACTIVE_FILE)
+
+
+def read_active_samples(gen_dir: PathLike) -> pl.DataFrame:
+    """active.parquet: the sample ids (and, for all_turns conversations, the turn ids) of the latest
+    materialization of the shard's generations."""
+    path = as_data_path(gen_dir) / ACTIVE_FILE
+    if not path.exists():
+        raise ActiveSamplesMissingError(f"{path} is missing; materialize `generations` first")
+    return read_parquet(path)
+
+
+def read_active_generations(gen_dir: PathLike) -> pl.DataFrame:
+    """The stored samples of the latest materialization (schemas.GENERATIONS rows in active.parquet)."""
+    active = read_active_samples(gen_dir).select("sample_id")
+    return read_generations(as_data_path(gen_dir)).join(active, on="sample_id", how="semi")
