@@ -51,10 +51,12 @@ def _assets(tmp_path: Path, datasets_dir: Path, limit: int) -> Path:
 
 
 def _defs() -> dg.Definitions:
-    from eagle3_dagster.definitions import all_assets
+    from eagle3_dagster.definitions import defs
 
     ingest_free = [
-        a for a in all_assets if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
+        a
+        for a in (defs.assets or [])
+        if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
     ]
     return dg.Definitions(assets=[*build_ingest_assets(), *ingest_free])
 
