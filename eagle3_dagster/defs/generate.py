@@ -190,6 +190,7 @@ def generations(
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
         profile=profile,
+        keep_validations=pipeline.gx_keep_validations,
     )
     report_meta = store_gate_result(context, pipeline, "generations", shard, gate, profile.name)
     write_frame_atomic(gate.row_failures, out / "quarantine.parquet")

@@ -99,6 +99,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
         profile=profile,
+        keep_validations=pipeline.gx_keep_validations,
     )
     report_meta = store_gate_result(context, pipeline, "training_samples", shard, gate, profile.name)
     context.log.info(
