@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..storage import PathLike, as_data_path, display_uri, shard_key
+from ..storage import PathLike, as_data_path, display_uri, parse_shard_key, shard_key
 from . import report_index
 from .report_model import (
     GATE_ASSET,
@@ -50,7 +50,7 @@ from .report_model import (
     latest_age,
     shard_ids,
 )
-from .report_render import link_href, render
+from .report_render import link_href, render, shard_fragments
 from .suites import GATES
 
 __all__ = [
@@ -97,9 +97,19 @@ def _report_lock(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _write(path: Path, model: ReportModel, ident: dict, summaries: dict) -> None:
-    as_data_path(path).write_text(render(model, path))
-    report_index.save(path, ident, model.shards, summaries)
+def _write(path: Path, model: ReportModel, ident: dict, known: dict[str, report_index.Entry]) -> None:
+    """Render (reusing the fragments of `known` shards), write the page, then the index."""
+    fragments = {k: e.fragments for k, e in known.items()}
+    entries = []
+    for row in model.shards:
+        e = known.get(row.shard)
+        if e is None:
+            frags = shard_fragments(row, model.shard_summaries.get(row.shard), path, model.work_dir, model.gates)
+            fragments[row.shard] = frags
+            e = report_index.entry(row, frags)
+        entries.append(e)
+    as_data_path(path).write_text(render(model, path, fragments))
+    report_index.save(path, ident, entries)
 
 
 def write_report(
@@ -116,10 +126,10 @@ def write_report(
     Also rewrites the report's index, so later `update_report` calls start from what is stored now.
     """
     work, path = _paths(work_dir, out)
+    data = as_data_path(data_dir)
     with _report_lock(path):
-        model = collect(data_dir, work, n_shards=n_shards, profile=profile, now=now)
-        ident = report_index.identity(display_uri(str(as_data_path(data_dir))), tuple(GATES))
-        _write(path, model, ident, model.shard_summaries)
+        model = collect(data, work, n_shards=n_shards, profile=profile, now=now)
+        _write(path, model, report_index.identity(display_uri(str(data)), work, path, tuple(GATES)), {})
     return path
 
 
@@ -133,31 +143,32 @@ def update_report(
     profile: str | None = None,
     now: dt.datetime | None = None,
 ) -> Path:
-    """The report after `shards` changed: those shards re-collected, the others from the index.
+    """The report after `shards` changed: those shards re-read and re-rendered, the others reused.
 
     The page is the same as `write_report` would write for the same stored results (a test
     compares them); without a usable index this is a full rebuild.
     """
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
-    ident = report_index.identity(display_uri(str(data)), tuple(GATES))
+    ident = report_index.identity(display_uri(str(data)), work, path, tuple(GATES))
     with _report_lock(path):
-        loaded = report_index.load(path, ident, work)
-        if loaded is None:
+        known = report_index.load(path, ident)
+        if known is None:
             model = collect(data, work, n_shards=n_shards, profile=profile, now=now)
-            _write(path, model, ident, model.shard_summaries)
+            _write(path, model, ident, {})
             return path
-        rows, summaries = loaded
-        todo = set(shards) | {k for k in range(n_shards or 0) if shard_key(k) not in rows}
+        stale = {parse_shard_key(k) for k, e in known.items() if not e.pages_still_exist(work)}
+        todo = set(shards) | stale | {k for k in range(n_shards or 0) if shard_key(k) not in known}
+        rows = {k: e.row for k, e in known.items()}
+        summaries: dict[str, dict] = {}
         for k in todo:
-            rows[shard_key(k)] = collect_row(data, k, GATES, work)
+            key = shard_key(k)
+            known.pop(key, None)
+            rows[key] = collect_row(data, k, GATES, work)
             summary = collect_summary(data, k)
-            if summary is None:
-                summaries.pop(shard_key(k), None)
-            else:
-                summaries[shard_key(k)] = summary
+            if summary is not None:
+                summaries[key] = summary
         ordered = [rows[s] for s in sorted(rows, key=report_index.sort_key)]
-        ordered_summaries = {s: summaries[s] for s in sorted(summaries, key=report_index.sort_key)}
-        model = assemble(data, work, ordered, ordered_summaries, profile=profile, gates=GATES, now=now)
-        _write(path, model, ident, ordered_summaries)
+        model = assemble(data, work, ordered, summaries, profile=profile, gates=GATES, now=now)
+        _write(path, model, ident, known)
     return path

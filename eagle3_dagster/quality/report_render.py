@@ -149,11 +149,45 @@ def _counts_table(counts: dict[str, int]) -> str:
     return f"<table><tr><th>reason</th><th>rows</th></tr>{rows}</table>"
 
 
-def render(model: ReportModel, report_path: PathLike) -> str:
-    """The report as one HTML document (no scripts, no external resources)."""
+def shard_fragments(
+    row: ShardRow, summary: dict[str, Any] | None, report_path: Path, work: Path, gates: tuple[str, ...]
+) -> dict[str, str]:
+    """One shard's parts of the page (each "" when the shard has none): its row of the gates table,
+    its failure details, its distribution charts and its other-rejects rows.
+
+    A shard's fragments depend only on the shard (and which of its Data Docs pages exist), so an
+    update re-renders the shards that changed and reuses the others (report_index.py)."""
+    cells, failed = [], None
+    for g in gates:  # gates in pipeline order: a failed gate blocks the later stages
+        cells.append(_cell_html(row.cells[g], report_path, work, blocked_by=failed))
+        if row.cells[g].status == "FAIL" and failed is None:
+            failed = g
+    other = [
+        f'<tr><td>{_e(row.shard)}</td><td>{_e(lab)}</td><td>{_e(r)}</td><td class="num">{n}</td></tr>'
+        for lab, c in row.other_rejects.items()
+        for r, n in c.items()
+    ]
+    return {
+        "row": f'<tr><th id="shard-{_e(row.shard)}">{_e(row.shard)}</th>' + "".join(cells) + "</tr>",
+        "details": "\n".join(_details_html(row)),
+        "charts": "\n".join(charts.shard_section(row.shard, summary)) if summary is not None else "",
+        "other": "\n".join(other),
+    }
+
+
+def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[str, str]] | None = None) -> str:
+    """The report as one HTML document (no scripts, no external resources).
+
+    `fragments`: shard_fragments() of shards rendered before (by shard key); the others are rendered.
+    """
     rp = Path(os.fspath(report_path))
     work = model.work_dir
     counts = model.counts()
+    known = fragments or {}
+    frags = [
+        known.get(row.shard) or shard_fragments(row, model.shard_summaries.get(row.shard), rp, work, model.gates)
+        for row in model.shards
+    ]
     h: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -217,31 +251,27 @@ def render(model: ReportModel, report_path: PathLike) -> str:
         )
         + "</tr>"
     )
-    for row in model.shards:
-        cells, failed = [], None
-        for g in model.gates:  # gates in pipeline order: a failed gate blocks the later stages
-            cells.append(_cell_html(row.cells[g], rp, work, blocked_by=failed))
-            if row.cells[g].status == "FAIL" and failed is None:
-                failed = g
-        h.append(f'<tr><th id="shard-{_e(row.shard)}">{_e(row.shard)}</th>' + "".join(cells) + "</tr>")
+    h.extend(f["row"] for f in frags)
     h.append("</table>")
     if not model.shards:
         h.append("<p>No shards and no stored gate results yet.</p>")
 
-    details = [d for row in model.shards for d in _details_html(row)]
+    details = [f["details"] for f in frags if f["details"]]
     h.append("<h2>Failed and warned expectations, quarantine by reason</h2>")
     h.extend(details or ["<p>Every expectation passed on every shard that ran; nothing quarantined by a gate.</p>"])
 
     h.extend(charts.source_gate_section(model))
-    h.extend(charts.shard_sections(model))
+    by_shard = {row.shard: f for row, f in zip(model.shards, frags)}
+    shard_charts = [by_shard[k]["charts"] for k in sorted(by_shard) if by_shard[k]["charts"]]
+    if shard_charts:
+        h.append(charts.SHARD_SECTIONS_TITLE)
+        h.extend(shard_charts)
 
-    other = [(row.shard, lab, c) for row in model.shards for lab, c in row.other_rejects.items()]
+    other = [f["other"] for f in frags if f["other"]]
     if other:
         h.append("<h2>Other rejects, quarantine and flagged rows</h2>")
         h.append("<table><tr><th>shard</th><th>table</th><th>reason</th><th>rows</th></tr>")
-        for shard, lab, c in other:
-            for r, n in c.items():
-                h.append(f'<tr><td>{_e(shard)}</td><td>{_e(lab)}</td><td>{_e(r)}</td><td class="num">{n}</td></tr>')
+        h.extend(other)
         h.append("</table>")
 
     h.append("<h2>Snapshots</h2>")
