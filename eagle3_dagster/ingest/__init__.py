@@ -6,12 +6,13 @@ No Dagster imports here; the wiring lives in eagle3_dagster/defs/.
 
 from .canonical import canonical_json, prompt_id_of, shard_of
 from .errors import REJECT_REASONS, IngestFileError, RowReject, SourceSpecError
-from .normalize import FORMAT_ALIASES, PROMPT_RULES, build_prompt, normalize_tools
+from .normalize import FORMAT_ALIASES, GENERATE_KEY, PROMPT_RULES, build_conversation, build_prompt, normalize_tools
 from .pipeline import CombineCounts, SourceCounts, combine_sources, ingest_source
 from .spec import SourceSpec, load_source_spec, load_source_specs
 
 __all__ = [
     "FORMAT_ALIASES",
+    "GENERATE_KEY",
     "PROMPT_RULES",
     "REJECT_REASONS",
     "CombineCounts",
@@ -20,6 +21,7 @@ __all__ = [
     "SourceCounts",
     "SourceSpec",
     "SourceSpecError",
+    "build_conversation",
     "build_prompt",
     "canonical_json",
     "combine_sources",

@@ -39,6 +39,11 @@ from typing import Any
 from .errors import RowReject
 
 PROMPT_RULES = ("last_user_or_tool", "first_user")
+_WHOLE = "_whole_conversation"  # internal: build_conversation keeps every message
+
+# Marks an assistant turn the dataset does not have and the model must generate (BFCL questions):
+# {"role": "assistant", "content": "", "generate": True}. Only build_conversation emits it.
+GENERATE_KEY = "generate"
 
 # Record layouts; "ultrachat", "hermes" and "no_robots" are the OpenAI messages layout under
 # other names, "glaive" is ShareGPT with tools, "magpie"/"gsm8k"/"math" are single questions.
@@ -135,11 +140,48 @@ def build_prompt(
         tools_raw = None
     elif layout == "bfcl":
         messages = _bfcl_messages(record, role_key or "role", content_key or "content")
-        tools_raw = record.get("function")
+        tools_raw = _bfcl_function_docs(record)
     else:  # pragma: no cover - FORMAT_ALIASES only maps to the layouts above
         raise AssertionError(layout)
+    if layout == "bfcl":
+        # final_turn prompt of a BFCL record: its first question with the function docs; later
+        # questions need the model's own earlier answers (all_turns: build_conversation).
+        messages = messages[: next(i for i, m in enumerate(messages) if m.get("_slot"))] if messages else messages
     prompt = _normalize_kept(_apply_prompt_rule(messages, prompt_rule))
     return prompt, normalize_tools(tools_raw)
+
+
+def build_conversation(
+    record: Any,
+    *,
+    fmt: str = "auto",
+    field_map: Mapping[str, str] | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Record -> (the whole canonical conversation, canonical tools or None). Raises RowReject.
+
+    For a multi-turn regeneration: every message is kept and validated, including the dataset's
+    assistant turns (the turns a regeneration replaces). Where the dataset has no assistant turn
+    (BFCL: questions only) the conversation holds an assistant slot, `{"role": "assistant",
+    "content": "", GENERATE_KEY: True}`, after each question: a turn to generate, never to render
+    (the tokenize stage rejects a prompt that still holds one).
+    """
+    if not isinstance(record, dict):
+        raise RowReject("not_an_object", f"record is a JSON {_json_type(record)}, expected an object")
+    layout = FORMAT_ALIASES.get(fmt)
+    if layout is None:
+        raise ValueError(f"unknown format {fmt!r}; known: {sorted(FORMAT_ALIASES)}")
+    fm = dict(field_map or {})
+    rec = _apply_field_map(record, fm) if fm else record
+    if layout == "auto":
+        layout = detect_layout(rec)
+    if layout != "bfcl":
+        # the prompt path with no cut: the same readers and validation over the whole conversation
+        messages, tools = build_prompt(record, fmt=fmt, field_map=field_map, prompt_rule=_WHOLE)
+        return messages, tools
+    messages = _bfcl_messages(rec, fm.get("role") or "role", fm.get("content") or "content")
+    if not messages:
+        raise RowReject("empty_conversation", "the conversation has no messages")
+    return _normalize_kept(messages), normalize_tools(_bfcl_function_docs(rec))
 
 
 def detect_layout(record: dict[str, Any]) -> str:
@@ -290,18 +332,46 @@ def _question_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     raise RowReject("missing_field", f"no question field (one of {', '.join(QUESTION_KEYS)})")
 
 
+def _bfcl_function_docs(record: dict[str, Any]) -> Any:
+    """The record's `function` docs. BFCL's multi-turn files name `involved_classes` instead and keep
+    the docs in separate files (multi_turn_func_doc/): without them the questions would be asked with
+    no tools, so such a record is rejected, never turned into a tool-less prompt."""
+    docs = record.get("function")
+    if docs is None and record.get("involved_classes"):
+        classes = ", ".join(map(str, record["involved_classes"]))[:120]
+        raise RowReject(
+            "missing_field",
+            f"BFCL record uses involved_classes ({classes}) but has no 'function' docs; "
+            "add the classes' docs (BFCL multi_turn_func_doc/) as 'function'",
+        )
+    return docs
+
+
 def _bfcl_messages(record: dict[str, Any], role_key: str, content_key: str) -> list[dict[str, Any]]:
+    """BFCL `question`: a list of turns, each a list of messages (a system message and/or the user
+    question). Each turn is followed by the model's answer, which the dataset does not have: an
+    assistant slot marks it (see GENERATE_KEY). A flat list of messages is one turn; an empty turn
+    (BFCL miss_func records hold one where a function is added) asks nothing and gets no slot."""
     question = _list_field(record, "question")
-    flat: list[Any] = []
+    turns: list[list[tuple[str, Any]]] = []
+    flat: list[tuple[str, Any]] = []
     for i, turn in enumerate(question):
-        # BFCL: a list of turns, each a list of messages; tolerate a flat list of messages too.
         if isinstance(turn, list):
-            flat.extend(turn)
+            turns.append([(f"question[{i}][{j}]", m) for j, m in enumerate(turn)])
         elif isinstance(turn, dict):
-            flat.append(turn)
+            flat.append((f"question[{i}]", turn))
         else:
             raise RowReject("bad_field", f"question[{i}] must be a list of messages, got {_json_type(turn)}")
-    return _openai_messages(flat, role_key, content_key)
+    if flat:
+        turns.insert(0, flat)
+    out: list[dict[str, Any]] = []
+    for k, turn in enumerate(t for t in turns if t):
+        messages = _openai_messages([m for _, m in turn], role_key, content_key)
+        for (where, _), m in zip(turn, messages):
+            m["_where"] = where
+        out.extend(messages)
+        out.append({"role": "assistant", "_slot": True, "_where": f"answer to turn {k}"})
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,6 +381,8 @@ def _bfcl_messages(record: dict[str, Any], role_key: str, content_key: str) -> l
 def _apply_prompt_rule(messages: list[dict[str, Any]], rule: str) -> list[dict[str, Any]]:
     if not messages:
         raise RowReject("empty_conversation", "the conversation has no messages")
+    if rule == _WHOLE:
+        return messages
     if rule == "last_user_or_tool":
         for i in range(len(messages) - 1, -1, -1):
             if messages[i]["role"] in ("user", "tool"):
@@ -332,6 +404,9 @@ def _normalize_kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for m in messages:
         where = m["_where"]
         role = m["role"]
+        if m.get("_slot"):
+            out.append({"role": "assistant", "content": "", GENERATE_KEY: True})
+            continue
         content = m.get("content", _MISSING)
         reasoning: str | None = None
         part_calls: list[Any] = []

@@ -8,7 +8,8 @@ Shapes (ids in the profile decide which tokens are markers):
 - Kimi (`generation_prompt_ends_with_think_start`): `reasoning</think>answer<|im_end|>`; an instant
   prompt (ending `<think></think>`) gives `answer<|im_end|>`.
 - Qwen3: `<think>\\nreasoning\\n</think>\\n\\nanswer<|im_end|>`.
-- A prompt that declares tools sometimes gets a tool call in the answer, naming a declared tool.
+- The answer echoes the last user message; a prompt that declares tools often gets tool calls of
+  declared functions (sim/agentic.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..profiles import ModelProfile
+from . import agentic
 
 _WORDS = [
     "the",
@@ -245,16 +247,27 @@ class OutputModel:
         reasoning = self.shape_reasoning(reasoning)
         n = rng.randint(2, 9999)
         answer = " ".join(rng.choice(_ANSWER).format(n=n) for _ in range(rng.randint(1, 5)))
-        tool_call = None
+        # The answer echoes the last user message and may call declared tools (sim/agentic.py).
+        # Decoding the prompt runs once per prompt (scripts are cached).
+        prompt_text = self.tok.decode(list(input_ids), skip_special_tokens=False)
+        plan = agentic.plan_turn(
+            prompt_text,
+            find_tools(prompt_text, rng),
+            rng,
+            kimi=self.kimi_shape,
+            tool_call_rate=self.tool_call_rate,
+        )
+        if plan.echo:
+            answer = f'Re "{plan.echo}": {answer}'
+        tool_call = plan.calls[0].name if plan.calls else None
         tail_markers = ""
-        if rng.random() < self.tool_call_rate:
-            # Decoding the prompt is the costly part; it runs once per prompt (scripts are cached).
-            tools = find_tools(self.tok.decode(list(input_ids), skip_special_tokens=False), rng)
-            if tools:
-                t = rng.choice(tools)
-                tool_call = t.name
-                tail_markers = self._tool_call_text(t, rng)
-                answer = rng.choice(("", "I'll call a tool for this.")) if self.kimi_shape else ""
+        if plan.calls:
+            if self.kimi_shape:
+                tail_markers = agentic.kimi_calls_text(plan, self.tok.convert_ids_to_tokens, p.tool_call_ids)
+                answer = rng.choice(("", "I'll call a tool for this.", f'Re "{plan.echo}": checking.'))
+            else:
+                tail_markers = agentic.qwen_calls_text(plan)
+                answer = ""
         think_start = self.tok.convert_ids_to_tokens(p.think_start_id)
         think_end = self.tok.convert_ids_to_tokens(p.think_end_id)
         if self.kimi_shape:
@@ -268,19 +281,3 @@ class OutputModel:
         ids = self.encode(text) + [p.end_of_turn_id]
         filler_text = " " + " ".join(rng.choice(_SENTENCES) for _ in range(8))
         return Script(tuple(ids), tuple(self.encode(filler_text)), text, tool_call)
-
-    def _tool_call_text(self, t: ToolDecl, rng: random.Random) -> str:
-        p = self.profile
-        args = json.dumps(t.args, ensure_ascii=False)
-        if self.kimi_shape:
-            ids = p.tool_call_ids
-            if None in (ids.section_begin, ids.call_begin, ids.argument_begin, ids.call_end, ids.section_end):
-                return ""
-            tk = self.tok.convert_ids_to_tokens
-            return (
-                f"{tk(ids.section_begin)}{tk(ids.call_begin)}functions.{t.name}:0"
-                f"{tk(ids.argument_begin)}{args}{tk(ids.call_end)}{tk(ids.section_end)}"
-            )
-        # Qwen3/Hermes style
-        call = json.dumps({"name": t.name, "arguments": t.args}, ensure_ascii=False)
-        return f"<tool_call>\n{call}\n</tool_call>"

@@ -269,7 +269,53 @@ def _kimi_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[st
         (convo[:2], None, {"tools_ts_str": "unused"}, True),
         ([{"role": "assistant", "content": "x", "tool_calls": []}, {"role": "user", "content": "y"}], None, {}, True),
     ]
+    for convo_mt in multi_turn_probe_conversations("functions.f:"):
+        for kwargs in ({}, {"thinking": False}):
+            probes.append((convo_mt, [tool], kwargs, True))
+        probes.append((convo_mt, None, {}, False))
     return probes
+
+
+def multi_turn_probe_conversations(call_id_prefix: str) -> list[list[dict[str, Any]]]:
+    """Conversations with the model's own earlier turns, as a multi-turn regeneration renders them.
+
+    Assistant turns carry `reasoning_content` before and after the last user message, agentic
+    tool-call chains (assistant tool_calls -> tool results -> assistant ...) with reasoning, several
+    calls per turn, empty content, JSON-string and dict arguments. Both templates drop or keep the
+    reasoning of history turns by their own rule (Kimi: kept only after the last assistant message
+    without tool calls; Qwen3: kept only after the last real user query), which is exactly what
+    these must agree on with the Jinja template.
+    """
+
+    def call(i: int, name: str, args: Any) -> dict[str, Any]:
+        return {"id": f"{call_id_prefix}{i}", "type": "function", "function": {"name": name, "arguments": args}}
+
+    chain: list[dict[str, Any]] = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1", "reasoning_content": "mt-r1"},
+        {"role": "user", "content": "q2"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "mt-r2\n",
+            "tool_calls": [call(0, "f", '{"x": "é"}'), call(1, "g", {"y": [1, None]})],
+        },
+        {"role": "tool", "content": "res0", "tool_call_id": f"{call_id_prefix}0"},
+        {"role": "tool", "content": "", "tool_call_id": f"{call_id_prefix}1"},
+        {"role": "assistant", "content": "mid", "reasoning_content": "\nmt-r3", "tool_calls": [call(2, "f", "{}")]},
+        {"role": "tool", "content": "res2", "tool_call_id": f"{call_id_prefix}2"},
+        {"role": "assistant", "content": "\n\nfinal", "reasoning_content": "mt-r4"},
+    ]
+    return [
+        chain[:4],  # a history turn with reasoning before the last user message
+        chain[:6],  # a chain in progress, one result back
+        chain[:9],  # a chain in progress: every assistant turn after the last plain one keeps reasoning
+        chain,  # the chain closed by a plain answer: all reasoning is history
+        chain + [{"role": "user", "content": "q3"}],
+        chain[:5],  # ends on an assistant tool-call turn (no result yet)
+        [chain[1], {"role": "assistant", "content": "", "reasoning_content": "", "tool_calls": [call(0, "f", "")]}],
+    ]
 
 
 # -- Qwen3 ----------------------------------------------------------------------------------------
@@ -430,6 +476,10 @@ def _qwen3_probes() -> list[tuple[list[dict[str, Any]], list[Any] | None, dict[s
             True,
         ),
     ]
+    for convo_mt in multi_turn_probe_conversations("call_"):
+        for kwargs in ({}, {"enable_thinking": False}):
+            probes.append((convo_mt, [tool], kwargs, True))
+        probes.append((convo_mt, None, {}, False))
     return probes
 
 

@@ -88,6 +88,8 @@ def _validate_messages(messages: Any) -> str | None:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             return f"messages[{i}].role: missing or not a string"
+        if message.get("generate") is True:  # ingest.normalize.GENERATE_KEY: a turn still to generate
+            return f"messages[{i}]: an assistant slot still to generate (generate: true) cannot be rendered"
     return None
 
 
@@ -165,6 +167,10 @@ class PromptRenderer:
         self._native: NativeRender | None = (
             native_renderer_for(tokenizer, self._apply_template) if native_templates else None
         )
+        # Rows whose text came from the native renderer vs. from apply_chat_template (the Jinja
+        # fallback: no native renderer, or it declined the row). Plain counters for tests/benches.
+        self.native_rows = 0
+        self.jinja_rows = 0
 
     @property
     def native_template(self) -> bool:
@@ -253,7 +259,9 @@ class PromptRenderer:
         if self._native is not None:
             text = self._native(messages, template_tools, kwargs, add_generation_prompt)
             if text is not None:
+                self.native_rows += 1
                 return text
+        self.jinja_rows += 1
         return self._apply_template([messages], template_tools, kwargs, add_generation_prompt)[0]
 
     def _render_texts(self, requests: Sequence[RenderRequest]) -> list[str | RenderResult]:
@@ -275,7 +283,9 @@ class PromptRenderer:
                     text = None
                 if text is not None:
                     out[i] = text
+                    self.native_rows += 1
                     continue
+            self.jinja_rows += 1
             prepared[i] = (tools, kwargs)
             groups.setdefault(key, []).append(i)
         for members in groups.values():

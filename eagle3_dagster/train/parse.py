@@ -14,6 +14,8 @@ Kimi-K2.5 layout (prompt ends with `<think>`):
     <|tool_call_argument_begin|> args <|tool_call_end|>)* <|tool_calls_section_end|>] <|im_end|>
 Qwen3 layout (the model opens the block itself):
     <think>\\n reasoning \\n</think>\\n\\n answer [<tool_call>\\n{json}\\n</tool_call>]* <|im_end|>
+    Tool calls become OpenAI-shape `tool_calls` (ids `call_<i>`, arguments the exact JSON text the
+    model wrote for "arguments"); `content` is the text before the first `<tool_call>`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class ParsedGeneration:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     think_end_pos: int | None = None
     problems: list[str] = field(default_factory=list)  # reason codes: no_think_end, unterminated_tool_call, ...
+    # Qwen3: the generated text from the first `<tool_call>` on (calls and what lies between them),
+    # exactly as decoded, so the turn re-encodes to its ids; `content` is the text before it.
+    tool_text: str = ""
 
     def assistant_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content, "reasoning_content": self.reasoning}
@@ -81,6 +86,67 @@ def _kimi_tool_calls(
     return calls
 
 
+def _json_member_text(obj_text: str, key: str) -> str | None:
+    """The exact text of a top-level member's value in a JSON object text (None: not there).
+
+    The model's own bytes: `{"name": "f", "arguments": {"b": 1, "a": 2}}` -> `{"b": 1, "a": 2}`,
+    spacing and key order as generated (json.dumps of the parsed value could differ)."""
+    dec = json.JSONDecoder()
+    text = obj_text.strip()
+    if not text.startswith("{"):
+        return None
+    pos = 1
+    while pos < len(text):
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "}":
+            return None
+        name, pos = dec.raw_decode(text, pos)
+        while pos < len(text) and text[pos] in " \t\r\n:":
+            pos += 1
+        start = pos
+        _, pos = dec.raw_decode(text, pos)
+        if name == key:
+            return text[start:pos]
+    return None
+
+
+def _qwen_tool_calls(
+    ids: list[int], profile: ModelProfile, tokenizer: Any, problems: list[str]
+) -> list[dict[str, Any]]:
+    """`<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>` blocks (ids start at the first
+    `<tool_call>`) -> OpenAI-shape calls, arguments the model's own JSON text. Text between or after
+    the blocks (other than whitespace) is `text_after_tool_section`."""
+    t = profile.tool_call_ids
+    calls: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(ids):
+        b = _index(ids, t.call_begin, pos)
+        if b < 0:
+            if _decode(tokenizer, ids[pos:]).strip():
+                problems.append("text_after_tool_section")
+            break
+        if _decode(tokenizer, ids[pos:b]).strip():
+            problems.append("text_after_tool_section")
+        e = _index(ids, t.call_end, b + 1)
+        if e < 0:
+            problems.append("unterminated_tool_call")
+            break
+        body = _decode(tokenizer, ids[b + 1 : e])
+        try:
+            obj = json.loads(body)
+            args = _json_member_text(body, "arguments") if isinstance(obj, dict) else None
+        except ValueError:
+            obj, args = None, None
+        name = obj.get("name") if isinstance(obj, dict) else None
+        if not isinstance(name, str) or args is None:
+            problems.append("tool_arguments_not_json")
+            name, args = (name if isinstance(name, str) else ""), body
+        calls.append({"id": f"call_{len(calls)}", "type": "function", "function": {"name": name, "arguments": args}})
+        pos = e + 1
+    return calls
+
+
 def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
     ids = list(output_ids)
     problems: list[str] = []
@@ -114,12 +180,20 @@ def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: An
             rest = rest[:sb]
         if _index(reasoning_ids, t.section_begin) >= 0:
             problems.append("tool_call_inside_reasoning")
+    tool_text = ""
+    if t.section_begin is None and t.call_begin is not None:  # Qwen3: <tool_call> blocks after the answer
+        cb = _index(rest, t.call_begin)
+        if cb >= 0:
+            tool_calls = _qwen_tool_calls(rest[cb:], profile, tokenizer, problems)
+            tool_text = _decode(tokenizer, rest[cb:])
+            rest = rest[:cb]
     return ParsedGeneration(
         reasoning=_decode(tokenizer, reasoning_ids),
         content=_decode(tokenizer, rest),
         tool_calls=tool_calls,
         think_end_pos=te,
         problems=problems,
+        tool_text=tool_text,
     )
 
 
@@ -146,7 +220,7 @@ def assistant_turn_text(parsed: ParsedGeneration, profile: ModelProfile, tokeniz
             )
         return f"{parsed.reasoning}{think_end}{parsed.content}{calls}{eot}"
     think_start = tokenizer.convert_ids_to_tokens(profile.think_start_id)
-    return f"{think_start}{parsed.reasoning}{think_end}{parsed.content}{eot}"
+    return f"{think_start}{parsed.reasoning}{think_end}{parsed.content}{parsed.tool_text}{eot}"
 
 
 def round_trip_mismatch(

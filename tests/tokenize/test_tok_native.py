@@ -624,3 +624,146 @@ def test_vocabulary_check_per_row_when_a_chunk_has_an_out_of_vocab_id(kimi_profi
     results = narrow.render_batch(requests)
     assert [r.reason for r in results] == [None, "id_out_of_vocab", None]
     assert results[0].input_ids == PromptRenderer(kimi_profile, kimi_tok).render_batch(requests[:1])[0].input_ids
+
+
+# -- multi-turn conversations with the model's own earlier turns (issue 16) -----------------------
+
+N_MULTI_TURN = 400
+
+
+def _multi_turn_conversation(rng: random.Random, kimi: bool) -> tuple[list[dict[str, Any]], bool]:
+    """A conversation as an all-turns regeneration renders it: user turns, each answered by an
+    assistant turn (reasoning_content, content, maybe tool calls -> tool results -> assistant ...).
+
+    Returns (messages, add_generation_prompt): ends on a user or tool message (a prompt for the
+    next turn) or on an assistant turn (a whole conversation, no generation prompt).
+    """
+    messages: list[dict[str, Any]] = []
+    if rng.random() < 0.3:
+        messages.append({"role": "system", "content": _pick(rng, ["sys", "You are terse.", "中文 é"])})
+    n_calls = 0
+    for _ in range(rng.randint(1, 4)):
+        messages.append({"role": "user", "content": _pick(rng, ["q", "What is 2+2?", "line1\nline2", "中文 🙂"])})
+        for _ in range(rng.choice([0, 0, 1, 1, 2, 3])):  # tool-call rounds in this turn
+            k = rng.choice([1, 1, 2, 3])  # calls in one assistant turn
+            calls = []
+            for _ in range(k):
+                name = _pick(rng, ["get_weather", "search"])
+                args = _pick(rng, [{"city": "Paris"}, {"q": "é <&>", "n": [1, 2.5, None]}, {}])
+                if rng.random() < 0.5:  # the model's own bytes, as train/parse.py keeps them
+                    args = json.dumps(args, ensure_ascii=rng.random() < 0.5)
+                call_id = f"functions.{name}:{n_calls}" if kimi else f"call_{n_calls}"
+                calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})
+                n_calls += 1
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": _pick(rng, ["", "", "I'll call a tool.", "\n\nchecking"]),
+                    "reasoning_content": _pick(rng, ["plan", "", "\nr\n", "think <b> é"]),
+                    "tool_calls": calls,
+                }
+            )
+            for c in calls:
+                messages.append(
+                    {
+                        "role": "tool",
+                        "content": _pick(rng, ["42", "", '{"t": 21}', "<html>x</html>"]),
+                        "tool_call_id": c["id"],
+                    }
+                )
+        final: dict[str, Any] = {"role": "assistant", "content": _pick(rng, ["a", "", "\n\nanswer", "答案 4"])}
+        if rng.random() < 0.8:
+            final["reasoning_content"] = _pick(rng, ["why", "", "\nlong\nreasoning\n"])
+        messages.append(final)
+    cut = rng.random()
+    if cut < 0.4:
+        messages.append({"role": "user", "content": "next?"})
+        return messages, True
+    if cut < 0.7:  # a prompt in the middle of the last turn: after a tool result or a user message
+        stops = [i for i, m in enumerate(messages) if m["role"] in ("user", "tool")]
+        return messages[: _pick(rng, stops) + 1], True
+    return messages, False
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_multi_turn_history_turns_native_equals_apply_chat_template_text_and_ids(
+    model: str, request: pytest.FixtureRequest
+) -> None:
+    """Every such conversation renders natively (no Jinja fallback) to exactly the template's text,
+    and to exactly the ids of transformers' apply_chat_template(tokenize=True); with and without
+    tools, thinking on and off. Counted through the renderer's native/Jinja row counters."""
+    native_renderer, jinja_renderer = _pair_for(model, request)
+    kimi = model == "kimi"
+    think = "thinking" if kimi else "enable_thinking"
+    rng = random.Random(160016)
+    requests = []
+    for _ in range(N_MULTI_TURN):
+        messages, gen = _multi_turn_conversation(rng, kimi)
+        tools = _pick(rng, [None, [_WEATHER, _SEARCH]])
+        kwargs = _pick(rng, [None, None, {think: False}])
+        requests.append(RenderRequest(messages, tools, gen, kwargs, tools_key=json.dumps(tools)))
+    before_native, before_jinja = native_renderer.native_rows, native_renderer.jinja_rows
+    native = native_renderer.render_batch(requests)
+    assert native_renderer.jinja_rows - before_jinja == 0, "the native renderer declined multi-turn rows"
+    assert native_renderer.native_rows - before_native == N_MULTI_TURN
+    jinja_before = jinja_renderer.jinja_rows
+    jinja = jinja_renderer.render_batch(requests)
+    assert jinja_renderer.jinja_rows - jinja_before == N_MULTI_TURN and jinja_renderer.native_rows == 0
+    tok = native_renderer.tokenizer
+    kept_history_reasoning = dropped_history_reasoning = 0
+    for i, (req, a, b) in enumerate(zip(requests, native, jinja, strict=True)):
+        assert a.ok and b.ok, (i, a.detail, b.detail)
+        assert a.text == b.text, f"case {i}: native text differs from the template\n{req!r}"
+        tools = req.tools
+        kwargs = dict(native_renderer.profile.template_kwargs) | (req.template_kwargs or {})
+        if tools and kimi:
+            tools, ts, _ = compute_tools_ts_str(tools)
+            if ts:
+                kwargs["tools_ts_str"] = ts
+        reference = tok.apply_chat_template(
+            req.messages,
+            tools=tools,
+            add_generation_prompt=req.add_generation_prompt,
+            tokenize=True,
+            return_dict=False,
+            **kwargs,
+        )
+        assert a.input_ids == list(reference), f"case {i}: ids differ from apply_chat_template(tokenize=True)"
+        for m in req.messages:
+            if (
+                m["role"] == "assistant"
+                and m.get("reasoning_content", "").strip("\n")
+                and "<" not in m["reasoning_content"]
+            ):
+                if m["reasoning_content"].strip("\n") in a.text:
+                    kept_history_reasoning += 1
+                else:
+                    dropped_history_reasoning += 1
+    # the generator must exercise both sides of each template's history rule
+    assert kept_history_reasoning > 100 and dropped_history_reasoning > 100, (
+        kept_history_reasoning,
+        dropped_history_reasoning,
+    )
+
+
+def _pair_for(model: str, request: pytest.FixtureRequest) -> tuple[PromptRenderer, PromptRenderer]:
+    if model == "kimi":
+        return request.getfixturevalue("native_renderer"), request.getfixturevalue("jinja_renderer")
+    return request.getfixturevalue("qwen_renderer"), request.getfixturevalue("qwen_jinja_renderer")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_native_disabled_when_the_template_keeps_history_reasoning_differently(
+    model: str, request: pytest.FixtureRequest
+) -> None:
+    """The startup probe includes multi-turn conversations: a Jinja path that renders the reasoning
+    of an in-progress tool-call chain differently (here: drops it) disables the native renderer."""
+    native_renderer, _ = _pair_for(model, request)
+    template = native_renderer.tokenizer.chat_template
+
+    def drops_chain_reasoning(conversations, tools, kwargs, add_generation_prompt):
+        texts = native_renderer._apply_template(conversations, tools, kwargs, add_generation_prompt)
+        return [t.replace("mt-r3", "") for t in texts]  # only the multi-turn probes carry it
+
+    assert native_renderer_for(_FakeTokenizer(template), native_renderer._apply_template) is not None
+    assert native_renderer_for(_FakeTokenizer(template), drops_chain_reasoning) is None

@@ -160,3 +160,43 @@ def test_history_tool_call_arguments_become_json_strings(kimi_profile, kimi_toke
     # history: the text the chat template rendered into the prompt (json.dumps, non-ASCII kept)
     assert args[0] == '{"city": "Zürich", "days": [1, 2]}'
     assert args[1:] == ['{"city": "Paris"}', '{"tz": "Europe/Paris"}']
+
+
+QWEN_TOOL_TURN = (
+    "<think>\nNeed weather and time.\n</think>\n\nChecking both.\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Zürich",  "days":2}}\n</tool_call>\n'
+    '<tool_call>\n{"arguments": {"tz": "UTC"}, "name": "get_time"}\n</tool_call><|im_end|>'
+)
+
+
+def test_qwen3_tool_calls_become_openai_tool_calls_with_the_models_bytes(qwen_profile):
+    """Qwen3's <tool_call> blocks leave `content` and become tool_calls whose arguments are exactly
+    the JSON text the model wrote (spacing, key order, non-ASCII kept); the ids still round-trip."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(qwen_profile.tokenizer)
+    ids = tok.encode(QWEN_TOOL_TURN, add_special_tokens=False)
+    p = parse_generation(ids, qwen_profile, tok)
+    assert p.problems == []
+    assert p.content == "\n\nChecking both.\n"
+    assert p.tool_calls == [
+        {
+            "id": "call_0",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Zürich",  "days":2}'},
+        },
+        {"id": "call_1", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}},
+    ]
+    assert p.assistant_message()["tool_calls"] == p.tool_calls
+    assert round_trips(ids, p, qwen_profile, tok)  # token ids untouched: the turn encodes back exactly
+    for text, problem in (
+        ('<think>\nr\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}<|im_end|>', "unterminated_tool_call"),
+        ("<think>\nr\n</think>\n\n<tool_call>\n{bad json\n</tool_call><|im_end|>", "tool_arguments_not_json"),
+        ('<think>\nr\n</think>\n\n<tool_call>\n{"name": "f"}\n</tool_call><|im_end|>', "tool_arguments_not_json"),
+        (
+            '<think>\nr\n</think>\n\n<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>and more<|im_end|>',
+            "text_after_tool_section",
+        ),
+    ):
+        bad = tok.encode(text, add_special_tokens=False)
+        assert problem in parse_generation(bad, qwen_profile, tok).problems, text
