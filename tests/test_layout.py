@@ -18,14 +18,9 @@ from eagle3_dagster.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "eagle3_dagster"
 ENV_READERS = {"eagle3_dagster/config.py", "eagle3_dagster/sim/settings.py"}
-# quality/gate.py: os.environ.setdefault("GX_ANALYTICS_ENABLED", ...) moves to the settings in part 17b
-PENDING_ENV = {"eagle3_dagster/quality/gate.py": "issue 15 part 17b"}
+PENDING_ENV: dict[str, str] = {}  # none left
 MAX_LINES = 600
-# quality/report_html.py is split in part 17b; ingest/normalize.py grew past 600 in a merge from main
-PENDING_LINES = {
-    "eagle3_dagster/quality/report_html.py": "issue 15 part 17b",
-    "eagle3_dagster/ingest/normalize.py": "615 lines after the BFCL multi-turn merge (16a): to split",
-}
+PENDING_LINES: dict[str, str] = {}  # none left
 
 _ENV_ATTRS = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 

@@ -79,6 +79,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             excluded=info["excluded"],
             expectations_dir=pipeline.expectations_path,
             context_dir=pipeline.gx_context_dir,
+            keep_validations=pipeline.gx_keep_validations,
         )
 
     snap = build_snapshot(

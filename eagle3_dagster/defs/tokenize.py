@@ -57,6 +57,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
         profile=profile,
+        keep_validations=pipeline.gx_keep_validations,
     )
     report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
     lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])

@@ -37,6 +37,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import RowReject
+from .tools import decode_json_string as _decode_json_string
+from .tools import json_type as _json_type
+from .tools import normalize_tools
 
 PROMPT_RULES = ("last_user_or_tool", "first_user")
 _WHOLE = "_whole_conversation"  # internal: build_conversation keeps every message
@@ -213,17 +216,6 @@ def _apply_field_map(record: dict[str, Any], fm: Mapping[str, str]) -> dict[str,
         if source_name in record:
             out[canonical] = record[source_name]
     return out
-
-
-def _decode_json_string(value: Any, reason: str, message: str) -> Any:
-    """Exports (Parquet, CSV, hermes/glaive dumps) often store lists and objects as JSON strings:
-    decode a string, pass anything else through; undecodable JSON rejects the row with `reason`."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        raise RowReject(reason, message) from None
 
 
 def _list_field(record: dict[str, Any], key: str) -> list[Any]:
@@ -546,70 +538,3 @@ def _normalize_tool_call(raw: Any, where: str, index: int) -> dict[str, Any]:
     if not isinstance(call_id, str) or not call_id:
         call_id = f"functions.{name}:{index}"
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def normalize_tools(raw: Any) -> list[dict[str, Any]] | None:
-    """Tools field -> OpenAI function schemas, or None for none. Raises RowReject(bad_tools)."""
-    if raw is None:
-        return None
-    if isinstance(raw, str):
-        if not raw.strip():
-            return None
-        raw = _decode_json_string(raw, "bad_tools", "field 'tools' is a string that is not valid JSON")
-    if isinstance(raw, dict):
-        raise RowReject("bad_tools", "field 'tools' must be a list of function schemas, got an object")
-    if not isinstance(raw, list):
-        raise RowReject("bad_tools", f"field 'tools' must be a list of function schemas, got {_json_type(raw)}")
-    tools: list[dict[str, Any]] = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict):
-            raise RowReject("bad_tools", f"tools[{i}] is a JSON {_json_type(item)}, expected a function schema")
-        fn: dict[str, Any] = item["function"] if isinstance(item.get("function"), dict) else item
-        if item.get("type", "function") != "function":
-            raise RowReject(
-                "bad_tools", f"tools[{i}] has type {str(item.get('type'))[:30]!r}, only 'function' is supported"
-            )
-        name = fn.get("name")
-        if not isinstance(name, str) or not name.strip():
-            raise RowReject("bad_tools", f"tools[{i}] has no function name")
-        schema: dict[str, Any] = {"name": name}
-        if "description" in fn and fn["description"] is not None:
-            if not isinstance(fn["description"], str):
-                raise RowReject("bad_tools", f"tools[{i}] ({name}) description must be a string")
-            schema["description"] = fn["description"]
-        if "parameters" in fn and fn["parameters"] is not None:
-            params = fn["parameters"]
-            params = _decode_json_string(params, "bad_tools", f"tools[{i}] ({name}) parameters are not valid JSON")
-            if not isinstance(params, dict):
-                raise RowReject(
-                    "bad_tools",
-                    f"tools[{i}] ({name}) parameters must be a JSON schema object, got {_json_type(params)}",
-                )
-            schema["parameters"] = _dict_type_to_object(params)
-        tools.append({"type": "function", "function": schema})
-    return tools or None
-
-
-def _dict_type_to_object(node: Any) -> Any:
-    """BFCL writes JSON-Schema type "dict"; the standard (and every chat template) says "object"."""
-    if isinstance(node, dict):
-        return {k: ("object" if k == "type" and v == "dict" else _dict_type_to_object(v)) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_dict_type_to_object(v) for v in node]
-    return node
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__

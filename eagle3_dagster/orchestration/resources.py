@@ -54,6 +54,11 @@ class PipelineSettings(dg.ConfigurableResource):
         return self.work_path / "gx"
 
     @property
+    def gx_keep_validations(self) -> int:
+        """GX validation results kept per suite (EAGLE3_GX_KEEP_VALIDATIONS, config.py); 0 keeps all."""
+        return settings().gx_keep_validations
+
+    @property
     def assets_path(self) -> Path:
         return Path(self.assets_dir).resolve() if self.assets_dir else settings().assets_dir
 

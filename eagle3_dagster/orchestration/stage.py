@@ -128,6 +128,7 @@ def gated_result(
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
         profile=profile,
+        keep_validations=pipeline.gx_keep_validations,
     )
     report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
     if quarantine is not None:

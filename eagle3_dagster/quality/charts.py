@@ -199,15 +199,24 @@ def source_gate_section(model: Any) -> list[str]:
     return out
 
 
+SHARD_SECTIONS_TITLE = "<h2>Distributions by shard</h2>"
+
+
+def shard_section(shard: str, summary: dict[str, Any]) -> list[str]:
+    """One shard's distribution charts (a collapsed <details>)."""
+    out = [
+        f'<details id="dist-{_e(shard)}"><summary>shard {_e(shard)}: {summary.get("rows", 0)} training '
+        "samples</summary>"
+    ]
+    out.extend(distribution_charts(summary, f"shard {shard}"))
+    out.append("</details>")
+    return out
+
+
 def shard_sections(model: Any) -> list[str]:
     if not model.shard_summaries:
         return []
-    out = ["<h2>Distributions by shard</h2>"]
+    out = [SHARD_SECTIONS_TITLE]
     for shard, summary in sorted(model.shard_summaries.items()):
-        out.append(
-            f'<details id="dist-{_e(shard)}"><summary>shard {_e(shard)}: {summary.get("rows", 0)} training '
-            "samples</summary>"
-        )
-        out.extend(distribution_charts(summary, f"shard {shard}"))
-        out.append("</details>")
+        out.extend(shard_section(shard, summary))
     return out

@@ -13,27 +13,20 @@ Semantics (the part users rely on):
 from __future__ import annotations
 
 import datetime as dt
-import fcntl
 import json
-import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import polars as pl
 
-from ..config import gx_keep_validations as keep_validations_from_env
+from ..config import GX_KEEP_VALIDATIONS_DEFAULT
 from ..profiles import ModelProfile
 from ..storage import DataPath, PathLike, as_data_path, read_parquet, safe_join, shard_key, write_frame_atomic
+from . import gx_context
 from .features import ROW_ID
-from .retention import DOCS_INDEX, PruneStats, prune_validations
 from .suites import ROW_LEVEL_TYPES, ExpectationSpec, SuiteError, SuiteSpec, considered_expr, load_suite, row_pass_expr
-
-_DATASOURCE = "eagle3_features"
 
 
 class GateFailedError(RuntimeError):
@@ -78,6 +71,8 @@ class GateResult:
     profile: str | None = None
     created_at: str = ""
     by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [rows, rows quarantined]
+    # timings of this validation (cache hit, lock holds); not stored: only for logs, tests, the bench
+    gx_run: gx_context.GXRun | None = field(default=None, repr=False, compare=False)
 
     @property
     def failed_critical(self) -> list[ExpectationOutcome]:
@@ -185,25 +180,22 @@ def row_stats(features: pl.DataFrame, suite: SuiteSpec) -> tuple[dict[str, tuple
 
 
 # ---------------------------------------------------------------------------------------------
-# GX side
+# GX side (the context, its cache and its lock: gx_context.py)
 
-
-@contextmanager
-def _locked(context_dir: Path) -> Iterator[None]:
-    # One GX file context may be shared by concurrent shard runs (Dagster multiprocess); its YAML
-    # and the Data Docs index are rewritten on each run, so runs on the same context take turns.
-    context_dir.mkdir(parents=True, exist_ok=True)
-    with open(context_dir / ".gate.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+_SUITES: dict[tuple[str, str, str, str], Any] = {}
 
 
 def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
+    """The suite as a GX ExpectationSuite (built once per process per definition)."""
+    key = (gate, suite.sha256, json.dumps(suite.meta, sort_keys=True, default=str), suite.source_path)
+    cached = _SUITES.get(key)
+    if cached is None:
+        cached = _SUITES[key] = _build_gx_suite(gate, suite)
+    return cached
+
+
+def _build_gx_suite(gate: str, suite: SuiteSpec) -> Any:
     """The suite as a GX ExpectationSuite; GX's own validation of every expectation's kwargs."""
-    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # no telemetry from a data pipeline
     from great_expectations.core.expectation_suite import ExpectationSuite
 
     def build(exps: list[ExpectationSpec]) -> Any:
@@ -231,88 +223,6 @@ def _gx_suite(gate: str, suite: SuiteSpec) -> Any:
     return gx_suite
 
 
-def _gx_validate(
-    gate: str,
-    pdf: Any,
-    gx_suite: Any,
-    context_dir: Path,
-    *,
-    build_docs: bool,
-    result_format: str,
-    keep_validations: int = 0,
-) -> tuple[list[Any], str | None, str | None]:
-    """Register the suite in a file-backed GX context, validate `pdf`, optionally build Data Docs.
-
-    With keep_validations > 0, older validation results of the suite (and their Data Docs pages)
-    are pruned first so that this run's result makes `keep_validations` (retention.py); the
-    caller holds the context lock.
-    """
-    import great_expectations as gx
-
-    ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))
-    if not ctx.variables.progress_bars or ctx.config.analytics_enabled is not False:
-        # Once per context, persisted in great_expectations.yml: no tqdm bars in Dagster logs,
-        # no analytics calls from a data pipeline.
-        from great_expectations.data_context.types.base import ProgressBarsConfig
-
-        ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
-        ctx.config.analytics_enabled = False
-        ctx.variables.save()
-    ds = ctx.data_sources.add_or_update_pandas(_DATASOURCE)
-    try:
-        asset = ds.get_asset(gate)
-    except LookupError:
-        asset = ds.add_dataframe_asset(gate)
-    try:
-        batch_def = asset.get_batch_definition("whole")
-    except KeyError:
-        batch_def = asset.add_batch_definition_whole_dataframe("whole")
-    gx_suite = ctx.suites.add_or_update(gx_suite)
-    vd = ctx.validation_definitions.add_or_update(
-        gx.ValidationDefinition(name=f"{gate}_gate", data=batch_def, suite=gx_suite)
-    )
-    actions: list[gx.checkpoint.ValidationAction] = (
-        [gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else []
-    )
-    cp = ctx.checkpoints.add_or_update(
-        gx.Checkpoint(
-            name=f"{gate}_gate",
-            validation_definitions=[vd],
-            actions=actions,
-            result_format={"result_format": result_format},
-        )
-    )
-    pruned = PruneStats()
-    if keep_validations > 0:
-        # One slot for this run's result: after it, the suite holds at most keep_validations.
-        pruned = prune_validations(Path(ctx.root_directory), gx_suite.name, keep_validations - 1)
-    res = cp.run(batch_parameters={"dataframe": pdf})
-    vri, vres = next(iter(res.run_results.items()))
-    results = vres.results
-    if pruned.pages_removed and not build_docs and (Path(ctx.root_directory) / DOCS_INDEX).exists():
-        # This run builds no docs, so GX will not rewrite the index: rebuild it (index + the suite
-        # page only; no validation page is re-rendered) so it links no page that was just pruned.
-        from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
-
-        ctx.build_data_docs(resource_identifiers=[ExpectationSuiteIdentifier(name=gx_suite.name)])
-    index = page = None
-    if build_docs:
-        index = _local_site_url(ctx.get_docs_sites_urls())
-        try:
-            page = _local_site_url(ctx.get_docs_sites_urls(resource_identifier=vri))
-        except Exception:  # a link for the report only; never fail a gate over it
-            page = None
-    return results, index, page
-
-
-def _local_site_url(sites: list[dict[str, Any]]) -> str | None:
-    for site in sites:
-        url = site.get("site_url") or ""
-        if url.startswith("file://"):
-            return unquote(urlparse(url).path)
-    return None
-
-
 def run_gate(
     gate: str,
     features: pl.DataFrame,
@@ -323,16 +233,20 @@ def run_gate(
     config_overrides: dict | None = None,
     profile: ModelProfile | None = None,
     result_format: str = "SUMMARY",
-    keep_validations: int | None = None,
+    keep_validations: int = GX_KEEP_VALIDATIONS_DEFAULT,
 ) -> GateResult:
     """Validate `features` against expectations/<gate>.json in a GX file context at context_dir.
 
     `profile` renders the profile's token ids into expectation names. `result_format` is GX's;
     counts and failing rows come from polars either way, so BOOLEAN_ONLY is safe for speed.
     `keep_validations`: GX validation results (and Data Docs pages) kept per suite, older ones are
-    pruned under the context lock; None reads EAGLE3_GX_KEEP_VALIDATIONS (default 20), 0 keeps all.
+    pruned under the context lock; 0 keeps all. Pipeline steps pass Settings.gx_keep_validations
+    (EAGLE3_GX_KEEP_VALIDATIONS); this function reads no environment.
+
+    The GX context, suite and checkpoint are set up once per process and reused (gx_context.py);
+    only the writes to the shared context (set-up, pruning, Data Docs) hold its file lock.
     """
-    keep = keep_validations_from_env() if keep_validations is None else int(keep_validations)
+    keep = int(keep_validations)
     suite = load_suite(gate, Path(expectations_dir), profile=profile, config_overrides=config_overrides)
     missing = [c for c in [ROW_ID, *suite.columns()] if c not in features.columns]
     if missing:
@@ -341,16 +255,16 @@ def run_gate(
     stats, failures = row_stats(features, suite)
     # GX sees only the columns the suite reads: narrow and typed keeps the validation fast.
     pdf = features.select(suite.columns()).to_pandas()
-    with _locked(Path(context_dir)):
-        results, index, page = _gx_validate(
-            gate,
-            pdf,
-            gx_suite,
-            Path(context_dir),
-            build_docs=build_docs,
-            result_format=result_format,
-            keep_validations=max(keep, 0),
-        )
+    run = gx_context.validate(
+        Path(context_dir),
+        gate,
+        pdf,
+        gx_suite,
+        build_docs=build_docs,
+        result_format=result_format,
+        keep_validations=max(keep, 0),
+    )
+    results, index, page = run.results, run.docs_index, run.docs_page
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
     outcomes: list[ExpectationOutcome] = []
     for s in suite.expectations:
@@ -408,6 +322,7 @@ def run_gate(
         suite_sha256=suite.sha256,
         profile=profile.name if profile else None,
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        gx_run=run,
     )
 
 

@@ -41,7 +41,6 @@ def small_stream_batches(monkeypatch):
 
 
 def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipeline, meta, tmp_path: Path) -> None:
-    from eagle3_dagster.defs import train as train_defs
 
     k = int(shard)
     folder = data / "training_samples" / f"shard={shard}"
@@ -77,7 +76,7 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     # counts, and the gate judged the same feature frame (stored result vs a fresh validation of the reference)
     assert {k: meta[k].value for k in (*counts, *parse_counts)} == {**counts, **parse_counts}
     feats = training_features(
-        samples, profile, max_total_len=train_defs.MAX_TRAIN_LEN, available_shares=available_source_shares(tokenized)
+        samples, profile, max_total_len=profile.max_train_len, available_shares=available_source_shares(tokenized)
     )
     stored = read_gate_result(data, "training_samples", k)
     fresh = run_gate(

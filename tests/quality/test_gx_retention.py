@@ -37,8 +37,8 @@ def _dangling_links(index: Path) -> list[str]:
     return sorted(link for link in links if not (index.parent / link).exists())
 
 
-def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs, monkeypatch):
-    monkeypatch.setenv("EAGLE3_GX_KEEP_VALIDATIONS", "3")
+def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs):
+    gx_dirs = {**gx_dirs, "keep_validations": 3}
     gx_root = gx_dirs["context_dir"] / "gx"
     results_base, pages_base = gx_root / VALIDATIONS_BASE, gx_root / DOCS_VALIDATIONS_BASE
     order: list[str] = []
@@ -69,7 +69,8 @@ def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs, 
     assert order[-3] not in _runs(pages_base)
     assert _dangling_links(index) == []
 
-    # an explicit argument wins over the environment; 0 keeps everything
+    # 0 keeps everything
+    del gx_dirs["keep_validations"]
     run_gate("prompts", feats, profile=kimi_profile, keep_validations=0, **gx_dirs)
     assert len(_runs(results_base)) == 4
     run_gate("prompts", feats, profile=kimi_profile, keep_validations=2, **gx_dirs)

@@ -1,0 +1,307 @@
+"""Benchmark: per-stage throughput and peak memory at two shard sizes, fixed cost per shard, report cost.
+
+    .venv/bin/python bench/stages.py [--quick] [--small N] [--prompts K] [--min-new-tokens M]
+
+1. Inputs, the way the pipeline makes them: the demo prompts ingested and tokenized with the real
+   Kimi-K2.5 tokenizer, then generated through the simulator (a separate process, real HTTP) with
+   long outputs (`min_new_tokens`, default 1,500 tokens: reasoning models write long outputs).
+   Those real samples are tiled (new sample ids, same ids) to a small and a 10x larger shard.
+2. Per stage and size, a FRESH process (`--child`) runs the stage's domain work the way its
+   Dagster asset does and reports samples, CPU seconds and VmHWM (peak RSS) from /proc/self/status:
+   - generations:      generation_features + the generations gate (GX) + the quarantine write
+   - training_samples: parse_generations (round trip) + build_training_samples + training_features
+                       + the training_samples gate + the table write
+   samples/s per core = samples / CPU seconds of the process (every thread counted).
+3. Fixed cost per shard run: the same rows split into 4 and into 64 shards (16 with --quick); per
+   shard the three gates (prompts, generations, training_samples) with Data Docs, their stored
+   results and the report update, as store_gate_result does; per_shard_fixed_s = (T64 - T4) / 60,
+   wall (and `per_shard_fixed_cpu_s` from CPU time: on a shared machine wall time includes
+   waiting for a core). One process, as the in-process executor runs a backfill;
+   `gx_first_gate_s` is the first gate of a process (GX import + set-up, what each step of the
+   multiprocess executor pays once).
+4. report_rebuild_ms_at_1000_results: update_report after one gate with 1,002 stored results
+   (median of 5, wall, fsyncs included; the CPU figure beside it).
+
+Last stdout line: one JSON object with `train_samples_per_s_per_core`, `max_stage_rss_ratio_10x`,
+`per_shard_fixed_s`, `report_rebuild_ms_at_1000_results` (targets >= 1,000; <= 1.5; <= 1.0 s;
+<= 50 ms) and the figures behind them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# bench/ holds tokenize.py, which shadows the stdlib module when bench/ is sys.path[0].
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+ROOT = Path(_HERE).parent
+SHARED_KIMI = ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"
+EXPECTATIONS = ROOT / "expectations"
+
+
+def _vmhwm_kb() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _profile() -> Any:
+    from eagle3_dagster.profiles import load_profile
+
+    return load_profile("kimi-k2.5", ROOT / "assets" / "models").with_tokenizer(str(SHARED_KIMI))
+
+
+# --------------------------------------------------------------------------------------------- inputs
+
+
+def make_inputs(work: Path, n_prompts: int, min_new: int, max_new: int) -> dict[str, Any]:
+    """Real prompts, real tokenizer ids, real simulator outputs (long): tokenized/gens/prompts Parquet."""
+    from dataclasses import replace
+
+    from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
+    from eagle3_dagster.ingest import combine_sources, ingest_source, load_source_specs
+    from eagle3_dagster.sim.process import start_simulator
+    from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
+
+    profile = _profile()
+    data = work / "data"
+    dirs = []
+    for spec in load_source_specs(ROOT / "assets" / "sources"):
+        ingest_source(replace(spec, limit=n_prompts), data / "sources" / spec.name, n_shards=1)
+        dirs.append(data / "sources" / spec.name)
+    combine_sources(dirs, data / "prompts", n_shards=1)
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").head(n_prompts)
+    tokenized, _ = tokenize_prompts(prompts, PromptRenderer(profile), max_new_tokens=max_new)
+    with start_simulator(
+        extra_args=("--model", "kimi-k2.5", "--tokenizer", str(SHARED_KIMI), "--log-level", "WARNING")
+    ) as sim:
+        cfg = GenerationConfig.from_profile(profile, (sim.url,), max_new_tokens=max_new, min_new_tokens=min_new)
+        generate_shard(tokenized, data / "generations", cfg)
+    gens = read_generations(data / "generations")
+    prompts.write_parquet(work / "prompts.parquet")
+    tokenized.write_parquet(work / "tokenized.parquet")
+    gens.write_parquet(work / "gens.parquet")
+    lens = gens["output_ids"].list.len()
+    return {"real_samples": gens.height, "mean_output_tokens": round(float(lens.mean() or 0), 1)}
+
+
+def tiled(gens: pl.DataFrame, n: int) -> pl.DataFrame:
+    """n rows: the real samples repeated, each copy with its own sample_id (ids unchanged)."""
+    reps = -(-n // gens.height)
+    out = pl.concat([gens.with_columns(pl.col("sample_id") + f"-{i}") for i in range(reps)]).head(n)
+    return out.with_columns(pl.col("rid") + "-" + pl.col("sample_id")) if "rid" in out.columns else out
+
+
+# --------------------------------------------------------------------------------------------- child
+
+
+def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
+    """One stage on one shard size, in this (fresh) process."""
+    from eagle3_dagster.quality import generation_features, run_gate, training_features
+    from eagle3_dagster.quality.features import available_source_shares
+    from eagle3_dagster.storage import write_frame_atomic
+    from eagle3_dagster.train import build_training_samples
+    from eagle3_dagster.train.conversations import parse_generations
+
+    profile = _profile()
+    gens = tiled(pl.read_parquet(inputs / "gens.parquet"), size)
+    tokenized = pl.read_parquet(inputs / "tokenized.parquet")
+    prompts = pl.read_parquet(inputs / "prompts.parquet")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gx = {"expectations_dir": EXPECTATIONS, "context_dir": out_dir / "gx", "profile": profile}
+    c0, w0 = time.process_time(), time.perf_counter()
+    if stage == "generations":
+        feats = generation_features(gens, tokenized, profile)
+        gate = run_gate("generations", feats, **gx)
+        write_frame_atomic(gate.row_failures, out_dir / "quarantine.parquet")
+        samples = gens.height
+    elif stage == "training_samples":
+        from eagle3_dagster.tokenize import PromptRenderer
+
+        tokenizer = PromptRenderer(profile).tokenizer
+        conv, failures, _counts = parse_generations(gens, prompts, profile, tokenizer)
+        rows, _ = build_training_samples(
+            gens, tokenized, exclude_sample_ids=set(failures["row_id"].to_list()), conversations=conv
+        )
+        feats = training_features(
+            rows, profile, max_total_len=65536, available_shares=available_source_shares(tokenized)
+        )
+        run_gate("training_samples", feats, **gx)
+        write_frame_atomic(rows, out_dir / "part-0000.parquet")
+        samples = gens.height
+    else:
+        raise SystemExit(f"unknown stage {stage!r}")
+    return {
+        "stage": stage,
+        "size": size,
+        "samples": samples,
+        "cpu_s": round(time.process_time() - c0, 3),
+        "wall_s": round(time.perf_counter() - w0, 3),
+        "vmhwm_mb": round(_vmhwm_kb() / 1024, 1),
+    }
+
+
+def run_child(stage: str, inputs: Path, size: int, work: Path) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--child", stage, "--inputs", str(inputs), "--size", str(size)]
+    cmd += ["--out", str(work / f"{stage}-{size}")]
+    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if r.returncode != 0:
+        raise SystemExit(f"{stage} at {size} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------------------------- fixed cost
+
+
+def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> tuple[float, float]:
+    """(wall, CPU) seconds for the three gates + stored results + report updates of every shard."""
+    from eagle3_dagster.quality import run_gate, write_gate_result
+    from eagle3_dagster.quality.report_html import update_report
+
+    profile = _profile()
+    data = work / f"fixed-{n_shards}"
+    t0, c0 = time.perf_counter(), time.process_time()
+    for k in range(n_shards):
+        for gate, f in features.items():
+            part = f.filter(pl.int_range(pl.len()) % n_shards == k)
+            res = run_gate(gate, part, expectations_dir=EXPECTATIONS, context_dir=data / "gx", profile=profile)
+            write_gate_result(data, gate, k, res)
+            update_report(data, data, shards=[k], n_shards=n_shards, profile=profile.name)
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
+    from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
+    from eagle3_dagster.quality.report_html import update_report, write_report
+    from eagle3_dagster.quality.suites import GATES
+
+    data = work / "report"
+    n = results // len(GATES)
+    for k in range(n):
+        for g in GATES:
+            o = ExpectationOutcome(
+                "think-end present", "critical", 0.95, 0.9, 1, k % 9 != 0, "d", key="k", evaluated=10
+            )
+            res = GateResult(g, k % 9 != 0, [o], n_rows=10, profile="kimi-k2.5", by_source={"gsm8k": [10, 1]})
+            write_gate_result(data, g, k, res)
+    write_report(data, data, n_shards=4)
+    walls, cpus = [], []
+    for i in range(5):
+        c0, w0 = time.process_time(), time.perf_counter()
+        update_report(data, data, shards=[i], n_shards=4)
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    c0, w0 = time.process_time(), time.perf_counter()
+    write_report(data, data, n_shards=4)
+    full = time.perf_counter() - w0
+    return {
+        "report_rebuild_ms_at_1000_results": round(1000 * statistics.median(walls), 1),
+        "report_rebuild_cpu_ms_at_1000_results": round(1000 * statistics.median(cpus), 1),
+        "report_full_rebuild_ms_at_1000_results": round(1000 * full, 1),
+    }
+
+
+# --------------------------------------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="shards of 100 / 1,000, shorter outputs, 4 vs 16 shards")
+    ap.add_argument("--small", type=int, default=None, help="small shard size (the large one is 10x)")
+    ap.add_argument("--prompts", type=int, default=None, help="real samples generated through the simulator")
+    ap.add_argument("--min-new-tokens", type=int, default=None)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--inputs", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--size", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, Path(args.inputs), args.size, Path(args.out))))
+        return 0
+    small = args.small or (100 if args.quick else 500)
+    n_prompts = args.prompts or (24 if args.quick else 64)
+    min_new = args.min_new_tokens if args.min_new_tokens is not None else (800 if args.quick else 1500)
+    max_new = max(min_new + 500, 2048)
+    result: dict[str, Any] = {"small": small, "large": 10 * small, "cores": os.cpu_count()}
+    t_start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="eagle3-bench-stages-") as tmp:
+        work = Path(tmp)
+        result.update(make_inputs(work, n_prompts, min_new, max_new))
+        print(f"inputs: {result['real_samples']} real samples, mean {result['mean_output_tokens']} output tokens")
+        stages: dict[str, dict[str, Any]] = {}
+        for stage in ("generations", "training_samples"):
+            runs = [run_child(stage, work, size, work) for size in (small, 10 * small)]
+            a, b = runs
+            stages[stage] = {
+                "samples_per_s_per_core": [round(r["samples"] / r["cpu_s"], 1) for r in runs],
+                "peak_rss_mb": [a["vmhwm_mb"], b["vmhwm_mb"]],
+                "rss_ratio_10x": round(b["vmhwm_mb"] / a["vmhwm_mb"], 3),
+                "wall_s": [a["wall_s"], b["wall_s"]],
+            }
+            print(f"{stage:17s} {stages[stage]}")
+        result["stages"] = stages
+        result["train_samples_per_s_per_core"] = stages["training_samples"]["samples_per_s_per_core"][1]
+        result["max_stage_rss_ratio_10x"] = max(s["rss_ratio_10x"] for s in stages.values())
+
+        # fixed cost per shard run: the same rows as 4 and as 64 shards
+        from eagle3_dagster.quality import generation_features, prompt_features, training_features
+        from eagle3_dagster.quality.features import available_source_shares
+        from eagle3_dagster.train import build_training_samples
+
+        profile = _profile()
+        tokenized = pl.read_parquet(work / "tokenized.parquet")
+        gens = tiled(pl.read_parquet(work / "gens.parquet"), 640)
+        rows, _ = build_training_samples(gens, tokenized)
+        feats = {
+            "prompts": prompt_features(tokenized, profile),
+            "generations": generation_features(gens, tokenized, profile),
+            "training_samples": training_features(
+                rows, profile, max_total_len=65536, available_shares=available_source_shares(tokenized)
+            ),
+        }
+        from eagle3_dagster.quality import gx_context
+
+        # the first gate of this process: GX import, context set-up, validation, Data Docs
+        result["gx_first_gate_s"] = round(shard_runs({"prompts": feats["prompts"].head(8)}, 1, work / "cold")[0], 3)
+        gx_context.clear_cache()
+        few, many = (4, 16) if args.quick else (4, 64)
+        (w_few, c_few), (w_many, c_many) = shard_runs(feats, few, work), shard_runs(feats, many, work)
+        result["shard_runs"] = {
+            str(few): [round(w_few, 2), round(c_few, 2)],
+            str(many): [round(w_many, 2), round(c_many, 2)],
+        }
+        result["per_shard_fixed_s"] = round((w_many - w_few) / (many - few), 3)
+        result["per_shard_fixed_cpu_s"] = round((c_many - c_few) / (many - few), 3)
+        print(
+            f"fixed cost: {few} shards {w_few:.2f}s wall / {c_few:.2f}s CPU, {many} shards {w_many:.2f}s / "
+            f"{c_many:.2f}s -> {result['per_shard_fixed_s']} s wall, {result['per_shard_fixed_cpu_s']} s CPU per extra shard"
+        )
+        result.update(report_rebuild(work))
+        print(f"report: {result['report_rebuild_ms_at_1000_results']} ms per update at 1,002 results")
+    result["seconds"] = round(time.perf_counter() - t_start, 1)
+    result["targets"] = {
+        "train_samples_per_s_per_core": ">= 1000",
+        "max_stage_rss_ratio_10x": "<= 1.5",
+        "per_shard_fixed_s": "<= 1.0",
+        "report_rebuild_ms_at_1000_results": "<= 50",
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

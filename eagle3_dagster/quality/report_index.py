@@ -1,0 +1,116 @@
+"""The quality report's index: every shard's rendered parts, so one gate re-reads one shard.
+
+Before, every gate rebuilt the report from every stored result (O(total results) per gate, so
+quadratic in the shard count). Now the report keeps a compact JSON index beside it
+(`<report_dir>/.index.html.index.json`, JSON lines) with, per shard, its rendered fragments
+(report_render.shard_fragments: gates-table row, failure details, charts, other rejects), what the
+page-wide parts need from it (status, profile and per-source counts of each gate cell) and which
+of its Data Docs pages existed when it was rendered. An update re-collects and re-renders the
+changed shard only; a shard whose linked Data Docs page has been pruned since is re-collected too,
+so no link dangles. The run-wide parts (snapshots, sources, LATEST age, publish attempt: each
+small) are read fresh every time.
+
+The index is a cache of what is stored, never the source of truth: a missing, unreadable or
+foreign index (other data dir, work dir, report path, gates or format) means a full rebuild, and
+every full rebuild (`eagle3 report`, the snapshot's refresh) rewrites it. A shard changed behind
+the pipeline's back (files edited by hand) shows as it was until the next full rebuild.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..storage import as_data_path, parse_shard_key
+from .report_model import GateCell, ShardRow, existing_page
+
+log = logging.getLogger(__name__)
+
+INDEX_VERSION = 2
+
+
+def index_path(report_path: Path) -> Path:
+    return report_path.with_name(f".{report_path.name}.index.json")
+
+
+def identity(data_dir: str, work: Path, report_path: Path, gates: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "version": INDEX_VERSION,
+        "data_dir": data_dir,
+        "work_dir": str(work),
+        "report": str(report_path),
+        "gates": list(gates),
+    }
+
+
+@dataclass
+class Entry:
+    """One shard as last rendered."""
+
+    row: ShardRow  # light cells: status, profile, by_source (all the page-wide parts read)
+    fragments: dict[str, str]
+    pages: list[str]  # Data Docs pages it links (they existed at render time)
+    line: str | None = None  # its line in the index as loaded (written back as is: no re-encoding)
+
+    def pages_still_exist(self, work: Path) -> bool:
+        return all(existing_page(p, work) is not None for p in self.pages)
+
+
+def entry(row: ShardRow, fragments: dict[str, str]) -> Entry:
+    pages = [str(c.docs_page_stored) for c in row.cells.values() if c.docs_page is not None]
+    return Entry(row, fragments, pages)
+
+
+def _light(shard: str, gate: str, d: dict[str, Any]) -> GateCell:
+    return GateCell(gate, shard, d["status"], profile=d.get("profile"), by_source=d.get("by_source") or {})
+
+
+def load(report_path: Path, ident: dict[str, Any]) -> dict[str, Entry] | None:
+    """Entries by shard key from the index, or None: rebuild in full.
+
+    The index is JSON lines: the identity, then one line per shard."""
+    f = index_path(report_path)
+    if not f.is_file():
+        return None
+    try:
+        head, *lines = f.read_text(encoding="utf-8").splitlines()
+        d = json.loads(head)
+        if {k: d.get(k) for k in ident} != ident or d.get("shards") != len(lines):
+            log.info("quality report index %s is for other data, paths or gates: rebuilding in full", f)
+            return None
+        out = {}
+        for line in lines:
+            e = json.loads(line)
+            k = str(e["shard"])
+            cells = {g: _light(k, g, c) for g, c in e["cells"].items()}
+            out[k] = Entry(ShardRow(k, cells), dict(e["fragments"]), list(e["pages"]), line)
+        return out
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("quality report index %s unreadable (%s: %s): rebuilding in full", f, type(e).__name__, e)
+        return None
+
+
+def _line(e: Entry) -> str:
+    return json.dumps(
+        {
+            "shard": e.row.shard,
+            "cells": {
+                g: {"status": c.status, "profile": c.profile, "by_source": c.by_source} for g, c in e.row.cells.items()
+            },
+            "fragments": e.fragments,
+            "pages": e.pages,
+        },
+        separators=(",", ":"),
+    )
+
+
+def save(report_path: Path, ident: dict[str, Any], entries: list[Entry]) -> None:
+    lines = [json.dumps({**ident, "shards": len(entries)}), *(e.line or _line(e) for e in entries)]
+    as_data_path(index_path(report_path)).write_text("\n".join(lines) + "\n")
+
+
+def sort_key(shard: str) -> int:
+    return parse_shard_key(shard)
