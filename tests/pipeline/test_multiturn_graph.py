@@ -197,3 +197,31 @@ def test_all_turns_qwen3(tmp_path, monkeypatch, datasets_dir, qwen_profile):
         tmp_path, monkeypatch, datasets_dir, qwen_profile, "qwen3", night2=False
     )
     _check(data, shard, log, gen_meta, train_meta, qwen_profile, datasets_dir)
+    _check_published(data, shard, qwen_profile)
+
+
+def _check_published(data: Path, shard: str, profile) -> None:
+    """Publishing a shard of turn rows: the snapshot and every export hold each turn row, lineage kept,
+    and the conversations export's last turn of each conversation is the whole regenerated conversation."""
+    res = {
+        "pipeline": PipelineSettings(data_dir=str(data), model="qwen3", tokenizer=profile.tokenizer),
+        "sglang": SGLangFleet(urls="http://127.0.0.1:9"),  # publishing sends nothing
+    }
+    with dg.instance_for_test() as instance:
+        out = materialize_graph(_defs(), instance, shards=[], resources=res, run_ingest=False, run_publish=True)
+    assert out.publish_success, out
+    snap = data / "snapshots" / (data / "snapshots" / "LATEST").read_text().strip()
+    train = pl.read_parquet(data / "training_samples" / f"shard={shard}" / "part-0000.parquet")
+    published = pl.read_parquet(snap / "training_samples" / f"shard={shard}.parquet")
+    assert published.select("sample_id", "input_ids", "conversation_id", "turn_index").equals(
+        train.select("sample_id", "input_ids", "conversation_id", "turn_index")
+    )
+    exported = {json.loads(line)["id"]: json.loads(line) for line in (snap / "exports" / "conversations.jsonl").open()}
+    assert set(exported) == set(train["sample_id"])  # one export row per turn row
+    prompts = {json.loads(line)["id"] for line in (snap / "exports" / "specforge_prompts.jsonl").open()}
+    assert prompts == set(train["sample_id"])
+    last = train.sort("turn_index").group_by("conversation_id", maintain_order=True).last()
+    for r in last.iter_rows(named=True):
+        assistants = [m for m in exported[r["sample_id"]]["conversations"] if m["role"] == "assistant"]
+        assert len(assistants) >= r["turn_index"]  # every regenerated turn up to the last one
+        assert all(m.get("reasoning_content") for m in assistants[-r["turn_index"] :])
