@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=2048)
     args = ap.parse_args(argv)
 
-    profile = load_profile("kimi-k2.5").with_tokenizer(str(SHARED_TOKENIZER))
+    profile = load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models").with_tokenizer(str(SHARED_TOKENIZER))
     renderer = PromptRenderer(profile)
     rng = random.Random(0)
     convs: list[Conversation] = []
