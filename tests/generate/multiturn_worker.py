@@ -21,8 +21,9 @@ def run(data: Path, url: str, flush_every_n: int) -> dict:
     from eagle3_dagster.profiles import load_profile
     from eagle3_dagster.tokenize.render import PromptRenderer
 
-    profile = load_profile("kimi-k2.5").with_tokenizer(
-        str(Path(__file__).resolve().parents[2].parent / "shared" / "tokenizers" / "kimi-k2.5")
+    root = Path(__file__).resolve().parents[2]  # the checkout
+    profile = load_profile("kimi-k2.5", root / "assets" / "models").with_tokenizer(
+        str(root.parent / "shared" / "tokenizers" / "kimi-k2.5")
     )
     renderer = _RENDERERS.get(profile.tokenizer) or _RENDERERS.setdefault(profile.tokenizer, PromptRenderer(profile))
     tokenized = data / "tokenized" / "part-0000.parquet"
