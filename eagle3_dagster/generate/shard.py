@@ -579,7 +579,7 @@ def generate_shard(
     `tokenized`: rows of schemas.TOKENIZED_PROMPTS as a DataFrame, or a Path to the shard's
     Parquet file / folder (streamed: memory stays flat however large the shard).
     `out_dir`: a local Path or a storage.DataPath (object storage); `lock_dir`: where the shard's lock
-    file goes when `out_dir` is not local (default: the work dir's `locks/`).
+    file goes when `out_dir` is not local (required then: the caller passes the work dir's `locks/`; no global fallback).
     """
     return _run(
         lambda: generate_shard_async(
