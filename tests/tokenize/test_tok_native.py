@@ -398,6 +398,21 @@ def test_render_batch_results_identical_native_vs_jinja(pair: tuple[PromptRender
     assert sum(r.ok for r in native) >= N_RANDOM // 2
 
 
+def _assert_native_equals_jinja(
+    native_renderer: PromptRenderer,
+    jinja_renderer: PromptRenderer,
+    messages: list[dict[str, Any]],
+    template_kwargs: dict[str, Any] | None,
+    add_generation_prompt: bool,
+) -> None:
+    """The native renderer handles the case, with no tools and with each tool set, exactly as jinja."""
+    for tools in (None, [_WEATHER], [_PLUGIN]):
+        request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
+        native = _native_text(native_renderer, request)
+        assert native is not None, "expected the native renderer to handle this case"
+        assert native == _jinja_text(jinja_renderer, request)
+
+
 @pytest.mark.parametrize(
     "messages, template_kwargs",
     [
@@ -455,11 +470,7 @@ def test_edge_cases_rendered_natively_and_equal(
     template_kwargs: dict[str, Any] | None,
     add_generation_prompt: bool,
 ) -> None:
-    for tools in (None, [_WEATHER], [_PLUGIN]):
-        request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
-        native = _native_text(native_renderer, request)
-        assert native is not None, "expected the native renderer to handle this case"
-        assert native == _jinja_text(jinja_renderer, request)
+    _assert_native_equals_jinja(native_renderer, jinja_renderer, messages, template_kwargs, add_generation_prompt)
 
 
 @pytest.mark.parametrize(
@@ -579,11 +590,7 @@ def test_qwen_edge_cases_rendered_natively_and_equal(
     template_kwargs: dict[str, Any] | None,
     add_generation_prompt: bool,
 ) -> None:
-    for tools in (None, [_WEATHER], [_PLUGIN]):
-        request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
-        native = _native_text(qwen_renderer, request)
-        assert native is not None, "expected the native renderer to handle this case"
-        assert native == _jinja_text(qwen_jinja_renderer, request)
+    _assert_native_equals_jinja(qwen_renderer, qwen_jinja_renderer, messages, template_kwargs, add_generation_prompt)
 
 
 @pytest.mark.parametrize(
