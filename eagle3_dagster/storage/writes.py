@@ -65,18 +65,49 @@ class ParquetSink:
 
     Local: a temporary file beside the target, fsynced and renamed. Object storage: a local spool
     file (TMPDIR), uploaded in one call on commit. abort() leaves nothing behind.
+
+    `buffer_bytes`: tables are held (Arrow bytes) until they pass this size; a file that never passes
+    it is written as ONE row group of the concatenated rows, byte for byte what
+    `write_table_atomic(concat of the tables)` writes. Past it, the held tables and every later one
+    are written as they come, a row group each, so memory stays bounded by the buffer.
     """
 
-    def __init__(self, path: PathLike, schema: pa.Schema, *, compression: str = "zstd") -> None:
+    def __init__(self, path: PathLike, schema: pa.Schema, *, compression: str = "zstd", buffer_bytes: int = 0) -> None:
         self.target = as_data_path(path)
+        self.schema = schema
         self.tmp = _staging_file(self.target, ".parquet.spool")
         self.writer = pq.ParquetWriter(self.tmp, schema, compression=compression)
         self._closed = False
+        self.buffer_bytes = buffer_bytes
+        self._held: list[pa.Table] | None = [] if buffer_bytes > 0 else None
+        self._held_bytes = 0
+        self.row_groups = 0
+
+    @property
+    def streaming(self) -> bool:
+        """True once rows have been written as row groups of their own (the buffer overflowed)."""
+        return self._held is None
 
     def write_table(self, table: pa.Table) -> None:
+        if self._held is None:
+            self._write(table)
+            return
+        self._held.append(table)
+        self._held_bytes += table.nbytes
+        if self._held_bytes > self.buffer_bytes:
+            held, self._held = self._held, None
+            for t in held:
+                self._write(t)
+
+    def _write(self, table: pa.Table) -> None:
         self.writer.write_table(table)
+        self.row_groups += 1
 
     def close(self) -> None:
+        if self._held is not None:  # never overflowed: one row group (an empty one for no rows, as write_table does)
+            whole = pa.concat_tables(self._held).combine_chunks() if self._held else self.schema.empty_table()
+            self._held = []
+            self._write(whole)
         self.writer.close()
         self._closed = True
         with open(self.tmp, "rb") as f:
@@ -88,6 +119,7 @@ class ParquetSink:
         _publish_staged(self.tmp, self.target)
 
     def abort(self) -> None:
+        self._held = None
         try:
             if not self._closed:
                 self.writer.close()

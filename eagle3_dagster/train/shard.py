@@ -27,6 +27,12 @@ from .samples import build_training_samples
 from .summary import sample_stats
 
 
+# A shard whose training rows stay under this many Arrow bytes is written as one row group, byte for byte
+# the file the whole-shard build wrote (pq.write_table of every row); a bigger one streams a row group
+# per sort bucket (same rows, order and schema; other row groups), so memory never holds more than this.
+ONE_ROW_GROUP_BYTES = 64 << 20
+
+
 @dataclass
 class TrainingShard:
     counts: dict[str, int] = field(default_factory=dict)  # generations = samples + excluded + missing_prompt
@@ -36,6 +42,7 @@ class TrainingShard:
     text_exact_rows: int = 0
     lineage_rows: pl.DataFrame = field(default_factory=pl.DataFrame)  # sample_id, conversation_id, turn_index
     supervised_tokens: int = 0
+    row_groups: int = 0  # 1: the table is byte for byte the whole-shard write; more: streamed (bucket by bucket)
 
 
 def _add(total: dict[str, int], part: dict[str, int]) -> None:
@@ -89,7 +96,7 @@ def build_training_shard(
             _add(res.counts, counts)
             failures.append(parse_failures)
             spill.add(samples)
-        sink = ParquetSink(out_path, schema)
+        sink = ParquetSink(out_path, schema, buffer_bytes=ONE_ROW_GROUP_BYTES)
         for batch in spill.sorted_batches():
             if lineage is not None:
                 batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
@@ -104,6 +111,7 @@ def build_training_shard(
             quarantine_path,
         )
         sink.commit()
+        res.row_groups = sink.row_groups
     except BaseException:
         if sink is not None:
             sink.abort()

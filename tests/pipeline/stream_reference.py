@@ -64,10 +64,13 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     assert samples.height > 3 * BUCKET and gens.height > 3 * BATCH  # the shard crossed several buckets and batches
     assert samples["text_exact"].sum() < samples.height  # non-canonical rows are in it
 
-    # the training table: same rows, order, schema (row groups may differ: one per sort bucket)
+    # the training table: same rows, order, schema; and, as the shard is under ONE_ROW_GROUP_BYTES, byte for
+    # byte the file the whole-shard build wrote (write_frame_atomic of every row), though it was streamed
     written = pq.read_table(folder / "part-0000.parquet")
     ref = samples.to_arrow().select(TRAINING_SAMPLES.names).cast(TRAINING_SAMPLES)
     assert written.schema.equals(ref.schema) and written.equals(ref)
+    write_frame_atomic(samples, tmp_path / "ref_part.parquet", schema=TRAINING_SAMPLES)
+    assert (folder / "part-0000.parquet").read_bytes() == (tmp_path / "ref_part.parquet").read_bytes()
     # the quarantine and the summary: byte for byte
     write_frame_atomic(failures, tmp_path / "ref_quarantine.parquet")
     assert (folder / "quarantine.parquet").read_bytes() == (tmp_path / "ref_quarantine.parquet").read_bytes()
