@@ -26,7 +26,6 @@ from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
 from .samples import build_training_samples
 from .summary import sample_stats
 
-
 # A shard whose training rows stay under this many Arrow bytes is written as one row group, byte for byte
 # the file the whole-shard build wrote (pq.write_table of every row); a bigger one streams a row group
 # per sort bucket (same rows, order and schema; other row groups), so memory never holds more than this.
