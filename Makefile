@@ -86,7 +86,7 @@ format: $(STAMP)
 lint: ruff typecheck format-check
 
 test: instance services ruff format-check typecheck
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker).
