@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import random
 import re
 import unicodedata
@@ -174,8 +175,7 @@ class FastBPE:
         """encode for each text; `threads` > 1 splits the batch over a thread pool (tiktoken releases the GIL)."""
         if threads <= 1 or len(texts) < 2:
             return [self._encode(t) for t in texts]
-        with ThreadPoolExecutor(min(threads, len(texts))) as pool:
-            return list(pool.map(self._encode, texts, chunksize=max(1, len(texts) // (4 * threads))))
+        return list(_pool(threads).map(self._encode, texts, chunksize=max(1, len(texts) // (4 * threads))))
 
     # ------------------------------------------------------------------------------------------ decode
 
@@ -245,6 +245,18 @@ def probe_ids(ranks: dict[bytes, int], specials: dict[str, int], seed: int = 17)
         drawn = (rng.randrange(top) for _ in range(rng.randint(1, 64)))
         seqs.append([i for i in drawn if i in known])
     return seqs
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One long-lived pool per size (and process: a forked child makes its own). The same threads serve every
+    batch, so tiktoken's per-thread regex state stays warm instead of being rebuilt for new threads."""
+    key = (os.getpid(), threads)
+    if key not in _POOLS:
+        _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="fast-bpe")
+    return _POOLS[key]
 
 
 _CACHE: weakref.WeakKeyDictionary[Any, FastBPE | None] = weakref.WeakKeyDictionary()
