@@ -11,8 +11,10 @@ reason codes and quarantine the row.
 
 Speed: the training stage parses and round-trips whole batches (`parse_generations_batch`,
 `round_trip_mismatches`): every segment of a batch is decoded, and every turn re-encoded, in one call
-into the `tokenizers` Rust library (threads over the batch when TOKENIZERS_PARALLELISM allows; set in
-config.py), never per token through transformers. `parse_generation` / `round_trip_mismatch` are the
+(`batch_decode` / `batch_encode`) that goes through an exact tiktoken twin of a byte-level BPE tokenizer
+(tokenize/fast_bpe.py, probed against the tokenizer when built) or else the `tokenizers` Rust library;
+threads over the batch when TOKENIZERS_PARALLELISM allows (set in config.py), never per token through
+transformers. `parse_generation` / `round_trip_mismatch` are the
 per-sample reference through the tokenizer's own decode/encode; tests/train/test_train_parse.py checks
 both give the same result on every shared dataset and on non-canonical sampler output.
 
@@ -32,7 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import tokenizer_threads
 from ..profiles import ModelProfile
+from ..tokenize.fast_bpe import fast_bpe_for
 
 
 @dataclass
@@ -263,9 +267,17 @@ def _backend(tokenizer: Any) -> Any:
 def batch_decode(tokenizer: Any, seqs: list[list[int]]) -> list[str]:
     """tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False) for each sequence.
 
-    A fast tokenizer decodes the whole batch in Rust (`tokenizers.Tokenizer.decode_batch`, threads when
-    TOKENIZERS_PARALLELISM allows): no per-token Python conversion. A slow tokenizer decodes one by one.
+    A byte-level BPE tokenizer decodes through its probed tiktoken twin (tokenize/fast_bpe.py): ids to
+    bytes, no token strings. Otherwise (or when a sequence holds an id outside the vocabulary, which
+    `tokenizers` skips) a fast tokenizer decodes the whole batch in Rust (`tokenizers.Tokenizer.decode_batch`,
+    threads when TOKENIZERS_PARALLELISM allows). A slow tokenizer decodes one by one.
     """
+    fast = fast_bpe_for(tokenizer)
+    if fast is not None:
+        try:
+            return fast.decode_batch(seqs)
+        except KeyError:  # an id the vocabulary does not have: the reference path drops it, as tokenizers does
+            pass
     backend = _backend(tokenizer)
     if backend is None:
         return [_decode(tokenizer, s) for s in seqs]
@@ -273,7 +285,12 @@ def batch_decode(tokenizer: Any, seqs: list[list[int]]) -> list[str]:
 
 
 def batch_encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
-    """tokenizer.encode(text, add_special_tokens=False) for each text, in one Rust batch call when fast."""
+    """tokenizer.encode(text, add_special_tokens=False) for each text: through the probed tiktoken twin of a
+    byte-level BPE tokenizer (tokenize/fast_bpe.py; threads over the batch when TOKENIZERS_PARALLELISM is on),
+    else in one `tokenizers` Rust batch call when fast, else one by one."""
+    fast = fast_bpe_for(tokenizer)
+    if fast is not None:
+        return fast.encode_batch(texts, threads=tokenizer_threads())
     backend = _backend(tokenizer)
     if backend is None:
         return [tokenizer.encode(t, add_special_tokens=False) for t in texts]

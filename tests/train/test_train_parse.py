@@ -6,6 +6,7 @@ import json
 
 import polars as pl
 import pytest
+from dataset_texts import dataset_strings
 
 from eagle3_dagster.train.conversations import parse_generations
 from eagle3_dagster.train.parse import parse_generation, round_trip_mismatch, round_trips
@@ -162,41 +163,7 @@ def test_history_tool_call_arguments_become_json_strings(kimi_profile, kimi_toke
     assert args[1:] == ['{"city": "Paris"}', '{"tz": "Europe/Paris"}']
 
 
-# --- the batched path (Rust batch decode/encode) equals the per-sample reference -------------------
-
-
-def _dataset_strings(datasets_dir, per_file: int = 40) -> list[str]:
-    """Up to `per_file` distinct non-empty strings from every shared dataset file (all of their fields)."""
-    import pyarrow.parquet as pq
-
-    def walk(v, out: list[str]) -> None:
-        if isinstance(v, str) and v.strip():
-            out.append(v)
-        elif isinstance(v, dict):
-            for x in v.values():
-                walk(x, out)
-        elif isinstance(v, list):
-            for x in v:
-                walk(x, out)
-
-    texts: list[str] = []
-    files = sorted(f for f in datasets_dir.glob("*/*") if f.suffix in (".json", ".jsonl", ".parquet"))
-    assert len(files) >= 11, files
-    for f in files:
-        if f.suffix == ".parquet":
-            records = pq.read_table(f).slice(0, 200).to_pylist()
-        else:
-            raw = f.read_text(encoding="utf-8")
-            records = (
-                json.loads(raw)
-                if raw.lstrip().startswith("[")
-                else [json.loads(x) for x in raw.splitlines()[:200] if x.strip()]
-            )
-        found: list[str] = []
-        for r in records[:200]:
-            walk(r, found)
-        texts += list(dict.fromkeys(found))[:per_file]
-    return texts
+# --- the batched path (tiktoken twin, tokenize/fast_bpe.py) equals the per-sample reference -------
 
 
 def _outputs(profile, tok, texts: list[str]) -> list[list[int]]:
@@ -241,7 +208,10 @@ def test_batched_parse_and_round_trip_equal_the_per_sample_path(
         if which == "kimi"
         else (qwen_profile, AutoTokenizer.from_pretrained(qwen_profile.tokenizer))
     )
-    outputs = _outputs(profile, tok, _dataset_strings(datasets_dir))
+    from eagle3_dagster.tokenize.fast_bpe import fast_bpe_for
+
+    assert fast_bpe_for(tok) is not None  # the fast backend is the path under test, for both models
+    outputs = _outputs(profile, tok, dataset_strings(datasets_dir))
     reference = [parse_generation(ids, profile, tok) for ids in outputs]
     batched = parse_generations_batch(outputs, profile, tok)
     assert batched == reference
@@ -260,7 +230,7 @@ def test_parse_generations_frame_equals_the_per_row_path(kimi_profile, kimi_toke
     """parse_generations (batched, in PARSE_BATCH rows) gives the frame the per-row loop gave, row for row."""
     from eagle3_dagster.train.conversations import CONVERSATION_FAILURES_SCHEMA, CONVERSATIONS_SCHEMA, openai_tool_calls
 
-    outputs = _outputs(kimi_profile, kimi_tokenizer, _dataset_strings(datasets_dir, per_file=25))
+    outputs = _outputs(kimi_profile, kimi_tokenizer, dataset_strings(datasets_dir, per_file=25))
     n = len(outputs)
     assert n > 600  # more than two batches
     prompts = pl.DataFrame(

@@ -1,0 +1,126 @@
+"""The tiktoken twin of a byte-level BPE tokenizer (tokenize/fast_bpe.py) gives exactly the tokenizer's own
+encode ids and decode text, or it is not used (one log line, the `tokenizers` path instead)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+
+import pytest
+from dataset_texts import dataset_strings
+
+from eagle3_dagster.tokenize.fast_bpe import FastBPE, byte_to_unicode, fast_bpe_for
+from eagle3_dagster.train.parse import batch_decode, batch_encode
+
+LOGGER = "eagle3_dagster.tokenize.fast_bpe"
+
+
+@pytest.fixture(params=["kimi", "qwen"])
+def tok(request, kimi_tok, qwen_renderer):
+    return kimi_tok if request.param == "kimi" else qwen_renderer.tokenizer
+
+
+def _reference_encode(tok, texts):
+    return [tok.encode(t, add_special_tokens=False) for t in texts]
+
+
+def _reference_decode(tok, seqs):
+    return [tok.decode(s, skip_special_tokens=False, clean_up_tokenization_spaces=False) for s in seqs]
+
+
+def test_encode_and_decode_equal_the_tokenizer_on_every_shared_dataset(tok, datasets_dir):
+    from eagle3_dagster.sim.noncanonical import NonCanonicalSplitter
+
+    fast = fast_bpe_for(tok)
+    assert fast is not None
+    texts = dataset_strings(datasets_dir)
+    rng = random.Random(3)
+    added = sorted(tok.added_tokens_decoder.values(), key=lambda t: t.content)
+    # added tokens (special or not) glued to real text on both sides, and near-misses of them
+    texts += [
+        f"{a[-200:]}{rng.choice(added).content}{b[:200]}{rng.choice(added).content[:-1]}"
+        for a, b in zip(texts, texts[7:] + texts[:7])
+    ]
+    want = _reference_encode(tok, texts)
+    assert fast.encode_batch(texts, threads=2) == want
+    assert fast.encode_batch(texts, threads=1) == want
+    # decode: canonical ids, the simulator's non-canonical splits, and id runs that are not valid UTF-8
+    splitter = NonCanonicalSplitter(tok, 1.0, max_splits=3)
+    seqs = want + [splitter.apply(ids, rng) for ids in want]
+    byte_ids = [tok.convert_tokens_to_ids(byte_to_unicode()[b]) for b in range(256)]
+    seqs += [[rng.choice(byte_ids[0x80:]) for _ in range(rng.randint(1, 9))] + ids[:20] for ids in want[:100]]
+    assert sum(s != w for s, w in zip(seqs[len(want) :], want)) > 100  # the splitter did split
+    assert fast.decode_batch(seqs) == _reference_decode(tok, seqs)
+    assert any("\ufffd" in t for t in _reference_decode(tok, seqs[-100:]))
+
+
+def test_batch_paths_equal_the_reference_also_for_ids_outside_the_vocabulary(tok):
+    """An id the vocabulary lacks: the fast decode refuses it, batch_decode falls back to the tokenizers
+    path (which skips it, as the per-sample reference does)."""
+    text = "Zürich 你好 👍🏽 it's 123</think>"
+    ids = tok.encode(text, add_special_tokens=False)
+    seqs = [ids, ids[:3] + [len(tok) + 5] + ids[3:], []]
+    assert batch_decode(tok, seqs) == _reference_decode(tok, seqs)
+    assert batch_encode(tok, [text, "", " \n "]) == _reference_encode(tok, [text, "", " \n "])
+
+
+# --- when it is not used: refused with one log line, the reference result all the same ------------
+
+
+def _tiny_bpe(merges: list[tuple[str, str]], *, model: str = "bpe"):
+    """A small byte-level BPE (or WordLevel) tokenizer: the 256 bytes, `ce` and `es`, one added token."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = byte_to_unicode()
+    vocab = {alphabet[b]: b for b in range(256)} | {"ce": 256, "es": 257}
+    if model == "bpe":
+        backend = Tokenizer(models.BPE(vocab, merges))
+    else:
+        backend = Tokenizer(models.WordLevel(vocab, unk_token=alphabet[0]))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r" ?\p{L}+| ?[^\s\p{L}]+|\s+"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(["<|end|>"])
+    return PreTrainedTokenizerFast(tokenizer_object=backend)
+
+
+TEXTS = ["spaces races cess", "ces<|end|>es", "naïve 你好"]
+
+
+def test_a_consistent_small_bpe_is_served_fast():
+    tok = _tiny_bpe([("c", "e"), ("e", "s")])  # merge order = id order: what tiktoken's ranks mean
+    assert isinstance(fast_bpe_for(tok), FastBPE)
+    assert batch_encode(tok, TEXTS) == _reference_encode(tok, TEXTS)
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: _tiny_bpe([("e", "s"), ("c", "e")]), "probe differs: encode("),  # merge order != id order
+        (lambda: _tiny_bpe([], model="wordlevel"), "the model is WordLevel, not BPE"),
+    ],
+)
+def test_a_tokenizer_it_cannot_serve_exactly_falls_back_with_one_log_line(make, reason, caplog):
+    tok = make()
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    seqs = _reference_encode(tok, TEXTS)
+    assert batch_encode(tok, TEXTS) == seqs  # the tokenizers path: the reference result
+    assert batch_decode(tok, seqs) == _reference_decode(tok, seqs)
+    records = [r for r in caplog.records if r.name == LOGGER]
+    assert len(records) == 1, [r.getMessage() for r in records]  # once per tokenizer, not per call
+    assert reason in records[0].getMessage() and "fast BPE not used" in records[0].getMessage()
+
+
+def test_without_tiktoken_the_tokenizers_path_is_used(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "tiktoken", None)  # `import tiktoken` raises ImportError
+    tok = _tiny_bpe([("c", "e"), ("e", "s")])
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    assert fast_bpe_for(tok) is None
+    assert batch_encode(tok, TEXTS) == _reference_encode(tok, TEXTS)
+    assert "tiktoken package is not installed" in caplog.text
