@@ -268,8 +268,39 @@ def _context(context_dir: Path) -> Any:
         ctx.variables.save()
         ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))  # without that provider
     _memoize_validation_results(ctx)
+    _copy_static_assets_once(ctx)
     _CONTEXTS[key] = ctx
     return ctx
+
+
+def _copy_static_assets_once(ctx: Any) -> None:
+    """GX copies its Data Docs static assets (CSS, fonts, images: ~60 files) into the site on every
+    build. They depend only on the installed GX: the first build of a process copies them (and so
+    repairs a damaged site), later builds of that process skip the copy while the folder exists."""
+    original = ctx._init_site_builder_for_data_docs_site_creation
+    copied: set[str] = set()
+
+    def init_site_builder(site_name: str, site_config: dict) -> Any:
+        builder = original(site_name=site_name, site_config=site_config)
+        store = getattr(builder, "target_store", None)
+        copy = getattr(store, "copy_static_assets", None)
+        backend = (getattr(store, "store_backends", None) or {}).get("static_assets")
+        base = getattr(backend, "full_base_directory", None)
+        if store is None or copy is None or base is None:
+            return builder
+        static = Path(base) / "static"
+
+        def copy_static_assets(static_assets_source_dir: str | None = None) -> None:
+            if site_name in copied and static_assets_source_dir is None and static.is_dir():
+                return
+            copy(static_assets_source_dir)
+            if static_assets_source_dir is None:
+                copied.add(site_name)
+
+        store.copy_static_assets = copy_static_assets
+        return builder
+
+    ctx._init_site_builder_for_data_docs_site_creation = init_site_builder
 
 
 _RESULTS_MEMO_SIZE = 512
