@@ -163,6 +163,14 @@ def test_data_docs_after_gates_are_what_a_full_gx_build_writes(feats, kimi_profi
     assert pages == sorted(p.relative_to(copy_site) for p in copy_site.rglob("*.html"))
     for rel in pages:  # the same but for the render time GX puts in its logo's URL (?d=...)
         assert _no_render_time(site / rel) == _no_render_time(copy_site / rel), rel
+    # the static assets (copied once per process) are all there, and a removed folder comes back
+    statics = sorted(p.relative_to(site) for p in (site / "static").rglob("*") if p.is_file())
+    assert statics and statics == sorted(
+        p.relative_to(copy_site) for p in (copy_site / "static").rglob("*") if p.is_file()
+    )
+    shutil.rmtree(site / "static")
+    run_gate("generations", feats, profile=kimi_profile, keep_validations=3, **gx_dirs)
+    assert sorted(p.relative_to(site) for p in (site / "static").rglob("*") if p.is_file()) == statics
 
 
 def _no_render_time(page: Path) -> str:
