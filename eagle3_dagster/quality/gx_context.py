@@ -24,6 +24,21 @@ What happens now:
 - `config_variables_file_path` is cleared in the pipeline-owned context (no `${VAR}` substitution
   is used by it), so reading a context variable no longer parses a YAML file.
 
+Per gate after set-up (issue 17, "small shards cheap"; cProfile of 16 shards x 3 gates): ~0.56 s
+CPU per gate went to GX beyond the data work, now ~0.3 s (bench/stages.py per_shard_fixed_s):
+
+- The validation runs through the validation definition (`_run`), not `checkpoint.run`, whose
+  freshness check re-read and compared the checkpoint, definition and suite from disk every time;
+  the definition's own check still catches a suite rewritten by another process. The stored
+  result is the one `checkpoint.run` stores (a test compares them).
+- GX rebuilds an expectation's configuration (pydantic `.dict()` + deep copies) on every access,
+  ~65 times per expectation per validation; within one validation each is built once
+  (`_memoized_configurations`), the same configuration objects GX would build.
+- Data Docs per gate: this run's page and the index; the suite page only on a set-up (a changed
+  suite always is one) or when missing; the static assets once per process; and the index builder
+  reads each stored validation result once per process (results never change once stored). The
+  pages are those a full GX build writes (a test compares them).
+
 GX 1.24 sends no usage statistics (it has no analytics module); `analytics_enabled: false` is
 still written to the context's config, so an older GX would not either.
 """
@@ -42,7 +57,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from .retention import DOCS_INDEX, PruneStats, prune_validations
+from .retention import DOCS_INDEX, DOCS_SUITES_BASE, PruneStats, prune_validations
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +161,53 @@ def _share_jinja_bytecode() -> None:
     cls.__init__ = __init__  # type: ignore[method-assign]
 
 
+# --------------------------------------------------------------------------------------------- expectation configurations
+
+_CONFIG_MEMO = threading.local()
+_CONFIG_PATCHED = False
+
+
+def _share_configurations() -> None:
+    """GX's `Expectation.configuration` is a property that rebuilds the configuration (a pydantic
+    `.dict()` of the expectation, deep-copied values) on every access; one validation reads it
+    ~65 times per expectation while building the metric graph. Inside `_memoized_configurations()`
+    (one validation) each expectation object builds it once; everywhere else GX is unchanged."""
+    global _CONFIG_PATCHED
+    if _CONFIG_PATCHED:
+        return
+    from great_expectations.expectations.expectation import Expectation
+
+    prop = Expectation.__dict__.get("configuration")
+    if not isinstance(prop, property) or prop.fget is None:  # another GX: leave it alone
+        _CONFIG_PATCHED = True
+        return
+    build = prop.fget
+
+    def configuration(self: Any) -> Any:
+        memo = getattr(_CONFIG_MEMO, "memo", None)
+        if memo is None:
+            return build(self)
+        hit = memo.get(id(self))
+        if hit is not None and hit[0] is self:
+            return hit[1]
+        cfg = build(self)
+        memo[id(self)] = (self, cfg)
+        return cfg
+
+    Expectation.configuration = property(configuration, doc=prop.__doc__)  # type: ignore[method-assign,assignment]
+    _CONFIG_PATCHED = True
+
+
+@contextmanager
+def _memoized_configurations() -> Iterator[None]:
+    _share_configurations()
+    _CONFIG_MEMO.memo = {}
+    try:
+        yield
+    finally:
+        _CONFIG_MEMO.memo = None
+
+
 # --------------------------------------------------------------------------------------------- set-up
 
 
@@ -161,6 +223,9 @@ class Prepared:
 # in a context, so another definition of the same gate replaces the entry (and the stored suite).
 _PREPARED: dict[tuple[str, str], tuple[str, str, Prepared]] = {}
 _CONTEXTS: dict[str, Any] = {}
+_DOCS_INDEX_URLS: dict[str, str] = {}  # GX root dir -> its local site's index.html
+# suite object -> its fingerprint (the suite objects are built once per definition, gate._gx_suite)
+_FINGERPRINTS: dict[int, tuple[Any, str]] = {}
 # GX context objects are not made for concurrent use by threads: threads of one process take turns
 # on the whole GX part (they share the GIL anyway); processes overlap outside the file lock.
 _THREAD_LOCK = threading.RLock()
@@ -175,11 +240,24 @@ def suite_fingerprint(gx_suite: Any) -> str:
     return json.dumps(d, sort_keys=True, default=str)
 
 
+def _fingerprint(gx_suite: Any) -> str:
+    """suite_fingerprint, computed once per suite object: the gates' suite objects are built once
+    per definition and never changed (gate._gx_suite; an edited definition is another object)."""
+    cached = _FINGERPRINTS.get(id(gx_suite))
+    if cached is not None and cached[0] is gx_suite:
+        return cached[1]
+    fp = suite_fingerprint(gx_suite)
+    _FINGERPRINTS[id(gx_suite)] = (gx_suite, fp)
+    return fp
+
+
 def clear_cache() -> None:
     """Forget every prepared context in this process (the next gate sets up again)."""
     with _THREAD_LOCK:
         _PREPARED.clear()
         _CONTEXTS.clear()
+        _DOCS_INDEX_URLS.clear()
+        _FINGERPRINTS.clear()
 
 
 def _context(context_dir: Path) -> Any:
@@ -204,8 +282,84 @@ def _context(context_dir: Path) -> Any:
         ctx.config.config_variables_file_path = None
         ctx.variables.save()
         ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))  # without that provider
+    _memoize_validation_results(ctx)
+    _copy_static_assets_once(ctx)
     _CONTEXTS[key] = ctx
     return ctx
+
+
+def _copy_static_assets_once(ctx: Any) -> None:
+    """GX copies its Data Docs static assets (CSS, fonts, images: ~60 files) into the site on every
+    build. They depend only on the installed GX: the first build of a process copies them (and so
+    repairs a damaged site), later builds of that process skip the copy while the folder exists."""
+    original = ctx._init_site_builder_for_data_docs_site_creation
+    copied: set[str] = set()
+
+    def init_site_builder(site_name: str, site_config: dict) -> Any:
+        builder = original(site_name=site_name, site_config=site_config)
+        store = getattr(builder, "target_store", None)
+        copy = getattr(store, "copy_static_assets", None)
+        backend = (getattr(store, "store_backends", None) or {}).get("static_assets")
+        base = getattr(backend, "full_base_directory", None)
+        if store is None or copy is None or base is None:
+            return builder
+        static = Path(base) / "static"
+
+        def copy_static_assets(static_assets_source_dir: str | None = None) -> None:
+            if site_name in copied and static_assets_source_dir is None and static.is_dir():
+                return
+            copy(static_assets_source_dir)
+            if static_assets_source_dir is None:
+                copied.add(site_name)
+
+        store.copy_static_assets = copy_static_assets
+        return builder
+
+    ctx._init_site_builder_for_data_docs_site_creation = init_site_builder
+
+
+_RESULTS_MEMO_SIZE = 512
+
+
+def _memoize_validation_results(ctx: Any) -> None:
+    """Data Docs' index builder re-reads (and deserializes) every stored validation result on each
+    build; a stored result never changes (one new run-time folder per run), so each is read once
+    per process. Pruned results are not asked for (the builder lists the store first)."""
+    from collections import OrderedDict
+
+    from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult
+
+    original = ctx.get_validation_result
+    memo: OrderedDict[tuple, Any] = OrderedDict()
+
+    def get_validation_result(
+        expectation_suite_name: str,
+        run_id: Any = None,
+        batch_identifier: Any = None,
+        validation_results_store_name: Any = None,
+        failed_only: bool = False,
+    ) -> Any:
+        key: tuple | None = None  # without a run id and batch: "the latest run", not a fixed result
+        if hasattr(run_id, "run_time") and batch_identifier is not None:
+            rid = (run_id.run_name, str(run_id.run_time))
+            key = (expectation_suite_name, rid, batch_identifier, validation_results_store_name, failed_only)
+        if key is not None and key in memo:
+            memo.move_to_end(key)
+            return memo[key]
+        res = original(
+            expectation_suite_name=expectation_suite_name,
+            run_id=run_id,
+            batch_identifier=batch_identifier,
+            validation_results_store_name=validation_results_store_name,
+            failed_only=failed_only,
+        )
+        if key is not None and isinstance(res, ExpectationSuiteValidationResult):
+            memo[key] = res
+            if len(memo) > _RESULTS_MEMO_SIZE:
+                memo.popitem(last=False)
+        return res
+
+    ctx.get_validation_result = get_validation_result
 
 
 def _set_up(context_dir: Path, gate: str, gx_suite: Any, fingerprint: str, result_format: str) -> Prepared:
@@ -260,7 +414,7 @@ def prepare(
     context_dir: Path, gate: str, gx_suite: Any, result_format: str, holds: list[LockHold] | None = None
 ) -> tuple[Prepared, bool]:
     """The prepared objects for this (context, gate, suite, result_format); (prepared, cache hit)."""
-    fingerprint = suite_fingerprint(gx_suite)
+    fingerprint = _fingerprint(gx_suite)
     key = (str(context_dir.resolve()), gate)
     entry = _PREPARED.get(key)
     if entry is not None and entry[0] == fingerprint and entry[1] == result_format:
@@ -289,6 +443,50 @@ def _local_site_url(sites: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _run(prepared: Prepared, pdf: Any) -> tuple[Any, Any]:
+    """(result identifier, suite validation result) of one validation, stored in the context.
+
+    What `checkpoint.run` does for a checkpoint with one validation definition and no actions,
+    without the checkpoint's own freshness check (which re-reads and compares the checkpoint, the
+    validation definition and the suite from disk on every run): the validation definition's run
+    still checks the definition and the suite, so a suite rewritten by another process still
+    raises a freshness error. The stored result is the same (tests/quality/test_gx_reuse.py)."""
+    import datetime as dt
+
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    cp, vd = prepared.checkpoint, prepared.validation_definition
+    run_id = RunIdentifier(run_time=dt.datetime.now(dt.UTC))
+    with _memoized_configurations():
+        result = vd.run(
+            checkpoint_id=cp.id,
+            batch_parameters={"dataframe": pdf},
+            result_format=cp.result_format,
+            run_id=run_id,
+        )
+    vri = ValidationResultIdentifier(
+        expectation_suite_identifier=ExpectationSuiteIdentifier(name=vd.suite.name),
+        run_id=run_id,
+        batch_identifier=result.batch_id,
+    )
+    return vri, result
+
+
+def _docs_index_url(ctx: Any) -> str | None:
+    """The local site's index.html (fixed per context: looked up once)."""
+    root = str(ctx.root_directory)
+    url = _DOCS_INDEX_URLS.get(root)
+    if url is None:
+        url = _local_site_url(ctx.get_docs_sites_urls())
+        if url is not None:
+            _DOCS_INDEX_URLS[root] = url
+    return url
+
+
 def validate(
     context_dir: Path,
     gate: str,
@@ -310,7 +508,7 @@ def validate(
         prepared, hit = prepare(context_dir, gate, gx_suite, result_format, holds)
         started = time.time()
         try:
-            res = prepared.checkpoint.run(batch_parameters={"dataframe": pdf})
+            vri, vres = _run(prepared, pdf)
         except Exception as e:
             if not _not_fresh(e):
                 raise
@@ -320,9 +518,8 @@ def validate(
             _CONTEXTS.pop(str(context_dir.resolve()), None)
             prepared, hit = prepare(context_dir, gate, gx_suite, result_format, holds)
             started = time.time()
-            res = prepared.checkpoint.run(batch_parameters={"dataframe": pdf})
+            vri, vres = _run(prepared, pdf)
         ended = time.time()
-        vri, vres = next(iter(res.run_results.items()))
         ctx = prepared.context
         suite_name = prepared.suite.name
         index = page = None
@@ -335,8 +532,14 @@ def validate(
             suite_id = ExpectationSuiteIdentifier(name=suite_name)
             if build_docs:
                 mine = ctx.validation_results_store.has_key(vri)  # pruned already by a newer concurrent run?
-                ctx.build_data_docs(resource_identifiers=[vri, suite_id] if mine else [suite_id])
-                index = _local_site_url(ctx.get_docs_sites_urls())
+                # The suite's page changes only with the suite: rendered on a set-up (a cache miss,
+                # which every changed definition is) or when it is missing; this run's page always,
+                # and the index (it lists every kept page) on every build.
+                ids = [vri] if mine else []
+                if not hit or not (Path(ctx.root_directory) / DOCS_SUITES_BASE / f"{suite_name}.html").is_file():
+                    ids.append(suite_id)
+                ctx.build_data_docs(resource_identifiers=ids or [suite_id])
+                index = _docs_index_url(ctx)
                 if mine:
                     try:
                         page = _local_site_url(ctx.get_docs_sites_urls(resource_identifier=vri))

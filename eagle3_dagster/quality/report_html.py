@@ -52,6 +52,7 @@ from .report_model import (
 )
 from .report_render import link_href, render, shard_fragments
 from .suites import GATES
+from .turns_report import collect_turns
 
 __all__ = [
     "GATE_ASSET",
@@ -106,7 +107,7 @@ def _write(path: Path, model: ReportModel, ident: dict, known: dict[str, report_
         if e is None:
             frags = shard_fragments(row, model.shard_summaries.get(row.shard), path, model.work_dir, model.gates)
             fragments[row.shard] = frags
-            e = report_index.entry(row, frags)
+            e = report_index.entry(row, frags, model.turns.get(row.shard))
         entries.append(e)
     as_data_path(path).write_text(render(model, path, fragments))
     report_index.save(path, ident, entries)
@@ -160,15 +161,18 @@ def update_report(
         stale = {parse_shard_key(k) for k, e in known.items() if not e.pages_still_exist(work)}
         todo = set(shards) | stale | {k for k in range(n_shards or 0) if shard_key(k) not in known}
         rows = {k: e.row for k, e in known.items()}
+        turns = {k: e.turns for k, e in known.items() if e.turns is not None}
         summaries: dict[str, dict] = {}
         for k in todo:
             key = shard_key(k)
             known.pop(key, None)
+            turns.pop(key, None)
             rows[key] = collect_row(data, k, GATES, work)
             summary = collect_summary(data, k)
             if summary is not None:
                 summaries[key] = summary
+        turns.update(collect_turns(data, sorted(todo)))
         ordered = [rows[s] for s in sorted(rows, key=report_index.sort_key)]
-        model = assemble(data, work, ordered, summaries, profile=profile, gates=GATES, now=now)
+        model = assemble(data, work, ordered, summaries, profile=profile, gates=GATES, now=now, turns=turns)
         _write(path, model, ident, known)
     return path

@@ -5,7 +5,8 @@ quadratic in the shard count). Now the report keeps a compact JSON index beside 
 (`<report_dir>/.index.html.index.json`, JSON lines) with, per shard, its rendered fragments
 (report_render.shard_fragments: gates-table row, failure details, charts, other rejects), what the
 page-wide parts need from it (status, profile and per-source counts of each gate cell) and which
-of its Data Docs pages existed when it was rendered. An update re-collects and re-renders the
+of its Data Docs pages existed when it was rendered, and its multi-turn summary (turns.json, if
+any). An update re-collects and re-renders the
 changed shard only; a shard whose linked Data Docs page has been pruned since is re-collected too,
 so no link dangles. The run-wide parts (snapshots, sources, LATEST age, publish attempt: each
 small) are read fresh every time.
@@ -29,7 +30,7 @@ from .report_model import GateCell, ShardRow, existing_page
 
 log = logging.getLogger(__name__)
 
-INDEX_VERSION = 2
+INDEX_VERSION = 3
 
 
 def index_path(report_path: Path) -> Path:
@@ -53,15 +54,16 @@ class Entry:
     row: ShardRow  # light cells: status, profile, by_source (all the page-wide parts read)
     fragments: dict[str, str]
     pages: list[str]  # Data Docs pages it links (they existed at render time)
+    turns: dict[str, Any] | None = None  # generations/shard=NNNN/turns.json as read (None: no file)
     line: str | None = None  # its line in the index as loaded (written back as is: no re-encoding)
 
     def pages_still_exist(self, work: Path) -> bool:
         return all(existing_page(p, work) is not None for p in self.pages)
 
 
-def entry(row: ShardRow, fragments: dict[str, str]) -> Entry:
+def entry(row: ShardRow, fragments: dict[str, str], turns: dict[str, Any] | None = None) -> Entry:
     pages = [str(c.docs_page_stored) for c in row.cells.values() if c.docs_page is not None]
-    return Entry(row, fragments, pages)
+    return Entry(row, fragments, pages, turns)
 
 
 def _light(shard: str, gate: str, d: dict[str, Any]) -> GateCell:
@@ -86,7 +88,8 @@ def load(report_path: Path, ident: dict[str, Any]) -> dict[str, Entry] | None:
             e = json.loads(line)
             k = str(e["shard"])
             cells = {g: _light(k, g, c) for g, c in e["cells"].items()}
-            out[k] = Entry(ShardRow(k, cells), dict(e["fragments"]), list(e["pages"]), line)
+            turns = e.get("turns")
+            out[k] = Entry(ShardRow(k, cells), dict(e["fragments"]), list(e["pages"]), turns, line)
         return out
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("quality report index %s unreadable (%s: %s): rebuilding in full", f, type(e).__name__, e)
@@ -102,6 +105,7 @@ def _line(e: Entry) -> str:
             },
             "fragments": e.fragments,
             "pages": e.pages,
+            **({"turns": e.turns} if e.turns is not None else {}),
         },
         separators=(",", ":"),
     )

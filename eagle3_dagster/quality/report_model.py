@@ -414,8 +414,12 @@ def assemble(
     profile: str | None,
     gates: Sequence[str],
     now: dt.datetime | None,
+    turns: dict[str, dict[str, Any]] | None = None,
 ) -> ReportModel:
-    """The model from shard rows (sorted by shard) plus the run-wide parts, read now."""
+    """The model from shard rows (sorted by shard) plus the run-wide parts, read now.
+
+    `turns`: the shards' multi-turn summaries when the caller has them (the report's index);
+    else read for every row."""
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})
     profiles = [profile] + [p for p in seen if p != profile] if profile else seen
     index = work / "gx" / "gx" / DOCS_INDEX
@@ -438,7 +442,7 @@ def assemble(
         data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
         latest=latest_age(data, now),
-        turns=collect_turns(data, [parse_shard_key(r.shard) for r in rows]),  # one small JSON a shard
+        turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
     )
 
 

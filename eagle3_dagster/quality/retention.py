@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 VALIDATIONS_BASE = "uncommitted/validations"
 DOCS_VALIDATIONS_BASE = "uncommitted/data_docs/local_site/validations"
 DOCS_INDEX = "uncommitted/data_docs/local_site/index.html"
+DOCS_SUITES_BASE = "uncommitted/data_docs/local_site/expectations"
 
 
 @dataclass

@@ -3,6 +3,9 @@
 - a second gate in the same process reuses the prepared context (no GX config file is rewritten)
   and judges, stores and documents exactly as a cold set-up does;
 - an edited suite (other overrides) in the same process is not served from the cache;
+- the gate's own validation path (no checkpoint freshness re-reads, each expectation's configuration
+  built once) stores exactly what GX's `checkpoint.run` stores, and its Data Docs (this run's page,
+  the suite page only on a set-up, the index every time) are what GX's own full build writes;
 - two processes validating on one context at the same time overlap: the context lock covers only
   the writes (set-up on a miss, pruning, Data Docs), proven by the timestamps of both processes.
 """
@@ -11,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -20,8 +25,9 @@ import polars as pl
 import pytest
 from quality_helpers import EXPECTATIONS_DIR, generation_rows, tokenized_rows
 
+from eagle3_dagster.quality import gate as gate_mod
 from eagle3_dagster.quality import generation_features, gx_context, load_suite, run_gate
-from eagle3_dagster.quality.retention import VALIDATIONS_BASE
+from eagle3_dagster.quality.retention import DOCS_SUITES_BASE, VALIDATIONS_BASE
 
 VOLATILE = {"created_at", "data_docs_page", "data_docs_index"}
 KEY = "think_end_present"
@@ -110,6 +116,65 @@ def test_edited_suite_is_not_served_from_the_cache(feats, kimi_profile, gx_dirs)
         stored = json.loads((gx_dirs["context_dir"] / "gx" / "expectations" / "generations_gate.json").read_text())
         (exp,) = [e for e in stored["expectations"] if e["meta"]["key"] == KEY]
         assert exp["kwargs"]["mostly"] == mostly
+
+
+def test_stored_result_is_what_gx_checkpoint_run_stores(feats, kimi_profile, gx_dirs):
+    gx_context.clear_cache()
+    ctx_dir = gx_dirs["context_dir"]
+    ours = run_gate("generations", feats, profile=kimi_profile, **gx_dirs)
+    assert ours.success and ours.row_failures.height == 1  # a failing row: partial results are stored too
+    (our_run,) = _runs(ctx_dir, "generations_gate")
+    suite = load_suite("generations", EXPECTATIONS_DIR, profile=kimi_profile)
+    prepared, hit = gx_context.prepare(ctx_dir, "generations", gate_mod._gx_suite("generations", suite), "SUMMARY")
+    assert hit
+    # GX's own path: the checkpoint (with its freshness checks), configurations rebuilt on every access
+    prepared.checkpoint.run(batch_parameters={"dataframe": feats.select(suite.columns()).to_pandas()})
+    (gx_run,) = _runs(ctx_dir, "generations_gate") - {our_run}
+    assert _stored_result(ctx_dir, "generations_gate", our_run) == _stored_result(ctx_dir, "generations_gate", gx_run)
+
+
+def test_data_docs_after_gates_are_what_a_full_gx_build_writes(feats, kimi_profile, gx_dirs, tmp_path):
+    import great_expectations as gx
+
+    gx_context.clear_cache()
+    ctx_dir = gx_dirs["context_dir"]
+    site = ctx_dir / "gx" / "uncommitted" / "data_docs" / "local_site"
+    suite_page = ctx_dir / "gx" / DOCS_SUITES_BASE / "generations_gate.html"
+    results = [run_gate("generations", feats, profile=kimi_profile, keep_validations=3, **gx_dirs)]
+    assert suite_page.is_file()  # rendered on the set-up
+    suite_page_written = suite_page.stat().st_mtime_ns
+    results += [run_gate("generations", feats, profile=kimi_profile, keep_validations=3, **gx_dirs) for _ in range(4)]
+    assert suite_page.stat().st_mtime_ns == suite_page_written  # cache hits do not re-render the suite page
+    index = (site / "index.html").read_text()
+    for r in results[-3:]:  # the kept runs: each page exists and the index links it
+        page = Path(r.data_docs_page)
+        assert page.is_file() and Path(r.data_docs_index) == site / "index.html"
+        assert page.relative_to(site).as_posix() in index
+    for r in results[:2]:  # pruned: neither the page nor a link is left
+        assert not Path(r.data_docs_page).exists()
+        assert Path(r.data_docs_page).relative_to(site).as_posix() not in index
+    # GX's own full build of a copy of the context (no cache, every page re-rendered) writes the same site
+    copy = tmp_path / "copy"
+    shutil.copytree(ctx_dir, copy)
+    shutil.rmtree(copy / "gx" / "uncommitted" / "data_docs")
+    gx.get_context(mode="file", project_root_dir=str(copy)).build_data_docs()
+    copy_site = copy / "gx" / "uncommitted" / "data_docs" / "local_site"
+    pages = sorted(p.relative_to(site) for p in site.rglob("*.html"))
+    assert pages == sorted(p.relative_to(copy_site) for p in copy_site.rglob("*.html"))
+    for rel in pages:  # the same but for the render time GX puts in its logo's URL (?d=...)
+        assert _no_render_time(site / rel) == _no_render_time(copy_site / rel), rel
+    # the static assets (copied once per process) are all there, and a removed folder comes back
+    statics = sorted(p.relative_to(site) for p in (site / "static").rglob("*") if p.is_file())
+    assert statics and statics == sorted(
+        p.relative_to(copy_site) for p in (copy_site / "static").rglob("*") if p.is_file()
+    )
+    shutil.rmtree(site / "static")
+    run_gate("generations", feats, profile=kimi_profile, keep_validations=3, **gx_dirs)
+    assert sorted(p.relative_to(site) for p in (site / "static").rglob("*") if p.is_file()) == statics
+
+
+def _no_render_time(page: Path) -> str:
+    return re.sub(r"\?d=\d{8}T\d{6}\.\d+Z&", "?d=&", page.read_text())
 
 
 def _outcome_mostly(res, key: str) -> float:

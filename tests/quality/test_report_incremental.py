@@ -84,7 +84,16 @@ def dirs(tmp_path: Path) -> dict[str, Path]:
     rejects = pl.DataFrame({"prompt_id": ["a", "b"], "reason": ["too_long", "empty"]})
     (data / "tokenized_prompts" / "shard=0001").mkdir(parents=True)
     rejects.write_parquet(data / "tokenized_prompts" / "shard=0001" / "rejects.parquet")
+    _write_turns(data, 2, conversations=5)
     return {"data": data, "work": work, "site": site, "pages": pages}  # type: ignore[dict-item]
+
+
+def _write_turns(data: Path, shard: int, *, conversations: int) -> None:
+    """generations/shard=NNNN/turns.json, as the generations step of an all_turns source writes it."""
+    f = data / "generations" / f"shard={shard:04d}" / "turns.json"
+    f.parent.mkdir(parents=True, exist_ok=True)
+    turns = {"conversations": conversations, "conversations_completed": conversations - 1, "turns_planned": 9}
+    f.write_text(json.dumps({**turns, "conversations_ended_early": {"length": 1}, "rows_by_turn": {"0": 3}}))
 
 
 def _store_and_update(d: dict, gate: str, shard: int, res: GateResult) -> str:
@@ -108,6 +117,12 @@ def test_incremental_updates_write_the_same_page_as_a_full_rebuild(dirs):
     assert incremental == _full(d)
     assert index_path(d["work"] / "reports" / "index.html").read_text() == index_after_updates
     assert "shard-0005" in incremental and "too_long" in incremental  # rows beyond n_shards, other rejects
+    assert "Multi-turn conversations" in incremental  # shard 2's turns.json (kept in the index)
+
+    # shard 2's generations step ran again (new turns.json), then its gate: the update shows it
+    _write_turns(d["data"], 2, conversations=8)
+    regenerated = _store_and_update(d, "generations", 2, _result("generations", 2, ok=True, page=d["pages"][2]))
+    assert regenerated != incremental and regenerated == _full(d)
 
     # a result changes (a re-run of shard 1 passes now): the update shows it, as a rebuild would
     changed = _store_and_update(d, "generations", 1, _result("generations", 1, ok=True, page=d["pages"][1]))
