@@ -248,7 +248,20 @@ def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
             o = ExpectationOutcome(
                 "think-end present", "critical", 0.95, 0.9, 1, k % 9 != 0, "d", key="k", evaluated=10
             )
-            res = GateResult(g, k % 9 != 0, [o], n_rows=10, profile="kimi-k2.5", by_source={"gsm8k": [10, 1]})
+            # a real Data Docs page per result (every 3rd pruned, as retention does): an update checks them
+            page = data / "gx" / "validations" / f"{g}-{k:04d}.html"
+            if k % 3:
+                page.parent.mkdir(parents=True, exist_ok=True)
+                page.write_text("<html></html>")
+            res = GateResult(
+                g,
+                k % 9 != 0,
+                [o],
+                n_rows=10,
+                profile="kimi-k2.5",
+                by_source={"gsm8k": [10, 1]},
+                data_docs_page=str(page),
+            )
             write_gate_result(data, g, k, res)
     write_report(data, data, n_shards=4)
     walls, cpus = [], []
