@@ -53,10 +53,12 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
+import pyarrow.parquet as pq
 
 ROOT = Path(_HERE).parent
 SHARED_KIMI = ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"
@@ -125,10 +127,20 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     """One stage on one shard size, in this (fresh) process, the way its Dagster asset runs it."""
     h0 = time.process_time()
     profile = _profile()
-    gens = tiled(pl.read_parquet(inputs / "gens.parquet"), size)
+    # the shard as the store holds it: a Parquet file (written by the parent, tiled there), read in
+    # batches the way iter_generations streams it, so the harness never holds the whole shard
+    shard_file = pq.ParquetFile(inputs / f"gens-{size}.parquet")
+    n_gens = shard_file.metadata.num_rows
+    sample_ids = pl.read_parquet(inputs / f"gens-{size}.parquet", columns=["sample_id"])["sample_id"]
+
+    def batches() -> Iterator[pl.DataFrame]:
+        for rb in shard_file.iter_batches(batch_size=TRAIN_BATCH_ROWS):
+            yield cast(pl.DataFrame, pl.from_arrow(rb))
+
     tokenized = pl.read_parquet(inputs / "tokenized.parquet")
     prompts = pl.read_parquet(inputs / "prompts.parquet")
     harness_cpu = time.process_time() - h0  # the bench's own input tiling: not the stage, left out below
+    from eagle3_dagster.orchestration.stage import streamed_features
     from eagle3_dagster.quality import generation_features, run_gate
     from eagle3_dagster.quality.features import available_source_shares, with_training_table_features
     from eagle3_dagster.storage import write_frame_atomic
@@ -153,14 +165,14 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     setup_cpu = time.process_time() - s0
     c0, w0 = time.process_time(), time.perf_counter()
     if stage == "generations":
-        feats = generation_features(gens, tokenized, profile)
+        feats, _, _ = streamed_features(batches(), lambda b: generation_features(b, tokenized, profile))
         gate = run_gate("generations", feats, **gx)
         write_frame_atomic(gate.row_failures, out_dir / "quarantine.parquet")
     elif stage == "training_samples":  # as defs/train.py: streamed batches -> build_training_shard -> gate
         renderer = cached_renderer(profile)
         built = build_training_shard(
-            gens.iter_slices(TRAIN_BATCH_ROWS),
-            gens["sample_id"],
+            batches(),
+            sample_ids,
             tokenized,
             prompts,
             profile,
@@ -172,10 +184,8 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
             max_total_len=65536,
             spill_dir=out_dir,
         )
-        if built.counts["generations"] != gens.height or built.parse_counts["parsed"] != gens.height:
-            raise SystemExit(
-                f"training_samples counted {built.counts} {built.parse_counts} of {gens.height} generations"
-            )
+        if built.counts["generations"] != n_gens or built.parse_counts["parsed"] != n_gens:
+            raise SystemExit(f"training_samples counted {built.counts} {built.parse_counts} of {n_gens} generations")
         feats = with_training_table_features(built.row_features, available_source_shares(tokenized))
         summarize(built.stats)
         run_gate("training_samples", feats, **gx)
@@ -185,7 +195,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     return {
         "stage": stage,
         "size": size,
-        "samples": gens.height,
+        "samples": n_gens,
         "setup_cpu_s": round(setup_cpu, 3),  # imports, tokenizer load, fast BPE build + probe
         "cpu_s": round(end - c0, 3),  # the stage itself (its first GX validation's set-up included)
         "process_cpu_s": round(end - harness_cpu, 3),  # the whole process (start-up, imports) but the tiling
@@ -208,6 +218,9 @@ def rates(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_child(stage: str, inputs: Path, size: int, work: Path, env: dict[str, str] | None = None) -> dict[str, Any]:
+    shard = inputs / f"gens-{size}.parquet"
+    if not shard.exists():  # tiled here, in the parent: the child's peak memory is the stage's own
+        tiled(pl.read_parquet(inputs / "gens.parquet"), size).write_parquet(shard, row_group_size=TRAIN_BATCH_ROWS)
     cmd = [sys.executable, __file__, "--child", stage, "--inputs", str(inputs), "--size", str(size)]
     cmd += ["--out", str(work / f"{stage}-{size}-{len(env or {})}")]
     r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
