@@ -1,5 +1,6 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
+from collections.abc import Iterator
 from typing import cast
 
 import dagster as dg
@@ -8,12 +9,32 @@ import polars as pl
 from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
+from ..orchestration.stage import arrow_batch
 from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import parse_shard_key, read_parquet, shard_dir, write_frame_atomic
+from ..storage import ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
 
 GROUP = "tokenize"
+PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
+
+
+def shard_prompts(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
+    """The shard's rows of prompts.parquet (every column, file order) in slices of PROMPT_SLICE_ROWS, streamed."""
+    held: list[pl.DataFrame] = []
+    n = 0
+    for rb in parquet_file(prompts_path).iter_batches(batch_size=PROMPT_SLICE_ROWS):
+        b = cast(pl.DataFrame, pl.from_arrow(rb)).filter(pl.col("shard") == shard)
+        if b.height:
+            held.append(b)
+            n += b.height
+        if n >= PROMPT_SLICE_ROWS:
+            yield pl.concat(held)
+            held, n = [], 0
+    if held:
+        yield pl.concat(held)
+
+
 PROMPT_HEADLINES = (
     HeadlineCheck(
         "thinking_token_ends_prompt",
@@ -39,18 +60,35 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     shard = parse_shard_key(context.partition_key)
     data = pipeline.data_path
     profile = pipeline.profile()
-    prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
     renderer = cached_renderer(profile)
     max_new = profile.max_new_tokens_for(pipeline.max_new_tokens)
-    tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)
     out = shard_dir(data, "tokenized_prompts", shard)
-    write_frame_atomic(tokenized, out / "part-0000.parquet", schema=TOKENIZED_PROMPTS)
+    # streamed: a slice of the shard's prompts at a time is tokenized and appended to the file; kept for
+    # the whole shard: the rejects and the per-row gate features (scalars)
+    n_in = n_ok = 0
+    rejected: list[pl.DataFrame] = []
+    feats: list[pl.DataFrame] = []
+    sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS)
+    try:
+        for prompts in shard_prompts(data / "prompts" / "prompts.parquet", shard):
+            tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)
+            sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
+            n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
+            rejected.append(rejects)
+            feats.append(prompt_features(tokenized, profile))
+        sink.commit()
+    except BaseException:
+        sink.abort()
+        raise
+    no_rejects = cast(pl.DataFrame, pl.from_arrow(TOKENIZE_REJECTS.empty_table()))
+    rejects = pl.concat(rejected) if rejected else no_rejects
     write_frame_atomic(rejects, out / "rejects.parquet", schema=TOKENIZE_REJECTS)
-    context.log.info(
-        f"shard {shard}: {prompts.height} prompts -> {tokenized.height} tokenized, {rejects.height} rejected"
-    )
+    if n_in != n_ok + rejects.height:  # tokenize_prompts reconciles each slice; the sum must too
+        raise RuntimeError(f"shard {shard}: {n_in} prompts in, {n_ok} tokenized + {rejects.height} rejected out")
+    context.log.info(f"shard {shard}: {n_in} prompts -> {n_ok} tokenized, {rejects.height} rejected")
 
-    features = prompt_features(tokenized, profile)
+    empty = cast(pl.DataFrame, pl.from_arrow(TOKENIZED_PROMPTS.empty_table()))
+    features = pl.concat(feats) if feats else prompt_features(empty, profile)
     gate = run_gate(
         "prompts",
         features,
@@ -60,11 +98,11 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
         keep_validations=pipeline.gx_keep_validations,
     )
     report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
-    lens = tokenized["prompt_len"] if tokenized.height else pl.Series([0])
+    lens = features["prompt_len"] if features.height else pl.Series([0])
     return dg.MaterializeResult(
         metadata={
-            "prompts_in": prompts.height,
-            "tokenized": tokenized.height,
+            "prompts_in": n_in,
+            "tokenized": n_ok,
             "rejected": rejects.height,
             "rejects_by_reason": dg.MetadataValue.json(
                 dict(rejects.group_by("reason").len().iter_rows()) if rejects.height else {}

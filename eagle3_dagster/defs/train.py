@@ -2,31 +2,47 @@
 
 import itertools
 import json
-from collections.abc import Iterable
-from typing import cast
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
 
 import dagster as dg
 import polars as pl
 
 from ..config import apply_tokenizers_parallelism
 from ..generate.active import ActiveSamplesMissingError, read_active_samples
-from ..generate.multiturn import current_turns, turn_generations
+from ..generate.inputs import iter_batches
+from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
 from ..generate.store import iter_generations
 from ..orchestration.gates import gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
-from ..orchestration.stage import gated_result
+from ..orchestration.stage import KeyedRows, gated_result
 from ..quality import GateFailedError, require_gate_passed
 from ..quality.features import available_source_shares, with_training_table_features
-from ..schemas import GENERATIONS, TOKENIZED_PROMPTS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
-from ..storage import parquet_num_rows, parse_shard_key, read_parquet, read_parquet_dir, shard_dir
+from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
+from ..storage import parquet_file, parquet_num_rows, parse_shard_key, shard_dir
 from ..train.multiturn import rows_by_turn, with_turns
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
+from .generate import tokenized_source
 
 GROUP = "train"
 GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
+
+
+TOKEN_ROWS = {"prompt_id": pl.String, "input_ids": pl.List(pl.Int32), "tokenizer_fingerprint": pl.String}
+PROMPT_ROWS = {"prompt_id": pl.String, "messages": pl.String, "tools": pl.String}
+_NO_SOURCES = pl.DataFrame(schema={"prompt_id": pl.String, "source": pl.String})
+
+
+def shard_prompt_batches(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
+    """prompt_id, messages, tools of the shard's rows of prompts.parquet, streamed in batches."""
+    pf = parquet_file(prompts_path)
+    for rb in pf.iter_batches(batch_size=1024, columns=["prompt_id", "shard", "messages", "tools"]):
+        b = cast(pl.DataFrame, pl.from_arrow(rb)).filter(pl.col("shard") == shard)
+        if b.height:
+            yield b.select(list(PROMPT_ROWS)).cast(cast(Any, PROMPT_ROWS))
 
 
 @dg.asset(
@@ -49,7 +65,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         gates = {g: require_gate_passed(data, g, shard) for g in ("prompts", "generations")}
     except GateFailedError as e:
         raise dg.Failure(description=f"{e}; refusing to build training samples from it") from None
-    tokenized = read_parquet_dir(shard_dir(data, "tokenized_prompts", shard), schema=TOKENIZED_PROMPTS)
+    tok_src = tokenized_source(data, shard)  # a folder, streamed: the shard's prompt ids are never held whole
     gen_dir = shard_dir(data, "generations", shard)
     try:  # only the samples of the latest generations materialization (the current cache keys), streamed
         active_samples = read_active_samples(gen_dir)
@@ -57,41 +73,60 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         raise dg.Failure(f"shard {shard:04d}: {e}") from None
     active = active_samples["sample_id"]
     errors_path = gen_dir / "errors.parquet"
-    prompts = read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
+    prompts_path = data / "prompts" / "prompts.parquet"
     apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
     renderer = cached_renderer(profile)
     bad_prompts = set(gates["prompts"].row_failures["row_id"].to_list())
     # the turns of all_turns conversations: one row each, built like any sample (train/multiturn.py)
     turns = current_turns(gen_dir, active_samples)
-    wt = with_turns(
+    wt = with_turns(  # per-row scalars only here: the prompts' ids and messages are looked up per batch below
         cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table())),  # the generations come streamed below
-        tokenized,
-        prompts,
+        pl.concat(list(iter_batches(tok_src, ["prompt_id", "source"])) or [_NO_SOURCES]),
+        pl.DataFrame(schema=PROMPT_ROWS),
         turns,
         profile_name=profile.name,
         tokenizer_fingerprint=renderer.tokenizer_fingerprint,
         bad_prompt_ids=bad_prompts,
     )
+    extra_tok: list[pl.DataFrame] = []
+    extra_prompts: list[pl.DataFrame] = []
+    if turns.height:  # each turn's exact prompt ids and messages, looked up like the prompts'
+        tt = turn_tokenized(turns, profile_name=profile.name, tokenizer_fingerprint=renderer.tokenizer_fingerprint)
+        extra_tok, extra_prompts = [tt], [turn_prompt_rows(turns)]
     batches: Iterable[pl.DataFrame] = iter_generations(gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS)
     if turns.height:
         batches = itertools.chain(batches, [turn_generations(turns)])
     out = shard_dir(data, "training_samples", shard)
-    built = build_training_shard(
-        batches,
-        active,
-        wt.tokenized,
-        wt.prompts,
-        profile,
-        renderer.tokenizer,
-        bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()) | wt.exclude_sample_ids,
-        bad_prompt_ids=bad_prompts,
-        out_path=out / "part-0000.parquet",
-        quarantine_path=out / "quarantine.parquet",
-        max_total_len=profile.max_train_len,
-        spill_dir=pipeline.work_path,
-        lineage=wt.lineage,
-        schema=TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS,
-    )
+    with (
+        KeyedRows(
+            itertools.chain(iter_batches(tok_src, list(TOKEN_ROWS)), extra_tok),
+            "prompt_id",
+            TOKEN_ROWS,
+            spill_dir=pipeline.work_path,
+        ) as tokenized,
+        KeyedRows(
+            itertools.chain(shard_prompt_batches(prompts_path, shard), extra_prompts),
+            "prompt_id",
+            PROMPT_ROWS,
+            spill_dir=pipeline.work_path,
+        ) as prompts,
+    ):
+        built = build_training_shard(
+            batches,
+            active,
+            tokenized,
+            prompts,
+            profile,
+            renderer.tokenizer,
+            bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()) | wt.exclude_sample_ids,
+            bad_prompt_ids=bad_prompts,
+            out_path=out / "part-0000.parquet",
+            quarantine_path=out / "quarantine.parquet",
+            max_total_len=profile.max_train_len,
+            spill_dir=pipeline.work_path,
+            lineage=wt.lineage,
+            schema=TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS,
+        )
     counts, parse_counts = built.counts, built.parse_counts
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     features = with_training_table_features(built.row_features, available_source_shares(wt.source_tokenized))

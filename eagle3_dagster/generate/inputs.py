@@ -70,6 +70,11 @@ def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]
                 yield cast(pl.DataFrame, pl.from_arrow(b))  # a RecordBatch gives a DataFrame
 
 
+def iter_batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]:
+    """The tokenized shard's `columns` in batches (of 1,024 rows when input_ids are read), streamed."""
+    return _batches(src, columns)
+
+
 def _open(f: DataPath) -> pq.ParquetFile:
     """A streamed Parquet reader: buffered page reads (local file or the object store's ranged reads)."""
     source: Any = f.path if f.is_local else f.open_input_file()

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -144,3 +146,95 @@ def gated_result(
         metadata={**metadata, **report_meta},
         check_results=gate_check_results(gate, result, headlines),
     )
+
+
+class KeyedRows:
+    """Rows fetched by a string key in bounded memory: a lookup table that is never held whole.
+
+    The rows (an iterator of frames, e.g. a shard's tokenized prompts read in batches) are spilled in
+    their order to files of `block_rows` consecutive rows; only the key column is kept, sorted, with
+    each key's position. `rows(keys)` returns every row whose key is in `keys`, in their original
+    order (so a later dict or join over them behaves as over the whole table), reading the blocks it
+    needs through a small LRU cache. Lookups in about the rows' own order (generations come back in
+    nearly the order their prompts were sent) touch one or two blocks; any order is correct.
+    """
+
+    def __init__(
+        self,
+        batches: Iterable[pl.DataFrame],
+        key: str,
+        schema: dict[str, Any],
+        *,
+        spill_dir: Path | None = None,
+        block_rows: int | None = None,
+        cache_blocks: int = 4,
+    ) -> None:
+        self.key, self.schema = key, schema
+        self.block_rows = block_rows or BUCKET_ROWS
+        self.cache_blocks = cache_blocks
+        self.dir = Path(tempfile.mkdtemp(prefix="eagle3-rows-", dir=spill_dir))
+        self._cache: OrderedDict[int, pl.DataFrame] = OrderedDict()
+        keys: list[pl.Series] = []
+        pending: list[pl.DataFrame] = []
+        held = 0
+        self.blocks = 0
+        try:
+            for b in batches:
+                b = b.select(list(schema)).cast(cast(Any, schema))
+                keys.append(b.get_column(key))
+                pending.append(b)
+                held += b.height
+                while held >= self.block_rows:
+                    block = pl.concat(pending)
+                    self._write(block.head(self.block_rows))
+                    rest = block.slice(self.block_rows)
+                    pending, held = ([rest] if rest.height else []), rest.height
+            if held:
+                self._write(pl.concat(pending))
+        except BaseException:
+            self.close()
+            raise
+        all_keys = pl.concat(keys) if keys else pl.Series(key, [], dtype=pl.String)
+        self.rows_total = all_keys.len()
+        order = all_keys.arg_sort()
+        self.sorted_keys = all_keys.gather(order)
+        self.positions = order.to_numpy()
+
+    def _write(self, block: pl.DataFrame) -> None:
+        block.write_parquet(self.dir / f"{self.blocks:06d}.parquet", compression="lz4")
+        self.blocks += 1
+
+    def _block(self, i: int) -> pl.DataFrame:
+        if i in self._cache:
+            self._cache.move_to_end(i)
+            return self._cache[i]
+        df = pl.read_parquet(self.dir / f"{i:06d}.parquet")
+        self._cache[i] = df
+        while len(self._cache) > self.cache_blocks:
+            self._cache.popitem(last=False)
+        return df
+
+    def rows(self, keys: pl.Series) -> pl.DataFrame:
+        """Every row whose key is in `keys`, in the rows' original order."""
+        want = keys.cast(pl.String).drop_nulls().unique()
+        lo = self.sorted_keys.search_sorted(want, side="left").to_numpy()
+        hi = self.sorted_keys.search_sorted(want, side="right").to_numpy()
+        hit = [self.positions[a:b] for a, b in zip(lo.tolist(), hi.tolist()) if b > a]
+        if not hit:
+            return pl.DataFrame(schema=self.schema)
+        pos = np.sort(np.concatenate(hit))
+        parts = []
+        for blk in np.unique(pos // self.block_rows).tolist():
+            sel = pos[(pos // self.block_rows) == blk] - blk * self.block_rows
+            parts.append(self._block(blk)[sel.tolist()])
+        return pl.concat(parts)
+
+    def close(self) -> None:
+        self._cache.clear()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> KeyedRows:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

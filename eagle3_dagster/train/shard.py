@@ -17,7 +17,7 @@ from typing import Any, cast
 import polars as pl
 import pyarrow as pa
 
-from ..orchestration.stage import SortedSpill, arrow_batch
+from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch
 from ..profiles import ModelProfile
 from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
@@ -49,11 +49,16 @@ def _add(total: dict[str, int], part: dict[str, int]) -> None:
         total[k] = total.get(k, 0) + int(v)
 
 
+def _prompt_rows(table: pl.DataFrame | KeyedRows, gens: pl.DataFrame) -> pl.DataFrame:
+    """The prompt rows a batch of generations joins: the whole frame, or only theirs from a KeyedRows."""
+    return table if isinstance(table, pl.DataFrame) else table.rows(gens.get_column("prompt_id"))
+
+
 def build_training_shard(
     generations: Iterable[pl.DataFrame],
     sample_ids: pl.Series,
-    tokenized: pl.DataFrame,
-    prompts: pl.DataFrame,
+    tokenized: pl.DataFrame | KeyedRows,
+    prompts: pl.DataFrame | KeyedRows,
     profile: ModelProfile,
     tokenizer: Any,
     *,
@@ -67,11 +72,11 @@ def build_training_shard(
     schema: pa.Schema = TRAINING_SAMPLES,
 ) -> TrainingShard:
     """Write the shard's training table (out_path) and parse quarantine (quarantine_path) from batches of
-    its generations (`sample_ids`: every sample_id the batches may hold). Memory: a batch, a bucket and
-    the per-row scalars. `lineage` (sample_id, conversation_id, turn_index of the turns of all_turns
+    its generations (`sample_ids`: every sample_id the batches may hold). `tokenized` / `prompts`: the prompt
+    rows (ids; messages and tools) as frames, or as KeyedRows by prompt_id, from which each batch reads
+    only its own prompts. Memory: a batch, a bucket, a few prompt blocks and the per-row scalars. `lineage` (sample_id, conversation_id, turn_index of the turns of all_turns
     conversations) is joined onto every row, null for final-turn rows; `schema` is then TRAINING_SAMPLES_TURNS."""
     res = TrainingShard()
-    prompt_ids = tokenized.select("prompt_id", "input_ids", "tokenizer_fingerprint")
     failures: list[pl.DataFrame] = []
     features: list[pl.DataFrame] = []
     stats: list[pl.DataFrame] = []
@@ -83,10 +88,12 @@ def build_training_shard(
             candidates = gens.filter(
                 ~pl.col("sample_id").is_in(list(bad_sample_ids)) & ~pl.col("prompt_id").is_in(list(bad_prompt_ids))
             )
-            conversations, parse_failures, parse_counts = parse_generations(candidates, prompts, profile, tokenizer)
+            conversations, parse_failures, parse_counts = parse_generations(
+                candidates, _prompt_rows(prompts, candidates), profile, tokenizer
+            )
             samples, counts = build_training_samples(
                 gens,
-                prompt_ids,
+                _prompt_rows(tokenized, gens).select("prompt_id", "input_ids", "tokenizer_fingerprint"),
                 exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
                 exclude_prompt_ids=bad_prompt_ids,
                 conversations=conversations,

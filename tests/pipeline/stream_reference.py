@@ -22,6 +22,7 @@ from eagle3_dagster.quality import read_gate_result, run_gate, training_features
 from eagle3_dagster.quality.features import available_source_shares
 from eagle3_dagster.schemas import TRAINING_SAMPLES
 from eagle3_dagster.storage import write_frame_atomic
+from eagle3_dagster.tokenize import tokenize_prompts
 from eagle3_dagster.train import build_training_samples
 from eagle3_dagster.train.conversations import parse_generations
 from eagle3_dagster.train.summary import summarize_samples
@@ -32,8 +33,11 @@ BATCH, BUCKET = 2, 2
 @pytest.fixture
 def small_stream_batches(monkeypatch):
     from eagle3_dagster.defs import generate as gen_defs
+    from eagle3_dagster.defs import tokenize as tok_defs
     from eagle3_dagster.defs import train as train_defs
     from eagle3_dagster.orchestration import stage
+
+    monkeypatch.setattr(tok_defs, "PROMPT_SLICE_ROWS", BATCH)  # tokenized_prompts in many slices
 
     monkeypatch.setattr(gen_defs, "GENERATION_BATCH_ROWS", BATCH)
     monkeypatch.setattr(train_defs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
@@ -50,6 +54,13 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     gens = read_generations(gen_dir).join(pl.read_parquet(gen_dir / "active.parquet"), on="sample_id", how="semi")
     tokenized = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "part-*.parquet")
     prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == k)
+    # tokenized_prompts, streamed slice by slice, wrote what tokenizing the whole shard at once gives
+    ref_tok, ref_rej = tokenize_prompts(
+        prompts, cached_renderer(profile), max_new_tokens=profile.max_new_tokens_for(pipeline.max_new_tokens)
+    )
+    assert prompts.height > 3 * BATCH and tokenized.equals(ref_tok)
+    rej = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "rejects.parquet")
+    assert rej.equals(ref_rej.cast(dict(rej.schema)))  # type: ignore[arg-type]
     bad_p = set(read_gate_result(data, "prompts", k).row_failures["row_id"].to_list())
     bad_s = set(read_gate_result(data, "generations", k).row_failures["row_id"].to_list())
     cands = gens.filter(~pl.col("sample_id").is_in(list(bad_s)) & ~pl.col("prompt_id").is_in(list(bad_p)))
