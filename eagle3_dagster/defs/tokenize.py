@@ -12,7 +12,7 @@ from ..orchestration.resources import PipelineSettings, cached_renderer
 from ..orchestration.stage import arrow_batch
 from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
+from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
 
 GROUP = "tokenize"
@@ -68,7 +68,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     n_in = n_ok = 0
     rejected: list[pl.DataFrame] = []
     feats: list[pl.DataFrame] = []
-    sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS)
+    sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS, buffer_bytes=ONE_ROW_GROUP_BYTES)
     try:
         for prompts in shard_prompts(data / "prompts" / "prompts.parquet", shard):
             tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)

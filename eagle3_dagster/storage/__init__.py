@@ -57,9 +57,10 @@ from .reads import (
     sha256_of,
 )
 from .uris import PYARROW_SCHEMES, StorageError, check_uri, display_uri, redact_uri, uri_scheme
-from .writes import ParquetSink, TextSink, write_frame_atomic, write_table_atomic
+from .writes import ONE_ROW_GROUP_BYTES, ParquetSink, TextSink, write_frame_atomic, write_table_atomic
 
 __all__ = [
+    "ONE_ROW_GROUP_BYTES",
     "PYARROW_SCHEMES",
     "DataPath",
     "DataRoot",

@@ -16,6 +16,11 @@ import pyarrow.parquet as pq
 from .atomic import _local_atomic, _put
 from .paths import DataPath, PathLike, _native, as_data_path
 
+# A streamed table that stays under this many Arrow bytes is written as one row group: byte for byte the
+# file write_table_atomic writes for all its rows at once (what the shard steps wrote before they were
+# streamed). A bigger one streams a row group per written table, so memory never holds more than this.
+ONE_ROW_GROUP_BYTES = 64 << 20
+
 
 def write_table_atomic(table: pa.Table, path: PathLike, *, schema: pa.Schema | None = None) -> Any:
     if schema is not None:

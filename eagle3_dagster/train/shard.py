@@ -21,15 +21,10 @@ from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch
 from ..profiles import ModelProfile
 from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
-from ..storage import ParquetSink, PathLike, write_frame_atomic
+from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, PathLike, write_frame_atomic
 from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
 from .samples import build_training_samples
 from .summary import sample_stats
-
-# A shard whose training rows stay under this many Arrow bytes is written as one row group, byte for byte
-# the file the whole-shard build wrote (pq.write_table of every row); a bigger one streams a row group
-# per sort bucket (same rows, order and schema; other row groups), so memory never holds more than this.
-ONE_ROW_GROUP_BYTES = 64 << 20
 
 
 @dataclass

@@ -20,7 +20,7 @@ from eagle3_dagster.generate import read_generations
 from eagle3_dagster.orchestration.resources import cached_renderer
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features
 from eagle3_dagster.quality.features import available_source_shares
-from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS, TRAINING_SAMPLES
 from eagle3_dagster.storage import write_frame_atomic
 from eagle3_dagster.tokenize import tokenize_prompts
 from eagle3_dagster.train import build_training_samples
@@ -61,6 +61,12 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     assert prompts.height > 3 * BATCH and tokenized.equals(ref_tok)
     rej = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "rejects.parquet")
     assert rej.equals(ref_rej.cast(dict(rej.schema)))  # type: ignore[arg-type]
+    # ... byte for byte the files the whole-shard write made (the table is under ONE_ROW_GROUP_BYTES)
+    tok_dir = data / "tokenized_prompts" / f"shard={shard}"
+    write_frame_atomic(ref_tok, tmp_path / "ref_tok.parquet", schema=TOKENIZED_PROMPTS)
+    write_frame_atomic(ref_rej, tmp_path / "ref_rej.parquet", schema=TOKENIZE_REJECTS)
+    assert (tok_dir / "part-0000.parquet").read_bytes() == (tmp_path / "ref_tok.parquet").read_bytes()
+    assert (tok_dir / "rejects.parquet").read_bytes() == (tmp_path / "ref_rej.parquet").read_bytes()
     bad_p = set(read_gate_result(data, "prompts", k).row_failures["row_id"].to_list())
     bad_s = set(read_gate_result(data, "generations", k).row_failures["row_id"].to_list())
     cands = gens.filter(~pl.col("sample_id").is_in(list(bad_s)) & ~pl.col("prompt_id").is_in(list(bad_p)))
