@@ -12,8 +12,8 @@
    - training_samples: as defs/train.py: the generations in batches of 512 through build_training_shard
                        (parse + round trip through tokenize/fast_bpe.py, ids + loss mask, the sorted
                        table write, row features, stats), the shard summary, the training_samples gate;
-                       with TOKENIZERS_PARALLELISM as set (default: the round trip's encode on every core)
-   - training_samples_one_thread: the same with TOKENIZERS_PARALLELISM=false.
+                       (the fast BPE twin encodes on one thread: two were measured slower, see
+                       train/parse.py batch_encode)
    CPU is time.process_time() of the child: every thread counted. Per stage:
    - steady_samples_per_s_per_core = (N_large - N_small) / (CPU_large - CPU_small) of the stage proper:
      the per-sample rate once the process is up (`train_samples_per_s_per_core`, the headline; target
@@ -324,8 +324,6 @@ def main() -> int:
         variants = [
             ("generations", "generations", None),
             ("training_samples", "training_samples", None),
-            # the same stage on one thread: the round trip's threads buy wall time, at some CPU per sample
-            ("training_samples_one_thread", "training_samples", {"TOKENIZERS_PARALLELISM": "false"}),
         ]
         for name, stage, env in variants:
             runs = [run_child(stage, work, size, work, env) for size in (small, 10 * small)]
@@ -339,9 +337,6 @@ def main() -> int:
             print(f"{name:17s} {stages[name]}")
         result["stages"] = stages
         result["train_samples_per_s_per_core"] = stages["training_samples"]["steady_samples_per_s_per_core"]
-        result["train_samples_per_s_per_core_one_thread"] = stages["training_samples_one_thread"][
-            "steady_samples_per_s_per_core"
-        ]
         result["max_stage_rss_ratio_10x"] = max(s["rss_ratio_10x"] for s in stages.values())
 
         # fixed cost per shard run: the same rows as 4 and as 64 shards

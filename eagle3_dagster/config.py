@@ -388,14 +388,3 @@ def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:
     s = s or settings()
     os.environ[TOKENIZERS_PARALLELISM_ENV] = "true" if s.tokenizers_parallelism else "false"
     return s.tokenizers_parallelism
-
-
-def tokenizer_threads() -> int:
-    """Threads a batch encode may use (tokenize/fast_bpe.py via train/parse.py): every core this process may
-    run on when TOKENIZERS_PARALLELISM (as applied by apply_tokenizers_parallelism) is on, else 1."""
-    raw = os.environ.get(TOKENIZERS_PARALLELISM_ENV, "true").strip()
-    try:
-        on = _bool(TOKENIZERS_PARALLELISM_ENV, raw) if raw else True
-    except _Problem:
-        on = True  # settings() reports the bad value; the `tokenizers` library then uses its own default
-    return max(1, len(os.sched_getaffinity(0))) if on else 1
