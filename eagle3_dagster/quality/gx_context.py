@@ -50,7 +50,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +164,19 @@ def _share_jinja_bytecode() -> None:
 # --------------------------------------------------------------------------------------------- expectation configurations
 
 _CONFIG_MEMO = threading.local()
+
+
+def _by_identity(cache: dict[int, tuple[Any, Any]], obj: Any, compute: Callable[[Any], Any]) -> Any:
+    """compute(obj) once per live object: keyed by id(obj), the object kept beside its value so a
+    recycled id of a dead object never answers for a new one."""
+    hit = cache.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = compute(obj)
+    cache[id(obj)] = (obj, value)
+    return value
+
+
 _CONFIG_PATCHED = False
 
 
@@ -185,14 +198,7 @@ def _share_configurations() -> None:
 
     def configuration(self: Any) -> Any:
         memo = getattr(_CONFIG_MEMO, "memo", None)
-        if memo is None:
-            return build(self)
-        hit = memo.get(id(self))
-        if hit is not None and hit[0] is self:
-            return hit[1]
-        cfg = build(self)
-        memo[id(self)] = (self, cfg)
-        return cfg
+        return build(self) if memo is None else _by_identity(memo, self, build)
 
     Expectation.configuration = property(configuration, doc=prop.__doc__)  # type: ignore[method-assign,assignment]
     _CONFIG_PATCHED = True
@@ -243,12 +249,7 @@ def suite_fingerprint(gx_suite: Any) -> str:
 def _fingerprint(gx_suite: Any) -> str:
     """suite_fingerprint, computed once per suite object: the gates' suite objects are built once
     per definition and never changed (gate._gx_suite; an edited definition is another object)."""
-    cached = _FINGERPRINTS.get(id(gx_suite))
-    if cached is not None and cached[0] is gx_suite:
-        return cached[1]
-    fp = suite_fingerprint(gx_suite)
-    _FINGERPRINTS[id(gx_suite)] = (gx_suite, fp)
-    return fp
+    return _by_identity(_FINGERPRINTS, gx_suite, suite_fingerprint)
 
 
 def clear_cache() -> None:

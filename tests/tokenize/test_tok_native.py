@@ -398,14 +398,13 @@ def test_render_batch_results_identical_native_vs_jinja(pair: tuple[PromptRender
     assert sum(r.ok for r in native) >= N_RANDOM // 2
 
 
-def _assert_native_equals_jinja(
-    native_renderer: PromptRenderer,
-    jinja_renderer: PromptRenderer,
-    messages: list[dict[str, Any]],
-    template_kwargs: dict[str, Any] | None,
-    add_generation_prompt: bool,
-) -> None:
+Case = tuple[list[dict[str, Any]], dict[str, Any] | None, bool]  # messages, template kwargs, generation prompt
+
+
+def _assert_native_equals_jinja(renderers: tuple[PromptRenderer, PromptRenderer], case: Case) -> None:
     """The native renderer handles the case, with no tools and with each tool set, exactly as jinja."""
+    native_renderer, jinja_renderer = renderers
+    messages, template_kwargs, add_generation_prompt = case
     for tools in (None, [_WEATHER], [_PLUGIN]):
         request = RenderRequest(messages, tools, add_generation_prompt, template_kwargs)
         native = _native_text(native_renderer, request)
@@ -470,7 +469,7 @@ def test_edge_cases_rendered_natively_and_equal(
     template_kwargs: dict[str, Any] | None,
     add_generation_prompt: bool,
 ) -> None:
-    _assert_native_equals_jinja(native_renderer, jinja_renderer, messages, template_kwargs, add_generation_prompt)
+    _assert_native_equals_jinja((native_renderer, jinja_renderer), (messages, template_kwargs, add_generation_prompt))
 
 
 @pytest.mark.parametrize(
@@ -590,7 +589,9 @@ def test_qwen_edge_cases_rendered_natively_and_equal(
     template_kwargs: dict[str, Any] | None,
     add_generation_prompt: bool,
 ) -> None:
-    _assert_native_equals_jinja(qwen_renderer, qwen_jinja_renderer, messages, template_kwargs, add_generation_prompt)
+    _assert_native_equals_jinja(
+        (qwen_renderer, qwen_jinja_renderer), (messages, template_kwargs, add_generation_prompt)
+    )
 
 
 @pytest.mark.parametrize(
