@@ -95,6 +95,31 @@ def _check_shape(backend: Any) -> tuple[str, bool]:
     return steps[0]["pattern"]["Regex"], nfc
 
 
+# The pre-tokenizer regexes of GPT-4-style byte-level BPE tokenizers (Kimi-K2.5, Qwen3, cl100k, o200k) end
+# with these two alternatives; the first has a lookahead, which regex crates cannot run.
+_WHITESPACE_TAIL = r"|\s+(?!\S)|\s+"
+
+
+def grouped_pattern(pattern: str) -> str:
+    """The same regex with every alternative before the whitespace tail in one non-capturing group.
+
+    tiktoken runs the pattern with fancy-regex. Because of the lookahead, the pattern is "hard": its
+    top-level alternation runs in fancy-regex's backtracking VM, which tries each alternative as its
+    own delegated regex-crate match, in order, at every piece. Grouped, the lookahead-free alternatives
+    are one delegate (the regex crate's leftmost-first semantics pick the same alternative and the
+    same length a backtracking engine does), tried once per piece: the same pieces, ~25% less encode
+    time on long outputs. Anything that does not have exactly that shape (other lookarounds or
+    backreferences before the tail, an escaped `|`) is returned unchanged; the probe checks the result.
+    """
+    if not pattern.endswith(_WHITESPACE_TAIL):
+        return pattern
+    head = pattern[: -len(_WHITESPACE_TAIL)]
+    trailing_backslashes = len(head) - len(head.rstrip("\\"))
+    if not head or trailing_backslashes % 2 or re.search(r"\(\?<?[=!]|\\[1-9k]", head):
+        return pattern
+    return f"(?:{head}){_WHITESPACE_TAIL}"
+
+
 class FastBPE:
     """tokenizer.encode(text, add_special_tokens=False) and tokenizer.decode(ids, skip_special_tokens=False,
     clean_up_tokenization_spaces=False) through tiktoken; build with `from_tokenizer` (checked by a probe)."""
@@ -145,7 +170,9 @@ class FastBPE:
         if set(specials.values()) & set(ranks.values()):
             raise FastBPEUnavailable("added tokens share ids with the vocabulary")
         try:
-            enc = tiktoken.Encoding("eagle3-fast-bpe", pat_str=pattern, mergeable_ranks=ranks, special_tokens=specials)
+            enc = tiktoken.Encoding(
+                "eagle3-fast-bpe", pat_str=grouped_pattern(pattern), mergeable_ranks=ranks, special_tokens=specials
+            )
         except Exception as e:  # tiktoken raises ValueError / its own errors on a bad regex or duplicate ids
             raise FastBPEUnavailable(f"tiktoken cannot build it: {type(e).__name__}: {e}") from None
         fast = cls(enc, specials, nfc)

@@ -10,7 +10,7 @@ import sys
 import pytest
 from dataset_texts import dataset_strings
 
-from eagle3_dagster.tokenize.fast_bpe import FastBPE, byte_to_unicode, fast_bpe_for
+from eagle3_dagster.tokenize.fast_bpe import FastBPE, byte_to_unicode, fast_bpe_for, grouped_pattern
 from eagle3_dagster.train.parse import batch_decode, batch_encode
 
 LOGGER = "eagle3_dagster.tokenize.fast_bpe"
@@ -53,6 +53,34 @@ def test_encode_and_decode_equal_the_tokenizer_on_every_shared_dataset(tok, data
     assert sum(s != w for s, w in zip(seqs[len(want) :], want)) > 100  # the splitter did split
     assert fast.decode_batch(seqs) == _reference_decode(tok, seqs)
     assert any("\ufffd" in t for t in _reference_decode(tok, seqs[-100:]))
+
+
+def test_the_twin_runs_the_grouped_pattern_and_splits_whitespace_runs_as_the_tokenizer(tok):
+    """The twin's regex is the grouped one (so the dataset test above covers it), and whitespace runs of
+    every kind before every character class (where the lookahead alternative decides) encode the same."""
+    fast = fast_bpe_for(tok)
+    assert fast is not None
+    pattern = fast._enc._pat_str
+    assert pattern.startswith("(?:") and pattern.endswith(r")|\s+(?!\S)|\s+")
+    rng = random.Random(11)
+    pieces = [" ", "  ", "\t", "\n", "\r\n", "\u3000", "\xa0", "\u2029", "a", "Ab", "中文", "7", "12345", "'s", "'LL",
+              "!", "?!", "é", "e\u0301", "👍", "x y", "<|", "|>"]  # fmt: skip
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    assert fast.encode_batch(texts) == _reference_encode(tok, texts)
+
+
+def test_grouped_pattern_groups_only_the_shape_it_is_the_same_for():
+    assert grouped_pattern(r"a|b+|\s+(?!\S)|\s+") == r"(?:a|b+)|\s+(?!\S)|\s+"
+    assert grouped_pattern(r"(?i:'s|'t)|x\\|\s+(?!\S)|\s+") == r"(?:(?i:'s|'t)|x\\)|\s+(?!\S)|\s+"  # escaped backslash
+    for unchanged in (
+        r"a|\s+",  # no lookahead tail
+        r"a(?=b)|\s+(?!\S)|\s+",  # another lookaround before it
+        r"a(?<!b)|\s+(?!\S)|\s+",
+        r"(a)\1|\s+(?!\S)|\s+",  # a backreference
+        r"a\|\s+(?!\S)|\s+",  # the tail's `|` is escaped: not an alternation
+        r"|\s+(?!\S)|\s+",  # nothing before it
+    ):
+        assert grouped_pattern(unchanged) == unchanged
 
 
 def test_batch_paths_equal_the_reference_also_for_ids_outside_the_vocabulary(tok):
