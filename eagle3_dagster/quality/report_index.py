@@ -24,11 +24,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..storage import as_data_path, parse_shard_key
+from ..storage import parse_shard_key
 from .report_model import GateCell, ShardRow, existing_page
 
 log = logging.getLogger(__name__)
@@ -99,8 +101,7 @@ def load(report_path: Path, ident: dict[str, Any]) -> Loaded | None:
             log.info("quality report index %s is for other data, paths or gates: rebuilding in full", f)
             return None
         out = {}
-        for line in lines:
-            e = json.loads(line)
+        for line, e in zip(lines, json.loads("[" + ",".join(lines) + "]"), strict=True):  # one parse
             k = str(e["shard"])
             cells = {g: _light(k, g, c) for g, c in e["cells"].items()}
             turns = e.get("turns")
@@ -131,7 +132,19 @@ def save(report_path: Path, ident: dict[str, Any], entries: list[Entry], pages_p
     """Write the index; `pages_pruned`: the prune stamp read before the entries' pages were checked."""
     head = {**ident, "shards": len(entries), "pages_pruned": pages_pruned}
     lines = [json.dumps(head), *(e.line or _line(e) for e in entries)]
-    as_data_path(index_path(report_path)).write_text("\n".join(lines) + "\n")
+    _replace(index_path(report_path), "\n".join(lines) + "\n")
+
+
+def _replace(f: Path, text: str) -> None:
+    """Write whole (tmp + rename: a reader never sees half an index) without fsync: the index is a
+    cache, and one lost or damaged by a crash is unreadable or foreign, so the next update rebuilds
+    in full (the page itself is written durably, storage's atomic write)."""
+    tmp = f.with_name(f"{f.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, f)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def sort_key(shard: str) -> int:
