@@ -423,9 +423,11 @@ def _docs_after_run(
             gx_docs.build_index(ctx)  # so it links no pruned page
         return None, None
     pages = [vri]
-    if not hit or not (gx_root / DOCS_SUITES_BASE / f"{suite_name}.html").is_file():
+    new_suite_page = not (gx_root / DOCS_SUITES_BASE / f"{suite_name}.html").is_file()
+    if not hit or new_suite_page:
         pages.append(suite_id)  # the suite page changes only with the suite (a set-up)
-    if gx_docs.index_due(gx_root):
+    # a suite's first page: the index lists the suite once rebuilt (once per suite and context)
+    if new_suite_page or gx_docs.index_due(gx_root):
         gx_docs.refresh(ctx, keep, pages)
     else:
         mine = ctx.validation_results_store.has_key(vri)  # pruned already by a newer concurrent run?

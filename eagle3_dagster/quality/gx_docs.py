@@ -6,7 +6,8 @@ The site's index (index.html: a Jinja render listing every kept validation of ev
 at keep=20 x 3 suites) is the largest single Data Docs cost of a gate, so it is rebuilt only when
 it is due:
 
-- the index file is missing, or
+- the index file is missing, or this gate renders its suite's page for the first time (else the
+  index would not list the suite until the next rebuild: once per suite and context), or
 - its mtime is older than DOCS_INDEX_REFRESH_S (the file's mtime, so this holds across the step
   processes of the multiprocess executor too), or
 - at the end of a run: `refresh_docs_index` (gx_context), called by `training_dataset` and

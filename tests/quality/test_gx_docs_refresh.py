@@ -13,11 +13,11 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from quality_helpers import tokenized_rows
+from quality_helpers import generation_rows, tokenized_rows
 
 from eagle3_dagster.orchestration import gates as orchestration_gates
 from eagle3_dagster.orchestration.gates import gate_check_results
-from eagle3_dagster.quality import gx_context, prompt_features, run_gate
+from eagle3_dagster.quality import generation_features, gx_context, prompt_features, run_gate
 from eagle3_dagster.quality.retention import DOCS_INDEX, VALIDATIONS_BASE
 
 
@@ -60,6 +60,17 @@ def test_gates_render_their_pages_and_the_index_only_when_due(kimi, kimi_profile
     assert _pages_on_disk(site) == kept and _linked_pages(index) == kept
     assert len(list((gx_root / VALIDATIONS_BASE).rglob("*.json"))) == 2
     assert not any(Path(r.data_docs_page).exists() for r in results[:2])
+
+
+def test_a_suite_s_first_page_is_listed_at_once(kimi, kimi_profile, gx_dirs):
+    # the index is fresh after the prompts gate; the generations gate's suite is new to the site, so
+    # the index is rebuilt to list it (what a user opening Data Docs after one shard run expects)
+    tokenized = tokenized_rows(kimi, {"p0": "What is 2+2?"})
+    run_gate("prompts", prompt_features(tokenized, kimi_profile), profile=kimi_profile, **gx_dirs)
+    gens = generation_rows([dict(sample_id="s0", prompt_id="p0", output_ids=kimi.output("Add.", "4."))])
+    res = run_gate("generations", generation_features(gens, tokenized, kimi_profile), profile=kimi_profile, **gx_dirs)
+    html = Path(res.data_docs_index).read_text()
+    assert "expectations/prompts_gate.html" in html and "expectations/generations_gate.html" in html
 
 
 def test_refresh_without_a_site_prunes_and_builds_no_docs(kimi, kimi_profile, gx_dirs):
