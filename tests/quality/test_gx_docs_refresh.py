@@ -95,3 +95,16 @@ def test_end_of_run_refresh_failure_is_a_warning_not_a_failed_asset(monkeypatch,
     pipeline = SimpleNamespace(gx_context_dir=tmp_path / "gx", gx_keep_validations=20)
     assert orchestration_gates.refresh_data_docs(context, pipeline) is None
     assert warnings == [f"GX Data Docs index not refreshed: PermissionError: {tmp_path / 'gx'}: read-only"]
+
+
+def test_eagle3_report_brings_the_data_docs_index_up_to_date(kimi, kimi_profile, gx_dirs, capsys):
+    from eagle3_dagster.quality.cli import report_main
+
+    feats = prompt_features(tokenized_rows(kimi, {"p0": "What is 2+2?"}), kimi_profile)
+    results = [run_gate("prompts", feats, profile=kimi_profile, **gx_dirs) for _ in range(3)]
+    index = Path(results[0].data_docs_index)
+    site = index.parent
+    assert len(_linked_pages(index)) == 1  # the later gates did not rebuild it (inside the interval)
+    work = gx_dirs["context_dir"].parent
+    assert report_main(["--data-dir", str(work), "--work-dir", str(work)]) == 0
+    assert _linked_pages(index) == _pages_on_disk(site) and len(_pages_on_disk(site)) == 3
