@@ -24,8 +24,10 @@
    - startup_cpu_s: the intercept, CPU_small - N_small / steady rate: what every fresh step process pays.
    Nothing is hidden: stage_cpu_s (from the stage's first import) and process_cpu_s are printed too.
 3. Fixed cost per shard run: the same rows split into 4 and into 64 shards (16 with --quick); per
-   shard the three gates (prompts, generations, training_samples) with Data Docs, their stored
-   results and the report update, as store_gate_result does; per_shard_fixed_s = (T64 - T4) / 60,
+   shard the three gates (prompts, generations, training_samples) with Data Docs (this run's page;
+   the index and the pruning when due, gx_docs.py), their stored results and the report update, as
+   store_gate_result does; then the end-of-run Data Docs refresh training_dataset does (once per
+   run, in both runs: it cancels out of the difference); per_shard_fixed_s = (T64 - T4) / 60,
    wall (and `per_shard_fixed_cpu_s` from CPU time: on a shared machine wall time includes
    waiting for a core). One process, as the in-process executor runs a backfill;
    `gx_first_gate_s` is the first gate of a process (GX import + set-up, what each step of the
@@ -233,8 +235,11 @@ def run_child(stage: str, inputs: Path, size: int, work: Path, env: dict[str, st
 
 
 def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> tuple[float, float]:
-    """(wall, CPU) seconds for the three gates + stored results + report updates of every shard."""
+    """(wall, CPU) seconds for the three gates + stored results + report updates of every shard, and
+    the end of the run's Data Docs refresh (prune + index, as training_dataset's report refresh does)."""
+    from eagle3_dagster.config import GX_KEEP_VALIDATIONS_DEFAULT
     from eagle3_dagster.quality import run_gate, write_gate_result
+    from eagle3_dagster.quality.gx_context import refresh_docs_index
     from eagle3_dagster.quality.report_html import update_report
 
     profile = _profile()
@@ -246,6 +251,7 @@ def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> 
             res = run_gate(gate, part, expectations_dir=EXPECTATIONS, context_dir=data / "gx", profile=profile)
             write_gate_result(data, gate, k, res)
             update_report(data, data, shards=[k], n_shards=n_shards, profile=profile.name)
+    refresh_docs_index(data / "gx", GX_KEEP_VALIDATIONS_DEFAULT)
     return time.perf_counter() - t0, time.process_time() - c0
 
 

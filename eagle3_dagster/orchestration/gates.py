@@ -15,6 +15,7 @@ from typing import Any
 import dagster as dg
 
 from ..quality import write_gate_result
+from ..quality.gx_context import refresh_docs_index
 from ..quality.report_html import update_report, write_report
 from .partitions import N_SHARDS
 
@@ -86,6 +87,8 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
         ),
         "expectations": dg.MetadataValue.md(outcomes_table(result.outcomes)),
     }
+    if getattr(result, "data_docs_page", None):  # this run's own page: exists whatever the index's freshness
+        meta["data_docs_page"] = dg.MetadataValue.url("file://" + str(result.data_docs_page))
     if getattr(result, "data_docs_index", None):
         meta["data_docs"] = dg.MetadataValue.url("file://" + str(result.data_docs_index))
     out.append(
@@ -114,9 +117,13 @@ def refresh_quality_report(
     """Rewrite <work_dir>/reports/index.html (offline HTML report).
 
     With `shard`, only that shard is re-read (the others come from the report's index: a gate's
-    refresh costs the same at 4 or 1,000 shards); without, everything stored is re-read.
+    refresh costs the same at 4 or 1,000 shards); without (the end of a run), the GX Data Docs
+    index is brought up to date first (pruned to EAGLE3_GX_KEEP_VALIDATIONS, rebuilt:
+    refresh_data_docs) and then everything stored is re-read.
     The report is a view: a failure to write it is logged, never fails the asset.
     """
+    if shard is None:
+        refresh_data_docs(context, pipeline)
     try:
         if shard is not None:
             return update_report(
@@ -125,6 +132,16 @@ def refresh_quality_report(
         return write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
     except Exception as e:
         context.log.warning(f"quality report not written: {type(e).__name__}: {e}")
+        return None
+
+
+def refresh_data_docs(context: Any, pipeline: Any) -> Path | None:
+    """The end-of-run Data Docs refresh (gx_context.refresh_docs_index): prune, rebuild the index.
+    Docs are a view: a failure is logged as a warning naming the cause, never fails the asset."""
+    try:
+        return refresh_docs_index(pipeline.gx_context_dir, pipeline.gx_keep_validations)
+    except Exception as e:
+        context.log.warning(f"GX Data Docs index not refreshed: {type(e).__name__}: {e}")
         return None
 
 

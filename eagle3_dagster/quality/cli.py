@@ -1,7 +1,8 @@
 """`eagle3 inspect`: preview a shard's generations and show its stored gate results.
 
     eagle3 inspect --shard N [--data-dir DIR] [--model PROFILE] [-n K] [--sample-id ID ...]
-    eagle3 report [--data-dir URI] [--work-dir DIR] [--out FILE]   (report_main: the offline HTML report)
+    eagle3 report [--data-dir URI] [--work-dir DIR] [--out FILE]   (report_main: the offline HTML report,
+                                                                    after the GX Data Docs index refresh)
 
 Reads data/generations/shard=NNNN/part-*.parquet and data/tokenized_prompts/shard=NNNN/part-*.parquet,
 prints the same Markdown preview the Dagster asset shows, then every stored gate result for the shard.
@@ -148,6 +149,7 @@ def report_main(argv: list[str]) -> int:
         if args.work_dir
         else (s.work_dir if not args.data_dir else work_dir_for(data_dir))
     )
+    _refresh_docs(work, s.gx_keep_validations)
     try:
         path = write_report(data_dir, work, out=args.out, n_shards=s.n_shards, profile=args.model)
     except (StorageError, OSError) as e:
@@ -156,6 +158,17 @@ def report_main(argv: list[str]) -> int:
     print(path)
     _print_latest_age(data_dir)
     return 0
+
+
+def _refresh_docs(work: Path, keep: int) -> None:
+    """The GX Data Docs index brought up to date (pruned, rebuilt) before the report links its pages;
+    a failure is a warning on stderr (the report is still written)."""
+    from .gx_context import refresh_docs_index
+
+    try:
+        refresh_docs_index(work / "gx", keep)
+    except Exception as e:
+        print(f"eagle3 report: GX Data Docs index not refreshed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def _print_latest_age(data_dir: DataPath | Path) -> None:

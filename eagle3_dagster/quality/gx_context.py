@@ -18,7 +18,7 @@ What happens now:
 - Validation (the CPU part, in `validate()`) runs outside the context lock. GX stores the
   validation result under a new unique run-time folder, so concurrent runs never write the same
   file. Only the writes that touch shared files take the lock: set-up on a cache miss, pruning
-  old results (retention.py) and the Data Docs build (index.html, the suite page, this run's page).
+  old results (retention.py) and the Data Docs build (this run's page, the suite page, index.html).
 - A process-wide Jinja bytecode cache for GX's Data Docs templates (jinja2's own mechanism): the
   pages are identical, the templates are compiled once per process instead of once per build.
 - `config_variables_file_path` is cleared in the pipeline-owned context (no `${VAR}` substitution
@@ -34,10 +34,10 @@ CPU per gate went to GX beyond the data work, now ~0.3 s (bench/stages.py per_sh
 - GX rebuilds an expectation's configuration (pydantic `.dict()` + deep copies) on every access,
   ~65 times per expectation per validation; within one validation each is built once
   (`_memoized_configurations`), the same configuration objects GX would build.
-- Data Docs per gate: this run's page and the index; the suite page only on a set-up (a changed
-  suite always is one) or when missing; the static assets once per process; and the index builder
-  reads each stored validation result once per process (results never change once stored). The
-  pages are those a full GX build writes (a test compares them).
+- Data Docs per gate (gx_docs.py): this run's page; the suite page only on a set-up (a changed
+  suite always is one) or when missing; the index, and the retention pruning with it, only when
+  due (missing, older than gx_docs.DOCS_INDEX_REFRESH_S, or at the end of a run:
+  `refresh_docs_index`). The pages are those a full GX build writes (a test compares them).
 
 GX 1.24 sends no usage statistics (it has no analytics module); `analytics_enabled: false` is
 still written to the context's config, so an older GX would not either.
@@ -55,9 +55,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
-from .retention import DOCS_INDEX, DOCS_SUITES_BASE, PruneStats, prune_validations
+from . import gx_docs
+from .retention import DOCS_INDEX, DOCS_SUITES_BASE, PruneStats, prune_all, prune_validations
 
 log = logging.getLogger(__name__)
 
@@ -283,84 +283,9 @@ def _context(context_dir: Path) -> Any:
         ctx.config.config_variables_file_path = None
         ctx.variables.save()
         ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))  # without that provider
-    _memoize_validation_results(ctx)
-    _copy_static_assets_once(ctx)
+    gx_docs.install(ctx)
     _CONTEXTS[key] = ctx
     return ctx
-
-
-def _copy_static_assets_once(ctx: Any) -> None:
-    """GX copies its Data Docs static assets (CSS, fonts, images: ~60 files) into the site on every
-    build. They depend only on the installed GX: the first build of a process copies them (and so
-    repairs a damaged site), later builds of that process skip the copy while the folder exists."""
-    original = ctx._init_site_builder_for_data_docs_site_creation
-    copied: set[str] = set()
-
-    def init_site_builder(site_name: str, site_config: dict) -> Any:
-        builder = original(site_name=site_name, site_config=site_config)
-        store = getattr(builder, "target_store", None)
-        copy = getattr(store, "copy_static_assets", None)
-        backend = (getattr(store, "store_backends", None) or {}).get("static_assets")
-        base = getattr(backend, "full_base_directory", None)
-        if store is None or copy is None or base is None:
-            return builder
-        static = Path(base) / "static"
-
-        def copy_static_assets(static_assets_source_dir: str | None = None) -> None:
-            if site_name in copied and static_assets_source_dir is None and static.is_dir():
-                return
-            copy(static_assets_source_dir)
-            if static_assets_source_dir is None:
-                copied.add(site_name)
-
-        store.copy_static_assets = copy_static_assets
-        return builder
-
-    ctx._init_site_builder_for_data_docs_site_creation = init_site_builder
-
-
-_RESULTS_MEMO_SIZE = 512
-
-
-def _memoize_validation_results(ctx: Any) -> None:
-    """Data Docs' index builder re-reads (and deserializes) every stored validation result on each
-    build; a stored result never changes (one new run-time folder per run), so each is read once
-    per process. Pruned results are not asked for (the builder lists the store first)."""
-    from collections import OrderedDict
-
-    from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult
-
-    original = ctx.get_validation_result
-    memo: OrderedDict[tuple, Any] = OrderedDict()
-
-    def get_validation_result(
-        expectation_suite_name: str,
-        run_id: Any = None,
-        batch_identifier: Any = None,
-        validation_results_store_name: Any = None,
-        failed_only: bool = False,
-    ) -> Any:
-        key: tuple | None = None  # without a run id and batch: "the latest run", not a fixed result
-        if hasattr(run_id, "run_time") and batch_identifier is not None:
-            rid = (run_id.run_name, str(run_id.run_time))
-            key = (expectation_suite_name, rid, batch_identifier, validation_results_store_name, failed_only)
-        if key is not None and key in memo:
-            memo.move_to_end(key)
-            return memo[key]
-        res = original(
-            expectation_suite_name=expectation_suite_name,
-            run_id=run_id,
-            batch_identifier=batch_identifier,
-            validation_results_store_name=validation_results_store_name,
-            failed_only=failed_only,
-        )
-        if key is not None and isinstance(res, ExpectationSuiteValidationResult):
-            memo[key] = res
-            if len(memo) > _RESULTS_MEMO_SIZE:
-                memo.popitem(last=False)
-        return res
-
-    ctx.get_validation_result = get_validation_result
 
 
 def _set_up(context_dir: Path, gate: str, gx_suite: Any, fingerprint: str, result_format: str) -> Prepared:
@@ -436,14 +361,6 @@ def _not_fresh(err: Exception) -> bool:
     return isinstance(err, (ResourceFreshnessAggregateError, ResourceFreshnessError))
 
 
-def _local_site_url(sites: list[dict[str, Any]]) -> str | None:
-    for site in sites:
-        url = site.get("site_url") or ""
-        if url.startswith("file://"):
-            return unquote(urlparse(url).path)
-    return None
-
-
 def _run(prepared: Prepared, pdf: Any) -> tuple[Any, Any]:
     """(result identifier, suite validation result) of one validation, stored in the context.
 
@@ -482,10 +399,63 @@ def _docs_index_url(ctx: Any) -> str | None:
     root = str(ctx.root_directory)
     url = _DOCS_INDEX_URLS.get(root)
     if url is None:
-        url = _local_site_url(ctx.get_docs_sites_urls())
+        url = gx_docs.local_site_url(ctx.get_docs_sites_urls())
         if url is not None:
             _DOCS_INDEX_URLS[root] = url
     return url
+
+
+def _docs_after_run(
+    prepared: Prepared, vri: Any, hit: bool, build_docs: bool, keep: int
+) -> tuple[str | None, str | None]:
+    """Under the context lock: this run's page (and the suite page on a set-up or when missing); the
+    index and the pruning when the index is due (gx_docs.py). Without docs: prune this suite, and
+    rewrite an existing index if a page went. (index, this run's page)."""
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    ctx = prepared.context
+    gx_root = Path(ctx.root_directory)
+    suite_name = prepared.suite.name
+    suite_id = ExpectationSuiteIdentifier(name=suite_name)
+    if not build_docs:
+        pruned = prune_validations(gx_root, suite_name, keep) if keep > 0 else PruneStats()
+        if pruned.pages_removed and (gx_root / DOCS_INDEX).exists():
+            gx_docs.build_index(ctx)  # so it links no pruned page
+        return None, None
+    pages = [vri]
+    new_suite_page = not (gx_root / DOCS_SUITES_BASE / f"{suite_name}.html").is_file()
+    if not hit or new_suite_page:
+        pages.append(suite_id)  # the suite page changes only with the suite (a set-up)
+    # a suite's first page: the index lists the suite once rebuilt (once per suite and context)
+    if new_suite_page or gx_docs.index_due(gx_root):
+        gx_docs.refresh(ctx, keep, pages)
+    else:
+        mine = ctx.validation_results_store.has_key(vri)  # pruned already by a newer concurrent run?
+        gx_docs.build_pages(ctx, pages if mine else pages[1:])
+    page = None
+    try:
+        page = gx_docs.page_url(ctx, vri)
+    except Exception:  # a link for the report and the check only; never fail a gate over it
+        page = None
+    return _docs_index_url(ctx), page
+
+
+def refresh_docs_index(context_dir: Path, keep: int) -> Path | None:
+    """Bring the gates' Data Docs up to date at the end of a run: prune every suite to its newest
+    `keep` results and pages (0 keeps all), then rebuild the index, so it lists exactly the kept
+    pages. The index path; None when the context has no Data Docs site yet (then only pruned)."""
+    gx_root = Path(context_dir) / "gx"
+    if not (gx_root / "great_expectations.yml").is_file():
+        return None
+    with _THREAD_LOCK:
+        ctx = _context(Path(context_dir))
+        with context_lock(Path(context_dir), "prune+index"):
+            if not (gx_root / DOCS_INDEX).is_file():
+                if keep > 0:
+                    prune_all(gx_root, keep)
+                return None
+            gx_docs.refresh(ctx, keep)
+    return gx_root / DOCS_INDEX
 
 
 def validate(
@@ -500,8 +470,8 @@ def validate(
 ) -> GXRun:
     """Validate `pdf` with the gate's suite; store the result; prune; build Data Docs (if asked).
 
-    With keep_validations > 0, the suite keeps the newest `keep_validations` results (and pages)
-    after this run's result is stored (retention.py).
+    With keep_validations > 0, results (and pages) beyond the newest `keep_validations` per suite
+    are pruned when the Data Docs index is rebuilt (retention.py, gx_docs.py).
     """
     _share_jinja_bytecode()
     holds: list[LockHold] = []
@@ -521,35 +491,8 @@ def validate(
             started = time.time()
             vri, vres = _run(prepared, pdf)
         ended = time.time()
-        ctx = prepared.context
-        suite_name = prepared.suite.name
-        index = page = None
         with context_lock(context_dir, "prune+docs", holds):
-            pruned = PruneStats()
-            if keep_validations > 0:
-                pruned = prune_validations(Path(ctx.root_directory), suite_name, keep_validations)
-            from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
-
-            suite_id = ExpectationSuiteIdentifier(name=suite_name)
-            if build_docs:
-                mine = ctx.validation_results_store.has_key(vri)  # pruned already by a newer concurrent run?
-                # The suite's page changes only with the suite: rendered on a set-up (a cache miss,
-                # which every changed definition is) or when it is missing; this run's page always,
-                # and the index (it lists every kept page) on every build.
-                ids = [vri] if mine else []
-                if not hit or not (Path(ctx.root_directory) / DOCS_SUITES_BASE / f"{suite_name}.html").is_file():
-                    ids.append(suite_id)
-                ctx.build_data_docs(resource_identifiers=ids or [suite_id])
-                index = _docs_index_url(ctx)
-                if mine:
-                    try:
-                        page = _local_site_url(ctx.get_docs_sites_urls(resource_identifier=vri))
-                    except Exception:  # a link for the report only; never fail a gate over it
-                        page = None
-            elif pruned.pages_removed and (Path(ctx.root_directory) / DOCS_INDEX).exists():
-                # This run builds no docs, so nothing rewrites the index: rebuild it (index + the
-                # suite page; no validation page is re-rendered) so it links no pruned page.
-                ctx.build_data_docs(resource_identifiers=[suite_id])
+            index, page = _docs_after_run(prepared, vri, hit, build_docs, keep_validations)
     run = GXRun(vres.results, index, page, hit, started, ended, holds)
     log.debug(
         "gate %s: GX validation %.3fs (set-up %s), context lock held %.3fs",

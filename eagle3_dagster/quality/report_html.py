@@ -51,6 +51,7 @@ from .report_model import (
     shard_ids,
 )
 from .report_render import link_href, render, shard_fragments
+from .retention import prune_stamp
 from .suites import GATES
 from .turns_report import collect_turns
 
@@ -98,7 +99,14 @@ def _report_lock(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _write(path: Path, model: ReportModel, ident: dict, known: dict[str, report_index.Entry]) -> None:
+def _prune_stamp(work: Path) -> str | None:
+    """The GX context's prune stamp (retention.PRUNE_STAMP) under this work dir."""
+    return prune_stamp(work / "gx" / "gx")
+
+
+def _write(
+    path: Path, model: ReportModel, ident: dict, known: dict[str, report_index.Entry], stamp: str | None
+) -> None:
     """Render (reusing the fragments of `known` shards), write the page, then the index."""
     fragments = {k: e.fragments for k, e in known.items()}
     entries = []
@@ -110,7 +118,7 @@ def _write(path: Path, model: ReportModel, ident: dict, known: dict[str, report_
             e = report_index.entry(row, frags, model.turns.get(row.shard))
         entries.append(e)
     as_data_path(path).write_text(render(model, path, fragments))
-    report_index.save(path, ident, entries)
+    report_index.save(path, ident, entries, stamp)
 
 
 def write_report(
@@ -129,8 +137,9 @@ def write_report(
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
     with _report_lock(path):
+        stamp = _prune_stamp(work)  # read before the pages are checked: a later pruning changes it
         model = collect(data, work, n_shards=n_shards, profile=profile, now=now)
-        _write(path, model, report_index.identity(display_uri(str(data)), work, path, tuple(GATES)), {})
+        _write(path, model, report_index.identity(display_uri(str(data)), work, path, tuple(GATES)), {}, stamp)
     return path
 
 
@@ -147,18 +156,23 @@ def update_report(
     """The report after `shards` changed: those shards re-read and re-rendered, the others reused.
 
     The page is the same as `write_report` would write for the same stored results (a test
-    compares them); without a usable index this is a full rebuild.
+    compares them); without a usable index this is a full rebuild. Linked Data Docs pages are
+    re-checked only after a pruning deleted pages (report_index.py).
     """
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
     ident = report_index.identity(display_uri(str(data)), work, path, tuple(GATES))
     with _report_lock(path):
-        known = report_index.load(path, ident)
-        if known is None:
+        stamp = _prune_stamp(work)  # read before the pages are checked: a later pruning changes it
+        loaded = report_index.load(path, ident)
+        if loaded is None:
             model = collect(data, work, n_shards=n_shards, profile=profile, now=now)
-            _write(path, model, ident, {})
+            _write(path, model, ident, {}, stamp)
             return path
-        stale = {parse_shard_key(k) for k, e in known.items() if not e.pages_still_exist(work)}
+        known = loaded.entries
+        stale: set[int] = set()
+        if not loaded.pages_checked_since(stamp):  # a pruning deleted pages: re-render shards linking one
+            stale = {parse_shard_key(k) for k, e in known.items() if not e.pages_still_exist(work)}
         todo = set(shards) | stale | {k for k in range(n_shards or 0) if shard_key(k) not in known}
         rows = {k: e.row for k, e in known.items()}
         turns = {k: e.turns for k, e in known.items() if e.turns is not None}
@@ -174,5 +188,5 @@ def update_report(
         turns.update(collect_turns(data, sorted(todo)))
         ordered = [rows[s] for s in sorted(rows, key=report_index.sort_key)]
         model = assemble(data, work, ordered, summaries, profile=profile, gates=GATES, now=now, turns=turns)
-        _write(path, model, ident, known)
+        _write(path, model, ident, known, stamp)
     return path

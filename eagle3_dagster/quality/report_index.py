@@ -8,7 +8,10 @@ page-wide parts need from it (status, profile and per-source counts of each gate
 of its Data Docs pages existed when it was rendered, and its multi-turn summary (turns.json, if
 any). An update re-collects and re-renders the
 changed shard only; a shard whose linked Data Docs page has been pruned since is re-collected too,
-so no link dangles. The run-wide parts (snapshots, sources, LATEST age, publish attempt: each
+so no link dangles. Which pages still exist is checked only when the GX context's prune stamp
+(retention.PRUNE_STAMP, rewritten by every pruning that deletes a page) differs from the one the
+index was written under: pruning happens at most once per Data Docs index refresh, so most updates
+check nothing (before, every update stat'ed every linked page of every shard). The run-wide parts (snapshots, sources, LATEST age, publish attempt: each
 small) are read fresh every time.
 
 The index is a cache of what is stored, never the source of truth: a missing, unreadable or
@@ -21,11 +24,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..storage import as_data_path, parse_shard_key
+from ..storage import parse_shard_key
 from .report_model import GateCell, ShardRow, existing_page
 
 log = logging.getLogger(__name__)
@@ -70,10 +75,22 @@ def _light(shard: str, gate: str, d: dict[str, Any]) -> GateCell:
     return GateCell(gate, shard, d["status"], profile=d.get("profile"), by_source=d.get("by_source") or {})
 
 
-def load(report_path: Path, ident: dict[str, Any]) -> dict[str, Entry] | None:
-    """Entries by shard key from the index, or None: rebuild in full.
+@dataclass
+class Loaded:
+    entries: dict[str, Entry]  # by shard key
+    pages_pruned: str | None  # the prune stamp the linked pages were checked under
+    stamped: bool  # False: an index without a stamp (check every page)
 
-    The index is JSON lines: the identity, then one line per shard."""
+    def pages_checked_since(self, stamp: str | None) -> bool:
+        """No pruning deleted a page since the linked pages were last known to exist."""
+        return self.stamped and self.pages_pruned == stamp
+
+
+def load(report_path: Path, ident: dict[str, Any]) -> Loaded | None:
+    """Entries by shard key from the index (and its prune stamp), or None: rebuild in full.
+
+    The index is JSON lines: the identity (with the shard count and prune stamp), then one line per
+    shard."""
     f = index_path(report_path)
     if not f.is_file():
         return None
@@ -84,13 +101,13 @@ def load(report_path: Path, ident: dict[str, Any]) -> dict[str, Entry] | None:
             log.info("quality report index %s is for other data, paths or gates: rebuilding in full", f)
             return None
         out = {}
-        for line in lines:
-            e = json.loads(line)
+        for line, e in zip(lines, json.loads("[" + ",".join(lines) + "]"), strict=True):  # one parse
             k = str(e["shard"])
             cells = {g: _light(k, g, c) for g, c in e["cells"].items()}
             turns = e.get("turns")
             out[k] = Entry(ShardRow(k, cells), dict(e["fragments"]), list(e["pages"]), turns, line)
-        return out
+        stamp = d.get("pages_pruned")
+        return Loaded(out, stamp if isinstance(stamp, str) else None, "pages_pruned" in d)
     except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("quality report index %s unreadable (%s: %s): rebuilding in full", f, type(e).__name__, e)
         return None
@@ -111,9 +128,23 @@ def _line(e: Entry) -> str:
     )
 
 
-def save(report_path: Path, ident: dict[str, Any], entries: list[Entry]) -> None:
-    lines = [json.dumps({**ident, "shards": len(entries)}), *(e.line or _line(e) for e in entries)]
-    as_data_path(index_path(report_path)).write_text("\n".join(lines) + "\n")
+def save(report_path: Path, ident: dict[str, Any], entries: list[Entry], pages_pruned: str | None) -> None:
+    """Write the index; `pages_pruned`: the prune stamp read before the entries' pages were checked."""
+    head = {**ident, "shards": len(entries), "pages_pruned": pages_pruned}
+    lines = [json.dumps(head), *(e.line or _line(e) for e in entries)]
+    _replace(index_path(report_path), "\n".join(lines) + "\n")
+
+
+def _replace(f: Path, text: str) -> None:
+    """Write whole (tmp + rename: a reader never sees half an index) without fsync: the index is a
+    cache, and one lost or damaged by a crash is unreadable or foreign, so the next update rebuilds
+    in full (the page itself is written durably, storage's atomic write)."""
+    tmp = f.with_name(f"{f.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, f)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def sort_key(shard: str) -> int:

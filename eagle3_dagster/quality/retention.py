@@ -6,19 +6,32 @@ path>.html`). A nightly pipeline of 64 shards x 3 gates would add ~70k files a y
 builder reads every stored result on each docs build, so each run would get slower too.
 
 `prune_validations` deletes all but the newest `keep` runs of one suite, the stored result and its
-page together, and then empty folders. The caller holds the context's file lock (gate._locked), so
-concurrent shard runs never prune under each other. Run folders are named by GX's run time
-(`20261202T135856.199965Z`, fixed width, UTC), so a name sort is a time sort.
+page together, and then empty folders; `prune_all` does it for every suite of the context. The
+caller holds the context's file lock (gx_context.context_lock), so concurrent shard runs never prune
+under each other. Run folders are named by GX's run time (`20261202T135856.199965Z`, fixed width,
+UTC), so a name sort is a time sort.
 
-The Data Docs index links only pages that exist: GX builds it from the pages present (and drops
-pages whose result is gone) when the validation's UpdateDataDocsAction runs; when docs are not built
-on this run, the caller rebuilds the index (gate._gx_validate).
+When pruning happens, and so what `keep_validations` (EAGLE3_GX_KEEP_VALIDATIONS) means:
+
+- Gates that build Data Docs (the default) prune only when the Data Docs index is rebuilt, right
+  before it, under the same lock (gx_docs.py): when the index is missing or older than
+  gx_docs.DOCS_INDEX_REFRESH_S (or a suite gets its first page), and at the end of a run (`training_dataset`, `eagle3 report`:
+  gx_context.refresh_docs_index). So the index never links a page that was deleted. Results kept
+  at any moment = the newest `keep` per suite, plus at most those stored since the last rebuild
+  (one refresh interval's worth of gates); right after the end-of-run refresh, exactly the newest
+  `keep` per suite, and the index lists exactly their pages.
+- Gates without Data Docs prune their own suite on every run (and rewrite an existing index if a
+  page went).
+
+Every pruning that deletes a page rewrites PRUNE_STAMP (a fresh token), so the quality report's
+incremental update re-checks which linked pages still exist only after a pruning (report_index.py).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +42,7 @@ VALIDATIONS_BASE = "uncommitted/validations"
 DOCS_VALIDATIONS_BASE = "uncommitted/data_docs/local_site/validations"
 DOCS_INDEX = "uncommitted/data_docs/local_site/index.html"
 DOCS_SUITES_BASE = "uncommitted/data_docs/local_site/expectations"
+PRUNE_STAMP = "uncommitted/data_docs/.pages_pruned"  # rewritten whenever pruning deletes a page
 
 
 @dataclass
@@ -81,6 +95,8 @@ def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
         if key not in kept:
             _remove(d)
             stats.pages_removed += 1
+    if stats.pages_removed:
+        _stamp(gx_root)
     if stats.results_removed or stats.pages_removed:
         log.info(
             "GX context %s: pruned %d old validation result(s) and %d page(s) of %s (keeping %d)",
@@ -91,6 +107,38 @@ def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
             keep,
         )
     return stats
+
+
+def _stamp(gx_root: Path) -> None:
+    """A new token in PRUNE_STAMP (written whole: tmp + rename)."""
+    f = gx_root / PRUNE_STAMP
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f"{f.name}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(uuid.uuid4().hex)
+    tmp.replace(f)
+
+
+def prune_stamp(gx_root: Path) -> str | None:
+    """The token of the last pruning that deleted a page (None: none since the docs folder exists)."""
+    try:
+        return (gx_root / PRUNE_STAMP).read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def prune_all(gx_root: Path, keep: int) -> PruneStats:
+    """prune_validations for every suite with stored results or pages in the context."""
+    suites = {p.name for base in (VALIDATIONS_BASE, DOCS_VALIDATIONS_BASE) for p in _dirs(gx_root / base)}
+    total = PruneStats()
+    for suite in sorted(suites):
+        st = prune_validations(gx_root, suite, keep)
+        total.results_removed += st.results_removed
+        total.pages_removed += st.pages_removed
+    return total
+
+
+def _dirs(base: Path) -> list[Path]:
+    return [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
 
 
 def count_validations(gx_root: Path, suite: str) -> tuple[int, int]:

@@ -1,8 +1,10 @@
-"""GX validation results do not pile up: only the newest N per suite stay, results and Data Docs pages,
-and the Data Docs index links only pages that exist."""
+"""GX validation results do not pile up: only the newest N per suite stay, results and Data Docs pages
+(plus those stored since the last index rebuild, which prunes), and the Data Docs index links only
+pages that exist."""
 
 from __future__ import annotations
 
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 from quality_helpers import tokenized_rows
 
-from eagle3_dagster.quality import prompt_features, run_gate
+from eagle3_dagster.quality import gx_context, gx_docs, prompt_features, run_gate
 from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE, prune_validations
 
 SUITE = "prompts_gate"
@@ -37,9 +39,16 @@ def _dangling_links(index: Path) -> list[str]:
     return sorted(link for link in links if not (index.parent / link).exists())
 
 
+def _age_index(index: Path) -> None:
+    """Make the Data Docs index older than the refresh interval (as if the run went on for a while)."""
+    old = index.stat().st_mtime - gx_docs.DOCS_INDEX_REFRESH_S - 1
+    os.utime(index, (old, old))
+
+
 def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs):
     gx_dirs = {**gx_dirs, "keep_validations": 3}
-    gx_root = gx_dirs["context_dir"] / "gx"
+    ctx_dir = gx_dirs["context_dir"]
+    gx_root = ctx_dir / "gx"
     results_base, pages_base = gx_root / VALIDATIONS_BASE, gx_root / DOCS_VALIDATIONS_BASE
     order: list[str] = []
     index = None
@@ -50,9 +59,20 @@ def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs):
         (new,) = _runs(results_base) - before  # this run's result
         order.append(new)
         index = Path(res.data_docs_index)
-        assert len(_runs(results_base)) == min(i + 1, 3)
+        assert Path(res.data_docs_page).is_file() and new in res.data_docs_page  # its own page, linked
+        # pruned only with an index rebuild: the newest 3 plus those stored since. The first gate
+        # built the index; the fifth finds it due (aged below) and prunes to 3; the sixth adds one.
+        assert len(_runs(results_base)) == {4: 3, 5: 4}.get(i, i + 1)
         assert _dangling_links(index) == []
+        if i == 3:
+            _age_index(index)  # the next gate finds the index due: prunes, then rebuilds it
     assert sorted(order) == order  # run folders sort by time
+    # gate 5 pruned to the newest 3 (runs 2..4) and rebuilt the index; gate 6 stored one more since
+    assert _runs(results_base) == set(order[2:]) and _runs(pages_base) == set(order[2:])
+    assert all(o in index.read_text() for o in order[2:5]) and order[5] not in index.read_text()
+
+    # the end-of-run refresh: exactly the newest 3, results and pages, and the index lists exactly them
+    assert gx_context.refresh_docs_index(ctx_dir, 3) == index
     assert _runs(results_base) == set(order[-3:])  # the newest survive
     assert _runs(pages_base) == set(order[-3:])  # and exactly their pages
     assert _files(results_base) == 3 and _files(pages_base) == 3
@@ -61,6 +81,7 @@ def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs):
         assert old not in html
     for kept in order[-3:]:
         assert kept in html
+    assert _dangling_links(index) == []
 
     # a run without docs still prunes, and rewrites the index so no link dangles
     res = run_gate("prompts", feats, profile=kimi_profile, build_docs=False, **gx_dirs)
@@ -73,7 +94,10 @@ def test_gate_keeps_only_the_newest_n_validations(feats, kimi_profile, gx_dirs):
     del gx_dirs["keep_validations"]
     run_gate("prompts", feats, profile=kimi_profile, keep_validations=0, **gx_dirs)
     assert len(_runs(results_base)) == 4
+    gx_context.refresh_docs_index(ctx_dir, 0)
+    assert len(_runs(results_base)) == 4
     run_gate("prompts", feats, profile=kimi_profile, keep_validations=2, **gx_dirs)
+    gx_context.refresh_docs_index(ctx_dir, 2)
     assert len(_runs(results_base)) == 2 and len(_runs(pages_base)) == 2
     assert _dangling_links(index) == []
 
@@ -87,9 +111,13 @@ def test_concurrent_gate_runs_stay_capped(feats, kimi_profile, gx_dirs):
             )
         )
     assert all(r.success for r in results)
+    assert all(Path(r.data_docs_page).is_file() for r in results)
+    index = Path(results[-1].data_docs_index)
+    assert _dangling_links(index) == []
+    gx_context.refresh_docs_index(gx_dirs["context_dir"], 2)
     gx_root = gx_dirs["context_dir"] / "gx"
     assert len(_runs(gx_root / VALIDATIONS_BASE)) == 2 and len(_runs(gx_root / DOCS_VALIDATIONS_BASE)) == 2
-    assert _dangling_links(Path(results[-1].data_docs_index)) == []
+    assert _dangling_links(index) == []
 
 
 def test_prune_removes_orphan_pages_and_leaves_other_suites(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
 from eagle3_dagster.quality.report_html import update_report, write_report
 from eagle3_dagster.quality.report_index import index_path
+from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE, prune_validations
 from eagle3_dagster.quality.suites import GATES
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
@@ -128,10 +129,17 @@ def test_incremental_updates_write_the_same_page_as_a_full_rebuild(dirs):
     changed = _store_and_update(d, "generations", 1, _result("generations", 1, ok=True, page=d["pages"][1]))
     assert changed != incremental and changed == _full(d)
 
-    # a Data Docs page pruned by a later gate of another shard is no longer linked, as in a rebuild
-    d["pages"][3].unlink()
-    after_prune = _store_and_update(d, "prompts", 0, _result("prompts", 0, ok=True, page=d["pages"][0]))
-    assert "2026120" + "3T000000" not in after_prune and after_prune == _full(d)
+    # a Data Docs page pruned (retention, at an index refresh) is no longer linked, as in a rebuild:
+    # the pruning rewrites the context's prune stamp, so the next update re-checks the linked pages
+    gx_root = d["work"] / "gx" / "gx"
+    for page in d["pages"]:  # each page's stored result (same run folder)
+        run = page.parent.relative_to(gx_root / DOCS_VALIDATIONS_BASE)
+        (gx_root / VALIDATIONS_BASE / run).mkdir(parents=True)
+        (gx_root / VALIDATIONS_BASE / run / "x.json").write_text("{}")
+    assert prune_validations(gx_root, "generations_gate", N - 1).pages_removed == 1  # the oldest: shard 0's
+    assert not d["pages"][0].exists()
+    after_prune = _store_and_update(d, "prompts", 1, _result("prompts", 1, ok=True, page=d["pages"][1]))
+    assert "2026120" + "0T000000" not in after_prune and after_prune == _full(d)
 
 
 def test_update_rereads_only_its_shard_and_rebuilds_without_an_index(dirs):
