@@ -90,18 +90,30 @@ class SortedSpill:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def detached(df: pl.DataFrame) -> pl.DataFrame:
+    """`df` with its string and binary columns copied into buffers of their own: a frame kept past its
+    batch (per-row features, stats, lineage) must not pin the batch. Polars' string columns are views
+    into their source's data buffers, and a batch read back from an Arrow IPC spill file has every
+    column sliced from one record-batch body: one kept `sample_id` column held the whole bucket
+    (~12 KB a 1,600-token training row, peak RSS x3 at 100,000 samples). Numeric columns are exported
+    zero-copy: a computed column owns its buffer already."""
+    return cast(pl.DataFrame, pl.from_arrow(df.to_arrow(compat_level=pl.CompatLevel.oldest())))
+
+
 def streamed_features(
     batches: Iterator[pl.DataFrame], features: Callable[[pl.DataFrame], pl.DataFrame], *, preview: int = 3
 ) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """Per-row features of every batch (concatenated: the frame the gate validates), the first `preview`
-    rows (for the sample preview) and the number of rows; one batch in memory at a time."""
+    rows (for the sample preview) and the number of rows; one batch in memory at a time (what is kept
+    of a batch is `detached` from it)."""
     feats: list[pl.DataFrame] = []
     head: pl.DataFrame | None = None
     rows = 0
     for batch in batches:
         if head is None or head.height < preview:
-            head = batch.head(preview) if head is None else pl.concat([head, batch.head(preview - head.height)])
-        feats.append(features(batch))
+            part = detached(batch.head(preview if head is None else preview - head.height))
+            head = part if head is None else pl.concat([head, part])
+        feats.append(detached(features(batch)))
         rows += batch.height
     if head is None:
         head = cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table()))

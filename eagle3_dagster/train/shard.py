@@ -17,7 +17,7 @@ from typing import Any, cast
 import polars as pl
 import pyarrow as pa
 
-from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch
+from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch, detached
 from ..profiles import ModelProfile
 from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
@@ -95,16 +95,17 @@ def build_training_shard(
             )
             _add(res.parse_counts, parse_counts)
             _add(res.counts, counts)
-            failures.append(parse_failures)
+            failures.append(detached(parse_failures))
             spill.add(samples)
         sink = ParquetSink(out_path, schema, buffer_bytes=ONE_ROW_GROUP_BYTES)
         for batch in spill.sorted_batches():
             if lineage is not None:
                 batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
-                lineages.append(batch.select("sample_id", "conversation_id", "turn_index"))
+                lineages.append(detached(batch.select("sample_id", "conversation_id", "turn_index")))
             sink.write_table(arrow_batch(batch, schema))
-            features.append(training_row_features(batch, max_total_len=max_total_len))
-            stats.append(sample_stats(batch, profile))
+            # kept for the whole shard: detached, or each would pin its bucket (orchestration/stage.py)
+            features.append(detached(training_row_features(batch, max_total_len=max_total_len)))
+            stats.append(detached(sample_stats(batch, profile)))
             res.text_exact_rows += int(batch["text_exact"].sum() or 0)
             res.supervised_tokens += int(batch["output_len"].sum() or 0)
         write_frame_atomic(
