@@ -246,6 +246,56 @@ def _tool_args_parse(df: pl.DataFrame, profile: ModelProfile, tokenizer: Any) ->
     return out
 
 
+def _output_parts(ids: pl.Expr, profile: ModelProfile) -> dict[str, pl.Expr]:
+    """Where an output's parts are (one definition for the gate's features and the training summaries):
+    leading (1: a legitimate leading <think>), think_end_pos, first_tool (first tool-call marker),
+    last_is_stop (1: the last id is a stop id), all Int32."""
+    # Qwen3-style templates leave <think> to the model: one leading <think> is legitimate there.
+    leading_allowed = not profile.generation_prompt_ends_with_think_start
+    leading = ((ids.list.first() == profile.think_start_id).fill_null(False) & pl.lit(leading_allowed)).cast(pl.Int32)
+    t = profile.tool_call_ids
+    tool_starts = [x for x in (t.section_begin, t.call_begin) if x is not None]
+    first_tool = (
+        pl.min_horizontal(*[_first_pos(ids, x) for x in tool_starts]) if tool_starts else pl.lit(None, pl.Int32)
+    )
+    return {
+        "leading": leading,
+        "think_end_pos": _first_pos(ids, profile.think_end_id),
+        "first_tool": first_tool,
+        "last_is_stop": ids.list.last().is_in(list(profile.stop_token_ids)).fill_null(False).cast(pl.Int32),
+    }
+
+
+def _reasoning_len(think_end_pos: pl.Expr, leading: pl.Expr) -> pl.Expr:
+    """Tokens before the think-end (after a legitimate leading <think>); null without a think-end."""
+    return think_end_pos - leading
+
+
+def _answer_len(think_end_pos: pl.Expr, first_tool: pl.Expr, output_len: pl.Expr, last_is_stop: pl.Expr) -> pl.Expr:
+    """Tokens after the think-end up to the first tool-call marker or the stop id; null without a think-end."""
+    return (
+        pl.when(think_end_pos.is_null())
+        .then(None)
+        .otherwise((pl.coalesce(first_tool, output_len - last_is_stop) - think_end_pos - 1).clip(lower_bound=0))
+        .cast(pl.Int32)
+    )
+
+
+def output_lengths(ids: pl.Expr, profile: ModelProfile) -> list[pl.Expr]:
+    """output_len, reasoning_len, answer_len, think_end (a think-end present), has_tool_call (a call-begin
+    present) of each output: exactly generation_features' definitions, without its other features."""
+    parts = _output_parts(ids, profile)
+    n = ids.list.len().cast(pl.Int32)
+    call_begin = profile.tool_call_ids.call_begin
+    return [
+        n.alias("output_len"),
+        _reasoning_len(parts["think_end_pos"], parts["leading"]).alias("reasoning_len"),
+        _answer_len(parts["think_end_pos"], parts["first_tool"], n, parts["last_is_stop"]).alias("answer_len"),
+        (ids.list.count_matches(profile.think_end_id) > 0).alias("think_end"),
+        (ids.list.count_matches(call_begin) > 0 if call_begin is not None else pl.lit(False)).alias("has_tool_call"),
+    ]
+
+
 def generation_features(
     generations: pl.DataFrame,
     tokenized: pl.DataFrame | None,
@@ -265,19 +315,11 @@ def generation_features(
     """
     ids = pl.col("output_ids")
     n = ids.list.len().cast(pl.Int32)
-    first = ids.list.first()
     last = ids.list.last()
-    # Qwen3-style templates leave <think> to the model: one leading <think> is legitimate there.
-    leading_allowed = not profile.generation_prompt_ends_with_think_start
-    leading = ((first == profile.think_start_id).fill_null(False) & pl.lit(leading_allowed)).cast(pl.Int32)
     t = profile.tool_call_ids
-    tool_starts = [x for x in (t.section_begin, t.call_begin) if x is not None]
-
-    think_end_pos = _first_pos(ids, profile.think_end_id)
-    first_tool = (
-        pl.min_horizontal(*[_first_pos(ids, x) for x in tool_starts]) if tool_starts else pl.lit(None, pl.Int32)
-    )
-    last_is_stop = last.is_in(list(profile.stop_token_ids)).fill_null(False).cast(pl.Int32)
+    parts = _output_parts(ids, profile)
+    leading, think_end_pos = parts["leading"], parts["think_end_pos"]
+    first_tool, last_is_stop = parts["first_tool"], parts["last_is_stop"]
 
     base = generations.select(
         pl.col("sample_id").cast(pl.String).alias(ROW_ID),
@@ -344,20 +386,10 @@ def generation_features(
                 | (pl.col("_first_tool") > pl.col("think_end_pos"))
             )
         ).alias("tool_markers_ok"),
-        (pl.col("think_end_pos") - pl.col("_leading")).alias("reasoning_len"),
-        (
-            pl.when(pl.col("think_end_pos").is_null())
-            .then(None)
-            .otherwise(
-                (
-                    pl.coalesce(pl.col("_first_tool"), pl.col("output_len") - pl.col("_last_is_stop"))
-                    - pl.col("think_end_pos")
-                    - 1
-                ).clip(lower_bound=0)
-            )
-            .cast(pl.Int32)
-            .alias("answer_len")
-        ),
+        _reasoning_len(pl.col("think_end_pos"), pl.col("_leading")).alias("reasoning_len"),
+        _answer_len(
+            pl.col("think_end_pos"), pl.col("_first_tool"), pl.col("output_len"), pl.col("_last_is_stop")
+        ).alias("answer_len"),
         (pl.col("max_ngram_count") * ngram / pl.col("output_len")).clip(upper_bound=1.0).alias("max_ngram_coverage"),
         (1.0 - pl.col("distinct_ngrams") / n_grams_total).alias("repeated_ngram_fraction"),
     )

@@ -33,6 +33,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
 logger = logging.getLogger(__name__)
 
 
@@ -197,6 +199,13 @@ class FastBPE:
 
     def encode(self, text: str) -> list[int]:
         return self._encode(text)
+
+    def encode_array(self, text: str) -> np.ndarray:
+        """encode as a uint32 array: tiktoken's own buffer when it matches added tokens itself (no Python int
+        per id), else encode's list as an array."""
+        if self._encode == self._encode_native:
+            return self._enc.encode_to_numpy(text, allowed_special=self._allowed, disallowed_special=())
+        return np.asarray(self._encode(text), dtype=np.uint32)
 
     def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
         """encode for each text; `threads` > 1 splits the batch over a thread pool (tiktoken releases the GIL)."""

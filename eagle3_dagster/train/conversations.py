@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
 import polars as pl
 
 from ..profiles import ModelProfile
-from .parse import parse_generations_batch, round_trip_mismatches
+from .parse import IdBatch, parse_generations_batch, round_trip_mismatches
 
-PARSE_BATCH = 256  # samples decoded / re-encoded per Rust batch call
+PARSE_BATCH = 256  # samples parsed, decoded and re-encoded per batch
 
 CONVERSATION_FAILURES_SCHEMA: dict[str, Any] = {"row_id": pl.String, "reasons": pl.List(pl.String)}
 CONVERSATIONS_SCHEMA: dict[str, Any] = {
@@ -68,14 +67,17 @@ def parse_generations(
     ok_rows: list[dict[str, Any]] = []
     failures: list[dict[str, Any]] = []
     round_trip_ok = 0
-    rows = generations.select("sample_id", "prompt_id", "output_ids").iter_rows()
-    while batch := list(itertools.islice(rows, PARSE_BATCH)):
-        known = [r for r in batch if r[1] in by_prompt]
-        parsed = parse_generations_batch([r[2] for r in known], profile, tokenizer)
-        mismatches = iter(round_trip_mismatches([r[2] for r in known], parsed, profile, tokenizer))
+    for k in range(0, generations.height, PARSE_BATCH):
+        chunk = generations.slice(k, PARSE_BATCH)
+        sample_ids = chunk.get_column("sample_id").to_list()
+        prompt_ids = chunk.get_column("prompt_id").to_list()
+        known = [p in by_prompt for p in prompt_ids]
+        outputs = IdBatch(chunk.get_column("output_ids").filter(pl.Series(known, dtype=pl.Boolean)))
+        parsed = parse_generations_batch(outputs, profile, tokenizer)
+        mismatches = iter(round_trip_mismatches(outputs, parsed, profile, tokenizer))
         parses = iter(parsed)
-        for sample_id, prompt_id, _ids in batch:
-            if prompt_id not in by_prompt:
+        for sample_id, prompt_id, is_known in zip(sample_ids, prompt_ids, known):
+            if not is_known:
                 failures.append({"row_id": sample_id, "reasons": ["prompt_missing"]})
                 continue
             p, mismatch = next(parses), next(mismatches)

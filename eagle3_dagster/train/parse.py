@@ -29,10 +29,17 @@ Qwen3 layout (the model opens the block itself):
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..profiles import ModelProfile
 from ..tokenize.fast_bpe import fast_bpe_for
@@ -137,78 +144,115 @@ _JSON_CHECK = "tool_arguments_not_json"
 class _Plan:
     """The id-level part of a parse: which runs of ids to decode, and the reason codes.
 
-    segments: [reasoning, content, (call id, arguments) per tool call]; only [reasoning] without a
-    think-end. problems holds an int k where call k's arguments must be checked as JSON (the check
-    needs their text), so reason codes keep the order of the per-sample parse.
+    segments: [reasoning, content, (call id, arguments) per tool call] as (start, end) spans of the
+    output's ids; only [reasoning] without a think-end. problems holds an int k where call k's arguments
+    must be checked as JSON (the check needs their text), so reason codes keep the order of the
+    per-sample parse.
     """
 
-    segments: list[list[int]]
+    segments: list[tuple[int, int]]
     problems: list[str | int]
     think_end_pos: int | None
     n_calls: int = 0
-    qwen_tools: list[int] | None = None  # Qwen3: the ids from the first `<tool_call>` on (parsed per sample)
+    qwen_tools: tuple[int, int] | None = None  # Qwen3: the span from the first `<tool_call>` on (parsed per sample)
 
 
-def _kimi_tool_call_plan(ids: list[int], profile: ModelProfile, plan: _Plan) -> None:
+class _ListIds:
+    """One output's ids as a list: what the plan looks at (the per-sample reference path)."""
+
+    def __init__(self, ids: Sequence[int]) -> None:
+        self.ids = list(ids)
+        self.n = len(self.ids)
+        self.first = self.ids[0] if self.ids else None
+        self.last = self.ids[-1] if self.ids else None
+
+    def find(self, token: int | None, lo: int, hi: int) -> int:
+        """The first position of `token` in [lo, hi), -1 when none."""
+        if token is None or lo >= hi:
+            return -1
+        try:
+            return self.ids.index(token, lo, hi)
+        except ValueError:
+            return -1
+
+
+class _MarkedIds:
+    """One output of a batch, seen through its marker positions only (the batch path): its length, first and
+    last id, and where each marker id the plan looks for occurs (found for the whole batch at once)."""
+
+    def __init__(self, n: int, first: int | None, last: int | None, marks: dict[int, list[int]]) -> None:
+        self.n, self.first, self.last, self.marks = n, first, last, marks
+
+    def find(self, token: int | None, lo: int, hi: int) -> int:
+        at = self.marks.get(token) if token is not None else None
+        if not at or lo >= hi:
+            return -1
+        k = bisect.bisect_left(at, lo)
+        return at[k] if k < len(at) and at[k] < hi else -1
+
+
+def _kimi_tool_call_plan(ids: _ListIds | _MarkedIds, lo: int, hi: int, profile: ModelProfile, plan: _Plan) -> None:
+    """The calls between a tool-call section's markers (ids[lo:hi])."""
     t = profile.tool_call_ids
-    pos = 0
+    pos = lo
     while True:
-        b = _index(ids, t.call_begin, pos)
+        b = ids.find(t.call_begin, pos, hi)
         if b < 0:
             break
-        a = _index(ids, t.argument_begin, b + 1)
-        e = _index(ids, t.call_end, b + 1)
+        a = ids.find(t.argument_begin, b + 1, hi)
+        e = ids.find(t.call_end, b + 1, hi)
         if a < 0 or e < 0 or a > e:
             plan.problems.append("unterminated_tool_call")
             break
-        plan.segments += [ids[b + 1 : a], ids[a + 1 : e]]
+        plan.segments += [(b + 1, a), (a + 1, e)]
         plan.problems.append(plan.n_calls)
         plan.n_calls += 1
         pos = e + 1
 
 
-def _plan(output_ids: Any, profile: ModelProfile) -> _Plan:
-    ids = list(output_ids)
+def _plan(ids: _ListIds | _MarkedIds, profile: ModelProfile) -> _Plan:
     problems: list[str | int] = []
-    if ids and ids[-1] in profile.stop_token_ids:
-        ids = ids[:-1]
+    end = ids.n
+    if ids.n and ids.last in profile.stop_token_ids:
+        end -= 1
     else:
         problems.append("no_end_of_turn")
     start = 0
     if not profile.generation_prompt_ends_with_think_start:
-        if ids[:1] == [profile.think_start_id]:
+        if end >= 1 and ids.first == profile.think_start_id:
             start = 1
         else:
             problems.append("no_think_start")
-    te = _index(ids, profile.think_end_id, start)
+    te = ids.find(profile.think_end_id, start, end)
     if te < 0:
         problems.append("no_think_end")
-        return _Plan(segments=[ids[start:]], problems=problems, think_end_pos=None)
-    reasoning_ids, rest = ids[start:te], ids[te + 1 :]
+        return _Plan(segments=[(start, end)], problems=problems, think_end_pos=None)
     t = profile.tool_call_ids
-    plan = _Plan(segments=[reasoning_ids, rest], problems=problems, think_end_pos=te)
+    plan = _Plan(segments=[(start, te), (te + 1, end)], problems=problems, think_end_pos=te)
     if t.section_begin is not None:  # Kimi: one section of calls after the answer text
-        sb = _index(rest, t.section_begin)
+        sb = ids.find(t.section_begin, te + 1, end)
         if sb >= 0:
-            se = _index(rest, t.section_end, sb + 1)
+            se = ids.find(t.section_end, sb + 1, end)
             if se < 0:
                 problems.append("unterminated_tool_section")
-                se = len(rest)
-            elif se != len(rest) - 1:
+                se = end
+            elif se != end - 1:
                 problems.append("text_after_tool_section")
-            plan.segments[1] = rest[:sb]
-            _kimi_tool_call_plan(rest[sb + 1 : se], profile, plan)
-        if _index(reasoning_ids, t.section_begin) >= 0:
+            plan.segments[1] = (te + 1, sb)
+            _kimi_tool_call_plan(ids, sb + 1, se, profile, plan)
+        if ids.find(t.section_begin, start, te) >= 0:
             problems.append("tool_call_inside_reasoning")
     if t.section_begin is None and t.call_begin is not None:  # Qwen3: <tool_call> blocks after the answer
-        cb = _index(rest, t.call_begin)
+        cb = ids.find(t.call_begin, te + 1, end)
         if cb >= 0:
-            plan.qwen_tools = rest[cb:]
-            plan.segments[1] = rest[:cb]
+            plan.qwen_tools = (cb, end)
+            plan.segments[1] = (te + 1, cb)
     return plan
 
 
-def _finish(plan: _Plan, texts: list[str], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
+def _finish(
+    plan: _Plan, texts: list[str], profile: ModelProfile, tokenizer: Any, span_ids: Callable[[int, int], list[int]]
+) -> ParsedGeneration:
     """The parse from its plan and the decoded text of each of its segments (same order). Qwen3 tool-call
     blocks (rare: only rows that have one) are parsed here through the tokenizer's own decode."""
     calls: list[dict[str, Any]] = []
@@ -226,8 +270,9 @@ def _finish(plan: _Plan, texts: list[str], profile: ModelProfile, tokenizer: Any
     problems = [p if isinstance(p, str) else _JSON_CHECK for p in plan.problems if isinstance(p, str) or p in bad_json]
     tool_text = ""
     if plan.qwen_tools is not None:
-        calls = _qwen_tool_calls(plan.qwen_tools, profile, tokenizer, problems)
-        tool_text = _decode(tokenizer, plan.qwen_tools)
+        qwen_ids = span_ids(*plan.qwen_tools)
+        calls = _qwen_tool_calls(qwen_ids, profile, tokenizer, problems)
+        tool_text = _decode(tokenizer, qwen_ids)
     return ParsedGeneration(
         reasoning=texts[0],
         content=texts[1] if plan.think_end_pos is not None else "",
@@ -240,19 +285,90 @@ def _finish(plan: _Plan, texts: list[str], profile: ModelProfile, tokenizer: Any
 
 def parse_generation(output_ids: list[int], profile: ModelProfile, tokenizer: Any) -> ParsedGeneration:
     """One generation, decoded through the tokenizer's own `decode` (the reference for parse_generations_batch)."""
-    plan = _plan(output_ids, profile)
-    return _finish(plan, [_decode(tokenizer, s) for s in plan.segments], profile, tokenizer)
+    ids = _ListIds(output_ids)
+    plan = _plan(ids, profile)
+
+    def span_ids(a: int, b: int) -> list[int]:
+        return ids.ids[a:b]
+
+    return _finish(plan, [_decode(tokenizer, span_ids(a, b)) for a, b in plan.segments], profile, tokenizer, span_ids)
 
 
-def parse_generations_batch(outputs: Sequence[Any], profile: ModelProfile, tokenizer: Any) -> list[ParsedGeneration]:
-    """parse_generation for many samples, every segment decoded in one batch call (see batch_decode)."""
-    plans = [_plan(ids, profile) for ids in outputs]
-    texts = batch_decode(tokenizer, [s for p in plans for s in p.segments])
+class IdBatch:
+    """The output ids of a batch of generations as one flat array + row offsets (Arrow's list layout,
+    zero-copy from a polars/Arrow list column): the batch path reads markers, spans and round trips from
+    it without turning every id into a Python int."""
+
+    def __init__(self, outputs: pl.Series | pa.Array | pa.ChunkedArray | Sequence[Sequence[int]]) -> None:
+        if isinstance(outputs, pl.Series):
+            outputs = outputs.to_arrow()
+        if not isinstance(outputs, (pa.Array, pa.ChunkedArray)):
+            outputs = pa.array([list(x) if x is not None else None for x in outputs], type=pa.large_list(pa.int64()))
+        if isinstance(outputs, pa.ChunkedArray):
+            outputs = outputs.combine_chunks() if outputs.num_chunks != 1 else outputs.chunk(0)
+        if outputs.null_count:  # a missing output is an empty one (its parse reports no_end_of_turn)
+            outputs = pc.if_else(pc.is_null(outputs), pa.scalar([], outputs.type), outputs)
+        # offsets index the (unsliced) values buffer directly, also for a sliced array
+        self.offsets = outputs.offsets.to_numpy().astype(np.int64)
+        self.values = outputs.values.to_numpy(zero_copy_only=False)
+        self.rows = len(outputs)
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def row(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def span(self, i: int, a: int, b: int) -> list[int]:
+        o = int(self.offsets[i])
+        return cast(list[int], self.values[o + a : o + b].tolist())
+
+    def marked(self, tokens: Sequence[int]) -> list[_MarkedIds]:
+        """Every row as _MarkedIds: the positions of `tokens` found in one pass over the batch."""
+        starts, ends = self.offsets[:-1], self.offsets[1:]
+        lens = (ends - starts).tolist()
+        if len(self.values):  # an empty row's first/last are read from a neighbour here, and ignored below
+            firsts = self.values[np.minimum(starts, len(self.values) - 1)].tolist()
+            lasts = self.values[np.maximum(ends - 1, 0)].tolist()
+        else:
+            firsts = lasts = [None] * self.rows
+        at = np.flatnonzero(np.isin(self.values, np.asarray(list(tokens), dtype=np.int64)))
+        vals = self.values[at].tolist()
+        lo = np.searchsorted(at, starts).tolist()
+        hi = np.searchsorted(at, ends).tolist()
+        pos = at.tolist()
+        out = []
+        for i in range(self.rows):
+            marks: dict[int, list[int]] = {}
+            o = int(starts[i])
+            for k in range(lo[i], hi[i]):
+                marks.setdefault(vals[k], []).append(pos[k] - o)
+            n = lens[i]
+            out.append(_MarkedIds(n, firsts[i] if n else None, lasts[i] if n else None, marks))
+        return out
+
+
+def _marker_ids(profile: ModelProfile) -> list[int]:
+    t = profile.tool_call_ids
+    ids = [profile.think_start_id, profile.think_end_id, t.section_begin, t.section_end, t.call_begin]
+    ids += [t.argument_begin, t.call_end]
+    return [i for i in ids if i is not None]
+
+
+def parse_generations_batch(
+    outputs: IdBatch | pl.Series | Sequence[Sequence[int]], profile: ModelProfile, tokenizer: Any
+) -> list[ParsedGeneration]:
+    """parse_generation for many samples: the markers found for the whole batch at once (IdBatch), every
+    segment decoded in one batch call (see batch_decode)."""
+    batch = outputs if isinstance(outputs, IdBatch) else IdBatch(outputs)
+    rows = batch.marked(_marker_ids(profile))
+    plans = [_plan(r, profile) for r in rows]
+    texts = batch_decode(tokenizer, [batch.span(i, a, b) for i, p in enumerate(plans) for a, b in p.segments])
     out: list[ParsedGeneration] = []
     pos = 0
-    for p in plans:
+    for i, p in enumerate(plans):
         n = len(p.segments)
-        out.append(_finish(p, texts[pos : pos + n], profile, tokenizer))
+        out.append(_finish(p, texts[pos : pos + n], profile, tokenizer, functools.partial(batch.span, i)))
         pos += n
     return out
 
@@ -300,6 +416,15 @@ def batch_encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     # encode_batch_fast (tokenizers >= 0.21) skips the character offsets nobody reads here
     encode = getattr(backend, "encode_batch_fast", backend.encode_batch)
     return [e.ids for e in encode(texts, add_special_tokens=False)]
+
+
+def batch_encode_arrays(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
+    """batch_encode, each result an integer array: through the fast twin straight from tiktoken's buffer
+    (no Python int per id), else batch_encode's lists as arrays."""
+    fast = fast_bpe_for(tokenizer)
+    if fast is not None:
+        return [fast.encode_array(t) for t in texts]
+    return [np.asarray(ids, dtype=np.int64) for ids in batch_encode(tokenizer, texts)]
 
 
 def _markers(profile: ModelProfile, tokenizer: Any) -> dict[str, str]:
@@ -365,13 +490,26 @@ def round_trip_mismatch(
 
 
 def round_trip_mismatches(
-    outputs: Sequence[Any], parsed: Sequence[ParsedGeneration], profile: ModelProfile, tokenizer: Any
+    outputs: IdBatch | pl.Series | Sequence[Sequence[int]],
+    parsed: Sequence[ParsedGeneration],
+    profile: ModelProfile,
+    tokenizer: Any,
 ) -> list[int | None]:
     """round_trip_mismatch for many samples: the turns assembled with markers looked up once, encoded in one
-    Rust batch call (batch_encode), compared as plain int lists."""
+    batch (batch_encode_arrays: no Python int per id), compared with each row's ids as arrays."""
+    batch = outputs if isinstance(outputs, IdBatch) else IdBatch(outputs)
     markers = _markers(profile, tokenizer)
-    again = batch_encode(tokenizer, [assistant_turn_text(p, profile, tokenizer, markers) for p in parsed])
-    return [_first_difference(a, list(ids)) for a, ids in zip(again, outputs)]
+    again = batch_encode_arrays(tokenizer, [assistant_turn_text(p, profile, tokenizer, markers) for p in parsed])
+    out: list[int | None] = []
+    for i, a in enumerate(again):
+        ids = batch.row(i)
+        if len(a) == len(ids) and np.array_equal(a, ids):
+            out.append(None)
+            continue
+        m = min(len(a), len(ids))
+        diff = np.flatnonzero(a[:m] != ids[:m])
+        out.append(int(diff[0]) if diff.size else m)
+    return out
 
 
 def round_trips(output_ids: list[int], parsed: ParsedGeneration, profile: ModelProfile, tokenizer: Any) -> bool:

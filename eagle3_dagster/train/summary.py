@@ -55,7 +55,7 @@ IDENTITY_SCHEME = "sha256 over sample_id, input_ids, loss_mask, model_revision, 
 def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
     """One row per training sample: source, finish_reason, model_revision, sampling_hash, the four
     lengths (reasoning/answer null when the output has no think-end), think_end, has_tool_call."""
-    from ..quality.features import generation_features
+    from ..quality.features import output_lengths
 
     cols = {
         "source": pl.String,
@@ -71,30 +71,15 @@ def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
     }
     if samples.height == 0:
         return pl.DataFrame(schema=cols)
-    gens = samples.select(
-        "sample_id",
-        "prompt_id",
-        "source",
-        "finish_reason",
-        pl.col("input_ids").list.slice(pl.col("prompt_len")).alias("output_ids"),
-        pl.col("output_len").alias("completion_tokens"),
-    )
-    f = generation_features(gens, None, profile)
-    return pl.DataFrame(
-        {
-            "source": samples["source"].cast(pl.String),
-            "finish_reason": samples["finish_reason"].cast(pl.String),
-            "model_revision": samples["model_revision"].cast(pl.String),
-            "sampling_hash": samples["sampling_hash"].cast(pl.String),
-            "prompt_len": samples["prompt_len"].cast(pl.Int32),
-            "output_len": f["output_len"].cast(pl.Int32),
-            "reasoning_len": f["reasoning_len"].cast(pl.Int32),
-            "answer_len": f["answer_len"].cast(pl.Int32),
-            "think_end": (f["think_end_count"] > 0),
-            "has_tool_call": f["has_tool_call"].fill_null(False),
-        },
-        schema=cols,
-    )
+    out_ids = pl.col("input_ids").list.slice(pl.col("prompt_len"))
+    return samples.select(
+        pl.col("source").cast(pl.String),
+        pl.col("finish_reason").cast(pl.String),
+        pl.col("model_revision").cast(pl.String),
+        pl.col("sampling_hash").cast(pl.String),
+        pl.col("prompt_len").cast(pl.Int32),
+        *output_lengths(out_ids, profile),
+    ).cast(cols)  # type: ignore[arg-type]
 
 
 def _counts(s: pl.Series) -> dict[str, int]:

@@ -226,6 +226,42 @@ def test_batched_parse_and_round_trip_equal_the_per_sample_path(
         assert "tool_arguments_not_json" in problems and sum(bool(g.tool_calls) for g in reference) > 100
 
 
+def test_the_batch_path_reads_sliced_chunked_and_missing_outputs_like_lists(kimi_profile, kimi_tokenizer):
+    """IdBatch reads a polars/Arrow list column zero-copy: a slice of it, a column of several chunks and a
+    missing output (read as empty: no_end_of_turn) give what the same lists give the per-sample path."""
+    from eagle3_dagster.train.parse import IdBatch, parse_generations_batch, round_trip_mismatches
+
+    enc = kimi_tokenizer.encode
+    turns = ["a</think>b<|im_end|>", "r1</think>answer two<|im_end|>", "no end", "x</think>y", "q</think>z<|im_end|>"]
+    lists = [enc(t, add_special_tokens=False) for t in turns]
+    lists[1][1:1] = enc(" hel", add_special_tokens=False) + enc("lo", add_special_tokens=False)  # non-canonical
+    col = pl.concat(
+        [pl.Series("o", lists[:2], dtype=pl.List(pl.Int32)), pl.Series("o", lists[2:], dtype=pl.List(pl.Int32))],
+        rechunk=False,
+    )
+    assert col.n_chunks() == 2
+    with_null = pl.Series("o", [lists[0], None, lists[4]], dtype=pl.List(pl.Int32))
+    for series, want in ((col, lists), (col.slice(1, 3), lists[1:4]), (with_null, [lists[0], [], lists[4]])):
+        batch = IdBatch(series)
+        assert [batch.row(i).tolist() for i in range(len(batch))] == want
+        parsed = parse_generations_batch(batch, kimi_profile, kimi_tokenizer)
+        reference = [parse_generation(ids, kimi_profile, kimi_tokenizer) for ids in want]
+        assert parsed == reference
+        assert round_trip_mismatches(batch, parsed, kimi_profile, kimi_tokenizer) == [
+            round_trip_mismatch(ids, p, kimi_profile, kimi_tokenizer) for ids, p in zip(want, reference)
+        ]
+    assert parse_generations_batch(with_null, kimi_profile, kimi_tokenizer)[1].problems == [
+        "no_end_of_turn",
+        "no_think_end",
+    ]
+    assert (
+        round_trip_mismatches(
+            col, parse_generations_batch(col, kimi_profile, kimi_tokenizer), kimi_profile, kimi_tokenizer
+        )[1]
+        == 1
+    )
+
+
 def test_parse_generations_frame_equals_the_per_row_path(kimi_profile, kimi_tokenizer, datasets_dir):
     """parse_generations (batched, in PARSE_BATCH rows) gives the frame the per-row loop gave, row for row."""
     from eagle3_dagster.train.conversations import CONVERSATION_FAILURES_SCHEMA, CONVERSATIONS_SCHEMA, openai_tool_calls
