@@ -135,8 +135,10 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     n_gens = shard_file.metadata.num_rows
     sample_ids = pl.read_parquet(inputs / f"gens-{size}.parquet", columns=["sample_id"])["sample_id"]
 
+    columns: list[str] | None = None  # the columns the step reads (set with the step's imports below)
+
     def batches() -> Iterator[pl.DataFrame]:
-        for rb in shard_file.iter_batches(batch_size=TRAIN_BATCH_ROWS):
+        for rb in shard_file.iter_batches(batch_size=TRAIN_BATCH_ROWS, columns=columns):
             yield cast(pl.DataFrame, pl.from_arrow(rb))
 
     tokenized = pl.read_parquet(inputs / "tokenized.parquet")
@@ -158,10 +160,12 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     from eagle3_dagster.config import apply_tokenizers_parallelism
     from eagle3_dagster.orchestration.resources import cached_renderer
     from eagle3_dagster.tokenize.fast_bpe import fast_bpe_for
+    from eagle3_dagster.train.samples import TRAINING_INPUT_COLUMNS
     from eagle3_dagster.train.shard import build_training_shard
     from eagle3_dagster.train.summary import summarize
 
     if stage == "training_samples":
+        columns = list(TRAINING_INPUT_COLUMNS)  # as defs/train.py: only what a training row is built from
         apply_tokenizers_parallelism()
         fast_bpe_for(cached_renderer(profile).tokenizer)
     setup_cpu = time.process_time() - s0

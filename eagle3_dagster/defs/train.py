@@ -23,6 +23,7 @@ from ..quality.features import available_source_shares, with_training_table_feat
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import parquet_file, parquet_num_rows, parse_shard_key, shard_dir
 from ..train.multiturn import rows_by_turn, with_turns
+from ..train.samples import TRAINING_INPUT_COLUMNS
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
 from .generate import tokenized_source
@@ -93,7 +94,9 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     if turns.height:  # each turn's exact prompt ids and messages, looked up like the prompts'
         tt = turn_tokenized(turns, profile_name=profile.name, tokenizer_fingerprint=renderer.tokenizer_fingerprint)
         extra_tok, extra_prompts = [tt], [turn_prompt_rows(turns)]
-    batches: Iterable[pl.DataFrame] = iter_generations(gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS)
+    batches: Iterable[pl.DataFrame] = iter_generations(
+        gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS, columns=TRAINING_INPUT_COLUMNS
+    )
     if turns.height:
         batches = itertools.chain(batches, [turn_generations(turns)])
     out = shard_dir(data, "training_samples", shard)

@@ -43,7 +43,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -289,10 +289,15 @@ def _winners(files: list[DataPath]) -> tuple[list[int], np.ndarray, pl.Series]:
 
 
 def iter_generations(
-    out_dir: StoreDir, *, only: pl.Series | None = None, batch_rows: int = 1024
+    out_dir: StoreDir,
+    *,
+    only: pl.Series | None = None,
+    batch_rows: int = 1024,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pl.DataFrame]:
     """read_generations(out_dir) (restricted to the sample_ids in `only`) in batches of at most `batch_rows`
-    rows, same rows in the same order: one record batch in memory at a time, whatever the shard's size."""
+    rows, same rows in the same order: one record batch in memory at a time, whatever the shard's size.
+    `columns`: only these are read (a step that does not use the decoded `text` does not decompress it)."""
     files = chunk_files(out_dir)
     if not files:
         return
@@ -302,7 +307,7 @@ def iter_generations(
     offset = 0
     for f, n in zip(files, counts):
         pos = offset
-        for rb in parquet_file(f).iter_batches(batch_size=batch_rows):
+        for rb in parquet_file(f).iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None):
             mask = keep[pos : pos + rb.num_rows]
             pos += rb.num_rows
             if mask.any():

@@ -21,6 +21,8 @@ LINEAGE_FROM_GENERATIONS = (
     "finish_reason",
     "generated_at",
 )
+# the generations columns a training row is built from (the training step reads only these)
+TRAINING_INPUT_COLUMNS = ("sample_id", "prompt_id", "source", "output_ids", *LINEAGE_FROM_GENERATIONS)
 
 
 def build_training_samples(
