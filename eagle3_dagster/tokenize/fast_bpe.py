@@ -137,6 +137,7 @@ class FastBPE:
         # tiktoken matches added tokens itself (leftmost-first, any order) when no token is a prefix of another
         ordered = sorted(specials)  # a token that is a prefix of another sorts right before one of them
         prefix_free = not any(b.startswith(a) for a, b in itertools.pairwise(ordered))
+        self._joins: dict[str, bool] = {}  # joins_at, per `end`
         self._encode: Callable[[str], list[int]] = (
             self._encode_native if prefix_free and not nfc else self._encode_segments
         )
@@ -206,6 +207,44 @@ class FastBPE:
         if self._encode == self._encode_native:
             return self._enc.encode_to_numpy(text, allowed_special=self._allowed, disallowed_special=())
         return np.asarray(self._encode(text), dtype=np.uint32)
+
+    def joins_at(self, end: str) -> bool:
+        """True when texts that each end with the added token `end` encode, joined, to exactly their encodings
+        one after another: tiktoken cuts added tokens out first (leftmost; they are prefix-free on this path)
+        and runs the regex only between them, so a join can only differ where an added token's match crosses
+        the `end` a text ends with. That needs an added token of which a proper suffix is a prefix of `end`
+        (it would start before `end` and overlap it) or begins with `end` (it would cover it and run on), and
+        none has either here (checked once per `end`; `end` itself included: it cannot overlap itself)."""
+        ok = self._joins.get(end)
+        if ok is None:
+            ok = (
+                self._encode == self._encode_native
+                and end in self._specials
+                and not any(
+                    s[k:].startswith(end) or end.startswith(s[k:]) for s in self._specials for k in range(1, len(s))
+                )
+            )
+            self._joins[end] = ok
+        return ok
+
+    def encode_turns(self, texts: Sequence[str], end: str) -> list[np.ndarray]:
+        """encode_array for each text, in ONE tiktoken call for the texts that end with the added token `end`
+        and hold it nowhere else (the usual assistant turn): joined, their encodings follow one another, each
+        ending with `end`'s id and holding it nowhere else (see joins_at), so they are cut at its ids. One call
+        converts the added-token set once (not per text) and runs without the GIL for the whole batch. Other
+        texts, or any `end` joins_at refuses, are encoded one by one."""
+        out: list[np.ndarray | None] = [None] * len(texts)
+        if self.joins_at(end):
+            joined = [i for i, t in enumerate(texts) if t.endswith(end) and t.count(end) == 1]
+            if joined:
+                ids = self._enc.encode_to_numpy(
+                    "".join(texts[i] for i in joined), allowed_special=self._allowed, disallowed_special=()
+                )
+                cuts = np.flatnonzero(ids == self._specials[end]) + 1
+                if len(cuts) == len(joined):  # always, by joins_at; else the texts are encoded one by one below
+                    for i, a, b in zip(joined, [0, *cuts[:-1].tolist()], cuts.tolist()):
+                        out[i] = ids[a:b]
+        return [o if o is not None else self.encode_array(t) for o, t in zip(out, texts)]
 
     def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
         """encode for each text; `threads` > 1 splits the batch over a thread pool (tiktoken releases the GIL)."""

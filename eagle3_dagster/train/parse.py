@@ -418,12 +418,13 @@ def batch_encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return [e.ids for e in encode(texts, add_special_tokens=False)]
 
 
-def batch_encode_arrays(tokenizer: Any, texts: list[str]) -> list[np.ndarray]:
+def batch_encode_arrays(tokenizer: Any, texts: list[str], end: str | None = None) -> list[np.ndarray]:
     """batch_encode, each result an integer array: through the fast twin straight from tiktoken's buffer
-    (no Python int per id), else batch_encode's lists as arrays."""
+    (no Python int per id; texts ending with the added token `end`, the end-of-turn marker, in one call:
+    FastBPE.encode_turns), else batch_encode's lists as arrays."""
     fast = fast_bpe_for(tokenizer)
     if fast is not None:
-        return [fast.encode_array(t) for t in texts]
+        return fast.encode_turns(texts, end) if end is not None else [fast.encode_array(t) for t in texts]
     return [np.asarray(ids, dtype=np.int64) for ids in batch_encode(tokenizer, texts)]
 
 
@@ -495,11 +496,22 @@ def round_trip_mismatches(
     profile: ModelProfile,
     tokenizer: Any,
 ) -> list[int | None]:
-    """round_trip_mismatch for many samples: the turns assembled with markers looked up once, encoded in one
-    batch (batch_encode_arrays: no Python int per id), compared with each row's ids as arrays."""
+    """round_trip_mismatch for many samples: the turns assembled with markers looked up once (turn_texts),
+    encoded in one batch (batch_encode_arrays: no Python int per id), compared with each row's ids as
+    arrays (mismatch_positions)."""
     batch = outputs if isinstance(outputs, IdBatch) else IdBatch(outputs)
+    texts, end = turn_texts(parsed, profile, tokenizer)
+    return mismatch_positions(batch, batch_encode_arrays(tokenizer, texts, end))
+
+
+def turn_texts(parsed: Sequence[ParsedGeneration], profile: ModelProfile, tokenizer: Any) -> tuple[list[str], str]:
+    """Each parsed turn's text (assistant_turn_text) and the end-of-turn marker they end with."""
     markers = _markers(profile, tokenizer)
-    again = batch_encode_arrays(tokenizer, [assistant_turn_text(p, profile, tokenizer, markers) for p in parsed])
+    return [assistant_turn_text(p, profile, tokenizer, markers) for p in parsed], markers["eot"]
+
+
+def mismatch_positions(batch: IdBatch, again: Sequence[np.ndarray]) -> list[int | None]:
+    """Per row: None when the re-encoded ids equal the row's ids, else the first differing position."""
     out: list[int | None] = []
     for i, a in enumerate(again):
         ids = batch.row(i)

@@ -152,3 +152,41 @@ def test_without_tiktoken_the_tokenizers_path_is_used(monkeypatch, caplog):
     assert fast_bpe_for(tok) is None
     assert batch_encode(tok, TEXTS) == _reference_encode(tok, TEXTS)
     assert "tiktoken package is not installed" in caplog.text
+
+
+def test_turns_are_encoded_in_one_call_exactly_as_one_by_one(kimi_tok, datasets_dir, monkeypatch):
+    """encode_turns joins the turns that end with the end-of-turn token (and hold it nowhere else) into ONE
+    tiktoken call and cuts the result at that token's ids: the same ids as encoding each turn alone, also
+    beside turns that hold the token twice, not at their end, or right after a near-miss of it."""
+    fast = fast_bpe_for(kimi_tok)
+    assert fast is not None
+    end = "<|im_end|>"
+    assert fast.joins_at(end)
+    texts = dataset_strings(datasets_dir)[:300]
+    turns = [f"{a[-300:]}</think>{b[:200]}{end}" for a, b in zip(texts, texts[1:] + texts[:1])]
+    turns[5:5] = [f"a{end}b{end}", "no end", end, f" {end}", f"x<|im_{end}", f"{end[:-1]}{end}", "", f"  \n{end}"]
+    turns += [f"{t}  {end}" for t in texts[:20]] + [f"{t}\n\n{end}" for t in texts[20:40]]
+    calls: list[int] = []
+    native = fast._enc.encode_to_numpy
+    monkeypatch.setattr(fast._enc, "encode_to_numpy", lambda *a, **k: calls.append(1) or native(*a, **k))
+    got = fast.encode_turns(turns, end)
+    assert [g.tolist() for g in got] == _reference_encode(kimi_tok, turns)
+    one_by_one = sum(not (t.endswith(end) and t.count(end) == 1) for t in turns)
+    assert one_by_one == 3 and len(calls) == 1 + one_by_one  # the other 345 turns in one call
+
+
+def test_an_end_token_another_added_token_can_overlap_is_never_joined():
+    """joins_at refuses an end token that another added token could overlap from the left (a suffix of it
+    begins the end token): that token, matched first, would hide the end; such turns are encoded one by one."""
+    import tiktoken
+
+    ranks = {bytes([b]): b for b in range(256)}
+    specials = {"<|end|>": 256, "x<|e": 257, "<|go|>": 258}
+    fast = FastBPE(
+        tiktoken.Encoding("t", pat_str=r"\S+|\s+", mergeable_ranks=ranks, special_tokens=specials), specials, False
+    )
+    assert not fast.joins_at("<|end|>")
+    assert fast.joins_at("<|go|>")
+    texts = ["ax<|end|>", "b<|end|>", "c<|go|>"]
+    assert [a.tolist() for a in fast.encode_turns(texts, "<|end|>")] == [fast.encode(t) for t in texts]
+    assert fast.encode("ax<|end|>")[:2] == [ord("a"), 257]  # "x<|e" hides the end token
