@@ -10,11 +10,12 @@ Parse problems (no `</think>`, unbalanced tool-call markers, tool-call JSON that
 reason codes and quarantine the row.
 
 Speed: the training stage parses and round-trips whole batches (`parse_generations_batch`,
-`round_trip_mismatches`): every segment of a batch is decoded, and every turn re-encoded, in one call
-(`batch_decode` / `batch_encode`) that goes through an exact tiktoken twin of a byte-level BPE tokenizer
-(tokenize/fast_bpe.py, probed against the tokenizer when built) or else the `tokenizers` Rust library;
-threads over the batch when TOKENIZERS_PARALLELISM allows (set in config.py), never per token through
-transformers. `parse_generation` / `round_trip_mismatch` are the
+`round_trip_mismatches`). A batch's output ids are read as one flat Arrow array (`IdBatch`: the marker
+positions every plan needs are found in one pass, no Python int per id); every segment is decoded, and
+every turn re-encoded, through an exact tiktoken twin of a byte-level BPE tokenizer (tokenize/fast_bpe.py,
+probed against the tokenizer when built; the turns of a batch in ONE call, `FastBPE.encode_turns`) or
+else the `tokenizers` Rust library in one batch call (threads when TOKENIZERS_PARALLELISM allows, set in
+config.py); never per token through transformers. `parse_generation` / `round_trip_mismatch` are the
 per-sample reference through the tokenizer's own decode/encode; tests/train/test_train_parse.py checks
 both give the same result on every shared dataset and on non-canonical sampler output.
 

@@ -1,8 +1,8 @@
 """What a training set looks like, as numbers: distribution summaries and the content identity.
 
 `sample_stats(samples, profile)` computes one row of scalar statistics per training sample with the
-same definitions as the generations gate (eagle3_dagster.quality.generation_features on the output
-part of `input_ids`): reasoning = tokens before the profile's think-end id, answer = tokens after it
+same definitions as the generations gate (eagle3_dagster.quality.features.output_lengths, the lengths
+generation_features reports, on the output part of `input_ids`): reasoning = tokens before the profile's think-end id, answer = tokens after it
 up to a tool call or the end-of-turn id, tool call = the profile's call-begin id present.
 `summarize(stats)` turns them into the JSON stored with every snapshot (manifest `summary`) and
 beside every shard's training table (`training_samples/shard=NNNN/summary.json`):
