@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export EAGLE3_MODEL ?= kimi-k2.5
 # Use the tokenizer from ../shared when it is there (offline); otherwise the profile's own location.
+# The same defaults as eagle3_dagster/config.py project_env_defaults, which `eagle3` applies in a plain
+# shell (tests/test_cli_plain_shell.py checks the two agree).
 SHARED_TOKENIZER := $(abspath $(CURDIR)/../shared/tokenizers/$(EAGLE3_MODEL))
 ifneq ($(wildcard $(SHARED_TOKENIZER)),)
 export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
@@ -93,8 +95,10 @@ test: instance services ruff format-check typecheck
 test-fast: instance ruff format-check typecheck
 	$(PY) -m pytest -q -m "not integration"
 
+# `make ui PORT=3311` for another port (the same as `eagle3 ui --port 3311` from a plain shell).
+PORT ?= 3000
 ui: instance
-	$(VENV)/bin/eagle3 ui
+	$(VENV)/bin/eagle3 ui --port $(PORT)
 
 check-defs: instance
 	cd $(CURDIR) && $(VENV)/bin/dg check defs

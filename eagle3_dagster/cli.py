@@ -13,6 +13,7 @@ A bad setting, source YAML or shard key ends any command with one line per probl
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 
@@ -83,6 +84,14 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+def _one_line(e: Exception) -> str:
+    """The line of an error that says why: a simulator's failure carries its log's tail, whose last
+    ERROR line names the cause (e.g. the TokenizerLoadError); anything else is its first line."""
+    lines = [re.sub(r"^\[[^]]*\] ERROR [\w.]+: ", "", ln.strip()) for ln in str(e).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if " ERROR " in ln or "Error:" in ln]
+    return (errors or lines or [type(e).__name__])[-1 if errors else 0]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -92,11 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"eagle3: unknown command {cmd!r}; one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    from .config import PartitionKeyError, SettingsError
+    from .config import PartitionKeyError, SettingsError, apply_project_env_defaults
     from .ingest.errors import SourceSpecError
+    from .sim.process import SimulatorError
+    from .tokenize.loading import TokenizerLoadError
 
+    apply_project_env_defaults()  # a plain shell gets what `make` gets (config.project_env_defaults)
     try:
         return COMMANDS[cmd](rest)
+    except (TokenizerLoadError, SimulatorError) as e:
+        # the tokenizer (or the simulator that loads it) cannot start: one line naming the setting
+        print(f"eagle3 {cmd}: error: {_one_line(e)}", file=sys.stderr)
+        print(
+            f"eagle3 {cmd}: the tokenizer comes from EAGLE3_TOKENIZER (or the profile named by EAGLE3_MODEL): "
+            "point it at a local tokenizer folder",
+            file=sys.stderr,
+        )
+        return 2
     except (SettingsError, SourceSpecError, PartitionKeyError) as e:
         # a configuration mistake: one readable line per problem, no traceback
         for line in str(e).splitlines():

@@ -330,6 +330,34 @@ class Settings:
         return cls(**values)
 
 
+SHARED_TOKENIZERS_DIR = PROJECT_ROOT.parent / "shared" / "tokenizers"
+
+
+def project_env_defaults(env: Mapping[str, str]) -> dict[str, str]:
+    """The project's environment defaults, for every way in: a plain shell (`eagle3 ...`), the Makefile's
+    targets (they all go through `eagle3`, `dg` or pytest, which apply these), and the tests.
+
+    - DAGSTER_HOME: the project-local instance, `./.dagster_home`;
+    - EAGLE3_TOKENIZER and HF_HUB_OFFLINE=1: the offline tokenizer in ../shared/tokenizers/<EAGLE3_MODEL>
+      when that folder exists (a checkout beside shared/); elsewhere the profile's own location is used.
+
+    Only variables `env` does not set are returned: what a user exported always wins.
+    """
+    defaults = {"DAGSTER_HOME": str(PROJECT_ROOT / ".dagster_home")}
+    shared_tokenizer = SHARED_TOKENIZERS_DIR / (env.get("EAGLE3_MODEL") or "kimi-k2.5")
+    if "EAGLE3_TOKENIZER" not in env and shared_tokenizer.is_dir():
+        defaults["EAGLE3_TOKENIZER"] = str(shared_tokenizer)
+        defaults["HF_HUB_OFFLINE"] = "1"
+    return {k: v for k, v in defaults.items() if k not in env}
+
+
+def apply_project_env_defaults() -> dict[str, str]:
+    """Put `project_env_defaults` into this process's environment (and so its children's); returns them."""
+    applied = project_env_defaults(os.environ)
+    os.environ.update(applied)
+    return applied
+
+
 def settings() -> Settings:
     """Read and validate the settings now (not at import), so tests and Dagster runs see the current env."""
     return Settings.from_env(os.environ)
