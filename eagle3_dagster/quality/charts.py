@@ -148,7 +148,15 @@ def top_section(model: Any) -> list[str]:
             )
         drift = verdict.get("drift")
         if drift is None:
-            out.append("<p>Drift: nothing to compare with (first snapshot, or the same content as LATEST).</p>")
+            before = att.get("latest_before")
+            why = (
+                "first snapshot: no earlier LATEST"
+                if not before
+                else f"same content as LATEST <code>{_e(before)}</code>"
+                if before == att.get("version")
+                else f"LATEST <code>{_e(before)}</code> has no summary to compare"
+            )
+            out.append(f"<p>Drift: nothing to compare with ({why}).</p>")
         elif drift.get("status") == "ok":
             out.append(f'<div class="okbox">No drift against snapshot <code>{_e(drift.get("against"))}</code>.</div>')
         else:

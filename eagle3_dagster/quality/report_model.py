@@ -119,12 +119,20 @@ class LatestAge:
     def stale(self) -> bool:
         return self.age_s > self.max_age_s
 
-    def describe(self) -> str:
+    def describe(self, *, for_page: bool = False) -> str:
+        """One line for the terminal (relative age: it is read now) or, `for_page`, for the static report,
+        which is read later: the publish time in UTC, and the age only as of the report's build."""
         state = (
             f"OLDER than the allowed {_duration(self.max_age_s)} (EAGLE3_SNAPSHOT_MAX_AGE): the nightly did not publish"
             if self.stale
             else f"within the allowed {_duration(self.max_age_s)}"
         )
+        if for_page:
+            at = self.published_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+            return (
+                f"LATEST is {self.version}, published at {at} ({_duration(self.age_s)} before this report was "
+                f"generated), {state}; content first built {self.created_at}"
+            )
         return (
             f"LATEST is {self.version}, published {_duration(self.age_s)} ago "
             f"({self.published_at.isoformat(timespec='seconds')}), {state}; content first built {self.created_at}"

@@ -208,7 +208,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
         + (
             (_badge("FAIL", "stale") if model.latest.stale else _badge("PASS", "fresh"))
             + " "
-            + _e(model.latest.describe())
+            + _e(model.latest.describe(for_page=True))
             if model.latest
             else _badge("not run", "none") + " nothing published yet"
         )
