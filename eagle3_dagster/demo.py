@@ -27,6 +27,8 @@ INSTANCE_YAML = """\
 # Written by eagle3-dagster: a local instance (SQLite under this folder).
 telemetry:
   enabled: false
+nux:
+  enabled: false     # no "Join the Dagster community" pop-up over the UI
 concurrency:
   pools:
     default_limit: 2   # at most two shard steps talk to the SGLang fleet at once (pool "sglang")
@@ -48,12 +50,18 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
     with open(home / INSTANCE_LOCK, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cfg = home / "dagster.yaml"
-        if not cfg.exists():
+        if not cfg.exists() or _our_instance_yaml_without_nux(cfg):
             tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")
             tmp.write_text(INSTANCE_YAML)
             tmp.replace(cfg)
         _create_instance_storage(home)
     return home
+
+
+def _our_instance_yaml_without_nux(cfg: Path) -> bool:
+    """An instance this project wrote before the UI's pop-up was switched off (never a user's own file)."""
+    text = cfg.read_text()
+    return text.startswith(INSTANCE_YAML.splitlines()[0]) and "\nnux:" not in text
 
 
 def _create_instance_storage(home: Path) -> None:
