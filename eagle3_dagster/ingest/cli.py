@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
     p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
     p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
-    p.add_argument("--n-shards", type=int, default=None, help="default: EAGLE3_N_SHARDS (4)")
+    p.add_argument("--n-shards", type=int, default=None, help="1 to 4096; default: EAGLE3_N_SHARDS (4)")
     p.add_argument("--max-bytes", type=int, default=200_000, help="rows larger than this are rejected (too_large)")
     p.add_argument("--limit", type=int, default=None, help="stop after this many accepted prompts")
     p.add_argument(
@@ -63,6 +63,14 @@ def main(argv: list[str]) -> int:
         from ..config import settings
 
         args.n_shards = settings().n_shards
+    else:
+        from ..config import check_n_shards
+
+        try:
+            check_n_shards(args.n_shards, "--n-shards")
+        except ValueError as e:
+            print(f"eagle3 ingest: {e}", file=sys.stderr)
+            return 2
     from ..storage import StorageError, data_root
 
     try:
