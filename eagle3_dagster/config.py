@@ -74,7 +74,7 @@ class _Problem(Exception):
 T = TypeVar("T")
 
 
-def _int(var: str, raw: str, *, minimum: int, note: str = "") -> int:
+def _int(var: str, raw: str, *, minimum: int, note: str = "", maximum: int | None = None, why_max: str = "") -> int:
     allowed = f"an integer >= {minimum}{note}"
     try:
         n = int(raw.strip())
@@ -82,7 +82,32 @@ def _int(var: str, raw: str, *, minimum: int, note: str = "") -> int:
         raise _Problem(f"{var} must be {allowed}, got {raw!r}") from None
     if n < minimum:
         raise _Problem(f"{var} must be {allowed}, got {raw!r}")
+    if maximum is not None and n > maximum:
+        raise _Problem(f"{var} must be at most {maximum}{why_max}, got {raw!r}")
     return n
+
+
+# Upper bound of EAGLE3_N_SHARDS: every shard is a Dagster partition of every shard asset (runs,
+# materializations, sensors and the UI scale with it) and its key has four digits (storage.shard_key).
+MAX_N_SHARDS = 4096
+
+
+def check_n_shards(n: int, var: str = "EAGLE3_N_SHARDS") -> int:
+    """`n` if 1 <= n <= MAX_N_SHARDS, else ValueError naming `var`, the value and the bound."""
+    try:
+        return _n_shards(var, str(n))
+    except _Problem as e:
+        raise ValueError(str(e)) from None
+
+
+def _n_shards(var: str, raw: str) -> int:
+    return _int(
+        var,
+        raw,
+        minimum=1,
+        maximum=MAX_N_SHARDS,
+        why_max=" (one Dagster partition per shard; more partitions than this only slow every run and the UI)",
+    )
 
 
 def _path(raw: str) -> Path:
@@ -298,7 +323,7 @@ class Settings:
             tokenizer_override=get("EAGLE3_TOKENIZER", _tokenizer, None),
             sglang_urls=urls or ("http://127.0.0.1:30000",),
             sglang_url_configured=bool(urls),
-            n_shards=get("EAGLE3_N_SHARDS", lambda r: _int("EAGLE3_N_SHARDS", r, minimum=1), 4),
+            n_shards=get("EAGLE3_N_SHARDS", lambda r: _n_shards("EAGLE3_N_SHARDS", r), 4),
             executor=get(EXECUTOR_ENV, _executor, "multiprocess"),
             gx_keep_validations=get(
                 GX_KEEP_VALIDATIONS_ENV,

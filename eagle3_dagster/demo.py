@@ -205,6 +205,13 @@ def _fail_word(sh, check: str) -> str:
     return "WARN" if getattr(sh, "failed_checks", {}).get(check) == "WARN" else "FAIL"
 
 
+def _check_word(ok: bool, asset_rows: int | None, sh, check: str) -> str:
+    """PASS / WARN / FAIL, or "empty" for a check that passed on an asset of 0 rows (nothing judged)."""
+    if not ok:
+        return _fail_word(sh, check)
+    return "empty" if asset_rows == 0 else "PASS"
+
+
 def summarize(outcome, data_dir: DataPath) -> str:
     s = settings()
     lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
@@ -232,7 +239,10 @@ def summarize(outcome, data_dir: DataPath) -> str:
         ranked = sorted(
             sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
         )
-        checks = ", ".join(f"{name.split(':')[1]}={'PASS' if ok else _fail_word(sh, name)}" for name, ok in ranked)
+        rows = {"tokenized_prompts": tok, "generations": gen, "training_samples": trn}
+        checks = ", ".join(
+            f"{name.split(':')[1]}={_check_word(ok, rows.get(name.split(':')[0]), sh, name)}" for name, ok in ranked
+        )
         lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")

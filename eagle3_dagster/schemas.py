@@ -37,7 +37,7 @@ PROMPT_REJECTS = pa.schema(
         ("source_row", pa.int64()),
         ("reason", pa.string()),  # reason code, e.g. not_json, unknown_role, empty_conversation
         ("detail", pa.string()),  # human-readable, names the field
-        ("excerpt", pa.string()),  # first 200 chars of the raw row
+        ("excerpt", pa.string()),  # the raw row's head, <= 200 bytes of UTF-8; a cut one ends "…[cut]"
     ]
 )
 

@@ -1,8 +1,11 @@
 """`eagle3 ingest FILE --out DIR`: ingest one prompt file outside Dagster, with the same code.
 
 Writes DIR/accepted.parquet, DIR/rejects.parquet and DIR/counts.json, and prints the counts as one
-JSON object on the last line of stdout. Exit status: 0 when the file was read (even if rows were
-rejected), 2 for a usage error or a file that cannot be read (the message names it, on stderr).
+JSON object on the last line of stdout. Exit status: 0 when at least one prompt was accepted (even if
+rows were rejected), 1 when nothing was accepted (the outputs are still written, so rejects.parquet says
+why; one stderr line names the counts, as the pipeline's source asset fails then; `--allow-empty`
+makes it 0, like `allow_empty: true` in a source YAML), 2 for a usage error or a file that cannot be
+read (the message names it, on stderr).
 """
 
 from __future__ import annotations
@@ -31,9 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
     p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
     p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
-    p.add_argument("--n-shards", type=int, default=None, help="default: EAGLE3_N_SHARDS (4)")
+    p.add_argument("--n-shards", type=int, default=None, help="1 to 4096; default: EAGLE3_N_SHARDS (4)")
     p.add_argument("--max-bytes", type=int, default=200_000, help="rows larger than this are rejected (too_large)")
     p.add_argument("--limit", type=int, default=None, help="stop after this many accepted prompts")
+    p.add_argument(
+        "--allow-empty", action="store_true", help="exit 0 even when no prompt was accepted (default: exit 1)"
+    )
     p.add_argument(
         "--field",
         action="append",
@@ -57,6 +63,14 @@ def main(argv: list[str]) -> int:
         from ..config import settings
 
         args.n_shards = settings().n_shards
+    else:
+        from ..config import check_n_shards
+
+        try:
+            check_n_shards(args.n_shards, "--n-shards")
+        except ValueError as e:
+            print(f"eagle3 ingest: {e}", file=sys.stderr)
+            return 2
     from ..storage import StorageError, data_root
 
     try:
@@ -89,6 +103,15 @@ def main(argv: list[str]) -> int:
     if counts.sampled_out:
         summary["sampled_out"] = counts.sampled_out
     print(json.dumps(summary, sort_keys=False))
+    if counts.accepted == 0 and not args.allow_empty:
+        from .health import describe_counts
+
+        print(
+            f"eagle3 ingest: no prompt accepted from {args.file} ({describe_counts(counts)}); "
+            f"see {out / 'rejects.parquet'} (--allow-empty to exit 0)",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -40,7 +40,8 @@ from .remote import SourceFile, open_remote_binary
 _BOM = b"\xef\xbb\xbf"
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 20
-_EXCERPT = 200
+_EXCERPT = 200  # bytes of UTF-8 in a reject's excerpt, the cut mark included
+EXCERPT_CUT_MARK = "…[cut]"
 
 
 @dataclass
@@ -58,7 +59,19 @@ class RawRecord:
             text = self.raw[: _EXCERPT * 4].decode("utf-8", errors="backslashreplace")
         else:
             text = self.raw[: _EXCERPT * 2]
-        return safe_text(text)[:_EXCERPT]
+        return cut_utf8(safe_text(text), _EXCERPT)
+
+
+def cut_utf8(text: str, max_bytes: int) -> str:
+    """`text` if its UTF-8 is at most `max_bytes`, else its head cut on a character boundary and
+    ended with EXCERPT_CUT_MARK, all within `max_bytes` (so an arbitrary file's long lines are never
+    copied whole into rejects.parquet, and a cut excerpt says so)."""
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    room = max_bytes - len(EXCERPT_CUT_MARK.encode("utf-8"))
+    # `data` is valid UTF-8, so "ignore" drops only the character the cut went through
+    return data[:room].decode("utf-8", errors="ignore") + EXCERPT_CUT_MARK
 
 
 def safe_text(text: str) -> str:

@@ -19,6 +19,8 @@ from ..quality.gx_context import refresh_docs_index
 from ..quality.report_html import update_report, write_report
 from .partitions import N_SHARDS
 
+EMPTY_NOTE = "the shard has 0 rows, so no expectation judged anything (not blocking, not a pass)"
+
 
 @dataclass(frozen=True)
 class HeadlineCheck:
@@ -69,23 +71,25 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
                 )
             )
             continue
+        empty = result.n_rows == 0 and o.success
         out.append(
             dg.AssetCheckResult(
                 check_name=h.check_name,
                 passed=bool(o.success),
                 severity=dg.AssetCheckSeverity.ERROR if o.severity == "critical" else dg.AssetCheckSeverity.WARN,
-                description=f"{o.name}: {o.description}",
-                metadata=_outcome_metadata(o),
+                description=(f"EMPTY: {EMPTY_NOTE}; " if empty else "") + f"{o.name}: {o.description}",
+                metadata={"status": "EMPTY" if empty else ("PASS" if o.success else "FAIL"), **_outcome_metadata(o)},
             )
         )
     failing = [o for o in result.outcomes if not o.success]
     meta: dict[str, Any] = {
+        "status": result.status,  # EMPTY: passed on 0 rows (not blocking; nothing was judged)
         "rows": int(result.n_rows),
         "rows_failing_critical": int(result.row_failures.height),
         "failed_expectations": dg.MetadataValue.json(
             [{"name": o.name, "severity": o.severity, "pass_rate": o.pass_rate, "mostly": o.mostly} for o in failing]
         ),
-        "expectations": dg.MetadataValue.md(outcomes_table(result.outcomes)),
+        "expectations": dg.MetadataValue.md(outcomes_table(result.outcomes, n_rows=int(result.n_rows))),
     }
     if getattr(result, "data_docs_page", None):  # this run's own page: exists whatever the index's freshness
         meta["data_docs_page"] = dg.MetadataValue.url("file://" + str(result.data_docs_page))
@@ -96,19 +100,28 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
             check_name=f"{gate}_gate",
             passed=bool(result.success),
             severity=dg.AssetCheckSeverity.ERROR,
+            description=f"EMPTY: {EMPTY_NOTE}" if result.status == "EMPTY" else None,
             metadata=meta,
         )
     )
     return out
 
 
-def outcomes_table(outcomes: Any) -> str:
+def outcomes_table(outcomes: Any, *, n_rows: int | None = None) -> str:
     lines = ["| expectation | severity | pass rate | mostly | unexpected | ok |", "|---|---|---|---|---|---|"]
     for o in outcomes:
         lines.append(
-            f"| {o.name} | {o.severity} | {o.pass_rate:.4f} | {o.mostly} | {o.unexpected_count} | {'yes' if o.success else '**NO**'} |"
+            f"| {o.name} | {o.severity} | {_rate(o, n_rows)} | {o.mostly} | {o.unexpected_count} | {'yes' if o.success else '**NO**'} |"
         )
     return "\n".join(lines)
+
+
+def _rate(o: Any, n_rows: int | None) -> str:
+    """The pass rate; for a row-level expectation that applied to no row, "empty" (a shard of 0 rows)
+    or "skipped" (rows, but none the expectation applies to)."""
+    if getattr(o, "evaluated", 1) or getattr(o, "level", "row") == "table":
+        return f"{o.pass_rate:.4f}"
+    return "empty" if n_rows == 0 else "skipped"
 
 
 def refresh_quality_report(

@@ -54,6 +54,9 @@ class ExpectationOutcome:
     observed_value: Any = None
 
 
+_STATUS_WORD = {"PASS": "PASSED", "FAIL": "FAILED", "EMPTY": "EMPTY (0 rows: nothing judged)"}
+
+
 def _empty_failures() -> pl.DataFrame:
     return pl.DataFrame(schema={ROW_ID: pl.String, "reasons": pl.List(pl.String)})
 
@@ -73,6 +76,14 @@ class GateResult:
     by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [rows, rows quarantined]
     # timings of this validation (cache hit, lock holds); not stored: only for logs, tests, the bench
     gx_run: gx_context.GXRun | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def status(self) -> str:
+        """ "PASS", "FAIL", or "EMPTY": passed on 0 rows (nothing was judged; not blocking, but not a
+        pass either: every row-level expectation is trivially met on no rows)."""
+        if not self.success:
+            return "FAIL"
+        return "EMPTY" if self.n_rows == 0 else "PASS"
 
     @property
     def failed_critical(self) -> list[ExpectationOutcome]:
@@ -130,14 +141,18 @@ class GateResult:
 
     def summary_markdown(self) -> str:
         lines = [
-            f"**gate `{self.gate}`: {'PASSED' if self.success else 'FAILED'}** — {self.n_rows} rows, "
+            f"**gate `{self.gate}`: {_STATUS_WORD[self.status]}** — {self.n_rows} rows, "
             f"{self.row_failures.height} quarantined",
             "",
             "| expectation | severity | pass rate | mostly | unexpected | ok |",
             "|---|---|---|---|---|---|",
         ]
         for o in self.outcomes:
-            rate = f"{o.pass_rate:.4f}" if o.evaluated or o.level == "table" else "skipped"
+            rate = (
+                f"{o.pass_rate:.4f}"
+                if o.evaluated or o.level == "table"
+                else ("empty" if not self.n_rows else "skipped")
+            )
             lines.append(
                 f"| {o.name} | {o.severity} | {rate} | {o.mostly} | {o.unexpected_count} | "
                 f"{'yes' if o.success else '**NO**'} |"

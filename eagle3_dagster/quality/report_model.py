@@ -65,7 +65,7 @@ class ExpectationIssue:
 class GateCell:
     gate: str
     shard: str
-    status: str  # "PASS" | "FAIL" | "not run" | "unreadable"
+    status: str  # "PASS" | "FAIL" | "EMPTY" (passed on 0 rows: nothing judged) | "not run" | "unreadable"
     created_at: str = ""
     n_rows: int = 0
     n_quarantined: int = 0
@@ -234,7 +234,7 @@ class ReportModel:
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
 
     def counts(self) -> dict[str, int]:
-        out = {"PASS": 0, "FAIL": 0, "not run": 0, "unreadable": 0}
+        out = {"PASS": 0, "FAIL": 0, "EMPTY": 0, "not run": 0, "unreadable": 0}
         for row in self.shards:
             for c in row.cells.values():
                 out[c.status] = out.get(c.status, 0) + 1
@@ -301,7 +301,7 @@ def collect_cell(data: DataPath, gate: str, shard: int, work_dir: Path) -> GateC
         return GateCell(
             gate,
             key,
-            "PASS" if d.get("success") else "FAIL",
+            ("EMPTY" if not int(d.get("n_rows") or 0) else "PASS") if d.get("success") else "FAIL",
             created_at=str(d.get("created_at") or ""),
             n_rows=int(d.get("n_rows") or 0),
             n_quarantined=int(d.get("n_row_failures") or 0),

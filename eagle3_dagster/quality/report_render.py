@@ -31,7 +31,7 @@ th{background:#f3f3f3} td.num{text-align:right;font-variant-numeric:tabular-nums
 .meta td{border:none;padding:.1em .8em .1em 0} .small{font-size:.85em;color:#555}
 .badge{display:inline-block;font-weight:bold;padding:.05em .5em;border-radius:3px}
 .PASS{background:#d8f5d8;color:#135c13} .FAIL{background:#fbd5d5;color:#8a1111}
-.notrun{background:#eee;color:#555} .unreadable{background:#fde9c8;color:#7a4b00} .WARN{background:#fff1c2;color:#6b5200}
+.notrun{background:#eee;color:#555} .EMPTY{background:#e3ecf7;color:#1d3f66} .unreadable{background:#fde9c8;color:#7a4b00} .WARN{background:#fff1c2;color:#6b5200}
 code{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.9em}
 .charts{display:flex;flex-wrap:wrap;gap:12px;margin:.5em 0} svg.chart{border:1px solid #ddd;max-width:100%;height:auto}
 .alert{border-left:5px solid #c62828;background:#fdecea;padding:.6em .9em;margin:.8em 0}
@@ -100,7 +100,7 @@ def _cell_html(c: GateCell, report_path: Path, work_dir: Path, blocked_by: str |
         return f'<td>{_badge("unreadable")}<div class="small">{_e(c.error)}</div></td>'
     warnings = [i for i in c.issues if i.severity != "critical"]
     failed = [i for i in c.issues if i.severity == "critical"]
-    parts = [_badge(c.status)]
+    parts = [_badge(c.status, "empty" if c.status == "EMPTY" else None)]
     if warnings:
         parts.append(" " + _badge("WARN", f"{len(warnings)} warning{'s' if len(warnings) != 1 else ''}"))
     parts.append(f'<div class="small">ran {_e(c.created_at)}</div>')
@@ -202,6 +202,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
         f"<tr><td>work dir</td><td><code>{_e(work)}</code></td></tr>",
         f"<tr><td>generated at</td><td>{_e(model.generated_at)}</td></tr>",
         f"<tr><td>gate results</td><td>{counts['PASS']} passed, {counts['FAIL']} failed, {counts['not run']} not run"
+        + (f", {counts['EMPTY']} empty (0 rows)" if counts.get("EMPTY") else "")
         + (f", {counts['unreadable']} unreadable" if counts.get("unreadable") else "")
         + "</td></tr>",
         "<tr><td>LATEST snapshot</td><td>"

@@ -13,6 +13,7 @@ import pytest
 
 from eagle3_dagster import schemas
 from eagle3_dagster.ingest import REJECT_REASONS, IngestFileError, SourceSpec, ingest_source
+from eagle3_dagster.ingest.readers import EXCERPT_CUT_MARK
 
 BAD_DIR = Path(__file__).resolve().parent.parent / "data" / "bad"
 
@@ -133,7 +134,7 @@ def test_bad_row_is_quarantined_and_the_rest_ingests(name: str, tmp_path: Path) 
     (rej,) = rejects
     assert (rej["reason"], rej["source_row"], rej["source"]) == (ONE_BAD_ROW[name], 2, "bad")
     assert rej["source_file"] == str(BAD_DIR / name)
-    assert rej["detail"] and len(rej["excerpt"]) <= 200
+    assert rej["detail"] and len(rej["excerpt"].encode("utf-8")) <= 200
     assert [r["source_row"] for r in accepted] == [1, 3]
     # the excerpt shows the raw row (for Parquet, the row as JSON), so a human can find it
     if not name.endswith(".parquet") and ONE_BAD_ROW[name] != "too_large":
@@ -154,6 +155,33 @@ def test_reject_details_name_the_field(tmp_path: Path) -> None:
     assert "messages[1].tool_calls[0]" in rejects[0]["detail"] and "(f)" in rejects[0]["detail"]
     _, _, rejects = _ingest("sharegpt_unknown_from.json", tmp_path / "b")
     assert "conversations[0]" in rejects[0]["detail"] and "robot" in rejects[0]["detail"]
+
+
+@pytest.mark.parametrize(("max_bytes", "reason"), [(200_000, "too_large"), (2_000_000, "not_json")])
+def test_a_one_megabyte_line_is_rejected_with_a_cut_excerpt_of_at_most_200_bytes(
+    max_bytes: int, reason: str, tmp_path: Path
+) -> None:
+    """Whether the line is over max_bytes or read whole and not JSON, rejects.parquet keeps a short
+    excerpt, cut on a character boundary (2-byte "é" after a 1-byte "x") and marked as cut."""
+    good = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
+    huge = "x" + "é" * 500_000  # 1,000,001 bytes, not JSON
+    data = tmp_path / "huge.jsonl"
+    data.write_text(f"{good}\n{huge}\n", encoding="utf-8")
+    counts = ingest_source(SourceSpec(name="huge", path=str(data), max_bytes=max_bytes), tmp_path / "o", n_shards=1)
+    assert (counts.read, counts.accepted, counts.rejected, counts.rejects_by_reason) == (2, 1, 1, {reason: 1})
+    (rej,) = pq.read_table(tmp_path / "o" / "rejects.parquet").to_pylist()
+    excerpt = rej["excerpt"]
+    assert 190 <= len(excerpt.encode("utf-8")) <= 200
+    assert excerpt.endswith(EXCERPT_CUT_MARK)
+    assert huge.startswith(excerpt.removesuffix(EXCERPT_CUT_MARK))  # a head of the line, no broken character
+
+
+def test_a_short_reject_keeps_its_whole_line_unmarked(tmp_path: Path) -> None:
+    data = tmp_path / "short.jsonl"
+    data.write_text("{not json, café\n", encoding="utf-8")
+    ingest_source(SourceSpec(name="short", path=str(data)), tmp_path / "o", n_shards=1)
+    (rej,) = pq.read_table(tmp_path / "o" / "rejects.parquet").to_pylist()
+    assert rej["excerpt"] == "{not json, café"
 
 
 def test_invalid_bytes_survive_into_the_excerpt_as_escapes(tmp_path: Path) -> None:

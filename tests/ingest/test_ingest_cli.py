@@ -56,3 +56,33 @@ def test_eagle3_ingest_console_entry_point(datasets_dir: Path, tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["read"] == 258 and counts["accepted"] == 258
+
+
+@pytest.mark.integration
+def test_cli_exits_non_zero_naming_the_counts_when_nothing_is_accepted(tmp_path: Path) -> None:
+    """From a plain shell, as a user runs it: a file of garbage is an error, not a silent 0."""
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b'hello world\n\x00\xff\xfe binary\n{"messages": 3}\n')
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        ["/bin/sh", "-c", f'"{sys.executable}" -m eagle3_dagster.cli ingest "{garbage}" --out "{out}"'],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    (line,) = proc.stderr.strip().splitlines()
+    assert "no prompt accepted" in line and str(garbage) in line
+    assert "read 3: accepted 0, rejected 3" in line and "duplicates 0" in line
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (counts["read"], counts["accepted"], counts["rejected"], counts["duplicates"]) == (3, 0, 3, 0)
+    # the rejects are still written, so the user can see why
+    assert pq.read_table(out / "rejects.parquet").num_rows == 3
+
+
+def test_cli_allow_empty_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_text("not json at all\n")
+    assert main([str(garbage), "--out", str(tmp_path / "o")]) == 1
+    assert "no prompt accepted" in capsys.readouterr().err
+    assert main([str(garbage), "--out", str(tmp_path / "o"), "--allow-empty"]) == 0

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from graph_helpers import graph_resources
 
-from eagle3_dagster.config import PROJECT_ROOT, PartitionKeyError, Settings, SettingsError
+from eagle3_dagster.config import MAX_N_SHARDS, PROJECT_ROOT, PartitionKeyError, Settings, SettingsError
 from eagle3_dagster.orchestration.run import materialize_graph
 
 pytestmark = pytest.mark.integration
@@ -215,6 +215,21 @@ def test_every_setting_is_validated_naming_variable_value_and_allowed():
     with pytest.raises(SettingsError) as e:
         Settings.from_env({var: bad for var, (bad, _) in BAD_SETTINGS.items()})
     assert len(e.value.problems) == len(BAD_SETTINGS) and "secret" not in str(e.value)
+
+
+def test_n_shards_has_an_upper_bound_named_in_the_error(tmp_path):
+    assert Settings.from_env({"EAGLE3_N_SHARDS": str(MAX_N_SHARDS)}).n_shards == MAX_N_SHARDS == 4096
+    with pytest.raises(SettingsError) as e:
+        Settings.from_env({"EAGLE3_N_SHARDS": "100000"})
+    (problem,) = e.value.problems
+    assert problem.startswith("EAGLE3_N_SHARDS must be at most 4096 (") and problem.endswith(", got '100000'")
+    # the ingest CLI's own --n-shards has the same bound, before any work
+    from eagle3_dagster.ingest.cli import main as ingest_main
+
+    data = tmp_path / "p.jsonl"
+    data.write_text('{"question": "q"}\n')
+    assert ingest_main([str(data), "--out", str(tmp_path / "o"), "--n-shards", "5000"]) == 2
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_rejects_bad_settings_before_any_work_in_one_line_each(tmp_path):

@@ -163,6 +163,38 @@ def test_empty_shard_passes_with_nothing_evaluated(kimi_profile, gx_dirs):
     assert res.success and res.n_rows == 0 and res.row_failures.height == 0
 
 
+def test_empty_shard_is_shown_empty_not_pass(kimi, kimi_profile, gx_dirs, tmp_path):
+    """A real 0-row shard through the real gate: status EMPTY; its checks pass (nothing blocks) but
+    say empty; the stored result shows as "empty" in the quality report, not PASS."""
+    from eagle3_dagster.defs.generate import GENERATION_HEADLINES
+    from eagle3_dagster.orchestration.gates import gate_check_results
+    from eagle3_dagster.quality import write_gate_result
+    from eagle3_dagster.quality.report_html import collect, write_report
+
+    res = run_gate("generations", generation_features(generation_rows([]), None, kimi_profile), **gx_dirs)
+    assert (res.success, res.n_rows, res.status) == (True, 0, "EMPTY")
+    assert "EMPTY" in res.summary_markdown() and "PASSED" not in res.summary_markdown()
+    checks = {c.check_name: c for c in gate_check_results("generations", res, GENERATION_HEADLINES)}
+    assert set(checks) == {"think_end_present", "generations_gate"}
+    for c in checks.values():
+        assert c.passed  # not blocking
+        assert c.metadata["status"].value == "EMPTY" and "0 rows" in (c.description or "")
+    assert "| empty |" in checks["generations_gate"].metadata["expectations"].value
+
+    # a non-empty shard keeps PASS
+    ok_gens = generation_rows([dict(sample_id="a", prompt_id="p", output_ids=kimi.output(REASONING, "4"))])
+    ok = run_gate("generations", generation_features(ok_gens, None, kimi_profile), **gx_dirs)
+    data = tmp_path / "data"
+    write_gate_result(data, "generations", 0, res)
+    write_gate_result(data, "generations", 1, ok)
+    model = collect(data, data, n_shards=2)
+    cells = [row.cells["generations"] for row in model.shards]
+    assert ok.status == "PASS" and [c.status for c in cells] == ["EMPTY", "PASS"]
+    assert model.counts()["EMPTY"] == 1
+    page = write_report(data, data, n_shards=2).read_text()
+    assert '<span class="badge EMPTY">empty</span>' in page and "1 empty (0 rows)" in page
+
+
 def test_large_shard_counts_match_gx(kimi, kimi_profile, gx_dirs):
     # 2,000 rows, 3% missing </think>: the pass rate GX applies `mostly` to equals polars' count.
     base = kimi.output(REASONING, "4")

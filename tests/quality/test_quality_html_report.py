@@ -401,3 +401,28 @@ def test_demo_summary_prints_report_path(stored, monkeypatch):
     assert "report:     not written" in summarize(outcome, data_root(stored["data"]))
     path = write_report(stored["data"], stored["work"], n_shards=1)
     assert f"report:     {path}  (offline HTML" in summarize(outcome, data_root(stored["data"]))
+
+
+def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle3_dagster import schemas
+    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.orchestration.run import GraphOutcome, ShardOutcome
+    from eagle3_dagster.storage import data_root
+
+    monkeypatch.setenv("EAGLE3_DATA_DIR", str(stored["data"]))
+    monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
+    tok = stored["data"] / "tokenized_prompts" / "shard=0000"
+    tok.mkdir(parents=True)
+    row = {"prompt_id": "p", "source": "s", "shard": 0, "input_ids": [1, 2], "prompt_len": 2}
+    pq.write_table(pa.Table.from_pylist([row], schema=schemas.TOKENIZED_PROMPTS), tok / "part-0.parquet")
+    checks = {"tokenized_prompts:prompts_gate": True, "generations:generations_gate": True}
+    outcome = GraphOutcome(
+        True, "r", [ShardOutcome("0000", True, dict(checks)), ShardOutcome("0001", True, dict(checks))]
+    )
+    lines = {ln.split()[0]: ln for ln in summarize(outcome, data_root(stored["data"])).splitlines() if ln.strip()}
+    # shard 0: 1 tokenized prompt (PASS), no generations (empty); shard 1: nothing at all
+    assert "prompts_gate=PASS" in lines["0000"] and "generations_gate=empty" in lines["0000"]
+    assert "prompts_gate=empty" in lines["0001"] and "generations_gate=empty" in lines["0001"]
