@@ -357,7 +357,8 @@ def main(argv: list[str]) -> int:
         args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
     # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
     # folders as the first. Refused at once, in one line naming the running demo and the lock file.
-    lock = DataDirLock(settings().data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0)
+    s = settings()
+    lock = DataDirLock(s.data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0, local_lock_dir=s.work_dir / "locks")
     try:
         lock.acquire()
     except DataDirLocked as e:

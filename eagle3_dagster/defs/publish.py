@@ -94,6 +94,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             profile=profile,
             judge=judge,
             run_id=context.run_id,
+            local_lock_dir=pipeline.work_path / "locks",  # object storage: the lock is a local file (this host only)
             on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it

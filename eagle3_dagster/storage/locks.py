@@ -8,7 +8,8 @@ a process that cannot take the lock reports that owner and the lock path in one 
 lock two different inodes).
 
 Object storage has no lock primitive pyarrow/fsspec can use (no atomic create-if-absent across
-stores), so the lock is a local file keyed by the data URI (`<tmp>/eagle3-locks-<uid>/`): it
+stores), so the lock is a local file keyed by the data URI, in `local_lock_dir` (callers pass the
+work dir's `locks/`, as the generation shard locks do; else `<tmp>/eagle3-locks-<uid>/`): it
 excludes processes on THIS host only. Callers say so loudly (`DataDirLock.scope`, the warning line
 of `host_only_warning`); run one publisher per object-storage data dir across hosts.
 """
@@ -40,14 +41,19 @@ class DataDirLocked(RuntimeError):
         self.owner = owner
 
 
-def lock_file_for(data_dir: PathLike, rel: str) -> tuple[Path, bool]:
+def lock_file_for(data_dir: PathLike, rel: str, local_lock_dir: Path | None = None) -> tuple[Path, bool]:
     """(the lock file, True when it excludes every process on the data dir / False: this host only)."""
     dp = as_data_path(data_dir)
     if dp.is_local:
         return (dp / rel).local_path, True
     key = hashlib.sha256(f"{dp}/{rel}".encode()).hexdigest()[:16]
     name = rel.replace("/", "_").lstrip(".")
-    return Path(tempfile.gettempdir()) / f"eagle3-locks-{os.getuid()}" / f"{name}-{key}.lock", False
+    folder = (
+        Path(local_lock_dir)
+        if local_lock_dir is not None
+        else Path(tempfile.gettempdir()) / f"eagle3-locks-{os.getuid()}"
+    )
+    return folder / f"{name}-{key}.lock", False
 
 
 def describe_owner(owner: dict[str, Any] | None) -> str:
@@ -76,7 +82,8 @@ class DataDirLock:
     """`with DataDirLock(data_dir, "snapshots/.publish.lock", what=..., run_id=...):` one holder at a time.
 
     `wait_s`: 0 fails at once when held; > 0 waits up to that many seconds (calling `on_wait` once
-    with the line naming the holder), then fails with `DataDirLocked`.
+    with the line naming the holder), then fails with `DataDirLocked`. `local_lock_dir`: where the
+    lock file goes when the data dir is object storage.
     """
 
     def __init__(
@@ -89,9 +96,10 @@ class DataDirLock:
         wait_s: float = 0.0,
         on_wait: Callable[[str], None] | None = None,
         poll_s: float = 0.2,
+        local_lock_dir: Path | None = None,
     ) -> None:
         self.data_dir: DataPath = as_data_path(data_dir)
-        self.path, self.covers_all_hosts = lock_file_for(self.data_dir, rel)
+        self.path, self.covers_all_hosts = lock_file_for(self.data_dir, rel, local_lock_dir)
         self.what = what
         self.run_id = run_id
         self.wait_s = wait_s

@@ -39,6 +39,7 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..storage import (
@@ -188,6 +189,7 @@ def build_snapshot(
     run_id: str | None = None,
     lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
     on_wait: Callable[[str], None] | None = None,
+    local_lock_dir: Path | None = None,
 ) -> SnapshotResult:
     """Assemble, judge and (if the gates allow) publish a snapshot, holding the data dir's publish lock.
 
@@ -195,7 +197,8 @@ def build_snapshot(
     `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
     shards_included, excluded, summary and previous (LATEST's manifest). Without a judge every
     snapshot is published. `run_id` is written into the lock (named to a publisher that has to
-    wait); `on_wait(line)` is told once when it waits and when the lock covers this host only.
+    wait); `on_wait(line)` is told once when it waits and when the lock covers this host only
+    (object storage: the lock file goes in `local_lock_dir`, the work dir's locks/).
     Raises storage.DataDirLocked when another publisher still holds the lock after `lock_wait_s`.
     """
     lock = DataDirLock(
@@ -205,6 +208,7 @@ def build_snapshot(
         run_id=run_id,
         wait_s=lock_wait_s,
         on_wait=on_wait or log.warning,
+        local_lock_dir=local_lock_dir,
     )
     warning = lock.host_only_warning()
     if warning:

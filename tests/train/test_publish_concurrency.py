@@ -137,3 +137,21 @@ def test_a_failed_publish_leaves_no_staging_and_latest_unchanged(tmp_path):
         build_snapshot(tmp_path, [0, 1], _ok, config={"c": 1}, exporters=[*EXPORTERS, broken])
     assert _staging(tmp_path) == [".publish.lock"]
     assert _assert_latest_complete(tmp_path) == first.version
+
+
+def test_object_storage_publish_says_its_lock_covers_this_host_only_and_still_excludes_local_publishers(tmp_path):
+    import uuid
+
+    from eagle3_dagster.storage import DataDirLock, data_root
+    from eagle3_dagster.train.snapshot import PUBLISH_LOCK
+
+    mem = data_root(f"memory://eagle3-test-{uuid.uuid4().hex[:10]}/data")
+    told: list[str] = []
+    # nothing to publish (no shard): the lock and its warning come first all the same
+    locks = tmp_path / "work" / "locks"
+    build_snapshot(mem, [], _ok, config={}, on_wait=told.append, local_lock_dir=locks)
+    lock = DataDirLock(mem, PUBLISH_LOCK, what="snapshot publish", local_lock_dir=locks)
+    assert not lock.covers_all_hosts and lock.path.parent == locks and lock.path.exists()
+    assert told == [lock.host_only_warning()] and "this host only" in told[0] and str(lock.path) in told[0]
+    with lock, pytest.raises(DataDirLocked, match=f"pid {os.getpid()} on host"):
+        build_snapshot(mem, [], _ok, config={}, lock_wait_s=0, on_wait=told.append, local_lock_dir=locks)
