@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from .atomic import _local_atomic, _put
 from .layout import iter_shard_dirs, parse_shard_key, safe_join, shard_dir, shard_key
-from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for
+from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
 from .paths import (
     DataPath,
     DataRoot,
@@ -85,10 +85,12 @@ __all__ = [
     "iter_shard_dirs",
     "list_files",
     "lock_file_for",
+    "owner_record",
     "parquet_file",
     "parquet_num_rows",
     "parquet_schema",
     "parse_shard_key",
+    "read_owner",
     "read_parquet",
     "read_parquet_dir",
     "redact_uri",

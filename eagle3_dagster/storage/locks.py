@@ -69,6 +69,26 @@ def describe_owner(owner: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
+def owner_record(what: str, run_id: str | None = None) -> dict[str, Any]:
+    """What a lock holder writes into its lock file: pid, host, run id, what, since."""
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "run_id": run_id,
+        "what": what,
+        "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def read_owner(path: Path) -> dict[str, Any] | None:
+    """The owner a lock file names (None: empty, unreadable, or being written right now)."""
+    try:
+        raw = Path(path).read_text(encoding="utf-8")
+        return json.loads(raw) if raw.strip() else None
+    except (OSError, ValueError):
+        return None
+
+
 def _read_owner(fh: IO[str]) -> dict[str, Any] | None:
     try:
         fh.seek(0)
@@ -146,13 +166,7 @@ class DataDirLock:
                 self.on_wait(self._held_line(owner, 0) + f"; waiting up to {self.wait_s:.0f}s")
                 told = True
             time.sleep(self.poll_s)
-        owner = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "run_id": self.run_id,
-            "what": self.what,
-            "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        }
+        owner = owner_record(self.what, self.run_id)
         fh.seek(0)
         fh.truncate()
         fh.write(json.dumps(owner) + "\n")
