@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
-from .storage import DataPath, parquet_num_rows
+from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
 INSTANCE_YAML = """\
 # Written by eagle3-dagster: a local instance (SQLite under this folder).
@@ -36,6 +36,7 @@ concurrency:
 
 
 INSTANCE_LOCK = ".eagle3-instance.lock"
+DEMO_LOCK = ".eagle3-demo.lock"  # in the data dir (storage/locks.py): one `eagle3 demo` at a time on it
 
 
 def ensure_dagster_home(home: Path | None = None) -> Path:
@@ -372,6 +373,29 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     if args.output_tokens:
         args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
+    # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
+    # folders as the first. Refused at once, in one line naming the running demo and the lock file.
+    s = settings()
+    lock = DataDirLock(s.data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0, local_lock_dir=s.work_dir / "locks")
+    try:
+        lock.acquire()
+    except DataDirLocked as e:
+        print(
+            f"[demo] refused: {e}; wait for it to finish, or set another EAGLE3_DATA_DIR",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    try:
+        warning = lock.host_only_warning()
+        if warning:
+            print(f"[demo] warning: {warning}", file=sys.stderr, flush=True)
+        return _main_locked(args)
+    finally:
+        lock.release()
+
+
+def _main_locked(args: argparse.Namespace) -> int:
     if args.samples is not None:
         _big_shard(args.samples)
     s = settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)

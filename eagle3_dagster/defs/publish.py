@@ -11,6 +11,7 @@ from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
+from ..storage import DataDirLocked
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
 from ..train.summary import headline
@@ -82,16 +83,22 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             keep_validations=pipeline.gx_keep_validations,
         )
 
-    snap = build_snapshot(
-        data,
-        range(N_SHARDS),
-        lambda g, k: read_gate_result(data, g, k),
-        config=config,
-        keep=keep,
-        exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
-        profile=profile,
-        judge=judge,
-    )
+    try:
+        snap = build_snapshot(
+            data,
+            range(N_SHARDS),
+            lambda g, k: read_gate_result(data, g, k),
+            config=config,
+            keep=keep,
+            exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
+            profile=profile,
+            judge=judge,
+            run_id=context.run_id,
+            local_lock_dir=pipeline.work_path / "locks",  # object storage: the lock is a local file (this host only)
+            on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
+        )
+    except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
+        raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     if excluded:

@@ -26,7 +26,7 @@ then return a `Path`, so local callers see no difference.
 
 The package, one job per module: `uris` (schemes, validation, redaction), `atomic` (the two
 write primitives), `paths` (DataRoot, DataPath), `writes` (atomic tables, streamed sinks), `reads`
-(Parquet reads, listings, checksums), `layout` (shard keys and traversal-safe joins). Import from
+(Parquet reads, listings, checksums), `layout` (shard keys and traversal-safe joins), `locks` (one owner-naming lock per data dir). Import from
 `eagle3_dagster.storage`; the modules are an implementation detail.
 """
 
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from .atomic import _local_atomic, _put
 from .layout import iter_shard_dirs, parse_shard_key, safe_join, shard_dir, shard_key
+from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
 from .paths import (
     DataPath,
     DataRoot,
@@ -62,6 +63,8 @@ from .writes import ONE_ROW_GROUP_BYTES, ParquetSink, TextSink, write_frame_atom
 __all__ = [
     "ONE_ROW_GROUP_BYTES",
     "PYARROW_SCHEMES",
+    "DataDirLock",
+    "DataDirLocked",
     "DataPath",
     "DataRoot",
     "ParquetSink",
@@ -74,16 +77,20 @@ __all__ = [
     "as_data_path",
     "check_uri",
     "data_root",
+    "describe_owner",
     "display",
     "display_uri",
     "fsspec_filesystem",
     "is_local",
     "iter_shard_dirs",
     "list_files",
+    "lock_file_for",
+    "owner_record",
     "parquet_file",
     "parquet_num_rows",
     "parquet_schema",
     "parse_shard_key",
+    "read_owner",
     "read_parquet",
     "read_parquet_dir",
     "redact_uri",

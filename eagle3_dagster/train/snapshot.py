@@ -17,21 +17,51 @@ Local data: the snapshot is assembled in a staging folder and renamed into place
 (no rename): the files are written under snapshots/<version>/ and manifest.json is put LAST, so a
 snapshot exists exactly when its manifest does; a version folder without one (a crash mid-way) is
 deleted and rebuilt, and readers (list_snapshots, LATEST) only ever name versions with a manifest.
+
+One publisher at a time per data dir: build_snapshot holds `snapshots/.publish.lock`
+(storage/locks.py: flock, released by the kernel when its holder dies) from reading LATEST to
+moving it, so the nightly run and a manual backfill (or two `eagle3 demo`) publish one after the
+other; a second one waits up to `lock_wait_s`, naming the holder (pid, host, run id) and the lock
+file, then fails with that one line. Each attempt stages in a folder of its own
+(`.staging-<version>-<pid>-<random>`), removed on any failure; a staging folder found while
+holding the lock belongs to a dead attempt (a SIGKILL) and is deleted before building. LATEST is
+written only after the snapshot folder is complete (renamed in, or its manifest put last).
+Object storage has no lock: the lock file is local, so it excludes publishers on this host only
+(said in a warning on every publish).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ..storage import DataPath, PathLike, _native, as_data_path, parquet_file, parquet_num_rows, sha256_of, shard_key
+from ..storage import (
+    DataDirLock,
+    DataPath,
+    PathLike,
+    _native,
+    as_data_path,
+    parquet_file,
+    parquet_num_rows,
+    sha256_of,
+    shard_key,
+)
 from .summary import IDENTITY_SCHEME
 
 GATES = ("prompts", "generations", "training_samples")
+PUBLISH_LOCK = "snapshots/.publish.lock"
+STAGING_PREFIX = ".staging-"
+# how long a publisher waits for another one on the same data dir before failing (one line naming it)
+PUBLISH_LOCK_WAIT_S = 1800.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,6 +86,7 @@ class SnapshotResult:
     published: bool = True  # False: refused by the publish gate (path None) or held back by drift
     verdict: Any = None  # quality.snapshot_gates.SnapshotVerdict when judged
     latest: str | None = None  # what LATEST names after this build
+    removed_staging: list[str] = field(default_factory=list)  # staging folders of dead attempts, deleted
 
 
 def sha256_file(path: PathLike) -> str:
@@ -155,14 +186,78 @@ def build_snapshot(
     now: dt.datetime | None = None,
     profile: Any = None,
     judge: Callable[[dict[str, Any]], Any] | None = None,
+    run_id: str | None = None,
+    lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
+    on_wait: Callable[[str], None] | None = None,
+    local_lock_dir: Path | None = None,
 ) -> SnapshotResult:
-    """Assemble, judge and (if the gates allow) publish a snapshot.
+    """Assemble, judge and (if the gates allow) publish a snapshot, holding the data dir's publish lock.
 
     `profile` enables the distribution summary. `judge(info)` -> an object with `publish` (bool),
     `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
     shards_included, excluded, summary and previous (LATEST's manifest). Without a judge every
-    snapshot is published.
+    snapshot is published. `run_id` is written into the lock (named to a publisher that has to
+    wait); `on_wait(line)` is told once when it waits and when the lock covers this host only
+    (object storage: the lock file goes in `local_lock_dir`, the work dir's locks/).
+    Raises storage.DataDirLocked when another publisher still holds the lock after `lock_wait_s`.
     """
+    lock = DataDirLock(
+        data_dir,
+        PUBLISH_LOCK,
+        what="snapshot publish",
+        run_id=run_id,
+        wait_s=lock_wait_s,
+        on_wait=on_wait or log.warning,
+        local_lock_dir=local_lock_dir,
+    )
+    warning = lock.host_only_warning()
+    if warning:
+        (on_wait or log.warning)(warning)
+    with lock:
+        removed_staging = remove_dead_staging(as_data_path(data_dir) / "snapshots")
+        for name in removed_staging:
+            (on_wait or log.warning)(f"removed staging folder {name} of an earlier publish that did not finish")
+        result = _build_snapshot_locked(
+            data_dir,
+            shard_ids,
+            gate_status,
+            config=config,
+            keep=keep,
+            exporters=exporters,
+            now=now,
+            profile=profile,
+            judge=judge,
+        )
+        result.removed_staging = removed_staging
+        return result
+
+
+def remove_dead_staging(root: PathLike) -> list[str]:
+    """Delete every local staging folder under snapshots/ (call only while holding the publish lock:
+    then no live publisher owns one). Also the shared `.<version>.staging` of older versions."""
+    root = as_data_path(root)
+    if not root.is_local:
+        return []  # object storage stages in place; a version folder without a manifest is rebuilt
+    removed = []
+    for d in root.iterdir():
+        if d.name.startswith(STAGING_PREFIX) or (d.name.startswith(".") and d.name.endswith(".staging")):
+            d.rmtree()
+            removed.append(d.name)
+    return removed
+
+
+def _build_snapshot_locked(
+    data_dir: PathLike,
+    shard_ids: Sequence[int],
+    gate_status: Callable[[str, int], Any],
+    *,
+    config: dict[str, Any],
+    keep: int,
+    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
+    now: dt.datetime | None,
+    profile: Any,
+    judge: Callable[[dict[str, Any]], Any] | None,
+) -> SnapshotResult:
     given = data_dir
     data = as_data_path(data_dir)
     root = data / "snapshots"
@@ -227,41 +322,29 @@ def build_snapshot(
     if created:
         # Local: build beside the final folder, then one rename. Object storage: build in place,
         # manifest last (a folder without a manifest is an unfinished attempt: start it over).
-        staging = root / f".{version}.staging" if data.is_local else snap
+        # a folder of this attempt's own (never shared with another publisher), removed on any failure
+        staging = root / f"{STAGING_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
         staging.rmtree()
         staging.mkdir()
-        files: dict[str, dict[str, Any]] = {}
-        for d in decisions:
-            if not d.included:
-                continue
-            rel = f"training_samples/shard={d.shard}.parquet"
-            (data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").copy_to(staging / rel)
-            files[rel] = {"sha256": d.sha256, "rows": d.rows}
-        exports: dict[str, Any] = {}
-        for export in exporters:
-            for rel, info in export(staging, staging / "exports").items():
-                exports[rel] = info
-        for rel in exports:
-            exports[rel]["sha256"] = sha256_of(staging / rel)
-        manifest = {
-            "version": version,
-            "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
-            "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
-            "rows": rows,
-            "files": files,
-            "exports": exports,
-            "shards": [asdict(d) for d in decisions],
-            "config": config,
-            "summary": summary,
-            **gate_fields,
-        }
-        body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
-        if data.is_local:
-            (staging / "manifest.json").local_path.write_text(body)
-            snap.rmtree()  # a half-written earlier attempt without a manifest
-            os.replace(staging.local_path, snap.local_path)
-        else:
-            manifest_path.write_text(body)
+        try:
+            _assemble(
+                data,
+                staging,
+                snap,
+                manifest_path,
+                decisions,
+                exporters,
+                version,
+                digest,
+                rows,
+                config,
+                summary,
+                gate_fields,
+                now,
+            )
+        finally:
+            if data.is_local:
+                staging.rmtree()
     elif gate_fields:
         # The same content judged again against another LATEST (e.g. held back before): the files are
         # unchanged, the decision fields are the latest one.
@@ -294,6 +377,57 @@ def build_snapshot(
         verdict=verdict,
         latest=read_latest(root),
     )
+
+
+def _assemble(
+    data: DataPath,
+    staging: DataPath,
+    snap: DataPath,
+    manifest_path: DataPath,
+    decisions: Sequence[ShardDecision],
+    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
+    version: str,
+    digest: str,
+    rows: int,
+    config: dict[str, Any],
+    summary: dict[str, Any] | None,
+    gate_fields: dict[str, Any],
+    now: dt.datetime | None,
+) -> None:
+    """Copy the shards and write the exports into `staging`, then make the snapshot appear at `snap`
+    whole: locally one rename of the finished folder, on object storage the manifest put last."""
+    files: dict[str, dict[str, Any]] = {}
+    for d in decisions:
+        if not d.included:
+            continue
+        rel = f"training_samples/shard={d.shard}.parquet"
+        (data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").copy_to(staging / rel)
+        files[rel] = {"sha256": d.sha256, "rows": d.rows}
+    exports: dict[str, Any] = {}
+    for export in exporters:
+        for rel, info in export(staging, staging / "exports").items():
+            exports[rel] = info
+    for rel in exports:
+        exports[rel]["sha256"] = sha256_of(staging / rel)
+    manifest = {
+        "version": version,
+        "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
+        "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
+        "rows": rows,
+        "files": files,
+        "exports": exports,
+        "shards": [asdict(d) for d in decisions],
+        "config": config,
+        "summary": summary,
+        **gate_fields,
+    }
+    body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
+    if data.is_local:
+        (staging / "manifest.json").local_path.write_text(body)
+        snap.rmtree()  # a half-written earlier attempt without a manifest
+        os.replace(staging.local_path, snap.local_path)
+    else:
+        manifest_path.write_text(body)
 
 
 def apply_retention(root: PathLike, *, keep: int, protect: str, also_protect: str | None = None) -> list[str]:
