@@ -20,6 +20,7 @@ a rid that is still in flight, and the old request may be running server-side af
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -178,6 +179,7 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
     buf = bytearray()
     last: bytes | None = None
     ids: list[int] = []
+    chunks: list[list[int]] = []  # mode not known: every chunk's output_ids, to tell from them
     texts: list[str] = []
     events = 0
     done = False
@@ -202,10 +204,13 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
                         continue
                     events += 1
                     last = payload
-                    if incremental:
+                    if incremental is not False:
                         d = json.loads(payload)
                         if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
-                            ids.extend(d["output_ids"])
+                            if incremental:
+                                ids.extend(d["output_ids"])
+                            else:
+                                chunks.append(d["output_ids"])
                             if isinstance(d.get("text"), str):
                                 texts.append(d["text"])
                 if done:
@@ -222,6 +227,10 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
         data = json.loads(last)
     except ValueError:
         raise _Retry("bad_body", 200, f"{ep.name}: stream chunk that is not JSON", breaker=True) from None
+    if incremental is None and isinstance(data, dict) and "error" not in data and chunks:
+        incremental = _stream_is_delta(ep, chunks, data)
+        if incremental:
+            ids = [i for c in chunks for i in c]
     if incremental and isinstance(data, dict) and "error" not in data:
         data["output_ids"] = ids
         if ep.server_version.startswith("0.5.9"):
@@ -229,6 +238,51 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
         else:
             data["text"] = "".join(texts)
     return data
+
+
+_TOLD_DELTA: set[str] = set()  # endpoints whose delta streams were logged once
+
+
+def _stream_is_delta(ep: Endpoint, chunks: list[list[int]], last: dict[str, Any]) -> bool:
+    """Whether a stream's chunks carried deltas, told from the chunks (the server did not say).
+
+    Cumulative chunks (SGLang's default) each start with the previous chunk's ids; delta chunks
+    (--incremental-streaming-output) carry only the new ids. `meta_info.completion_tokens` of the
+    last chunk settles it: the last chunk's length (cumulative) or the sum (delta). Where both
+    readings give the same ids the answer does not matter; where neither fits, the sample fails
+    loudly (stream_mode_unknown) rather than keep a guess.
+    """
+    meta = last.get("meta_info")
+    n = meta.get("completion_tokens") if isinstance(meta, dict) else None
+    prefix_grows = all(len(b) >= len(a) and b[: len(a)] == a for a, b in itertools.pairwise(chunks))
+    total = sum(len(c) for c in chunks)
+    delta: bool | None = None
+    if n is None:
+        if not prefix_grows:
+            delta = True  # cumulative chunks always extend the previous one
+        elif total == len(chunks[-1]):
+            delta = False  # at most one non-empty chunk: both readings give the same ids
+    elif prefix_grows and len(chunks[-1]) == n:
+        delta = False  # (if the sum is n too, every other chunk is empty: the same ids)
+    elif total == n:
+        delta = True
+    if delta is not None:
+        if delta and ep.name not in _TOLD_DELTA:
+            _TOLD_DELTA.add(ep.name)
+            log.warning(
+                "endpoint %s streams delta output_ids (--incremental-streaming-output), told from the chunks: "
+                "it does not report its stream mode",
+                ep.name,
+            )
+        return delta
+    raise _Final(
+        "stream_mode_unknown",
+        200,
+        f"{ep.name}: cannot tell whether the {len(chunks)} stream chunks carry cumulative or delta output_ids "
+        f"(lengths {[len(c) for c in chunks[:8]]}..., completion_tokens {n}); the server does not say "
+        "(a router hides its workers' /server_info): set the workers' stream mode where the client can "
+        "read it, or generate without streaming",
+    )
 
 
 async def _attempt(
