@@ -22,7 +22,7 @@ import httpx
 import pytest
 from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
 
-from eagle3_dagster.generate import endpoints, generate_shard, read_generations
+from eagle3_dagster.generate import NoEndpointError, endpoints, generate_shard, read_generations
 
 pytestmark = [
     pytest.mark.integration,
@@ -173,3 +173,16 @@ def test_a_worker_sigkilled_mid_shard_loses_and_duplicates_nothing(router, tmp_p
     direct = generate_shard(prompts, tmp_path / "direct", make_config(sims[1].url))
     assert direct.succeeded == n
     assert as_map(got) == as_map(read_generations(tmp_path / "direct"))
+
+
+def test_a_dead_first_worker_is_reported_in_the_routers_own_words(router, prompts, tmp_path: Path):
+    """The router's /get_model_info goes to its first listed worker; dead, that is a 500 naming it (not a 404)."""
+    url, sims = router()
+    first = httpx.get(url + "/workers", timeout=5).json()["workers"][0]["url"].rstrip("/")
+    dead = next(s for s in sims if s.url == first)
+    dead.kill()  # SIGKILL; the router's own health check (every 60 s, 3 failures) has not noticed yet
+    with pytest.raises(NoEndpointError) as e:
+        generate_shard(prompts, tmp_path / "via", make_config(url, wait_for_endpoint_s=2.0))
+    msg = str(e.value)
+    assert "/get_model_info answered 500" in msg and "call_upstream_request_error" in msg and first in msg, msg
+    assert "/model_info answered 404" not in msg
