@@ -12,7 +12,7 @@ chunks, so a request that goes quiet (a stuck request, a proxy that dropped the 
 detected in `stall_timeout_s` however long the generation is; the wait before the first chunk is
 bounded separately (`first_chunk_timeout_s`: queued requests send nothing). Only the last event is
 parsed when the server streams cumulative `output_ids` (the default), every delta when it streams
-increments. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
+increments; when no /server_info says which (a router), each stream's chunks tell. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
 new rid. A retry gets a new rid (sample_id + run nonce + attempt): SGLang 0.5.23 refuses
 a rid that is still in flight, and the old request may be running server-side after a timeout.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from .endpoints import AuthError, Endpoint, EndpointPool, jittered_backoff, parse_version
+from .endpoints import AuthError, Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
 from .report import RunStats
 
 log = logging.getLogger(__name__)
@@ -432,11 +432,26 @@ def _spawn(coro: Any) -> None:
 async def abort_rid(
     client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str, timeout: float = 5.0
 ) -> None:
-    """Tell the server to stop a request of ours (best effort: errors are ignored)."""
+    """Tell the server to stop a request of ours (best effort: the connection is closed anyway).
+
+    An endpoint that cannot abort (sglang-router 0.3.2 answers 404: docs/sglang-router.md) is named
+    once in the log: the abandoned request may keep running on a worker until it finishes.
+    """
     try:
-        await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
+        r = await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
     except Exception:
-        pass
+        return
+    if r.status_code != 200 and url not in _ABORT_REFUSED:
+        _ABORT_REFUSED.add(url)
+        log.warning(
+            "%s/abort_request answered %d: abandoned requests (stalls, retries) cannot be stopped there and may "
+            "keep a worker busy until they finish",
+            display_url(url),
+            r.status_code,
+        )
+
+
+_ABORT_REFUSED: set[str] = set()  # endpoints whose /abort_request refused, logged once
 
 
 _abort_quietly = abort_rid

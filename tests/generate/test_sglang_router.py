@@ -186,3 +186,19 @@ def test_a_dead_first_worker_is_reported_in_the_routers_own_words(router, prompt
     msg = str(e.value)
     assert "/get_model_info answered 500" in msg and "call_upstream_request_error" in msg and first in msg, msg
     assert "/model_info answered 404" not in msg
+
+
+def test_a_stall_through_the_router_is_retried_and_its_refused_abort_is_logged(router, prompts, tmp_path: Path, caplog):
+    url, sims = router()
+    reference = _direct(sims[0], prompts, tmp_path / "direct", stream=False)
+    for s in sims:
+        s.faults(stall=1, stall_after_tokens=4)
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+    rep = generate_shard(
+        prompts, tmp_path / "via", make_config(url, stream=True, stream_interval=2, stall_timeout_s=3.0)
+    )
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    assert rep.retried_by_kind.get("stall", 0) >= 1, rep
+    assert as_map(read_generations(tmp_path / "via")) == reference
+    # the abort went out (in the background) while the retry ran: the router has no /abort_request
+    assert any("/abort_request answered 404" in r.getMessage() for r in caplog.records)
