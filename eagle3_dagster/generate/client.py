@@ -12,7 +12,7 @@ chunks, so a request that goes quiet (a stuck request, a proxy that dropped the 
 detected in `stall_timeout_s` however long the generation is; the wait before the first chunk is
 bounded separately (`first_chunk_timeout_s`: queued requests send nothing). Only the last event is
 parsed when the server streams cumulative `output_ids` (the default), every delta when it streams
-increments. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
+increments; when no /server_info says which (a router), each stream's chunks tell. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
 new rid. A retry gets a new rid (sample_id + run nonce + attempt): SGLang 0.5.23 refuses
 a rid that is still in flight, and the old request may be running server-side after a timeout.
 """
@@ -20,6 +20,7 @@ a rid that is still in flight, and the old request may be running server-side af
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -28,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from .endpoints import AuthError, Endpoint, EndpointPool, jittered_backoff, parse_version
+from .endpoints import AuthError, Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
 from .report import RunStats
 
 log = logging.getLogger(__name__)
@@ -178,6 +179,7 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
     buf = bytearray()
     last: bytes | None = None
     ids: list[int] = []
+    chunks: list[list[int]] = []  # mode not known: every chunk's output_ids, to tell from them
     texts: list[str] = []
     events = 0
     done = False
@@ -202,10 +204,13 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
                         continue
                     events += 1
                     last = payload
-                    if incremental:
+                    if incremental is not False:
                         d = json.loads(payload)
                         if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
-                            ids.extend(d["output_ids"])
+                            if incremental:
+                                ids.extend(d["output_ids"])
+                            else:
+                                chunks.append(d["output_ids"])
                             if isinstance(d.get("text"), str):
                                 texts.append(d["text"])
                 if done:
@@ -222,6 +227,10 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
         data = json.loads(last)
     except ValueError:
         raise _Retry("bad_body", 200, f"{ep.name}: stream chunk that is not JSON", breaker=True) from None
+    if incremental is None and isinstance(data, dict) and "error" not in data and chunks:
+        incremental = _stream_is_delta(ep, chunks, data)
+        if incremental:
+            ids = [i for c in chunks for i in c]
     if incremental and isinstance(data, dict) and "error" not in data:
         data["output_ids"] = ids
         if ep.server_version.startswith("0.5.9"):
@@ -229,6 +238,51 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
         else:
             data["text"] = "".join(texts)
     return data
+
+
+_TOLD_DELTA: set[str] = set()  # endpoints whose delta streams were logged once
+
+
+def _stream_is_delta(ep: Endpoint, chunks: list[list[int]], last: dict[str, Any]) -> bool:
+    """Whether a stream's chunks carried deltas, told from the chunks (the server did not say).
+
+    Cumulative chunks (SGLang's default) each start with the previous chunk's ids; delta chunks
+    (--incremental-streaming-output) carry only the new ids. `meta_info.completion_tokens` of the
+    last chunk settles it: the last chunk's length (cumulative) or the sum (delta). Where both
+    readings give the same ids the answer does not matter; where neither fits, the sample fails
+    loudly (stream_mode_unknown) rather than keep a guess.
+    """
+    meta = last.get("meta_info")
+    n = meta.get("completion_tokens") if isinstance(meta, dict) else None
+    prefix_grows = all(len(b) >= len(a) and b[: len(a)] == a for a, b in itertools.pairwise(chunks))
+    total = sum(len(c) for c in chunks)
+    delta: bool | None = None
+    if n is None:
+        if not prefix_grows:
+            delta = True  # cumulative chunks always extend the previous one
+        elif total == len(chunks[-1]):
+            delta = False  # at most one non-empty chunk: both readings give the same ids
+    elif prefix_grows and len(chunks[-1]) == n:
+        delta = False  # (if the sum is n too, every other chunk is empty: the same ids)
+    elif total == n:
+        delta = True
+    if delta is not None:
+        if delta and ep.name not in _TOLD_DELTA:
+            _TOLD_DELTA.add(ep.name)
+            log.warning(
+                "endpoint %s streams delta output_ids (--incremental-streaming-output), told from the chunks: "
+                "it does not report its stream mode",
+                ep.name,
+            )
+        return delta
+    raise _Final(
+        "stream_mode_unknown",
+        200,
+        f"{ep.name}: cannot tell whether the {len(chunks)} stream chunks carry cumulative or delta output_ids "
+        f"(lengths {[len(c) for c in chunks[:8]]}..., completion_tokens {n}); the server does not say "
+        "(a router hides its workers' /server_info): set the workers' stream mode where the client can "
+        "read it, or generate without streaming",
+    )
 
 
 async def _attempt(
@@ -378,11 +432,26 @@ def _spawn(coro: Any) -> None:
 async def abort_rid(
     client: httpx.AsyncClient, headers: dict[str, str], url: str, rid: str, timeout: float = 5.0
 ) -> None:
-    """Tell the server to stop a request of ours (best effort: errors are ignored)."""
+    """Tell the server to stop a request of ours (best effort: the connection is closed anyway).
+
+    An endpoint that cannot abort (sglang-router 0.3.2 answers 404: docs/sglang-router.md) is named
+    once in the log: the abandoned request may keep running on a worker until it finishes.
+    """
     try:
-        await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
+        r = await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
     except Exception:
-        pass
+        return
+    if r.status_code != 200 and url not in _ABORT_REFUSED:
+        _ABORT_REFUSED.add(url)
+        log.warning(
+            "%s/abort_request answered %d: abandoned requests (stalls, retries) cannot be stopped there and may "
+            "keep a worker busy until they finish",
+            display_url(url),
+            r.status_code,
+        )
+
+
+_ABORT_REFUSED: set[str] = set()  # endpoints whose /abort_request refused, logged once
 
 
 _abort_quietly = abort_rid

@@ -139,7 +139,9 @@ class Endpoint:
     state: str = "not probed yet"  # why it is (not) routable, for people
     refused: str = ""  # refused for the whole run: the reason
     server_version: str = ""
-    incremental_stream: bool = False  # --incremental-streaming-output: stream chunks carry deltas
+    # --incremental-streaming-output: stream chunks carry deltas (True), cumulative ids (False), or not
+    # known (None: a router whose workers' /server_info is out of reach): then each stream tells (client.py)
+    incremental_stream: bool | None = None
     preferred_sampling_params: dict[str, Any] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
     worker_window: int | None = None  # a router's in-flight window from its workers
@@ -164,6 +166,18 @@ def model_revision_of(info: dict[str, Any]) -> str:
     path = str(info.get("model_path") or info.get("served_model_name") or "unknown-model")
     wv = info.get("weight_version")
     return f"{path}@{wv if wv is not None else 'default'}"
+
+
+def stream_mode_of(info: dict[str, Any]) -> bool | None:
+    """From an SGLang /server_info: True if stream chunks carry deltas, False if cumulative, None if not said.
+
+    0.5.23 names the flag `incremental_streaming_output`, 0.5.9 `stream_output`; a router's own
+    /get_server_info stub ({"router_manager":true,...}) has neither.
+    """
+    for key in ("incremental_streaming_output", "stream_output"):
+        if key in info:
+            return bool(info[key])
+    return None
 
 
 def max_running_of(info: dict[str, Any]) -> int | None:

@@ -46,6 +46,7 @@ from .endpoint_info import (
     model_revision_of,
     parse_version,
     preferred_params_of,
+    stream_mode_of,
 )
 
 log = logging.getLogger(__name__)
@@ -131,7 +132,9 @@ class EndpointPool:
             raise AuthError(f"{ep.name}{path} answered {r.status_code}: the API key (env var) is missing or wrong")
         ctype = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
         if r.status_code != 200:
-            return None, f"{path} answered {r.status_code} ({ctype})"
+            # The answer's own words (a router's 500 `call_upstream_request_error` names the dead worker).
+            said = " ".join(r.text.split())[:300]
+            return None, f"{path} answered {r.status_code} ({ctype})" + (f": {said}" if said else "")
         try:
             data = r.json()
         except ValueError:
@@ -198,9 +201,9 @@ class EndpointPool:
         if info is None:
             info, why2 = await self._get_json_why(ep, "/get_model_info")
             if info is None:
-                ep.state = (
-                    why if why.startswith("not an SGLang") else (why2 if why2.startswith("not an SGLang") else why)
-                )
+                # A router has no /model_info (404): what its /get_model_info said is the news.
+                use_why2 = why2.startswith("not an SGLang") or why.startswith("/model_info answered 404")
+                ep.state = why2 if use_why2 and not why.startswith("not an SGLang") else why
                 return False  # not ready to tell us what it serves (or not SGLang at all): not routable
         rev = model_revision_of(info)
         ep.revision = rev
@@ -222,7 +225,7 @@ class EndpointPool:
     def _note_server_info(self, ep: Endpoint) -> None:
         info = ep.server_info
         ep.server_version = str(info.get("version") or "")
-        ep.incremental_stream = bool(info.get("incremental_streaming_output") or info.get("stream_output"))
+        ep.incremental_stream = stream_mode_of(info)
         v = parse_version(ep.server_version)
         if v is not None and v < MIN_SERVER_VERSION and not self.allow_old_server:
             self._refuse(
@@ -267,6 +270,7 @@ class EndpointPool:
             ep.worker_window = None
             return
         window = 0
+        modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
         for w in workers:
             wurl = str(w.get("url") or "").rstrip("/")
             winfo = None
@@ -301,9 +305,30 @@ class EndpointPool:
                     w.get("model_id") or "no model id",
                 )
             window += max_running_of(winfo or ep.server_info) or 0
+            modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
         ep.worker_window = window or None
+        self._note_router_stream_mode(ep, modes)
         log.info(
             "router %s: %d worker(s), max_running_requests %s in total", ep.name, len(workers), window or "unknown"
+        )
+
+    def _note_router_stream_mode(self, ep: Endpoint, modes: dict[str, bool | None]) -> None:
+        """A router's stream mode is its workers' (its own /get_server_info does not say): known only if all agree."""
+        known = set(modes.values())
+        if modes and None not in known and len(known) == 1:
+            ep.incremental_stream = known.pop()
+            return
+        ep.incremental_stream = None
+        log.warning(
+            "router %s: stream mode of its workers not known from their /server_info (%s): each stream's "
+            "output_ids are read as cumulative or delta by what the chunks show, or the sample fails "
+            "(stream_mode_unknown)",
+            ep.name,
+            ", ".join(
+                f"{k}: {'delta' if v else 'cumulative' if v is False else 'not reachable/said'}"
+                for k, v in modes.items()
+            )
+            or "no workers listed",
         )
 
     async def start(self, *, configured_revision: str | None) -> None:

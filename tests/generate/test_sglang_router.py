@@ -1,0 +1,204 @@
+"""The real sglang-router (PyPI `sglang-router`, a Rust binary) in front of two simulator workers (issue 30).
+
+Facts these tests rest on are in docs/sglang-router.md: the router's /get_server_info is a stub, so
+the client cannot read the workers' stream mode from it; a dead worker answers 500
+call_upstream_request_error through the router until its health check notices.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
+
+from eagle3_dagster.generate import NoEndpointError, endpoints, generate_shard, read_generations
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        importlib.util.find_spec("sglang_router") is None,
+        reason="sglang_router is not installed (pip install -e '.[router]'): the real router cannot be started",
+    ),
+]
+
+N = 24
+
+
+def _start_router(workers: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    with log_path.open("wb") as log:
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sglang_router.launch_router",
+                "--worker-urls",
+                *workers,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--prometheus-host",
+                "127.0.0.1",
+                "--prometheus-port",
+                str(free_port()),
+                "--log-level",
+                "warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            raise RuntimeError(f"sglang-router exited {p.returncode}:\n{log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(url + "/readiness", timeout=1.0).status_code == 200:
+                return p, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    p.kill()
+    p.wait()
+    raise TimeoutError(f"sglang-router not ready in 60 s:\n{log_path.read_text()[-2000:]}")
+
+
+@pytest.fixture
+def router(tmp_path: Path, start_sim: Callable[..., Sim]) -> Iterator[Callable[..., tuple[str, list[Sim]]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def _router(*worker_args: str) -> tuple[str, list[Sim]]:
+        sims = [start_sim(*worker_args), start_sim(*worker_args)]
+        p, url = _start_router([s.url for s in sims], tmp_path / f"router-{len(procs)}.log")
+        procs.append(p)
+        return url, sims
+
+    yield _router
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return make_prompts(N, seed=300)
+
+
+def _direct(sim: Sim, prompts, out: Path, **cfg) -> dict[str, list[int]]:
+    rep = generate_shard(prompts, out, make_config(sim.url, **cfg))
+    assert (rep.succeeded, rep.failed) == (N, 0), rep
+    return as_map(read_generations(out))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_generation_through_the_router_equals_a_direct_run(router, prompts, tmp_path: Path, stream: bool):
+    url, sims = router()
+    reference = _direct(sims[0], prompts, tmp_path / "direct", stream=stream)
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, stream=stream))
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    assert as_map(read_generations(tmp_path / "via")) == reference
+    # the router spread the work: both workers generated
+    assert all(s.requests() > 0 for s in sims), [s.requests() for s in sims]
+
+
+def test_incremental_streaming_workers_behind_the_router_give_complete_rows(router, prompts, tmp_path: Path, caplog):
+    url, sims = router("--incremental-streaming-output")
+    # the router's own /get_server_info says nothing of the stream mode (docs/sglang-router.md)
+    assert "incremental_streaming_output" not in httpx.get(url + "/get_server_info", timeout=5).text
+    reference = _direct(sims[0], prompts, tmp_path / "direct", stream=False)
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, stream=True, stream_interval=1))
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    got = read_generations(tmp_path / "via")
+    assert as_map(got) == reference  # every row whole: not the last delta chunk alone
+    assert all(len(ids) > 1 for ids in got["output_ids"].to_list())
+
+
+@pytest.mark.parametrize("worker_args", [(), ("--incremental-streaming-output",)], ids=["cumulative", "delta"])
+def test_stream_mode_told_from_the_chunks_when_no_server_says_it(
+    router, prompts, tmp_path: Path, monkeypatch, caplog, worker_args: tuple[str, ...]
+):
+    """Workers whose /server_info is out of reach (another network than the router's): each stream tells."""
+    url, sims = router(*worker_args)
+    reference = _direct(sims[0], prompts, tmp_path / "direct", stream=False)
+    monkeypatch.setattr(endpoints, "stream_mode_of", lambda info: None)  # no /server_info says the mode
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, stream=True, stream_interval=1))
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    assert as_map(read_generations(tmp_path / "via")) == reference
+    said = " ".join(r.getMessage() for r in caplog.records)
+    assert "stream mode of its workers not known" in said
+    assert ("streams delta output_ids" in said) == bool(worker_args)
+
+
+def test_a_worker_sigkilled_mid_shard_loses_and_duplicates_nothing(router, tmp_path: Path):
+    n = 48
+    prompts = make_prompts(n, seed=301)
+    url, sims = router("--token-latency-ms", "8")
+    victim = sims[0]
+    killed = threading.Event()
+
+    def kill_when_busy() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and victim.requests() < 4:
+            time.sleep(0.02)
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        killed.set()
+
+    t = threading.Thread(target=kill_when_busy, daemon=True)
+    t.start()
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, stream=True, max_in_flight=8))
+    t.join(5)
+    assert killed.is_set()
+    assert (rep.succeeded, rep.failed) == (n, 0) and rep.reconciles, rep
+    assert sum(rep.retried_by_kind.values()) > 0, rep  # the kill was felt: its in-flight requests went again
+    got = read_generations(tmp_path / "via")
+    assert got.height == n and got["sample_id"].n_unique() == n
+    # the same ids a direct run on the surviving worker gives
+    direct = generate_shard(prompts, tmp_path / "direct", make_config(sims[1].url))
+    assert direct.succeeded == n
+    assert as_map(got) == as_map(read_generations(tmp_path / "direct"))
+
+
+def test_a_dead_first_worker_is_reported_in_the_routers_own_words(router, prompts, tmp_path: Path):
+    """The router's /get_model_info goes to its first listed worker; dead, that is a 500 naming it (not a 404)."""
+    url, sims = router()
+    first = httpx.get(url + "/workers", timeout=5).json()["workers"][0]["url"].rstrip("/")
+    dead = next(s for s in sims if s.url == first)
+    dead.kill()  # SIGKILL; the router's own health check (every 60 s, 3 failures) has not noticed yet
+    with pytest.raises(NoEndpointError) as e:
+        generate_shard(prompts, tmp_path / "via", make_config(url, wait_for_endpoint_s=2.0))
+    msg = str(e.value)
+    assert "/get_model_info answered 500" in msg and "call_upstream_request_error" in msg and first in msg, msg
+    assert "/model_info answered 404" not in msg
+
+
+def test_a_stall_through_the_router_is_retried_and_its_refused_abort_is_logged(router, prompts, tmp_path: Path, caplog):
+    url, sims = router()
+    reference = _direct(sims[0], prompts, tmp_path / "direct", stream=False)
+    for s in sims:
+        s.faults(stall=1, stall_after_tokens=4)
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+    rep = generate_shard(
+        prompts, tmp_path / "via", make_config(url, stream=True, stream_interval=2, stall_timeout_s=3.0)
+    )
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    assert rep.retried_by_kind.get("stall", 0) >= 1, rep
+    assert as_map(read_generations(tmp_path / "via")) == reference
+    # the abort went out (in the background) while the retry ran: the router has no /abort_request
+    assert any("/abort_request answered 404" in r.getMessage() for r in caplog.records)

@@ -1,0 +1,47 @@
+"""Telling cumulative from delta stream chunks when the server does not say its mode (client._stream_is_delta)."""
+
+from __future__ import annotations
+
+import pytest
+
+from eagle3_dagster.generate.client import _Final, _stream_is_delta
+from eagle3_dagster.generate.endpoint_info import Endpoint, stream_mode_of
+
+EP = Endpoint(url="http://127.0.0.1:1", name="router")
+
+
+def _last(n: int | None) -> dict:
+    return {"output_ids": [], "meta_info": {"completion_tokens": n} if n is not None else {}}
+
+
+@pytest.mark.parametrize(
+    ("chunks", "completion_tokens", "delta"),
+    [
+        ([[5], [5, 7], [5, 7, 9]], 3, False),  # cumulative: each starts with the previous
+        ([[5], [7], [9]], 3, True),  # deltas sum to completion_tokens
+        ([[5], [5], [5]], 3, True),  # a repeated token: prefix-like, but only the sum fits
+        ([[5, 7]], 2, False),  # one chunk: both readings are the same ids
+        ([[5], [7], [9]], None, True),  # no completion_tokens: not prefixes, so not cumulative
+    ],
+)
+def test_the_chunks_tell_the_mode(chunks, completion_tokens, delta):
+    assert _stream_is_delta(EP, chunks, _last(completion_tokens)) is delta
+
+
+@pytest.mark.parametrize(
+    ("chunks", "completion_tokens"),
+    [
+        ([[5], [7], [9]], 5),  # neither the last chunk nor the sum is 5
+        ([[5], [5, 7], [5, 7, 9]], None),  # prefixes, yet could be deltas that repeat: no count to settle it
+    ],
+)
+def test_a_stream_neither_reading_fits_fails_the_sample_loudly(chunks, completion_tokens):
+    with pytest.raises(_Final) as e:
+        _stream_is_delta(EP, chunks, _last(completion_tokens))
+    assert e.value.reason == "stream_mode_unknown" and "cumulative or delta" in e.value.detail
+
+
+def test_server_info_flag_names_of_both_versions_and_the_router_stub():
+    assert stream_mode_of({"incremental_streaming_output": True}) is True
+    assert stream_mode_of({"stream_output": False}) is False  # 0.5.9's name
+    assert stream_mode_of({"router_manager": True, "routers_count": 1, "workers_count": 2}) is None
