@@ -20,10 +20,11 @@ endif
 	check-defs bench backfill clean
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
-# SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports).
-EXTRAS := test,sim,dev,specforge
+# SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports) and the real sglang-router
+# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers).
+EXTRAS := test,sim,dev,specforge,router
 # What constraints.txt pins: everything but the SpecForge lane (torch comes from local disk, never a resolve).
-CONSTRAINT_EXTRAS := test,sim,dev,k8s
+CONSTRAINT_EXTRAS := test,sim,dev,k8s,router
 # Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
 CONSTRAINTS := constraints.txt
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
