@@ -52,6 +52,9 @@ TOKENIZED_PROMPTS = pa.schema(
         ("profile", pa.string()),
         ("tokenizer_fingerprint", pa.string()),
         ("template_hash", pa.string()),
+        # the source's control_text: as_served let literal control-token text of the data become
+        # special ids in input_ids (tokenize/control_text.py); false otherwise
+        ("control_text_in_content", pa.bool_()),
     ]
 )
 

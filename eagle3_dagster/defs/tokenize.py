@@ -6,6 +6,8 @@ from typing import cast
 import dagster as dg
 import polars as pl
 
+from ..config import settings
+from ..ingest import load_source_specs
 from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
@@ -17,6 +19,15 @@ from ..tokenize import tokenize_prompts
 
 GROUP = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
+
+
+def source_control_text() -> dict[str, str]:
+    """Source name -> its YAML's `control_text` policy (tokenize/control_text.py); {} without a sources folder
+    (every source then gets the default, reject)."""
+    sources_dir = settings().sources_dir
+    if not sources_dir.is_dir():
+        return {}
+    return {spec.name: spec.control_text for spec in load_source_specs(sources_dir)}
 
 
 def shard_prompts(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
@@ -68,10 +79,11 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
     n_in = n_ok = 0
     rejected: list[pl.DataFrame] = []
     feats: list[pl.DataFrame] = []
+    control_text = source_control_text()
     sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS, buffer_bytes=ONE_ROW_GROUP_BYTES)
     try:
         for prompts in shard_prompts(data / "prompts" / "prompts.parquet", shard):
-            tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new)
+            tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new, control_text=control_text)
             sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
             n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
             rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (orchestration/stage.py)

@@ -452,6 +452,7 @@ def turn_tokenized(turns: pl.DataFrame, *, profile_name: str, tokenizer_fingerpr
         pl.lit(profile_name, pl.String).alias("profile"),
         pl.lit(tokenizer_fingerprint, pl.String).alias("tokenizer_fingerprint"),
         "template_hash",
+        pl.lit(False).alias("control_text_in_content"),  # tokenize quarantined such prompts (default policy)
     )
     return df.unique("prompt_id", keep="first", maintain_order=True)
 

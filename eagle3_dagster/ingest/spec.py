@@ -21,6 +21,10 @@ Fields (only `path` is required):
     regenerate: final_turn     # or all_turns: every assistant turn regenerated in order, on-policy
                                #   (generate/multiturn.py); final_turn = only the last one (default)
     max_turns: 8               # all_turns only: regenerate at most this many turns per conversation
+    control_text: reject       # literal control-token text (e.g. `<|im_end|>`, `</think>`) in the data:
+                               #   reject (quarantined at tokenize: control_token_in_content), as_text
+                               #   (encoded as ordinary text), as_served (special ids, as a server's chat
+                               #   endpoint would; flagged in tokenized_prompts.control_text_in_content)
     on_tool_mismatch: end      # all_turns only: a regenerated turn whose tool calls differ from the
                                #   dataset's (count, names, arguments) ends the conversation (end) or
                                #   the dataset's tool results are used anyway (continue); counted
@@ -41,6 +45,8 @@ from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri
 
 REGENERATE_MODES = ("final_turn", "all_turns")
+# What tokenize does with control-token text in the data (tokenize/control_text.py, same names).
+CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -64,6 +70,7 @@ class SourceSpec:
     regenerate: str = "final_turn"
     max_turns: int | None = None
     on_tool_mismatch: str = "end"
+    control_text: str = "reject"
 
     @property
     def all_turns(self) -> bool:
@@ -148,6 +155,8 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"field 'max_turns': must be a positive integer, got {spec.max_turns!r}"
     if spec.on_tool_mismatch not in TOOL_MISMATCH_POLICIES:
         return f"field 'on_tool_mismatch': {spec.on_tool_mismatch!r} is not one of {', '.join(TOOL_MISMATCH_POLICIES)}"
+    if spec.control_text not in CONTROL_TEXT_POLICIES:
+        return f"field 'control_text': {spec.control_text!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
     if spec.regenerate != "all_turns" and (spec.max_turns is not None or spec.on_tool_mismatch != "end"):
         return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
     return None
@@ -178,7 +187,7 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
     d["field_map"] = d.get("field_map") or {}
     d["licence"] = "" if d.get("licence") is None else d["licence"]
     d["description"] = "" if d.get("description") is None else d["description"]
-    for key in ("regenerate", "on_tool_mismatch"):
+    for key in ("regenerate", "on_tool_mismatch", "control_text"):
         if key in d and d[key] is None:
             del d[key]  # `regenerate:` with no value: the default
     try:

@@ -8,6 +8,7 @@ model never saw.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
@@ -15,6 +16,7 @@ import pyarrow as pa
 
 from .. import schemas
 from ..profiles import ModelProfile
+from .control_text import CONTROL_TEXT_POLICIES
 from .render import PendingRender, PromptRenderer, RenderRequest
 
 INVALID_JSON = "invalid_json"
@@ -51,8 +53,20 @@ def tokenize_prompts(
     *,
     max_new_tokens: int,
     batch_rows: int = DEFAULT_BATCH_ROWS,
+    control_text: str | Mapping[str, str] = "reject",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Render + encode PROMPTS rows. Returns (tokenized, rejects); never raises for a bad row."""
+    """Render + encode PROMPTS rows. Returns (tokenized, rejects); never raises for a bad row.
+
+    `control_text`: the policy for literal control-token text in the data (tokenize/control_text.py),
+    one for all rows or per source name (the source YAML's `control_text`; absent sources: reject).
+    """
+    policies = control_text if isinstance(control_text, Mapping) else {}
+    default_policy = control_text if isinstance(control_text, str) else "reject"
+    for name, policy in [*policies.items(), ("*", default_policy)]:
+        if policy not in CONTROL_TEXT_POLICIES:
+            raise ValueError(
+                f"control_text for source {name!r}: {policy!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
+            )
     missing = [c for c in ("prompt_id", "source", "shard", "messages") if c not in prompts.columns]
     if missing:
         raise ValueError(f"prompts frame lacks column(s) {', '.join(missing)} (expected schemas.PROMPTS)")
@@ -65,6 +79,7 @@ def tokenize_prompts(
     # with native rendering at ~3 us a row, per-row bookkeeping shows in the throughput.
     ok_prompt_id, ok_source, ok_shard = ok["prompt_id"], ok["source"], ok["shard"]
     ok_input_ids, ok_prompt_len = ok["input_ids"], ok["prompt_len"]
+    ok_control = ok["control_text_in_content"]
     length_limit = min(int(profile.max_prompt_tokens), int(profile.context_length) - int(max_new_tokens))
 
     def reject(
@@ -97,6 +112,7 @@ def tokenize_prompts(
             ok_shard.append(shards[offset])
             ok_input_ids.append(ids)
             ok_prompt_len.append(len(ids))
+            ok_control.append(result.control_text_in_content)
 
     has_tools = "tools" in prompts.columns
     loads = json.loads
@@ -118,7 +134,10 @@ def tokenize_prompts(
                 reject(start + offset, row_keys, offset, INVALID_JSON, (problem or tools_problem) or "")
                 continue
             # the tools JSON text is canonical (schemas.PROMPTS), so equal text means equal tools
-            requests.append(RenderRequest(messages=messages, tools=tools or None, tools_key=raw_tools))
+            policy = policies.get(row_keys[1][offset], default_policy) if policies else default_policy
+            requests.append(
+                RenderRequest(messages=messages, tools=tools or None, tools_key=raw_tools, control_text=policy)
+            )
             offsets.append(offset)
         # This chunk encodes on a worker thread while the next one is parsed and rendered; at most
         # two chunks are held at a time.

@@ -19,12 +19,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
+import secrets
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from ..profiles import ModelProfile
+from .control_text import (
+    CONTROL_TEXT_POLICIES,
+    CONTROL_TOKEN_IN_CONTENT,
+    control_tokens,
+    describe,
+    find_control_text,
+)
 from .kimi_tools import TOOLS_TS_VERSION, compute_tools_ts_str
 from .loading import load_tokenizer
 from .native import NativeRender, native_renderer_for
@@ -49,6 +58,8 @@ class RenderRequest:
     # Optional identity of `tools` (e.g. its canonical JSON text): rows with equal keys share the
     # tools conversion and one batched template call. Leave None when unsure.
     tools_key: str | None = None
+    # Literal control-token text in the data (control_text.py): reject | as_text | as_served.
+    control_text: str = "reject"
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,8 @@ class RenderResult:
     input_ids: list[int] | None
     reason: str | None = None
     detail: str | None = None
+    # as_served only: the ids hold special ids that came from the data's literal text, not the template
+    control_text_in_content: bool = False
 
     @property
     def ok(self) -> bool:
@@ -115,6 +128,7 @@ class PendingRender:
         positions: list[int],
         texts: list[str],
         future: Future[Any] | None,
+        control: dict[int, tuple[str, Any]] | None = None,
     ) -> None:
         self._renderer = renderer
         self._requests = requests
@@ -122,6 +136,8 @@ class PendingRender:
         self._positions = positions
         self._texts = texts
         self._future = future
+        # position -> ("as_served", None) or ("as_text", literal spans of the text)
+        self._control = control or {}
 
     def results(self) -> list[RenderResult]:
         results: list[RenderResult | None] = [self._failures.get(i) for i in range(len(self._requests))]
@@ -133,10 +149,21 @@ class PendingRender:
         except Exception:  # never expected; isolate the text that breaks the batch instead of failing all
             ids_per_text = [renderer._encode_one(text) for text in self._texts]
             scan = True
+        control = self._control
         for position, text, ids in zip(self._positions, self._texts, ids_per_text):
-            results[position] = (
-                renderer._checked(self._requests[position], text, ids, scan) if isinstance(ids, list) else ids
-            )
+            flagged = False
+            if control and position in control:
+                mode, spans = control[position]
+                if mode == "as_text":
+                    ids, scan_row = renderer._encode_as_text(text, spans), True
+                else:
+                    flagged, scan_row = True, scan
+            else:
+                scan_row = scan
+            result = renderer._checked(self._requests[position], text, ids, scan_row) if isinstance(ids, list) else ids
+            if flagged and result.ok:
+                result = RenderResult(text=result.text, input_ids=result.input_ids, control_text_in_content=True)
+            results[position] = result
         return results  # type: ignore[return-value]
 
 
@@ -171,6 +198,10 @@ class PromptRenderer:
         # fallback: no native renderer, or it declined the row). Plain counters for tests/benches.
         self.native_rows = 0
         self.jinja_rows = 0
+        # The added tokens' texts (what a literal in the data would be encoded as); control_text.py.
+        self._control_tokens = control_tokens(tokenizer)
+        self._placeholder_tag = f"CTRLTXT{secrets.token_hex(6)}"
+        self._placeholder = re.compile(self._placeholder_tag + r"_(\d+)_")
 
     @property
     def native_template(self) -> bool:
@@ -264,8 +295,15 @@ class PromptRenderer:
         self.jinja_rows += 1
         return self._apply_template([messages], template_tools, kwargs, add_generation_prompt)[0]
 
-    def _render_texts(self, requests: Sequence[RenderRequest]) -> list[str | RenderResult]:
-        """Text per request, or a failed RenderResult. Equal-key requests share one template call."""
+    def _render_texts(
+        self, requests: list[RenderRequest], control: dict[int, tuple[str, Any]]
+    ) -> list[str | RenderResult]:
+        """Text per request, or a failed RenderResult. Equal-key requests share one template call.
+
+        Rows with control-token text in their data are rejected, or noted in `control` (as_served),
+        or rendered with placeholders for the literals (as_text: `requests[i]` is replaced, and the
+        text returned has the literals back, their spans in `control`).
+        """
         out: list[str | RenderResult] = [_failure(RENDER_ERROR, "not rendered")] * len(requests)
         groups: dict[tuple[Any, ...], list[int]] = {}
         prepared: dict[int, tuple[list[Any] | None, dict[str, Any]]] = {}
@@ -273,6 +311,21 @@ class PromptRenderer:
         for i, request in enumerate(requests):
             try:
                 tools, kwargs, key = self._prepare(request)
+                found = find_control_text(self._control_tokens, request.messages, request.tools)
+                if found:
+                    policy = request.control_text
+                    if policy == "reject":
+                        out[i] = _failure(CONTROL_TOKEN_IN_CONTENT, describe(found))
+                        continue
+                    if policy == "as_served":
+                        control[i] = ("as_served", None)
+                    elif policy == "as_text":
+                        request, literals = self._with_placeholders(request)
+                        requests[i] = request
+                        control[i] = ("as_text", literals)
+                        tools, kwargs, key = self._prepare(request)
+                    else:
+                        raise ValueError(f"control_text {policy!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}")
             except Exception as e:
                 out[i] = _failure(RENDER_ERROR, f"{type(e).__name__}: {e}")
                 continue
@@ -306,7 +359,93 @@ class PromptRenderer:
                     out[i] = self._apply_template([requests[i].messages], tools, kwargs, add_generation_prompt)[0]
                 except Exception as e:  # a template error on one row must not stop the batch
                     out[i] = _failure(RENDER_ERROR, f"{type(e).__name__}: {e}")
+        for i, (mode, literals) in list(control.items()):
+            rendered = out[i]
+            if mode == "as_text" and isinstance(rendered, str):
+                out[i], spans = self._restore_literals(rendered, literals)
+                control[i] = ("as_text", spans)
         return out
+
+    # -- literal control-token text (control_text.py) --------------------------------------------
+
+    def _with_placeholders(self, request: RenderRequest) -> tuple[RenderRequest, list[str]]:
+        """The request with every control-token literal in its data replaced by a placeholder."""
+        assert self._control_tokens is not None
+        pattern = self._control_tokens.pattern
+        literals: list[str] = []
+
+        def sub(match: re.Match[str]) -> str:
+            literals.append(match.group(0))
+            return f"{self._placeholder_tag}_{len(literals) - 1}_"
+
+        def walk(value: Any) -> Any:
+            if isinstance(value, str):
+                return pattern.sub(sub, value)
+            if isinstance(value, dict):
+                return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [walk(v) for v in value]
+            return value
+
+        messages = walk(request.messages)
+        tools = walk(request.tools) if request.tools else request.tools
+        changed = RenderRequest(
+            messages, tools, request.add_generation_prompt, request.template_kwargs, None, request.control_text
+        )
+        return changed, literals
+
+    def _restore_literals(self, text: str, literals: list[str]) -> tuple[str, list[tuple[int, int]]]:
+        """The text with the placeholders back to their literals, and the literals' (start, end) in it."""
+        parts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        pos = length = 0
+        for match in self._placeholder.finditer(text):
+            before = text[pos : match.start()]
+            parts.append(before)
+            length += len(before)
+            literal = literals[int(match.group(1))]
+            parts.append(literal)
+            spans.append((length, length + len(literal)))
+            length += len(literal)
+            pos = match.end()
+        parts.append(text[pos:])
+        return "".join(parts), spans
+
+    def _encode_plain(self, text: str) -> list[int]:
+        """Text encoded as ordinary text: normalizer, pre-tokenizer and model, no added-token matching."""
+        backend = self._backend
+        if backend.normalizer is not None:
+            text = backend.normalizer.normalize_str(text)
+        pieces = backend.pre_tokenizer.pre_tokenize_str(text) if backend.pre_tokenizer is not None else [(text, None)]
+        model = backend.model
+        return [token.id for piece, _ in pieces for token in model.tokenize(piece)]
+
+    def _encode_as_text(self, text: str, spans: list[tuple[int, int]]) -> list[int]:
+        """Ids of `text` where the template's control tokens are special ids and the literals in
+        `spans` (from the data) are ordinary text, as split_special_tokens=True would encode them.
+
+        The encode splits at added tokens and encodes the pieces between them on their own; so
+        does this, skipping the token matches that lie in a literal's span.
+        """
+        assert self._control_tokens is not None
+        token_ids = self._control_tokens.ids
+        ids: list[int] = []
+        pos = 0
+        span_iter = iter(spans)
+        span = next(span_iter, None)
+        for match in self._control_tokens.pattern.finditer(text):
+            while span is not None and span[1] <= match.start():
+                span = next(span_iter, None)
+            if span is not None and span[0] < match.end() and match.start() < span[1]:
+                continue  # the data's literal: ordinary text
+            piece = text[pos : match.start()]
+            if piece:
+                ids.extend(self._encode_plain(piece))
+            ids.append(token_ids[match.group(0)])
+            pos = match.end()
+        if pos < len(text):
+            ids.extend(self._encode_plain(text[pos:]))
+        return ids
 
     # -- ids -----------------------------------------------------------------------------------
 
@@ -350,14 +489,16 @@ class PromptRenderer:
         failures: dict[int, RenderResult] = {}
         positions: list[int] = []
         texts: list[str] = []
-        for position, rendered in enumerate(self._render_texts(requests)):
+        requests = list(requests)
+        control: dict[int, tuple[str, Any]] = {}
+        for position, rendered in enumerate(self._render_texts(requests, control)):
             if isinstance(rendered, RenderResult):
                 failures[position] = rendered
             else:
                 positions.append(position)
                 texts.append(rendered)
         future = self._encoder().submit(self._backend.encode_batch_fast, texts, False) if texts else None
-        return PendingRender(self, list(requests), failures, positions, texts, future)
+        return PendingRender(self, requests, failures, positions, texts, future, control)
 
     def _encoder(self) -> ThreadPoolExecutor:
         # One worker: a chunk encodes while the caller renders the next; Rust parallelises each chunk.

@@ -118,6 +118,7 @@ def test_prompt_row_checks(kimi, kimi_profile, gx_dirs):
             "profile": ["k"] * 4,
             "tokenizer_fingerprint": ["t"] * 4,
             "template_hash": ["h"] * 4,
+            "control_text_in_content": [False] * 4,
         },
         schema=tp.schema,
     )

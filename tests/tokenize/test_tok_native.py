@@ -351,6 +351,8 @@ def _random_request(rng: random.Random, thinking_kwarg: str = "thinking") -> Ren
         add_generation_prompt=rng.random() < 0.8,
         template_kwargs=template_kwargs,
         tools_key=json.dumps(tools) if tools is not None and rng.random() < 0.5 else None,
+        # the generator puts control-token text into the data on purpose: compare it as served
+        control_text="as_served",
     )
 
 
@@ -626,8 +628,8 @@ def test_vocabulary_check_per_row_when_a_chunk_has_an_out_of_vocab_id(kimi_profi
 
     narrow = PromptRenderer(dataclasses.replace(kimi_profile, vocab_size=163602), kimi_tok)  # <think> is 163606
     requests = [
-        RenderRequest([{"role": "user", "content": text}], add_generation_prompt=False)
-        for text in ("hi", "a <think> b", "there")
+        RenderRequest([{"role": "user", "content": text}], add_generation_prompt=False, control_text="as_served")
+        for text in ("hi", "a <think> b", "there")  # as served: the literal <think> becomes id 163606
     ]
     results = narrow.render_batch(requests)
     assert [r.reason for r in results] == [None, "id_out_of_vocab", None]
