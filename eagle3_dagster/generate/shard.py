@@ -34,7 +34,7 @@ from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
-from .report import ProgressReport, RunStats, ShardReport, progress_line
+from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
 
 log = logging.getLogger(__name__)
@@ -466,6 +466,7 @@ async def _generate_shard(
         report.failed += carried.height
         for reason in carried.get_column("reason").to_list():
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
+        report.failure_details = {r: d for r, (_, d) in failures_by_reason(errors).items()}
         report.per_endpoint = pool.per_endpoint()
         if driver is not None:
             report.turns = driver.stats.as_dict()
