@@ -80,6 +80,9 @@ def decide_shards(
                 reason = f"no {g} gate result"
             elif res is not None and not res.success and reason == "ok":
                 reason = f"{g} gate failed"
+                failed = [o.name for o in getattr(res, "failed_critical", [])]
+                if failed:  # which expectations (e.g. the request failure rate and its top reason)
+                    reason += ": " + "; ".join(failed)
         if not f.exists() and reason == "ok":
             reason = "training_samples not materialized"
         if reason != "ok":
