@@ -65,6 +65,8 @@ class ShardReport:
     server_capped_length: int = 0  # `length` finishes shorter than max_new_tokens: the server clamped them
     streamed: bool = False  # SSE with an idle timeout between chunks (stall detection)
     in_flight_source: str = ""  # "config" or "server_info" (a router: its workers' server_info)
+    # the context length the endpoints report (/server_info): prompts at least this long are not sent
+    server_context_length: int | None = None
     server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
     # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
     # does not send refuses the endpoint before anything is sent)

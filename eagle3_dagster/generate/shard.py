@@ -98,6 +98,11 @@ def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: st
     }
 
 
+# a prompt at least as long as the server's context length: skipped before sending (checked again each run,
+# so a server with a longer context generates it)
+PROMPT_TOO_LONG_FOR_SERVER = "prompt_too_long_for_server"
+
+
 def is_permanent_reason(reason: str) -> bool:
     """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
     if reason in ("empty_input_ids", "input_id_out_of_vocab"):
@@ -205,6 +210,8 @@ async def _generate_shard(
         report.preferred_sampling_params = {
             ep.name: ep.preferred_sampling_params for ep in pool.endpoints if ep.preferred_sampling_params
         }
+        server_context = pool.context_length()  # None: some endpoint does not report it (nothing is skipped)
+        report.server_context_length = server_context
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
         # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
@@ -334,10 +341,17 @@ async def _generate_shard(
             while (item := await next_item()) is not None:
                 ids = item["input_ids"]
                 problem = _input_problem(ids, config.vocab_size)
-                if problem is not None:
-                    errors.append(
-                        _error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending")
+                detail = f"prompt of {len(ids or [])} ids rejected before sending"
+                if problem is None and server_context is not None and len(ids) >= server_context:
+                    # the server would refuse it with 400 "The input (N tokens) is longer than the model's
+                    # context length (C tokens)." (spec §4.2): not sent, counted by its own reason
+                    problem = PROMPT_TOO_LONG_FOR_SERVER
+                    detail = (
+                        f"prompt of {len(ids):,} ids >= the server's context length {server_context:,} "
+                        "(/server_info context_length): not sent"
                     )
+                if problem is not None:
+                    errors.append(_error_row(item, problem, None, detail))
                     stats.errors[problem] += 1
                     count_failure(item, problem)
                     continue
