@@ -199,6 +199,19 @@ def failures_by_reason(errors: Iterable[Mapping[str, Any]]) -> dict[str, tuple[i
     return {r: (n, last[r]) for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
 
 
+def failures_section(errors: Iterable[Mapping[str, Any]], *, examples: int = 3) -> dict[str, dict[str, Any]]:
+    """Reason -> {count, last_detail, prompt_ids (the first `examples`)}: the failures part of a manifest/report."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in errors:
+        reason = str(row.get("reason") or "unknown")
+        entry = out.setdefault(reason, {"count": 0, "last_detail": "", "prompt_ids": []})
+        entry["count"] += 1
+        entry["last_detail"] = str(row.get("detail") or "")
+        if len(entry["prompt_ids"]) < examples:
+            entry["prompt_ids"].append(row.get("prompt_id"))
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
+
+
 def failures_text(by_reason: Mapping[str, tuple[int, str]], *, detail_chars: int = 160) -> str:
     """`retries_exhausted=2 (last: reset after 2 attempts: ...); http_400=1 (last: The input ...)`"""
     return "; ".join(f"{r}={n:,}" + (f" (last: {d[:detail_chars]})" if d else "") for r, (n, d) in by_reason.items())

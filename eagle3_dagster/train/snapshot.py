@@ -147,6 +147,19 @@ def content_and_summary(
     return hasher.hexdigest(), summary
 
 
+def request_failures(data: DataPath, decisions: Sequence[ShardDecision]) -> dict[str, dict[str, Any]]:
+    """Shard -> its permanently failed generation requests by reason (errors.parquet), for shards with any."""
+    from ..generate.report import failures_section
+    from ..generate.store import read_generation_errors
+
+    out = {}
+    for d in decisions:
+        errors = read_generation_errors(data / "generations" / f"shard={d.shard}")
+        if errors.height:
+            out[d.shard] = failures_section(errors.iter_rows(named=True))
+    return out
+
+
 def build_snapshot(
     data_dir: PathLike,
     shard_ids: Sequence[int],
@@ -254,6 +267,8 @@ def build_snapshot(
             "files": files,
             "exports": exports,
             "shards": [asdict(d) for d in decisions],
+            # generation requests that failed for good, per shard (included or not): reasons, counts, examples
+            "request_failures": request_failures(data, decisions),
             "config": config,
             "summary": summary,
             **gate_fields,

@@ -7,10 +7,12 @@ import json
 from types import SimpleNamespace
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from eagle3_dagster.quality.gate import GateResult
 from eagle3_dagster.quality.request_failures import failure_budget_outcome, with_outcome
-from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.schemas import GENERATION_ERRORS, TRAINING_SAMPLES
 from eagle3_dagster.storage import write_frame_atomic
 from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
 from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
@@ -78,6 +80,31 @@ def test_manifest_names_the_request_failure_rate_that_excluded_a_shard(tmp_path)
         )
         return with_outcome(GateResult(gate="generations", success=True, outcomes=[]), outcome)
 
+    # shard 1's errors.parquet (as generate_shard writes it): 5 refusals and 1 retries_exhausted
+    rows = [
+        {
+            "sample_id": f"x{i}",
+            "prompt_id": f"p1-{i}",
+            "shard": 1,
+            "reason": "http_400",
+            "status": 400,
+            "detail": f"The input ({9000 + i} tokens) is longer than the model's context length",
+        }
+        for i in range(5)
+    ] + [
+        {
+            "sample_id": "y",
+            "prompt_id": "p1-y",
+            "shard": 1,
+            "reason": "retries_exhausted",
+            "status": None,
+            "detail": "reset after 7 attempts: connection reset",
+        }
+    ]
+    (tmp_path / "generations" / "shard=0001").mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=GENERATION_ERRORS), tmp_path / "generations" / "shard=0001" / "errors.parquet"
+    )
     results = {0: gate_result(1), 1: gate_result(5)}  # 1% (a warning) and 5% (over the budget)
     assert (results[0].success, results[1].success) == (True, False)
 
@@ -92,6 +119,20 @@ def test_manifest_names_the_request_failure_rate_that_excluded_a_shard(tmp_path)
     assert by_shard["0001"]["reason"] == (
         "generations gate failed: request failure rate 5.00% (budget 1.00%), top reason http_400=5"
     )
+    assert m["request_failures"] == {
+        "0001": {
+            "http_400": {
+                "count": 5,
+                "last_detail": "The input (9004 tokens) is longer than the model's context length",
+                "prompt_ids": ["p1-0", "p1-1", "p1-2"],
+            },
+            "retries_exhausted": {
+                "count": 1,
+                "last_detail": "reset after 7 attempts: connection reset",
+                "prompt_ids": ["p1-y"],
+            },
+        }
+    }
 
 
 def test_snapshot_includes_only_gated_shards_with_reasons(tmp_path):
