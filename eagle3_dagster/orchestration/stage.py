@@ -140,7 +140,9 @@ def gated_result(
 ) -> tuple[Any, dg.MaterializeResult]:
     """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
     consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
-    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks)."""
+    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks).
+    `extra_outcomes`: shard-level outcomes judged outside the suite (the request failure budget), stored and
+    reported with the gate's; a failed critical one fails the gate."""
     from ..quality.request_failures import with_outcome
     from .gates import gate_check_results, store_gate_result
 
