@@ -202,6 +202,36 @@ def current_generations(folder: DataPath) -> int:
     return gens.filter(gens["sample_id"].is_in(ids.to_list()) & gens["output_ids"].is_not_null()).height
 
 
+def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict[str, tuple[int, str]]]:
+    """Shard key -> its permanently failed requests by reason (count, last detail), from errors.parquet.
+
+    These requests have no row anywhere else: without this they would be a silent hole in the shard.
+    """
+    from .generate.report import failures_by_reason
+    from .generate.store import read_generation_errors
+
+    out = {}
+    for k in shard_ids:
+        errors = read_generation_errors(data_dir / "generations" / f"shard={k:04d}")
+        if errors.height:
+            out[f"{k:04d}"] = failures_by_reason(errors.iter_rows(named=True))
+    return out
+
+
+def warnings_line(warned: dict[str, list[str]], failures: dict[str, dict[str, tuple[int, str]]]) -> str:
+    """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason.
+
+    Never `none` while a request of a shard failed permanently.
+    """
+    from .generate.report import failures_text
+
+    parts = [f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items())]
+    for key, by_reason in sorted(failures.items()):
+        n = sum(c for c, _ in by_reason.values())
+        parts.append(f"generations shard {key}: {n:,} request(s) failed permanently: {failures_text(by_reason)}")
+    return "warnings:   " + ("; ".join(parts) if parts else "none")
+
+
 def _fail_word(sh, check: str) -> str:
     return "WARN" if getattr(sh, "failed_checks", {}).get(check) == "WARN" else "FAIL"
 
@@ -255,14 +285,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
                 warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
-    lines.append(
-        "warnings:   "
-        + (
-            "; ".join(f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items()))
-            if warned
-            else "none"
-        )
-    )
+    lines.append(warnings_line(warned, request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])))
     snap = outcome.snapshot_version
     from .quality.report_html import default_report_path
 

@@ -12,10 +12,21 @@ import polars as pl
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 
 
-def graph_resources(data_dir: str | Path, tokenizer: str, url: str, *, max_new_tokens: int = 2048, **fleet) -> dict:
+def graph_resources(
+    data_dir: str | Path,
+    tokenizer: str,
+    url: str,
+    *,
+    max_new_tokens: int = 2048,
+    max_failed_rate: float | None = None,
+    **fleet,
+) -> dict:
     """The `pipeline` and `sglang` resources of one test run (data dir may be a path or a URI)."""
+    budget = {} if max_failed_rate is None else {"max_failed_rate": max_failed_rate}
     return {
-        "pipeline": PipelineSettings(data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens),
+        "pipeline": PipelineSettings(
+            data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens, **budget
+        ),
         "sglang": SGLangFleet(urls=url, **fleet),
     }
 

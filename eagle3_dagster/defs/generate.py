@@ -43,6 +43,7 @@ from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_rend
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
+from ..quality.request_failures import FAILURE_BUDGET_KEY, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir
@@ -109,6 +110,13 @@ GENERATION_HEADLINES = (
         "think_end_present",
         "The profile's think-end id (163607 `</think>` for Kimi-K2.5) appears in output_ids. A systematic miss is "
         "the stripped-</think> bug this product exists to catch.",
+    ),
+    HeadlineCheck(
+        "request_failure_budget",
+        FAILURE_BUDGET_KEY,
+        "Requests that failed for good (errors.parquet, by reason) are at most `pipeline.max_failed_rate` of the "
+        "shard's requests (default 1%): over it the check fails (ERROR) with the rate and the top reason and the "
+        "shard is left out of snapshots; any failure within it is a WARN.",
     ),
 )
 
@@ -206,6 +214,15 @@ def generations(
         profile,
         headlines=GENERATION_HEADLINES,
         quarantine=out / "quarantine.parquet",
+        extra_outcomes=(
+            failure_budget_outcome(
+                requested=report.requested,
+                failed=report.failed,
+                errors_by_kind=report.errors_by_kind,
+                failure_details=report.failure_details,
+                max_failed_rate=pipeline.max_failed_rate,
+            ),
+        ),
         metadata={
             **to_metadata(report),
             "stored_samples": stored,

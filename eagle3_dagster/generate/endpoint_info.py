@@ -180,6 +180,15 @@ def stream_mode_of(info: dict[str, Any]) -> bool | None:
     return None
 
 
+def context_length_of(info: dict[str, Any]) -> int | None:
+    """The server's context length from /server_info (`context_length`; `max_model_len` as /v1/models names it)."""
+    for k in ("context_length", "max_model_len"):
+        v = info.get(k)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
 def max_running_of(info: dict[str, Any]) -> int | None:
     """max_running_requests from /server_info; the per-DP effective value when the server reports it."""
     states = info.get("internal_states")

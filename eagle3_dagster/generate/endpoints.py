@@ -39,6 +39,7 @@ from .endpoint_info import (
     EndpointRefusedError,
     ModelRevisionError,
     NoEndpointError,
+    context_length_of,
     describe_error,
     display_url,
     jittered_backoff,
@@ -506,6 +507,18 @@ class EndpointPool:
         if not known and not total:
             return fallback
         return total + sum(known) + headroom * len(known)
+
+    def context_length(self) -> int | None:
+        """The largest context length the usable endpoints report (/server_info), if every one reports it.
+
+        A prompt at least this long fits no endpoint: SGLang would answer 400 "The input (N tokens) is
+        longer than the model's context length". None (nothing is skipped) when an endpoint does not say.
+        """
+        usable = [ep for ep in self.endpoints if not ep.mismatched and not ep.refused]
+        known = [context_length_of(ep.server_info) for ep in usable]
+        if not usable or any(c is None for c in known):
+            return None
+        return max(c for c in known if c is not None)
 
     def per_endpoint(self) -> dict[str, dict[str, int]]:
         return {ep.name: ep.stats() for ep in self.endpoints}

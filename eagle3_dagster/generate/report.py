@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ class ShardReport:
     failed: int = 0
     retried_by_kind: dict[str, int] = field(default_factory=dict)
     errors_by_kind: dict[str, int] = field(default_factory=dict)
+    # reason -> the detail of its last failed request (retries_exhausted: the last error; http_400: the
+    # server's message), so a permanent failure is named, not only counted
+    failure_details: dict[str, str] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)
     samples_per_s: float = 0.0
     output_tokens_per_s: float = 0.0
@@ -62,6 +65,8 @@ class ShardReport:
     server_capped_length: int = 0  # `length` finishes shorter than max_new_tokens: the server clamped them
     streamed: bool = False  # SSE with an idle timeout between chunks (stall detection)
     in_flight_source: str = ""  # "config" or "server_info" (a router: its workers' server_info)
+    # the context length the endpoints report (/server_info): prompts at least this long are not sent
+    server_context_length: int | None = None
     server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
     # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
     # does not send refuses the endpoint before anything is sent)
@@ -183,6 +188,35 @@ def _kinds(d: dict[str, int]) -> str:
     return " ".join(f"{k}={v:,}" for k, v in sorted(d.items()))
 
 
+def failures_by_reason(errors: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, str]]:
+    """Permanently failed requests (errors.parquet rows) per reason: (count, the last row's detail), most first."""
+    counts: Counter[str] = Counter()
+    last: dict[str, str] = {}
+    for row in errors:
+        reason = str(row.get("reason") or "unknown")
+        counts[reason] += 1
+        last[reason] = str(row.get("detail") or "")
+    return {r: (n, last[r]) for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))}
+
+
+def failures_section(errors: Iterable[Mapping[str, Any]], *, examples: int = 3) -> dict[str, dict[str, Any]]:
+    """Reason -> {count, last_detail, prompt_ids (the first `examples`)}: the failures part of a manifest/report."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in errors:
+        reason = str(row.get("reason") or "unknown")
+        entry = out.setdefault(reason, {"count": 0, "last_detail": "", "prompt_ids": []})
+        entry["count"] += 1
+        entry["last_detail"] = str(row.get("detail") or "")
+        if len(entry["prompt_ids"]) < examples:
+            entry["prompt_ids"].append(row.get("prompt_id"))
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1]["count"], kv[0])))
+
+
+def failures_text(by_reason: Mapping[str, tuple[int, str]], *, detail_chars: int = 160) -> str:
+    """`retries_exhausted=2 (last: reset after 2 attempts: ...); http_400=1 (last: The input ...)`"""
+    return "; ".join(f"{r}={n:,}" + (f" (last: {d[:detail_chars]})" if d else "") for r, (n, d) in by_reason.items())
+
+
 def progress_line(shard: str, p: ProgressReport) -> str:
     """`generations shard 0001: 6,200/9,000 (69%) · 41.2 samples/s · 256 in flight · ETA 1m08s · retried http_503=3`"""
     shard = shard.removeprefix("shard=")
@@ -210,7 +244,10 @@ def result_line(shard: str, r: ShardReport) -> str:
         f"{_dur(r.wall_s)}",
     ]
     if r.errors_by_kind:
-        parts.append(f"failed {_kinds(r.errors_by_kind)}")
+        parts.append(
+            "failed "
+            + failures_text({k: (n, r.failure_details.get(k, "")) for k, n in sorted(r.errors_by_kind.items())})
+        )
     if r.retried_by_kind:
         parts.append(f"retried {_kinds(r.retried_by_kind)}")
     if r.integrity_violations:

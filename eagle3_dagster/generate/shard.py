@@ -34,7 +34,7 @@ from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
-from .report import ProgressReport, RunStats, ShardReport, progress_line
+from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,11 @@ def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: st
         "status": status,
         "detail": detail[:2000],
     }
+
+
+# a prompt at least as long as the server's context length: skipped before sending (checked again each run,
+# so a server with a longer context generates it)
+PROMPT_TOO_LONG_FOR_SERVER = "prompt_too_long_for_server"
 
 
 def is_permanent_reason(reason: str) -> bool:
@@ -205,6 +210,8 @@ async def _generate_shard(
         report.preferred_sampling_params = {
             ep.name: ep.preferred_sampling_params for ep in pool.endpoints if ep.preferred_sampling_params
         }
+        server_context = pool.context_length()  # None: some endpoint does not report it (nothing is skipped)
+        report.server_context_length = server_context
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
         # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
@@ -334,10 +341,17 @@ async def _generate_shard(
             while (item := await next_item()) is not None:
                 ids = item["input_ids"]
                 problem = _input_problem(ids, config.vocab_size)
-                if problem is not None:
-                    errors.append(
-                        _error_row(item, problem, None, f"prompt of {len(ids or [])} ids rejected before sending")
+                detail = f"prompt of {len(ids or [])} ids rejected before sending"
+                if problem is None and server_context is not None and len(ids) >= server_context:
+                    # the server would refuse it with 400 "The input (N tokens) is longer than the model's
+                    # context length (C tokens)." (spec §4.2): not sent, counted by its own reason
+                    problem = PROMPT_TOO_LONG_FOR_SERVER
+                    detail = (
+                        f"prompt of {len(ids):,} ids >= the server's context length {server_context:,} "
+                        "(/server_info context_length): not sent"
                     )
+                if problem is not None:
+                    errors.append(_error_row(item, problem, None, detail))
                     stats.errors[problem] += 1
                     count_failure(item, problem)
                     continue
@@ -466,6 +480,7 @@ async def _generate_shard(
         report.failed += carried.height
         for reason in carried.get_column("reason").to_list():
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
+        report.failure_details = {r: d for r, (_, d) in failures_by_reason(errors).items()}
         report.per_endpoint = pool.per_endpoint()
         if driver is not None:
             report.turns = driver.stats.as_dict()

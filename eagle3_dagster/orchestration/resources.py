@@ -18,6 +18,7 @@ import dagster as dg
 
 from ..config import Settings, settings, work_dir_for
 from ..profiles import ModelProfile, resolve_profile
+from ..quality.request_failures import DEFAULT_MAX_FAILED_RATE
 from ..storage import DataPath, data_root
 from ..urls import parse_endpoint_urls
 
@@ -33,6 +34,9 @@ class PipelineSettings(dg.ConfigurableResource):
     model: str | None = None
     tokenizer: str | None = None
     max_new_tokens: int | None = None
+    # A generations shard whose permanently failed requests exceed this fraction of its requests fails its
+    # request_failure_budget check (and is left out of snapshots); any failure within it is a warning.
+    max_failed_rate: float = DEFAULT_MAX_FAILED_RATE
 
     @property
     def data_path(self) -> DataPath:

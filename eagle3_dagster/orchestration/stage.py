@@ -136,10 +136,14 @@ def gated_result(
     metadata: dict[str, Any],
     headlines: tuple[Any, ...] = (),
     quarantine: Any = None,
+    extra_outcomes: tuple[Any, ...] = (),
 ) -> tuple[Any, dg.MaterializeResult]:
     """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
     consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
-    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks)."""
+    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks).
+    `extra_outcomes`: shard-level outcomes judged outside the suite (the request failure budget), stored and
+    reported with the gate's; a failed critical one fails the gate."""
+    from ..quality.request_failures import with_outcome
     from .gates import gate_check_results, store_gate_result
 
     result = run_gate(
@@ -150,6 +154,8 @@ def gated_result(
         profile=profile,
         keep_validations=pipeline.gx_keep_validations,
     )
+    for outcome in extra_outcomes:  # shard-level outcomes judged outside the suite (quality/request_failures.py)
+        result = with_outcome(result, outcome)
     report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
     if quarantine is not None:
         write_frame_atomic(result.row_failures, quarantine)

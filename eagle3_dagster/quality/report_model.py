@@ -332,6 +332,22 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
     return dict(sorted(((str(r), int(n)) for r, n in vc.iter_rows()), key=lambda kv: (-kv[1], kv[0])))
 
 
+def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
+    """A shard's permanently failed generation requests (errors.parquet): "reason (e.g. prompt ids)" -> count."""
+    from ..generate.report import failures_section
+
+    if not f.exists():
+        return {}
+    try:
+        df = read_parquet(f, columns=["reason", "prompt_id", "detail"])
+    except Exception:  # auxiliary counts only
+        return {}
+    return {
+        f"{r} (e.g. {', '.join(str(p) for p in v['prompt_ids'])}; last: {v['last_detail'][:120]})": int(v["count"])
+        for r, v in failures_section(df.iter_rows(named=True), examples=examples).items()
+    }
+
+
 def _not_text_exact(f: DataPath) -> dict[str, int]:
     """Kept training rows whose text re-encodes to other ids (non-canonical tokenization), if any."""
     if not f.exists():
@@ -386,6 +402,9 @@ def collect_row(data: DataPath, k: int, gates: Sequence[str], work: Path) -> Sha
     """One shard's row: a cell per gate and the other rejects / quarantine / flagged counts."""
     cells = {g: collect_cell(data, g, k, work) for g in gates}
     other = {
+        "failed requests (generations)": _request_failures(
+            data / "generations" / f"shard={shard_key(k)}" / "errors.parquet"
+        ),
         "tokenize rejects (tokenized_prompts)": _reason_counts(
             data / "tokenized_prompts" / f"shard={shard_key(k)}" / "rejects.parquet", "reason"
         ),

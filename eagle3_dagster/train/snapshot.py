@@ -111,6 +111,9 @@ def decide_shards(
                 reason = f"no {g} gate result"
             elif res is not None and not res.success and reason == "ok":
                 reason = f"{g} gate failed"
+                failed = [o.name for o in getattr(res, "failed_critical", [])]
+                if failed:  # which expectations (e.g. the request failure rate and its top reason)
+                    reason += ": " + "; ".join(failed)
         if not f.exists() and reason == "ok":
             reason = "training_samples not materialized"
         if reason != "ok":
@@ -173,6 +176,19 @@ def content_and_summary(
     if profile is not None:
         summary = summarize(pl.concat(stats) if stats else sample_stats(pl.DataFrame(), profile))
     return hasher.hexdigest(), summary
+
+
+def request_failures(data: DataPath, decisions: Sequence[ShardDecision]) -> dict[str, dict[str, Any]]:
+    """Shard -> its permanently failed generation requests by reason (errors.parquet), for shards with any."""
+    from ..generate.report import failures_section
+    from ..generate.store import read_generation_errors
+
+    out = {}
+    for d in decisions:
+        errors = read_generation_errors(data / "generations" / f"shard={d.shard}")
+        if errors.height:
+            out[d.shard] = failures_section(errors.iter_rows(named=True))
+    return out
 
 
 def build_snapshot(
@@ -417,6 +433,8 @@ def _assemble(
         "files": files,
         "exports": exports,
         "shards": [asdict(d) for d in decisions],
+        # generation requests that failed for good, per shard (included or not): reasons, counts, examples
+        "request_failures": request_failures(data, decisions),
         "config": config,
         "summary": summary,
         **gate_fields,

@@ -37,6 +37,7 @@ from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import sample_key
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet, resources_from_settings
 from eagle3_dagster.orchestration.run import QUIET
+from eagle3_dagster.quality.gate import read_gate_result
 
 pytestmark = pytest.mark.integration
 
@@ -217,6 +218,40 @@ def case_max_new_tokens(dep: Deployment) -> None:
     assert set(gens["finish_reason"]) == {"length"}
 
 
+def _evaluation(result: dg.ExecuteInProcessResult, check: str) -> Any:
+    evs = [ev for ev in result.get_asset_check_evaluations() if ev.check_name == check]
+    assert len(evs) == 1, f"{check}: {evs} {_failures(result)}"
+    return evs[0]
+
+
+def case_max_failed_rate(dep: Deployment) -> None:
+    # one response cut off and not retried: 1 of the shard's requests fails for good, over the default 1% budget
+    dep.sim.faults(reset_mid_body=1)
+    r = _run(dep, "generations", {"sglang": {"max_retries": 0}})
+    requested = _meta(r, "generations")["requested"]
+    assert requested > 1
+    ev = _evaluation(r, "request_failure_budget")
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
+    assert ev.description.startswith(
+        f"request failure rate {1 / requested:.2%} (budget 1.00%), top reason retries_exhausted=1: "
+        f"1 of {requested} requests failed permanently (retries_exhausted=1); last retries_exhausted: reset after 1 "
+    ), ev.description
+    gate = read_gate_result(settings().data_dir, "generations", int(dep.shard))
+    # stored as a failed critical outcome of the generations gate: the snapshot leaves the shard out
+    assert gate is not None and not gate.success
+    assert "request_failure_rate" in {o.key for o in gate.failed_critical}
+
+    # the same failure under a budget of 50%: a WARN, not a critical failure of the gate
+    dep.sim.faults(reset_mid_body=1)
+    r = _run(dep, "generations", {"pipeline": {"max_failed_rate": 0.5}, "sglang": {"max_retries": 0}})
+    ev = _evaluation(r, "request_failure_budget")
+    assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN, ev.description
+    assert "(budget 50.00%), top reason retries_exhausted=1" in ev.description
+    gate = read_gate_result(settings().data_dir, "generations", int(dep.shard))
+    assert gate is not None and "request_failure_rate" not in {o.key for o in gate.failed_critical}
+    assert "request_failure_rate" in {o.key for o in gate.failed_warnings}
+
+
 # ----------------------------------------------------------------------------- SGLangFleet fields
 
 
@@ -301,6 +336,7 @@ CASES: dict[str, Callable[[Deployment], None]] = {
     "pipeline.model": case_model,
     "pipeline.tokenizer": case_tokenizer,
     "pipeline.max_new_tokens": case_max_new_tokens,
+    "pipeline.max_failed_rate": case_max_failed_rate,
     "sglang.urls": case_urls,
     "sglang.max_in_flight": case_max_in_flight,
     "sglang.model_revision": case_model_revision,

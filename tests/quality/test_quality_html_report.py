@@ -426,3 +426,38 @@ def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, mon
     # shard 0: 1 tokenized prompt (PASS), no generations (empty); shard 1: nothing at all
     assert "prompts_gate=PASS" in lines["0000"] and "generations_gate=empty" in lines["0000"]
     assert "prompts_gate=empty" in lines["0001"] and "generations_gate=empty" in lines["0001"]
+
+
+def test_report_lists_failed_requests_by_reason_with_prompt_ids(tmp_path):
+    """A shard's errors.parquet (requests that failed for good): the report counts them by reason with a few
+    prompt ids and the last detail; a shard without failures has no such row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle3_dagster.schemas import GENERATION_ERRORS
+
+    data, work = tmp_path / "data", tmp_path / "work"
+    rows = [
+        {
+            "sample_id": f"s{i}",
+            "prompt_id": f"p-{i}",
+            "shard": 0,
+            "reason": "prompt_too_long_for_server",
+            "status": None,
+            "detail": "prompt of 300,000 ids >= the server's context length 262,144",
+        }
+        for i in range(4)
+    ]
+    (data / "generations" / "shard=0000").mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=GENERATION_ERRORS), data / "generations" / "shard=0000" / "errors.parquet"
+    )
+    m = collect(data, work, n_shards=2)
+    by_shard = {row.shard: row.other_rejects for row in m.shards}
+    assert by_shard["0000"]["failed requests (generations)"] == {
+        "prompt_too_long_for_server (e.g. p-0, p-1, p-2; last: prompt of 300,000 ids >= the server's context "
+        "length 262,144)": 4
+    }
+    assert "failed requests (generations)" not in by_shard["0001"]
+    html = render(m, work / "reports" / "index.html")
+    assert "failed requests (generations)" in html and "prompt_too_long_for_server (e.g. p-0, p-1, p-2" in html

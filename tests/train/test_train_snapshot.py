@@ -7,8 +7,12 @@ import json
 from types import SimpleNamespace
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.quality.gate import GateResult
+from eagle3_dagster.quality.request_failures import failure_budget_outcome, with_outcome
+from eagle3_dagster.schemas import GENERATION_ERRORS, TRAINING_SAMPLES
 from eagle3_dagster.storage import write_frame_atomic
 from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
 from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
@@ -58,6 +62,77 @@ def _gates(failed: dict[tuple[str, int], bool] | None = None, missing: set | Non
         return SimpleNamespace(success=not failed.get((gate, shard), False))
 
     return status
+
+
+def test_manifest_names_the_request_failure_rate_that_excluded_a_shard(tmp_path):
+    """A shard over its failure budget: its stored generations gate failed on the request failure rate; the
+    manifest says so, with the rate and the top reason (a shard within the budget stays in)."""
+    for k in (0, 1):
+        _write_shard(tmp_path, k, 3)
+
+    def gate_result(rate_failed: int) -> GateResult:
+        outcome = failure_budget_outcome(
+            requested=100,
+            failed=rate_failed,
+            errors_by_kind={"http_400": rate_failed},
+            failure_details={"http_400": "The input (9000 tokens) is longer than the model's context length"},
+            max_failed_rate=0.01,
+        )
+        return with_outcome(GateResult(gate="generations", success=True, outcomes=[]), outcome)
+
+    # shard 1's errors.parquet (as generate_shard writes it): 5 refusals and 1 retries_exhausted
+    rows = [
+        {
+            "sample_id": f"x{i}",
+            "prompt_id": f"p1-{i}",
+            "shard": 1,
+            "reason": "http_400",
+            "status": 400,
+            "detail": f"The input ({9000 + i} tokens) is longer than the model's context length",
+        }
+        for i in range(5)
+    ] + [
+        {
+            "sample_id": "y",
+            "prompt_id": "p1-y",
+            "shard": 1,
+            "reason": "retries_exhausted",
+            "status": None,
+            "detail": "reset after 7 attempts: connection reset",
+        }
+    ]
+    (tmp_path / "generations" / "shard=0001").mkdir(parents=True)
+    pq.write_table(
+        pa.Table.from_pylist(rows, schema=GENERATION_ERRORS), tmp_path / "generations" / "shard=0001" / "errors.parquet"
+    )
+    results = {0: gate_result(1), 1: gate_result(5)}  # 1% (a warning) and 5% (over the budget)
+    assert (results[0].success, results[1].success) == (True, False)
+
+    def status(gate: str, shard: int):
+        return results[shard] if gate == "generations" else SimpleNamespace(success=True, failed_critical=[])
+
+    snap = build_snapshot(tmp_path, range(2), status, config={"c": 1}, exporters=EXPORTERS)
+    m = json.loads((snap.path / "manifest.json").read_text())
+    by_shard = {s["shard"]: s for s in m["shards"]}
+    assert by_shard["0000"]["included"]
+    assert not by_shard["0001"]["included"]
+    assert by_shard["0001"]["reason"] == (
+        "generations gate failed: request failure rate 5.00% (budget 1.00%), top reason http_400=5"
+    )
+    assert m["request_failures"] == {
+        "0001": {
+            "http_400": {
+                "count": 5,
+                "last_detail": "The input (9004 tokens) is longer than the model's context length",
+                "prompt_ids": ["p1-0", "p1-1", "p1-2"],
+            },
+            "retries_exhausted": {
+                "count": 1,
+                "last_detail": "reset after 7 attempts: connection reset",
+                "prompt_ids": ["p1-y"],
+            },
+        }
+    }
 
 
 def test_snapshot_includes_only_gated_shards_with_reasons(tmp_path):

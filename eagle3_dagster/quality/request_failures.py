@@ -1,0 +1,72 @@
+"""The per-shard failure budget: requests that failed for good leave no row for the gate's row-level
+expectations to judge, so their rate is judged here, as one shard-level outcome of the generations gate.
+
+Over `max_failed_rate` the outcome is critical (the gate fails: the shard is left out of snapshots and
+the manifest names the rate and the top reason); above 0 but within the budget it is a failed warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .gate import ExpectationOutcome, GateResult
+
+FAILURE_BUDGET_KEY = "request_failure_rate"
+DEFAULT_MAX_FAILED_RATE = 0.01
+
+
+def failure_budget_outcome(
+    *,
+    requested: int,
+    failed: int,
+    errors_by_kind: Mapping[str, int],
+    failure_details: Mapping[str, str],
+    max_failed_rate: float,
+) -> ExpectationOutcome:
+    """The shard's permanent request failures against its budget (`failed / requested`)."""
+    if not 0.0 <= max_failed_rate <= 1.0:
+        raise ValueError(f"max_failed_rate must be within [0, 1], got {max_failed_rate}")
+    rate = failed / requested if requested else 0.0
+    over = rate > max_failed_rate
+    top = max(sorted(errors_by_kind), key=lambda k: errors_by_kind[k]) if errors_by_kind else None
+    name = f"request failure rate {rate:.2%} (budget {max_failed_rate:.2%})"
+    if top is not None:
+        name += f", top reason {top}={errors_by_kind[top]:,}"
+    if failed:
+        detail = failure_details.get(top or "", "")
+        description = (
+            f"{failed:,} of {requested:,} requests failed permanently ("
+            + ", ".join(f"{k}={v:,}" for k, v in sorted(errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0])))
+            + ")"
+            + (f"; last {top}: {detail[:200]}" if detail else "")
+            + (
+                ": over the shard's max_failed_rate, the shard is left out of snapshots"
+                if over
+                else ": within max_failed_rate (a warning)"
+            )
+            + "; the rows are in the shard's errors.parquet"
+        )
+    else:
+        description = f"none of the {requested:,} requests failed permanently"
+    return ExpectationOutcome(
+        name=name,
+        severity="critical" if over else "warning",
+        mostly=1.0 - max_failed_rate,
+        pass_rate=1.0 - rate,
+        unexpected_count=failed,
+        success=failed == 0,
+        description=description,
+        key=FAILURE_BUDGET_KEY,
+        expectation_type="request_failure_budget",
+        evaluated=requested,
+        level="shard",
+        observed_value=round(rate, 6),
+    )
+
+
+def with_outcome(result: GateResult, outcome: ExpectationOutcome) -> GateResult:
+    """The gate result with one more outcome; a failed critical one fails the gate."""
+    result.outcomes = [*result.outcomes, outcome]
+    if outcome.severity == "critical" and not outcome.success:
+        result.success = False
+    return result

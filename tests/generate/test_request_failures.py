@@ -1,0 +1,96 @@
+"""Requests that fail for good are counted by reason, named with their last error, and never hidden:
+the step's metadata and the demo summary's `warnings:` line carry them (real simulator, real faults)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+from gen_helpers import make_config, make_prompts
+
+from eagle3_dagster import schemas
+from eagle3_dagster.demo import request_failures, warnings_line
+from eagle3_dagster.generate import generate_shard, read_generations
+from eagle3_dagster.generate.endpoint_info import context_length_of
+from eagle3_dagster.generate.report import result_line
+from eagle3_dagster.generate.store import read_generation_errors
+
+pytestmark = pytest.mark.integration
+
+
+def prompts_with_one_long(n: int, long_len: int) -> pl.DataFrame:
+    """n short prompts; the last one has `long_len` ids."""
+    df = make_prompts(n, seed=31)
+    long_ids = [1000 + i for i in range(long_len)]
+    ids = [*df.get_column("input_ids").to_list()[:-1], long_ids]
+    lens = [len(x) for x in ids]
+    df = df.with_columns(pl.Series("input_ids", ids, dtype=pl.List(pl.Int32)), pl.Series("prompt_len", lens))
+    return pl.from_arrow(df.to_arrow().cast(schemas.TOKENIZED_PROMPTS))  # type: ignore[return-value]
+
+
+def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path: Path):
+    sim = start_sim("--context-length", "50")
+    # 40 ids + max_new_tokens 24 > the context length 50: the server refuses it (the prompt alone fits)
+    prompts = prompts_with_one_long(6, long_len=40)
+    sim.faults(reset_mid_body=2)  # the first sample sent: reset on both of its attempts
+    out = tmp_path / "generations" / "shard=0000"
+    rep = generate_shard(prompts, out, make_config(sim.url, max_retries=1, max_in_flight=1))
+
+    assert (rep.succeeded, rep.failed) == (4, 2) and rep.reconciles
+    assert read_generations(out).height == 4
+    assert rep.errors_by_kind == {"retries_exhausted": 1, "http_400": 1}
+    details = rep.as_metadata()["failure_details"]  # the generations step's metadata
+    assert details["retries_exhausted"].startswith("reset after 2 attempts")
+    assert details["http_400"].startswith(
+        "Requested token count exceeds the model's maximum context length of 50 tokens. You requested a total of "
+        "64 tokens: 40 tokens from the input messages and 24 tokens for the completion."
+    )
+    assert "http_400=1 (last: Requested token count exceeds" in result_line("0000", rep)
+
+    failures = request_failures(tmp_path, [0, 1])  # shard 1 has no folder: nothing failed there
+    assert {k: {r: n for r, (n, _) in v.items()} for k, v in failures.items()} == {
+        "0000": {"http_400": 1, "retries_exhausted": 1}
+    }
+    line = warnings_line({}, failures)
+    assert line != "warnings:   none"
+    assert "generations shard 0000: 2 request(s) failed permanently" in line
+    assert "retries_exhausted=1 (last: reset after 2 attempts" in line
+    assert "http_400=1 (last: Requested token count exceeds the model's maximum context length of 50" in line
+
+
+def test_a_run_without_failures_warns_nothing(start_sim, tmp_path: Path):
+    sim = start_sim()
+    out = tmp_path / "generations" / "shard=0000"
+    rep = generate_shard(make_prompts(4, seed=32), out, make_config(sim.url))
+    assert (rep.succeeded, rep.failed, rep.failure_details) == (4, 0, {})
+    assert warnings_line({}, request_failures(tmp_path, [0])) == "warnings:   none"
+
+
+def test_prompt_longer_than_the_servers_context_is_not_sent(start_sim, tmp_path: Path):
+    sim = start_sim("--context-length", "50")  # advertised in /server_info as context_length
+    prompts = prompts_with_one_long(6, long_len=50)  # 50 >= 50: the server would answer 400 "The input ..."
+    before = sim.requests()
+    out = tmp_path / "generations" / "shard=0000"
+    rep = generate_shard(prompts, out, make_config(sim.url))
+
+    assert rep.server_context_length == 50
+    assert (rep.succeeded, rep.failed) == (5, 1) and rep.reconciles
+    assert sim.requests() - before == 5  # the long prompt never reached the server
+    assert rep.errors_by_kind == {"prompt_too_long_for_server": 1}
+    assert rep.failure_details["prompt_too_long_for_server"] == (
+        "prompt of 50 ids >= the server's context length 50 (/server_info context_length): not sent"
+    )
+    errors = read_generation_errors(out)
+    assert errors.select("prompt_id", "reason").rows() == [(prompts["prompt_id"][-1], "prompt_too_long_for_server")]
+
+    # one id shorter fits the context (49 < 50): sent (and refused by the server only for prompt + max_new_tokens)
+    rep2 = generate_shard(prompts_with_one_long(6, long_len=49), tmp_path / "g2" / "shard=0000", make_config(sim.url))
+    assert rep2.errors_by_kind == {"http_400": 1} and "prompt_too_long_for_server" not in rep2.failure_details
+
+
+def test_context_length_is_read_from_server_info_fields() -> None:
+    assert context_length_of({"context_length": 262144}) == 262144
+    assert context_length_of({"max_model_len": 4096}) == 4096
+    assert context_length_of({"context_length": None, "max_model_len": 8192}) == 8192
+    assert context_length_of({}) is None and context_length_of({"context_length": True}) is None
