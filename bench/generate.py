@@ -78,6 +78,7 @@ def prompts_frame(n: int, seed: int, prompt_len: int = 8) -> pl.DataFrame:
         profile=pl.lit("kimi-k2.5"),
         tokenizer_fingerprint=pl.lit("bench"),
         template_hash=pl.lit("bench"),
+        control_text_in_content=pl.lit(False),
     )
     return pl.from_arrow(df.to_arrow().cast(schemas.TOKENIZED_PROMPTS))  # type: ignore[return-value]
 

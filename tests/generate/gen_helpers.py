@@ -31,6 +31,7 @@ def make_prompts(n: int, *, shard: int = 0, seed: int = 7, template_hash: str = 
                 "profile": "kimi-k2.5",
                 "tokenizer_fingerprint": "tf",
                 "template_hash": template_hash,
+                "control_text_in_content": False,
             }
         )
     return pl.from_arrow(pl.DataFrame(rows).to_arrow().cast(schemas.TOKENIZED_PROMPTS))  # type: ignore[return-value]
