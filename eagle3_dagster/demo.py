@@ -399,6 +399,13 @@ def main(argv: list[str]) -> int:
     # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
     # folders as the first. Refused at once, in one line naming the running demo and the lock file.
     s = settings()
+    if args.samples is None:  # (--samples rewrites the settings first; _main_locked validates those)
+        # a bad shard key or source YAML fails before anything, the lock file included, is created
+        from .ingest import load_source_specs
+        from .orchestration.run import check_shard_keys
+
+        check_shard_keys(args.shards.split(",") if args.shards else None)
+        load_source_specs(s.sources_dir)
     lock = DataDirLock(s.data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0, local_lock_dir=s.work_dir / "locks")
     try:
         lock.acquire()
