@@ -268,3 +268,25 @@ def iter_pending(
         offset += n
     if offset != plan.rows:
         raise InputChangedError(f"the tokenized prompts changed during the run ({plan.rows} rows, then {offset})")
+
+
+# a prompt at least as long as the server's context length: skipped before sending (checked again each run,
+# so a server with a longer context generates it)
+PROMPT_TOO_LONG_FOR_SERVER = "prompt_too_long_for_server"
+
+
+def input_problem(ids: Any, vocab_size: int | None, server_context: int | None) -> tuple[str | None, str]:
+    """Why a prompt is not sent (a reason code, or None) and the detail for its error row."""
+    detail = f"prompt of {len(ids or [])} ids rejected before sending"
+    if not isinstance(ids, list) or not ids:
+        return "empty_input_ids", detail  # the server would answer 400 "input_ids cannot be empty."
+    if vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
+        return "input_id_out_of_vocab", detail  # the server does not check the range (spec §2.1)
+    if server_context is not None and len(ids) >= server_context:
+        # the server would refuse it with 400 "The input (N tokens) is longer than the model's context
+        # length (C tokens)." (spec §4.2): not sent, counted by its own reason
+        return PROMPT_TOO_LONG_FOR_SERVER, (
+            f"prompt of {len(ids):,} ids >= the server's context length {server_context:,} "
+            "(/server_info context_length): not sent"
+        )
+    return None, detail

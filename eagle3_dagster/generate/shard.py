@@ -32,7 +32,7 @@ from ..storage import as_data_path
 from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
-from .inputs import TokenizedSource, iter_pending, plan_shard, stored_keys
+from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
@@ -98,24 +98,11 @@ def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: st
     }
 
 
-# a prompt at least as long as the server's context length: skipped before sending (checked again each run,
-# so a server with a longer context generates it)
-PROMPT_TOO_LONG_FOR_SERVER = "prompt_too_long_for_server"
-
-
 def is_permanent_reason(reason: str) -> bool:
     """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
     if reason in ("empty_input_ids", "input_id_out_of_vocab"):
         return True
     return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")
-
-
-def _input_problem(ids: Any, vocab_size: int | None) -> str | None:
-    if not isinstance(ids, list) or not ids:
-        return "empty_input_ids"  # the server would answer 400 "input_ids cannot be empty."
-    if vocab_size is not None and (min(ids) < 0 or max(ids) >= vocab_size):
-        return "input_id_out_of_vocab"  # the server does not check the range (spec §2.1)
-    return None
 
 
 async def generate_shard_async(
@@ -340,16 +327,7 @@ async def _generate_shard(
         async def worker(wclient: httpx.AsyncClient) -> None:
             while (item := await next_item()) is not None:
                 ids = item["input_ids"]
-                problem = _input_problem(ids, config.vocab_size)
-                detail = f"prompt of {len(ids or [])} ids rejected before sending"
-                if problem is None and server_context is not None and len(ids) >= server_context:
-                    # the server would refuse it with 400 "The input (N tokens) is longer than the model's
-                    # context length (C tokens)." (spec §4.2): not sent, counted by its own reason
-                    problem = PROMPT_TOO_LONG_FOR_SERVER
-                    detail = (
-                        f"prompt of {len(ids):,} ids >= the server's context length {server_context:,} "
-                        "(/server_info context_length): not sent"
-                    )
+                problem, detail = input_problem(ids, config.vocab_size, server_context)
                 if problem is not None:
                     errors.append(_error_row(item, problem, None, detail))
                     stats.errors[problem] += 1
