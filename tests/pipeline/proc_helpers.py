@@ -33,3 +33,26 @@ def wait_for_log(path: Path, pattern: str, proc: subprocess.Popen, timeout: floa
         assert proc.poll() is None, path.read_text()[-3000:]
         time.sleep(0.2)
     raise AssertionError(f"{pattern!r} not seen in {timeout}s:\n{path.read_text()[-3000:]}")
+
+
+def start_demo(shards: str, log_file, env: dict[str, str]) -> subprocess.Popen:
+    """`eagle3 demo --shards S` in its own session, slowed (30 ms a token) so a test can act mid-run."""
+    import sys
+
+    from eagle3_dagster.config import PROJECT_ROOT
+
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("eagle3")),
+            "demo",
+            "--shards",
+            shards,
+            "--sim-arg=--token-latency-ms",
+            "--sim-arg=30",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from proc_helpers import command_env, wait_for_log
+from proc_helpers import command_env, start_demo, wait_for_log
 
 from eagle3_dagster.config import PROJECT_ROOT
 
@@ -24,14 +24,7 @@ def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(tmp_path
     env = command_env(tmp_path)
     log = tmp_path / "first.log"
     with log.open("wb") as out:
-        first = subprocess.Popen(
-            [EAGLE3, "demo", "--shards", "0000", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        first = start_demo("0000", out, env)
         try:
             wait_for_log(log, r"simulator \(eagle3-sim\) at \S+", first, 120)  # the first demo holds its lock
             before = sorted(p.name for p in (tmp_path / "data").rglob("*"))

@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 import psutil
 import pytest
-from proc_helpers import command_env, wait_for_log
+from proc_helpers import command_env, start_demo, wait_for_log
 
 from eagle3_dagster.config import PROJECT_ROOT
 
@@ -28,14 +28,7 @@ def test_sigint_stops_the_demo_and_everything_it_started_then_a_rerun_completes(
     env = command_env(tmp_path)
     log = tmp_path / "demo.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [EAGLE3, "demo", "--shards", "0000,0001", "--sim-arg=--token-latency-ms", "--sim-arg=30"],
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = start_demo("0000,0001", out, env)
         try:
             sim_pid = int(wait_for_log(log, r"simulator \(eagle3-sim\) at \S+, pid (\d+)", proc, 120).group(1))
             wait_for_log(log, r"generations shard 0000: \d+/\d+ .* in flight", proc, 180)  # requests in flight
