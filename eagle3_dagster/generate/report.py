@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .retried import retried_line
+
 
 @dataclass(frozen=True)
 class ProgressReport:
@@ -38,6 +40,8 @@ class ShardReport:
     # reason -> the detail of its last failed request (retries_exhausted: the last error; http_400: the
     # server's message), so a permanent failure is named, not only counted
     failure_details: dict[str, str] = field(default_factory=dict)
+    # reason -> {retried, came_back, failed_again, not_sent}: an earlier run's failures this run sent again
+    previous_failures: dict[str, dict[str, int]] = field(default_factory=dict)
     finish_reasons: dict[str, int] = field(default_factory=dict)
     samples_per_s: float = 0.0
     output_tokens_per_s: float = 0.0
@@ -250,6 +254,8 @@ def result_line(shard: str, r: ShardReport) -> str:
         )
     if r.retried_by_kind:
         parts.append(f"retried {_kinds(r.retried_by_kind)}")
+    if r.previous_failures:
+        parts.append(retried_line(r.previous_failures))
     if r.integrity_violations:
         parts.append(f"{r.integrity_violations:,} integrity violations")
     if not r.reconciles:

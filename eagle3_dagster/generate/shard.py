@@ -35,7 +35,8 @@ from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
-from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors
+from .retried import PreviousFailures, write_retried
+from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors, stored_sample_ids
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +218,7 @@ async def _generate_shard(
         # A permanent failure of an earlier run (a 400, a bad prompt) is not sent again: the same
         # request would fail the same way. It stays in errors.parquet and counts as failed.
         prior = read_generation_errors(out_dir)
+        prior_all = prior  # what this run sends again is reported as came back / failed again (retried.py)
         if config.retry_permanent_errors or prior.height == 0:
             prior = prior.clear()
         else:
@@ -248,6 +250,8 @@ async def _generate_shard(
                 len(driver.ready),
             )
         carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
+        previous = PreviousFailures.from_errors(prior_all, carried.get_column("sample_id").to_list())
+        write_retried(out_dir, "", {})  # a run that does not finish leaves no outcome of an earlier one
         report.requested = plan.requested
         report.duplicates_in_input = plan.rows - plan.excluded - plan.requested
         report.skipped_cached = plan.skipped_cached
@@ -459,6 +463,10 @@ async def _generate_shard(
         for reason in carried.get_column("reason").to_list():
             report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
         report.failure_details = {r: d for r, (_, d) in failures_by_reason(errors).items()}
+        if previous.reasons:
+            stored_now = await asyncio.to_thread(lambda: stored_sample_ids(out_dir).to_list())
+            report.previous_failures = previous.outcome(stored_now, (e["sample_id"] for e in errors))
+            write_retried(out_dir, datetime.now(UTC).isoformat(timespec="seconds"), report.previous_failures)
         report.per_endpoint = pool.per_endpoint()
         if driver is not None:
             report.turns = driver.stats.as_dict()

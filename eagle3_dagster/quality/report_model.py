@@ -348,6 +348,18 @@ def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
     }
 
 
+def _previous_failures(gen_dir: DataPath) -> dict[str, int]:
+    """The latest run's outcome for the requests an earlier run lost (retried.json): came back or not."""
+    from ..generate.retried import read_retried
+
+    out: dict[str, int] = {}
+    for reason, c in (read_retried(gen_dir).get("by_reason") or {}).items():
+        for key, label in (("came_back", "came back"), ("failed_again", "failed again"), ("not_sent", "not sent")):
+            if c.get(key):
+                out[f"{label} (failed before: {reason})"] = int(c[key])
+    return out
+
+
 def _not_text_exact(f: DataPath) -> dict[str, int]:
     """Kept training rows whose text re-encodes to other ids (non-canonical tokenization), if any."""
     if not f.exists():
@@ -405,6 +417,7 @@ def collect_row(data: DataPath, k: int, gates: Sequence[str], work: Path) -> Sha
         "failed requests (generations)": _request_failures(
             data / "generations" / f"shard={shard_key(k)}" / "errors.parquet"
         ),
+        "earlier failures sent again (generations)": _previous_failures(data / "generations" / f"shard={shard_key(k)}"),
         "tokenize rejects (tokenized_prompts)": _reason_counts(
             data / "tokenized_prompts" / f"shard={shard_key(k)}" / "rejects.parquet", "reason"
         ),

@@ -94,3 +94,48 @@ def test_context_length_is_read_from_server_info_fields() -> None:
     assert context_length_of({"max_model_len": 4096}) == 4096
     assert context_length_of({"context_length": None, "max_model_len": 8192}) == 8192
     assert context_length_of({}) is None and context_length_of({"context_length": True}) is None
+
+
+def test_requests_lost_by_one_run_are_sent_again_and_the_report_shows_they_came_back(start_sim, tmp_path: Path):
+    """Run 1 loses two requests to resets (and one to a 400, which is permanent); run 2 sends the two
+    again, one comes back and one fails again; run 3 brings the last one back. Each run's outcome is in
+    its result line, its metadata and the quality report; the 400 is never sent again."""
+    from eagle3_dagster.quality.report_html import collect, render
+
+    sim = start_sim("--context-length", "50")
+    prompts = prompts_with_one_long(6, long_len=40)  # the long one: a 400 from the server, every time
+    out = tmp_path / "generations" / "shard=0000"
+    config = make_config(sim.url, max_retries=1, max_in_flight=1)
+    row = "earlier failures sent again (generations)"
+
+    sim.faults(reset_mid_body=4)  # the first two samples sent: reset on both attempts
+    first = generate_shard(prompts, out, config)
+    assert first.errors_by_kind == {"retries_exhausted": 2, "http_400": 1} and first.previous_failures == {}
+    assert row not in {r.shard: r.other_rejects for r in collect(tmp_path, tmp_path / "w", n_shards=1).shards}["0000"]
+
+    sim.faults(reset_mid_body=2)  # the first one sent again fails again
+    second = generate_shard(prompts, out, config)
+    assert (second.succeeded, second.failed, second.skipped_cached) == (1, 2, 3) and second.reconciles
+    assert second.previous_failures == {
+        "retries_exhausted": {"retried": 2, "came_back": 1, "failed_again": 1, "not_sent": 0}
+    }
+    assert second.as_metadata()["previous_failures"] == second.previous_failures
+    assert "retried 2 failed before (retries_exhausted=2): 1 came back, 1 failed again, 0 not sent" in result_line(
+        "0000", second
+    )
+    m = collect(tmp_path, tmp_path / "w", n_shards=1)
+    assert {r.shard: r.other_rejects for r in m.shards}["0000"][row] == {
+        "came back (failed before: retries_exhausted)": 1,
+        "failed again (failed before: retries_exhausted)": 1,
+    }
+    html = render(m, tmp_path / "w" / "reports" / "index.html")
+    assert row in html and "came back (failed before: retries_exhausted)" in html
+
+    sent_before = sim.requests()
+    third = generate_shard(prompts, out, config)
+    assert sim.requests() - sent_before == 1  # only the one that failed again; the 400 is not sent
+    assert (third.succeeded, third.failed, third.carried_failed) == (1, 1, 1)  # the 400 stays, unsent
+    assert third.previous_failures == {
+        "retries_exhausted": {"retried": 1, "came_back": 1, "failed_again": 0, "not_sent": 0}
+    }
+    assert read_generations(out).height == 5
