@@ -33,6 +33,7 @@ import dagster as dg
 from ..config import settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.partitions import shard_partitions
+from .common import stage_assets
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -44,7 +45,7 @@ FRESHNESS_SENSOR = "snapshot_freshness"
 
 ingest_job = dg.define_asset_job(
     "ingest",
-    selection=dg.AssetSelection.groups("ingest"),
+    selection=stage_assets("ingest"),
     description="Read every prompt source and rebuild the combined `prompts` table.",
 )
 

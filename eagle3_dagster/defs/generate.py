@@ -47,8 +47,9 @@ from ..quality.request_failures import FAILURE_BUDGET_KEY, failure_budget_outcom
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir
+from .common import ASSET_GROUP, STAGE_TAG
 
-GROUP = "generate"
+STAGE = "generate"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
 GENERATION_BATCH_ROWS = 512  # generations read and featurized at a time (the step never holds the shard)
 
@@ -123,7 +124,7 @@ GENERATION_HEADLINES = (
 
 @dg.asset(
     name="generations",
-    group_name=GROUP,
+    group_name=ASSET_GROUP,
     deps=["tokenized_prompts"],
     partitions_def=shard_partitions,
     pool="sglang",  # limits how many shard steps hit the fleet at once (instance concurrency pools)
@@ -132,7 +133,7 @@ GENERATION_HEADLINES = (
     description="Raw output_ids from SGLang POST /generate with input_ids (never the OpenAI chat endpoint), stored "
     "as received with finish_reason and meta_info. Resumable and incremental: only new cache keys hit the server.",
     kinds={"parquet"},
-    tags={"eagle3/stage": "generate"},
+    tags={STAGE_TAG: STAGE},
 )
 def generations(
     context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet

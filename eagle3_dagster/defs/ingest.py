@@ -16,8 +16,9 @@ from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
+from .common import ASSET_GROUP, STAGE_TAG
 
-GROUP = "ingest"
+STAGE = "ingest"
 SOURCE_CHECK = "source_yield"  # non-blocking WARN check on every source__<name>
 
 
@@ -30,10 +31,10 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
 
     @dg.asset(
         name=name,
-        group_name=GROUP,
+        group_name=ASSET_GROUP,
         description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}",
         kinds={"parquet"},
-        tags={"eagle3/stage": "ingest"},
+        tags={STAGE_TAG: STAGE},
         check_specs=[
             dg.AssetCheckSpec(
                 SOURCE_CHECK,
@@ -111,11 +112,11 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
 
     @dg.asset(
         name="prompts",
-        group_name=GROUP,
+        group_name=ASSET_GROUP,
         deps=[a.key for a in source_assets],
         description="All sources combined: canonical conversations, cross-source duplicates removed, stable shard per prompt.",
         kinds={"parquet"},
-        tags={"eagle3/stage": "ingest"},
+        tags={STAGE_TAG: STAGE},
     )
     def prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         data = pipeline.data_path

@@ -15,8 +15,9 @@ from ..storage import DataDirLocked
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
 from ..train.summary import headline
+from .common import ASSET_GROUP, STAGE_TAG
 
-GROUP = "publish"
+STAGE = "publish"
 
 
 def _tokenizer(profile):
@@ -32,7 +33,7 @@ DRIFT_CHECK = "drift_gate"
 
 @dg.asset(
     name="training_dataset",
-    group_name=GROUP,
+    group_name=ASSET_GROUP,
     deps=["training_samples"],
     description="A versioned snapshot of every gated shard (copied, with a manifest: content identity, rows, sha256 "
     "per file, shards included/excluded and why, gate results, distribution summary, drift against the previous "
@@ -41,7 +42,7 @@ DRIFT_CHECK = "drift_gate"
     "token-exact). Published (LATEST moves) only when the publish gate passes (expectations/publish.json) and the "
     "drift policy allows (expectations/drift.json).",
     kinds={"parquet", "json"},
-    tags={"eagle3/stage": "publish"},
+    tags={STAGE_TAG: STAGE},
     check_specs=[
         dg.AssetCheckSpec(
             PUBLISH_CHECK,

@@ -16,8 +16,9 @@ from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
+from .common import ASSET_GROUP, STAGE_TAG
 
-GROUP = "tokenize"
+STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
 
 
@@ -58,14 +59,14 @@ PROMPT_HEADLINES = (
 
 @dg.asset(
     name="tokenized_prompts",
-    group_name=GROUP,
+    group_name=ASSET_GROUP,
     deps=["prompts"],
     partitions_def=shard_partitions,
     check_specs=gate_check_specs("tokenized_prompts", "prompts", PROMPT_HEADLINES),
     description="Each prompt rendered with the model's chat template (generation prompt on, thinking on) and encoded "
     "exactly as the served model sees it; input_ids as list<int32>. Over-length prompts are quarantined, not truncated.",
     kinds={"parquet"},
-    tags={"eagle3/stage": "tokenize"},
+    tags={STAGE_TAG: STAGE},
 )
 def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
     shard = parse_shard_key(context.partition_key)

@@ -26,9 +26,10 @@ from ..train.multiturn import rows_by_turn, with_turns
 from ..train.samples import TRAINING_INPUT_COLUMNS
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
+from .common import ASSET_GROUP, STAGE_TAG
 from .generate import tokenized_source
 
-GROUP = "train"
+STAGE = "train"
 GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
 
 
@@ -48,7 +49,7 @@ def shard_prompt_batches(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
 
 @dg.asset(
     name="training_samples",
-    group_name=GROUP,
+    group_name=ASSET_GROUP,
     deps=["generations", "tokenized_prompts"],
     partitions_def=shard_partitions,
     check_specs=gate_check_specs("training_samples", "training_samples", ()),
@@ -56,7 +57,7 @@ def shard_prompt_batches(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
     "the output; only rows that passed every critical gate expectation; lineage on every row; text_exact = false "
     "flags rows whose text re-encodes to other ids (kept: non-canonical tokenization is valid model output).",
     kinds={"parquet"},
-    tags={"eagle3/stage": "train"},
+    tags={STAGE_TAG: STAGE},
 )
 def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
     shard = parse_shard_key(context.partition_key)

@@ -17,6 +17,7 @@ import dagster as dg
 import psutil
 
 from ..config import PartitionKeyError
+from ..defs.common import stage_assets
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
@@ -219,7 +220,7 @@ def materialize_graph(
     if run_ingest:
         r = dg.materialize(
             assets,
-            selection=dg.AssetSelection.groups("ingest"),
+            selection=stage_assets("ingest"),
             instance=instance,
             resources=res,
             raise_on_error=False,

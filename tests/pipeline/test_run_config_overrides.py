@@ -34,6 +34,7 @@ from sim_ctl import Sim
 
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
+from eagle3_dagster.defs.common import stage_assets
 from eagle3_dagster.generate import sample_key
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet, resources_from_settings
 from eagle3_dagster.orchestration.run import QUIET
@@ -113,7 +114,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         with dg.instance_for_test() as instance:
             ingest = dg.materialize(
                 list(defs.assets or []),
-                selection=dg.AssetSelection.groups("ingest"),
+                selection=stage_assets("ingest"),
                 instance=instance,
                 resources=resources_from_settings(settings()),
                 run_config=QUIET,

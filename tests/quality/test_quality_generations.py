@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dagster as dg
 import polars as pl
 import pytest
 from quality_helpers import generation_rows, tokenized_rows
@@ -182,6 +183,14 @@ def test_empty_shard_is_shown_empty_not_pass(kimi, kimi_profile, gx_dirs, tmp_pa
         assert c.passed  # not blocking
         assert c.metadata["status"].value == "EMPTY" and "0 rows" in (c.description or "")
     assert "| empty |" in checks["generations_gate"].metadata["expectations"].value
+    # Dagster's check page plots every numeric entry over all executions (i.e. across shards): a shard's
+    # numbers are a one-row table instead, and none is a bare int/float
+    for c in checks.values():
+        numeric = [k for k, v in c.metadata.items() if isinstance(v, (dg.IntMetadataValue, dg.FloatMetadataValue))]
+        assert numeric == [], (c.check_name, numeric)
+    (record,) = checks["generations_gate"].metadata["result"].records
+    assert record.data == {"rows": 0, "rows_failing_critical": 0}
+    assert checks["think_end_present"].metadata["result"].records[0].data["severity"] == "critical"
 
     # a non-empty shard keeps PASS
     ok_gens = generation_rows([dict(sample_id="a", prompt_id="p", output_ids=kimi.output(REASONING, "4"))])

@@ -69,6 +69,14 @@ def _wait_run_success(page, run_id: str, shot: Path) -> None:
 def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     base = eagle3_ui.url
 
+    # 0. the Lineage page (the nav's /asset-groups) opens on the graph: with one asset group Dagster draws
+    # no collapsed group boxes, so every asset is on screen without a click
+    page.goto(f"{base}/asset-groups", wait_until="networkidle")
+    for name in ("prompts", "tokenized_prompts", "generations", "training_samples", "training_dataset"):
+        page.get_by_text(name, exact=True).last.wait_for(state="visible")
+    assert page.get_by_text("Expand all groups").count() == 0
+    page.screenshot(path=str(tmp_path / "0-lineage.png"))
+
     # 1. the asset graph: every stage of the pipeline, wired in order
     page.goto(f"{base}/assets/generations?view=lineage&lineageDepth=4", wait_until="networkidle")
     for name in ("source__demo", "prompts", "tokenized_prompts", "generations", "training_samples"):
@@ -110,6 +118,14 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     page.get_by_text("Passed").first.wait_for(state="visible")
     page.screenshot(path=str(tmp_path / "6-checks-after.png"))
     assert re.search(r"think_end_present\s+Succeeded", page.inner_text("body"))
+    # a check's page plots its numeric metadata over every execution, across shards: the gate's per-shard
+    # numbers are a table, so there is no plot of shard sizes (Dagster's empty state says so)
+    page.get_by_text("generations_gate", exact=True).first.click()
+    page.get_by_text("Plots", exact=True).first.wait_for(state="visible")  # open when there are executions
+    empty = page.get_by_text("Include numeric metadata entries in your check metadata").first
+    empty.scroll_into_view_if_needed()
+    empty.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "6b-check-plots.png"))
     page.goto(f"{base}/assets/tokenized_prompts?view=checks", wait_until="networkidle")
     page.get_by_text("Passed").first.wait_for(state="visible")
     assert re.search(r"thinking_token_ends_prompt\s+Succeeded", page.inner_text("body"))
