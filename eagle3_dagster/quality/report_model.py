@@ -25,6 +25,7 @@ import polars as pl
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
 from ..train.summary import SUMMARY_FILE
 from .gate import read_gate_result
+from .report_decontamination import collect_decontamination
 from .retention import DOCS_INDEX
 from .suites import GATES
 from .turns_report import collect_turns
@@ -232,6 +233,7 @@ class ReportModel:
     sources: list[SourceView] = field(default_factory=list)
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
+    decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "EMPTY": 0, "not run": 0, "unreadable": 0}
@@ -470,6 +472,7 @@ def assemble(
         sources=collect_sources(data),
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
+        decontamination=collect_decontamination(data),
     )
 
 

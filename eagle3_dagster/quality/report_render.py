@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from ..storage import PathLike
 from . import charts
+from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .turns_report import turns_section
 
@@ -244,6 +245,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
                 f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>"
             )
         h.append("</table>")
+    h.extend(decontamination_section(model.decontamination))
 
     h.append("<h2>Gates by shard</h2>")
     h.append(

@@ -215,3 +215,79 @@ def test_bad_role_fields_are_named(tmp_path, body: str, problem: str) -> None:
     (tmp_path / "s.yaml").write_text("path: x.jsonl\n" + body)
     with pytest.raises(SourceSpecError, match=re.escape(problem)):
         load_source_specs(tmp_path)
+
+
+def test_report_has_a_decontamination_section(tmp_path, datasets_dir) -> None:
+    from eagle3_dagster.quality.report_model import collect
+    from eagle3_dagster.quality.report_render import render
+
+    sources, planted = _write_sources(tmp_path, datasets_dir)
+    counts = _ingest_all(sources, tmp_path / "data")
+    page = render(
+        collect(tmp_path / "data", tmp_path / "work", n_shards=4), tmp_path / "work" / "reports" / "index.html"
+    )
+    section = page.split("<h2>Decontamination</h2>", 1)[1].split("<h2>", 1)[0]
+    exact = sum(1 for kind, _ in planted.values() if kind == "exact")
+    checked = counts.input_accepted - counts.cross_source_duplicates
+    assert (
+        '<tr><td><code>gsm8k_test</code></td><td class="num">1319</td><td class="num">0.5</td>'
+        f'<td class="num">{checked}</td><td class="num">{exact}</td><td class="num">{counts.eval_overlap - exact}</td>'
+        f'<td class="num">{counts.eval_overlap}</td></tr>'
+    ) in section
+    assert f"Removed by training source: mixed {counts.eval_overlap}." in section
+
+    # no eval source: the section says the prompts were not checked
+    (sources / "gsm8k_test.yaml").unlink()
+    _ingest_all(sources, tmp_path / "data2")
+    page = render(
+        collect(tmp_path / "data2", tmp_path / "work", n_shards=4), tmp_path / "work" / "reports" / "index.html"
+    )
+    assert "No eval source declared" in page.split("<h2>Decontamination</h2>", 1)[1]
+
+
+@pytest.mark.integration
+def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
+    tmp_path, monkeypatch, datasets_dir, kimi_profile
+) -> None:
+    """One Dagster run of the ingest group, then tokenized_prompts for the shard the eval prompts would
+    fill most: training prompts are tokenized there, no eval prompt is (so none can be generated)."""
+    import dagster as dg
+
+    from eagle3_dagster.config import PROJECT_ROOT
+    from eagle3_dagster.defs.ingest import build_ingest_assets
+    from eagle3_dagster.defs.tokenize import tokenized_prompts
+    from eagle3_dagster.ingest import shard_of
+    from eagle3_dagster.orchestration.partitions import N_SHARDS
+    from eagle3_dagster.orchestration.resources import PipelineSettings
+
+    sources, _ = _write_sources(tmp_path, datasets_dir)
+    (sources.parent / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
+    monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(sources.parent))
+    data = tmp_path / "data"
+    assets = [*build_ingest_assets(), tokenized_prompts]
+    res = {
+        "pipeline": PipelineSettings(
+            data_dir=str(data), work_dir=str(tmp_path / "work"), tokenizer=kimi_profile.tokenizer
+        )
+    }
+    with dg.instance_for_test() as instance:
+        r = dg.materialize(assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res)
+        assert r.success
+        meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
+        assert meta["eval_prompts"].value == 1319 and meta["eval_overlap"].value > 0
+        eval_ids = set(pl.read_parquet(data / "sources" / "gsm8k_test" / "accepted.parquet")["prompt_id"])
+        by_shard = pl.DataFrame({"shard": [shard_of(p, N_SHARDS) for p in eval_ids]}).group_by("shard").len()
+        shard = by_shard.sort(["len", "shard"], descending=[True, False])["shard"][0]
+        key = f"{shard:04d}"
+        t = dg.materialize(
+            assets,
+            selection=dg.AssetSelection.assets("tokenized_prompts"),
+            partition_key=key,
+            instance=instance,
+            resources=res,
+        )
+        assert t.success
+    tok = pl.read_parquet(data / "tokenized_prompts" / f"shard={key}" / "part-0000.parquet")
+    in_shard = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == shard)
+    assert tok.height > 0 and set(tok["prompt_id"]) <= set(in_shard["prompt_id"])
+    assert "gsm8k_test" not in set(tok["source"]) and not set(tok["prompt_id"]) & eval_ids
