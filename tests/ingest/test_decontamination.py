@@ -180,6 +180,20 @@ def test_normalisation_rule() -> None:
     assert normalize_text("well-known_fact: \uff21\uff22\uff23") == "well known fact abc"
 
 
+def test_ascii_fast_path_gives_the_same_words(datasets_dir) -> None:
+    import unicodedata
+
+    from eagle3_dagster.ingest.decontaminate import _WORD
+
+    texts = _questions(datasets_dir) + [
+        r["instruction"] + r["input"]
+        for r in json.loads((datasets_dir / "alpaca_gpt4_en_demo" / "alpaca_en_demo.json").read_text())
+    ]
+    assert sum(t.isascii() for t in texts) > 2000
+    for t in texts:
+        assert words(t) == _WORD.findall(unicodedata.normalize("NFKC", t).lower())
+
+
 def test_overlap_threshold_decides_a_paraphrase(tmp_path, datasets_dir) -> None:
     """The same paraphrase (Janet's ducks, 16 -> 23 eggs: 36 of 41 13-grams intact = 0.88) passes
     when the eval source asks for more overlap than it has, and is removed at the default."""
