@@ -356,6 +356,12 @@ def combine_sources(
             before = (counts.input_accepted, counts.rejects - counts.eval_overlap)
             try:
                 source_counts = json.loads(counts_path.read_text())
+                if source_counts.get("role") == "eval":
+                    raise IngestFileError(
+                        f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
+                        "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
+                        "changing its role)"
+                    )
                 counts.read += int(source_counts["read"])
                 counts.source_duplicates += int(source_counts["duplicates"])
                 counts.sampled_out += int(source_counts.get("sampled_out", 0))

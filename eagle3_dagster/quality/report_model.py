@@ -187,6 +187,7 @@ class SourceView:
     rejected: int
     max_reject_rate: float
     rejects_by_reason: dict[str, int]
+    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py)
 
     @property
     def reject_rate(self) -> float:
@@ -211,6 +212,7 @@ def collect_sources(data: DataPath) -> list[SourceView]:
                     int(c["rejected"]),
                     float(c.get("max_reject_rate", 0.5)),
                     dict(c.get("rejects_by_reason") or {}),
+                    str(c.get("role") or "train"),
                 )
             )
         except (OSError, ValueError, KeyError, TypeError):

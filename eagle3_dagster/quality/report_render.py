@@ -239,7 +239,9 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
                 else None
             )
             h.append(
-                f'<tr><td><code>{_e(src.name)}</code></td><td class="num">{src.read}</td>'
+                f"<tr><td><code>{_e(src.name)}</code>"
+                + (' <span class="small">eval set</span>' if src.role == "eval" else "")
+                + f'</td><td class="num">{src.read}</td>'
                 f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
                 f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
                 f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>"

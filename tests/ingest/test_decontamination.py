@@ -215,6 +215,17 @@ def test_overlap_threshold_decides_a_paraphrase(tmp_path, datasets_dir) -> None:
     assert "36 of min(training, eval) 41 13-grams shared = 0.88" in row["detail"]
 
 
+def test_an_eval_source_passed_as_training_data_is_refused(tmp_path, datasets_dir) -> None:
+    """A caller that hands every source folder to combine_sources as training data is stopped, naming it."""
+    from eagle3_dagster.ingest import IngestFileError
+
+    ev = SourceSpec(name="gsm8k", path=str(datasets_dir / "gsm8k_test" / "test.jsonl"), format="gsm8k", role="eval")
+    ingest_source(ev, tmp_path / "gsm8k", n_shards=1)
+    with pytest.raises(IngestFileError, match="source 'gsm8k' was ingested as role: eval"):
+        combine_sources([tmp_path / "gsm8k"], tmp_path / "out", n_shards=1)
+    assert not (tmp_path / "out" / "prompts.parquet").exists()
+
+
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
@@ -249,6 +260,7 @@ def test_report_has_a_decontamination_section(tmp_path, datasets_dir) -> None:
         f'<td class="num">{counts.eval_overlap}</td></tr>'
     ) in section
     assert f"Removed by training source: mixed {counts.eval_overlap}." in section
+    assert '<code>gsm8k_test</code> <span class="small">eval set</span>' in page  # in the sources table
 
     # no eval source: the section says the prompts were not checked
     (sources / "gsm8k_test.yaml").unlink()
