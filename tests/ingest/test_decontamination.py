@@ -215,6 +215,33 @@ def test_overlap_threshold_decides_a_paraphrase(tmp_path, datasets_dir) -> None:
     assert "36 of min(training, eval) 41 13-grams shared = 0.88" in row["detail"]
 
 
+def test_all_turns_conversation_is_checked_on_its_later_user_turns(tmp_path, datasets_dir) -> None:
+    """regenerate: all_turns sends every user turn of the conversation: a benchmark question in turn 2
+    removes the conversation although its first prompt (turn 1) is harmless."""
+    q = _questions(datasets_dir)[5]
+    conv = {
+        "messages": [
+            {"role": "user", "content": "Hi, can you help with maths?"},
+            {"role": "assistant", "content": "Yes."},
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": "..."},
+        ]
+    }
+    (tmp_path / "t.jsonl").write_text(json.dumps(conv) + "\n" + json.dumps(_user("Tell me a joke.")) + "\n")
+    train = SourceSpec(name="t", path=str(tmp_path / "t.jsonl"), regenerate="all_turns")
+    ingest_source(train, tmp_path / "t", n_shards=1)
+    ev = SourceSpec(name="gsm8k", path=str(datasets_dir / "gsm8k_test" / "test.jsonl"), format="gsm8k", role="eval")
+    ingest_source(ev, tmp_path / "gsm8k", n_shards=1)
+    counts = combine_sources(
+        [tmp_path / "t"], tmp_path / "out", n_shards=1, eval_sets=[EvalSet("gsm8k", tmp_path / "gsm8k")]
+    )
+    assert (counts.prompts, counts.eval_overlap) == (1, 1)
+    (row,) = pl.read_parquet(tmp_path / "out" / "prompt_rejects.parquet").to_dicts()
+    assert (row["source_row"], row["reason"]) == (1, "eval_overlap")
+    assert row["detail"].startswith("exact match after normalisation with eval source 'gsm8k' prompt ")
+    assert "(row 6)" in row["detail"]
+
+
 def test_an_eval_source_passed_as_training_data_is_refused(tmp_path, datasets_dir) -> None:
     """A caller that hands every source folder to combine_sources as training data is stopped, naming it."""
     from eagle3_dagster.ingest import IngestFileError
