@@ -8,8 +8,10 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
+from ..ingest.decontaminate import DEFAULT_OVERLAP_THRESHOLD
 from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
+from ..ingest.pipeline import EvalSet
 from ..orchestration.gates import report_metadata
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
@@ -32,7 +34,12 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     @dg.asset(
         name=name,
         group_name=ASSET_GROUP,
-        description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}",
+        description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}"
+        + (
+            ". Eval set (role: eval): never tokenized or generated; the prompts stage quarantines training prompts that overlap it"
+            if spec.role == "eval"
+            else ""
+        ),
         kinds={"parquet"},
         tags={STAGE_TAG: STAGE},
         check_specs=[
@@ -108,19 +115,26 @@ def _prompts_preview(path, n: int = 8) -> str:
 def build_ingest_assets() -> list[dg.AssetsDefinition]:
     specs = load_source_specs(settings().sources_dir)
     source_assets = [_source_asset(s) for s in specs]
-    names = [s.name for s in specs]
+    names = [s.name for s in specs if s.role != "eval"]
+    evals = [s for s in specs if s.role == "eval"]
 
     @dg.asset(
         name="prompts",
         group_name=ASSET_GROUP,
         deps=[a.key for a in source_assets],
-        description="All sources combined: canonical conversations, cross-source duplicates removed, stable shard per prompt.",
+        description="All training sources combined: canonical conversations, cross-source duplicates removed, "
+        "prompts overlapping a `role: eval` source quarantined (eval_overlap), stable shard per prompt.",
         kinds={"parquet"},
         tags={STAGE_TAG: STAGE},
     )
     def prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         data = pipeline.data_path
-        counts = combine_sources([data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS)
+        eval_sets = [
+            EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in evals
+        ]
+        counts = combine_sources(
+            [data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS, eval_sets=eval_sets
+        )
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
             read_parquet(out, columns=["shard"]).group_by("shard").len().sort("shard").to_dicts()
@@ -132,6 +146,12 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
             f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
             f"duplicates, {counts.sampled_out:,} sampled out)"
         )
+        if eval_sets:
+            context.log.info(
+                f"decontamination: {counts.eval_overlap:,} training prompt(s) quarantined as eval_overlap "
+                f"against {counts.eval_prompts:,} prompt(s) of {len(eval_sets)} eval source(s) "
+                f"({', '.join(s.name for s in evals)}); by training source: {counts.eval_overlap_by_source}"
+            )
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),

@@ -44,4 +44,5 @@ REJECT_REASONS: tuple[str, ...] = (
     "bad_tool_arguments",  # tool call arguments that are not a JSON object
     "orphan_tool_result",  # a tool message with no earlier tool call to answer
     "bad_number",  # NaN/Infinity, which canonical JSON cannot hold
+    "eval_overlap",  # prompts stage: a training prompt overlaps an eval prompt (decontaminate.py); names both
 )

@@ -13,6 +13,12 @@ in batches with a ParquetWriter, and deduplication keeps one 16-byte digest per 
 Outputs are written under temporary names and renamed into place only when the whole source
 succeeded, so a failed run leaves the previous outputs untouched.
 
+Decontamination (decontaminate.py): combine_sources takes the eval sources (`role: eval`) apart from
+the training sources; their prompts are only the reference, never written to prompts.parquet, and
+every training prompt overlapping one becomes a reject row `eval_overlap` in prompt_rejects.parquet
+(counted in `rejects` and in `eval_overlap`); prompts/decontamination.json has the per-eval-source
+figures for the report.
+
 `source_file` (lineage, on accepted and rejected rows) is the local path of the file read, or for
 a source named by a URI (remote.py) the URI without its query: `s3://bucket/prompts/part-1.jsonl.gz`.
 """
@@ -31,9 +37,11 @@ import pyarrow as pa
 from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .canonical import canonical_json, shard_of
+from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, user_texts
+from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
 from .normalize import build_conversation, build_prompt
-from .readers import RawRecord, iter_records, safe_text
+from .readers import RawRecord, cut_utf8, iter_records, safe_text
 from .spec import SourceSpec
 from .turns import regenerate_options
 
@@ -42,8 +50,10 @@ REJECTS_FILE = "rejects.parquet"
 COUNTS_FILE = "counts.json"
 PROMPTS_FILE = "prompts.parquet"
 PROMPT_REJECTS_FILE = "prompt_rejects.parquet"
+DECONTAMINATION_FILE = "decontamination.json"
 
 _BATCH_ROWS = 8192
+OutDir = Path | str | DataPath
 
 
 @dataclass
@@ -66,9 +76,10 @@ class SourceCounts:
 
 @dataclass
 class CombineCounts:
-    """Totals over sources. Two identities hold:
-    input_accepted == prompts + cross_source_duplicates, and
-    read == prompts + cross_source_duplicates + rejects + source_duplicates + sampled_out."""
+    """Totals over the training sources (eval sources: only eval_sources / eval_prompts). Two identities hold:
+    input_accepted == prompts + cross_source_duplicates + eval_overlap, and
+    read == prompts + cross_source_duplicates + rejects + source_duplicates + sampled_out
+    (rejects holds the eval_overlap rows)."""
 
     sources: int = 0
     read: int = 0  # records read by the sources (from their counts.json)
@@ -81,9 +92,31 @@ class CombineCounts:
     prompts_by_source: dict[str, int] = field(default_factory=dict)
     duplicates_by_source: dict[str, int] = field(default_factory=dict)
     rejects_by_reason: dict[str, int] = field(default_factory=dict)
+    eval_sources: int = 0
+    eval_prompts: int = 0  # accepted rows of the eval sources: the reference
+    eval_overlap: int = 0  # training prompts quarantined as eval_overlap (also in rejects)
+    eval_overlap_by_source: dict[str, int] = field(default_factory=dict)  # training source -> removed
+
+    def reconciles(self) -> bool:
+        return (
+            self.input_accepted == self.prompts + self.cross_source_duplicates + self.eval_overlap
+            and self.read
+            == self.prompts + self.cross_source_duplicates + self.rejects + self.source_duplicates + self.sampled_out
+            and self.rejects == sum(self.rejects_by_reason.values())
+            and self.eval_overlap == self.rejects_by_reason.get(EVAL_OVERLAP, 0)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """An eval source's ingest folder (accepted.parquet + counts.json), the decontamination reference."""
+
+    name: str
+    out_dir: OutDir
+    overlap_threshold: float = DEFAULT_OVERLAP_THRESHOLD
 
 
 class _AtomicParquetWriter:
@@ -136,9 +169,6 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
     # Content-hashed, so the same prompt is kept or dropped whatever its row, file or run.
     h = hashlib.sha256(seed.to_bytes(8, "little", signed=True) + digest).digest()
     return int.from_bytes(h[:8], "big") < fraction * 2**64
-
-
-OutDir = Path | str | DataPath
 
 
 def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_accepted: bool = False) -> SourceCounts:
@@ -256,6 +286,7 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     _write_json_atomic(
         {
             "source": spec.name,
+            "role": spec.role,
             **counts.as_dict(),
             "max_reject_rate": spec.max_reject_rate,
             "allow_empty": spec.allow_empty,
@@ -266,30 +297,71 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     return counts
 
 
-def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards: int) -> CombineCounts:
-    """Union of the sources' accepted rows, in the given order, first occurrence of a prompt wins.
+def _source_outputs(d: DataPath) -> tuple[DataPath, DataPath, DataPath]:
+    acc_path, rej_path, counts_path = d / ACCEPTED_FILE, d / REJECTS_FILE, d / COUNTS_FILE
+    for p in (acc_path, rej_path, counts_path):
+        if not p.is_file():
+            raise IngestFileError(f"{p}: missing; ingest the source first")
+    return acc_path, rej_path, counts_path
 
-    Writes out_dir/prompts.parquet (schemas.PROMPTS, shard recomputed for `n_shards`) and
-    out_dir/prompt_rejects.parquet (every source's rejects). Raises IngestFileError naming the
-    file when a source folder lacks its outputs.
+
+def build_eval_index(eval_sets: Sequence[EvalSet]) -> EvalIndex:
+    """Every eval source's accepted prompts (user turns), indexed for `EvalIndex.match`."""
+    index = EvalIndex()
+    for es in eval_sets:
+        d = as_data_path(es.out_dir)
+        acc_path, _, counts_path = _source_outputs(d)
+        index.add_source(es.name, es.overlap_threshold)
+        try:
+            expected = int(json.loads(counts_path.read_text())["accepted"])
+            columns = ["prompt_id", "source_row", "messages", "conversation"]
+            for batch in parquet_file(acc_path).iter_batches(batch_size=_BATCH_ROWS, columns=columns):
+                for row in batch.to_pylist():
+                    index.add(
+                        es.name, row["prompt_id"], row["source_row"], user_texts(row["messages"], row["conversation"])
+                    )
+        except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
+            raise IngestFileError(f"{d}: cannot read the eval source's outputs: {e}") from None
+        if index.stats[es.name].eval_prompts != expected:
+            raise IngestFileError(
+                f"{d}: {COUNTS_FILE} does not match {ACCEPTED_FILE} (mixed runs?); re-ingest the source"
+            )
+    return index
+
+
+def combine_sources(
+    source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards: int, eval_sets: Sequence[EvalSet] = ()
+) -> CombineCounts:
+    """Union of the training sources' accepted rows, in the given order, first occurrence of a prompt wins.
+
+    Writes out_dir/prompts.parquet (schemas.PROMPTS, shard recomputed for `n_shards`),
+    out_dir/prompt_rejects.parquet (every training source's rejects, plus one `eval_overlap` row per
+    training prompt that overlaps a prompt of `eval_sets`, decontaminate.py) and
+    out_dir/decontamination.json. Raises IngestFileError naming the file when a source folder
+    lacks its outputs.
     """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
-    counts = CombineCounts(sources=len(source_dirs))
+    counts = CombineCounts(sources=len(source_dirs), eval_sources=len(eval_sets))
     out_dir = as_data_path(out_dir)
     dirs = [as_data_path(d) for d in source_dirs]
+    index = build_eval_index(eval_sets)
+    counts.eval_prompts = len(index)
     seen: set[bytes] = set()
     prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
     rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
     try:
         for d in dirs:
-            acc_path, rej_path, counts_path = d / ACCEPTED_FILE, d / REJECTS_FILE, d / COUNTS_FILE
-            for p in (acc_path, rej_path, counts_path):
-                if not p.is_file():
-                    raise IngestFileError(f"{p}: missing; ingest the source first")
-            before = (counts.input_accepted, counts.rejects)
+            acc_path, rej_path, counts_path = _source_outputs(d)
+            before = (counts.input_accepted, counts.rejects - counts.eval_overlap)
             try:
                 source_counts = json.loads(counts_path.read_text())
+                if source_counts.get("role") == "eval":
+                    raise IngestFileError(
+                        f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
+                        "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
+                        "changing its role)"
+                    )
                 counts.read += int(source_counts["read"])
                 counts.source_duplicates += int(source_counts["duplicates"])
                 counts.sampled_out += int(source_counts.get("sampled_out", 0))
@@ -304,6 +376,25 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
                             counts.duplicates_by_source[dup_source] = counts.duplicates_by_source.get(dup_source, 0) + 1
                             continue
                         seen.add(digest)
+                        overlap = index.match(user_texts(row["messages"], row["conversation"])) if len(index) else None
+                        if overlap is not None:
+                            index.record(overlap)
+                            counts.eval_overlap += 1
+                            src = row["source"]
+                            counts.eval_overlap_by_source[src] = counts.eval_overlap_by_source.get(src, 0) + 1
+                            counts.rejects += 1
+                            counts.rejects_by_reason[EVAL_OVERLAP] = counts.rejects_by_reason.get(EVAL_OVERLAP, 0) + 1
+                            rejects.add(
+                                {
+                                    "source": src,
+                                    "source_file": row["source_file"],
+                                    "source_row": row["source_row"],
+                                    "reason": EVAL_OVERLAP,
+                                    "detail": overlap.detail(),
+                                    "excerpt": cut_utf8(row["messages"], 200),
+                                }
+                            )
+                            continue
                         row["shard"] = shard_of(row["prompt_id"], n_shards)
                         prompts.add(row)
                         counts.prompts += 1
@@ -320,7 +411,7 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
             except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
                 raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
             # The three files must come from the same run, or the totals would not reconcile.
-            if (counts.input_accepted - before[0], counts.rejects - before[1]) != (
+            if (counts.input_accepted - before[0], counts.rejects - counts.eval_overlap - before[1]) != (
                 int(source_counts["accepted"]),
                 int(source_counts["rejected"]),
             ):
@@ -335,4 +426,20 @@ def combine_sources(source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards:
         raise
     prompts.commit()
     rejects.commit()
+    _write_json_atomic(decontamination_summary(index, counts), out_dir / DECONTAMINATION_FILE)
+    assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
+
+
+def decontamination_summary(index: EvalIndex, counts: CombineCounts) -> dict[str, Any]:
+    """prompts/decontamination.json: per eval source, its prompts and the training prompts it removed."""
+    from .decontaminate import NGRAM
+
+    return {
+        "ngram": NGRAM,
+        # every training prompt that was not a cross-source duplicate was checked
+        "training_prompts_checked": counts.input_accepted - counts.cross_source_duplicates if len(index) else 0,
+        "eval_overlap": counts.eval_overlap,
+        "eval_overlap_by_training_source": counts.eval_overlap_by_source,
+        "eval_sources": [{"source": name, **asdict(st)} for name, st in index.stats.items()],
+    }

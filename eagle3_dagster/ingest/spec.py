@@ -28,6 +28,10 @@ Fields (only `path` is required):
     on_tool_mismatch: end      # all_turns only: a regenerated turn whose tool calls differ from the
                                #   dataset's (count, names, arguments) ends the conversation (end) or
                                #   the dataset's tool results are used anyway (continue); counted
+    role: train                # or eval: a benchmark's prompts, never tokenized or generated; every
+                               #   training prompt overlapping one is quarantined (eval_overlap,
+                               #   decontaminate.py)
+    overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ REGENERATE_MODES = ("final_turn", "all_turns")
 # What tokenize does with control-token text in the data (tokenize/control_text.py, same names).
 CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
+SOURCE_ROLES = ("train", "eval")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -71,6 +76,8 @@ class SourceSpec:
     max_turns: int | None = None
     on_tool_mismatch: str = "end"
     control_text: str = "reject"
+    role: str = "train"
+    overlap_threshold: float | None = None  # role: eval only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
 
     @property
     def all_turns(self) -> bool:
@@ -159,6 +166,14 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"field 'control_text': {spec.control_text!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
     if spec.regenerate != "all_turns" and (spec.max_turns is not None or spec.on_tool_mismatch != "end"):
         return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
+    if spec.role not in SOURCE_ROLES:
+        return f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}"
+    if spec.overlap_threshold is not None:
+        t = spec.overlap_threshold
+        if spec.role != "eval":
+            return "field 'overlap_threshold' only applies with 'role: eval'"
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+            return f"field 'overlap_threshold': must be a number in (0, 1], got {t!r}"
     return None
 
 
@@ -187,7 +202,7 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
     d["field_map"] = d.get("field_map") or {}
     d["licence"] = "" if d.get("licence") is None else d["licence"]
     d["description"] = "" if d.get("description") is None else d["description"]
-    for key in ("regenerate", "on_tool_mismatch", "control_text"):
+    for key in ("regenerate", "on_tool_mismatch", "control_text", "role"):
         if key in d and d[key] is None:
             del d[key]  # `regenerate:` with no value: the default
     try:

@@ -25,6 +25,7 @@ import polars as pl
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
 from ..train.summary import SUMMARY_FILE
 from .gate import read_gate_result
+from .report_decontamination import collect_decontamination
 from .retention import DOCS_INDEX
 from .suites import GATES
 from .turns_report import collect_turns
@@ -186,6 +187,7 @@ class SourceView:
     rejected: int
     max_reject_rate: float
     rejects_by_reason: dict[str, int]
+    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py)
 
     @property
     def reject_rate(self) -> float:
@@ -210,6 +212,7 @@ def collect_sources(data: DataPath) -> list[SourceView]:
                     int(c["rejected"]),
                     float(c.get("max_reject_rate", 0.5)),
                     dict(c.get("rejects_by_reason") or {}),
+                    str(c.get("role") or "train"),
                 )
             )
         except (OSError, ValueError, KeyError, TypeError):
@@ -232,6 +235,7 @@ class ReportModel:
     sources: list[SourceView] = field(default_factory=list)
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
+    decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "EMPTY": 0, "not run": 0, "unreadable": 0}
@@ -483,6 +487,7 @@ def assemble(
         sources=collect_sources(data),
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
+        decontamination=collect_decontamination(data),
     )
 
 

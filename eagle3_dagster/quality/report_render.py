@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from ..storage import PathLike
 from . import charts
+from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .turns_report import turns_section
 
@@ -238,12 +239,15 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
                 else None
             )
             h.append(
-                f'<tr><td><code>{_e(src.name)}</code></td><td class="num">{src.read}</td>'
+                f"<tr><td><code>{_e(src.name)}</code>"
+                + (' <span class="small">eval set</span>' if src.role == "eval" else "")
+                + f'</td><td class="num">{src.read}</td>'
                 f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
                 f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
                 f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>"
             )
         h.append("</table>")
+    h.extend(decontamination_section(model.decontamination))
 
     h.append("<h2>Gates by shard</h2>")
     h.append(
