@@ -26,6 +26,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from eagle3_dagster.defs.common import stage_assets
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
 from eagle3_dagster.ingest.decontaminate import DEFAULT_OVERLAP_THRESHOLD, normalize_text, words
 from eagle3_dagster.ingest.pipeline import DECONTAMINATION_FILE, EvalSet
@@ -324,7 +325,7 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
         )
     }
     with dg.instance_for_test() as instance:
-        r = dg.materialize(assets, selection=dg.AssetSelection.groups("ingest"), instance=instance, resources=res)
+        r = dg.materialize(assets, selection=stage_assets("ingest"), instance=instance, resources=res)
         assert r.success
         meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
         assert meta["eval_prompts"].value == 1319 and meta["eval_overlap"].value > 0
