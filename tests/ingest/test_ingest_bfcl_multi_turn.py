@@ -30,6 +30,7 @@ from eagle3_dagster.ingest import (
     load_source_spec,
 )
 from eagle3_dagster.ingest.bfcl import ADDITIONAL_FUNCTION_PROMPT, MULTI_TURN_FUNC_DOC_FILE_MAPPING
+from eagle3_dagster.ingest.fingerprint import source_files_fingerprint
 from eagle3_dagster.ingest.normalize import normalize_tools
 from eagle3_dagster.profiles import ModelProfile
 from eagle3_dagster.tokenize import PromptRenderer
@@ -232,3 +233,17 @@ def test_the_yaml_option_is_relative_to_the_yaml_folder(tmp_path: Path) -> None:
     assert spec.function_docs_folder() == sources.resolve() / ".." / "bfcl_docs"
     counts = ingest_source(spec, tmp_path / "out", n_shards=1)
     assert (counts.accepted, counts.rejected) == (200, 0)
+
+
+def test_an_edited_function_doc_is_a_source_change_for_the_sensor(tmp_path: Path) -> None:
+    """The prompt-source sensor's fingerprint covers the function_docs folder: new docs mean new prompts."""
+    sources = tmp_path / "sources"
+    sources.mkdir()
+    docs = tmp_path / "bfcl_docs"
+    shutil.copytree(DOCS, docs)
+    (sources / "bfcl.yaml").write_text(f"path: {BASE}\nformat: bfcl\nfunction_docs: ../bfcl_docs\n")
+    before = source_files_fingerprint(sources)
+    assert source_files_fingerprint(sources) == before
+    doc = docs / "math_api.json"
+    doc.write_text(doc.read_text().replace("absolute value", "absolute value (|x|)", 1))
+    assert source_files_fingerprint(sources) != before
