@@ -119,6 +119,7 @@ def test_bfcl_multi_turn_all_turns_on_policy_with_tools_per_turn(tmp_path, monke
         for r in turn_train.iter_rows(named=True):
             g = by_sid[r["sample_id"]]
             assert r["input_ids"] == g["prompt_ids"] + g["output_ids"] and tuple(g["prompt_ids"]) in sent
+            assert r["tools"] == g["tools"]  # the training row carries the tools that turn declared
         by_conv: dict[str, dict[int, dict]] = {}
         for g in by_sid.values():
             by_conv.setdefault(g["conversation_id"], {})[g["turn_index"]] = g
