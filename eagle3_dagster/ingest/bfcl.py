@@ -103,11 +103,10 @@ class FunctionDocs:
         return docs
 
 
-def _names(record: dict[str, Any], key: str, record_id: str) -> list[str]:
-    value = record.get(key)
+def _names(value: Any, where: str, record_id: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
         raise RowReject(
-            "bad_field", f"record {record_id}: field {key!r} must be a list of function names, got {json_type(value)}"
+            "bad_field", f"record {record_id}: {where} must be a list of function names, got {json_type(value)}"
         )
     return value
 
@@ -128,7 +127,7 @@ def join_function_docs(record: Any, docs: FunctionDocs) -> tuple[Any, dict[int, 
     functions = [doc for i, c in enumerate(classes) for doc in docs.of_class(c, f"involved_classes[{i}]", rid)]
     available = {d["name"] for d in functions}
     if "excluded_function" in record:
-        excluded = set(_names(record, "excluded_function", rid))
+        excluded = set(_names(record["excluded_function"], "field 'excluded_function'", rid))
         unknown = sorted(excluded - available)
         if unknown:
             raise RowReject(
@@ -142,6 +141,8 @@ def join_function_docs(record: Any, docs: FunctionDocs) -> tuple[Any, dict[int, 
         question = record.get("question")
         if not isinstance(missed, dict) or not isinstance(question, list):
             raise RowReject("bad_field", f"record {rid}: field 'missed_function' must map turn indices to names")
+        if not all(isinstance(turn, list) for turn in question):  # turn indices count lists of messages
+            raise RowReject("bad_field", f"record {rid}: with missed_function, every question turn must be a list")
         question = list(question)
         for key in missed:
             turn = int(key) if isinstance(key, str) and key.isdigit() else -1
@@ -156,7 +157,7 @@ def join_function_docs(record: Any, docs: FunctionDocs) -> tuple[Any, dict[int, 
                     f"record {rid}: question[{turn}] holds messages, but BFCL adds functions on an empty turn",
                 )
             held = []
-            for name in _names(missed, key, rid):
+            for name in _names(missed[key], f"missed_function[{key}]", rid):
                 at = next((i for i, d in enumerate(functions) if d["name"] == name), None)
                 if at is None:
                     raise RowReject(

@@ -199,6 +199,21 @@ def test_missing_class_docs_and_bad_names_are_rejected_naming_them(tmp_path: Pat
     assert "bad_missed" in details[7] and "missed_function[4] send_fax" in details[7]
     assert "both" in details[8] and "'function' and 'involved_classes'" in details[8]
 
+    # the same rules one at a time: a bad missed turn, names that are not a list, a question turn that is no list
+    for bad, message in [
+        ({"missed_function": {"0": ["cp"]}}, "missed_function turn '0' is not a later turn"),
+        ({"missed_function": {"2": ["cp"]}}, "question[2] holds messages"),
+        ({"missed_function": {"4": "cp"}}, "missed_function[4] must be a list of function names"),
+        ({"excluded_function": "rm"}, "field 'excluded_function' must be a list of function names"),
+        ({"question": [*records[1]["question"][:5], {"role": "user", "content": "hi"}]}, "must be a list"),
+    ]:
+        one = tmp_path / "one.jsonl"
+        one.write_text(json.dumps({**records[1], **bad}) + "\n")
+        c = ingest_source(SourceSpec(name="one", path=str(one), function_docs=str(DOCS)), tmp_path / "one", n_shards=1)
+        assert c.rejects_by_reason == {"bad_field": 1}, bad
+        (detail,) = pq.read_table(tmp_path / "one" / "rejects.parquet").column("detail").to_pylist()
+        assert records[1]["id"] in detail and message in detail, (bad, detail)
+
 
 def test_a_bad_function_docs_path_is_an_error_naming_source_field_and_path(tmp_path: Path) -> None:
     out = tmp_path / "out"
