@@ -12,6 +12,8 @@ emitted). The template decides what of it the next prompt shows (Kimi-K2.5: `<th
 for history turns, the reasoning kept after the last non-tool-call assistant message; Qwen3 its own
 rule). Tool results are the dataset's, in order; their `tool_call_id` is mapped onto the regenerated
 calls' ids in order.
+The tools a turn declares are the prompts row's, or from the last `tools_from` change before it
+(BFCL miss_func: a function added at a later turn, ingest/bfcl.py).
 
 A conversation ends early, counted with a reason, when a turn
 * finished other than by `stop` (`length`, `abort`: reason `finish_<type>`),
@@ -52,6 +54,7 @@ import polars as pl
 import pyarrow as pa
 
 from .. import schemas
+from ..ingest.canonical import canonical_json
 from ..profiles import ModelProfile
 from ..storage import DataPath, as_data_path, read_parquet
 from ..tokenize.render import RenderRequest
@@ -76,6 +79,12 @@ class Conversation:
     source: str | None = None
     shard: int | None = None
     template_hash: str | None = None
+    tools_from: tuple[tuple[int, str], ...] = ()  # BFCL miss_func: (message position, tools JSON from there on)
+
+    def tools_at(self, pos: int) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """The tools the prompt of the turn at `pos` declares: the last change before it, else the row's."""
+        text = next((t for p, t in reversed(self.tools_from) if p <= pos), None)
+        return (self.tools, self.tools_json) if text is None else (json.loads(text), text)
 
 
 def conversations_from_prompts(prompts: pl.DataFrame, tokenized: pl.DataFrame) -> list[Conversation]:
@@ -110,6 +119,7 @@ def conversations_from_prompts(prompts: pl.DataFrame, tokenized: pl.DataFrame) -
                 source=r["source"],
                 shard=r["shard"],
                 template_hash=th,
+                tools_from=tuple((int(p), canonical_json(t)) for p, t in opts.get("tools_from") or ()),
             )
         )
     return out
@@ -371,11 +381,12 @@ class TurnDriver:
                 m = {**m, "tool_call_id": st.id_map[m["tool_call_id"]]}
             new.append(m)
         messages = st.history + new
+        tools, tools_json = conv.tools_at(pos)
         if k == 0:
             ids = list(conv.first_ids)
         else:
             # the tokenize stage's render path (native renderer, else the chat template through Jinja)
-            result = self.renderer.render_batch([RenderRequest(messages, conv.tools, tools_key=conv.tools_json)])[0]
+            result = self.renderer.render_batch([RenderRequest(messages, tools, tools_key=tools_json)])[0]
             if not result.ok:
                 self._end(st, result.reason or "render_error", not_reached=len(conv.turns) - k)
                 return None
@@ -398,7 +409,7 @@ class TurnDriver:
             "turn_index": k + 1,
             "prompt_ids": ids,
             "prompt_messages": json.dumps(messages, ensure_ascii=False, sort_keys=True),
-            "tools": conv.tools_json,
+            "tools": tools_json,
         }
 
 

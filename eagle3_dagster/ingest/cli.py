@@ -41,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
         "--allow-empty", action="store_true", help="exit 0 even when no prompt was accepted (default: exit 1)"
     )
     p.add_argument(
+        "--function-docs",
+        metavar="DIR",
+        help="BFCL multi-turn files: their multi_turn_func_doc/ folder (docs/bfcl.md)",
+    )
+    p.add_argument(
         "--field",
         action="append",
         default=[],
@@ -93,6 +98,7 @@ def main(argv: list[str]) -> int:
             limit=args.limit,
             prompt_rule=args.prompt_rule,
             max_bytes=args.max_bytes,
+            function_docs=str(Path(args.function_docs).expanduser().absolute()) if args.function_docs else None,
         )
         counts = ingest_source(spec, out, n_shards=args.n_shards)
     except (IngestFileError, SourceSpecError, ValueError) as e:

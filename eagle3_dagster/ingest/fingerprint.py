@@ -14,7 +14,7 @@ class SourceListingError(RuntimeError):
 
 
 def source_files_fingerprint(sources_dir: Path) -> str:
-    """Hash of every prompt-source YAML and the data files it names.
+    """Hash of every prompt-source YAML and the data files it names (and its `function_docs` folder's files).
 
     Local files: path + size + mtime (ns). Files named by a URI (s3://, gs://, memory://, ...): the
     display URI + size + mtime from the filesystem listing (S3: LastModified, whole seconds), plus
@@ -43,6 +43,9 @@ def source_files_fingerprint(sources_dir: Path) -> str:
             base = spec.base_dir or sources_dir
             pattern = raw if os.path.isabs(raw) else os.path.join(base, raw)
             paths.update(Path(p) for p in glob.glob(pattern, recursive=True))
+            docs = spec.function_docs_folder()  # BFCL function docs (bfcl.py): an edit there changes the prompts
+            if docs is not None and docs.is_dir():
+                paths.update(docs.iterdir())
     except SourceListingError:
         raise
     except Exception as e:  # a broken YAML is itself a change worth an ingest run, which reports it

@@ -334,7 +334,7 @@ def _bfcl_function_docs(record: dict[str, Any]) -> Any:
         raise RowReject(
             "missing_field",
             f"BFCL record uses involved_classes ({classes}) but has no 'function' docs; "
-            "add the classes' docs (BFCL multi_turn_func_doc/) as 'function'",
+            "point the source's 'function_docs' at BFCL's multi_turn_func_doc/ folder (docs/bfcl.md)",
         )
     return docs
 

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
+from .bfcl import FunctionDocs, join_function_docs, tool_changes
 from .canonical import canonical_json, shard_of
 from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, user_texts
 from .decontaminate import REASON as EVAL_OVERLAP
@@ -182,6 +183,8 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     files = spec.files()
+    docs_folder = spec.function_docs_folder()
+    docs = FunctionDocs(docs_folder, spec.name) if docs_folder is not None else None  # bfcl.py
     out_dir = as_data_path(out_dir)
     counts = SourceCounts()
     seen: set[bytes] = set()
@@ -212,14 +215,17 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
                     continue
                 conversation_json = regenerate_json = None
                 try:
+                    value, added = join_function_docs(rec.value, docs) if docs is not None else (rec.value, {})
                     if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
-                        conversation, tools = build_conversation(rec.value, fmt=spec.format, field_map=spec.field_map)
+                        conversation, tools = build_conversation(value, fmt=spec.format, field_map=spec.field_map)
                         messages, options = regenerate_options(
                             conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
                         )
+                        if added:  # BFCL miss_func: the tools from the turn a function is added on
+                            options["tools_from"] = tool_changes(conversation, value, added, tools)
                     else:
                         messages, tools = build_prompt(
-                            rec.value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
+                            value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
                         )
                 except RowReject as r:
                     reject(file, rec, r.reason, r.detail)

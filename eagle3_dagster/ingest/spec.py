@@ -32,6 +32,10 @@ Fields (only `path` is required):
                                #   training prompt overlapping one is quarantined (eval_overlap,
                                #   decontaminate.py)
     overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
+    function_docs: ../gorilla/berkeley-function-call-leaderboard/bfcl_eval/data/multi_turn_func_doc
+                               # BFCL multi-turn files: a local folder, relative to the YAML's folder;
+                               #   each record's involved_classes are joined to their docs (bfcl.py,
+                               #   docs/bfcl.md); format bfcl or auto
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ class SourceSpec:
     control_text: str = "reject"
     role: str = "train"
     overlap_threshold: float | None = None  # role: eval only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
+    function_docs: str | None = None
 
     @property
     def all_turns(self) -> bool:
@@ -111,6 +116,14 @@ class SourceSpec:
         if p.is_dir():
             raise IngestFileError(f"source {self.name!r}: {p} is a directory; give a file or a glob")
         return [p]
+
+    def function_docs_folder(self) -> Path | None:
+        """The `function_docs` folder as a local path (relative to the YAML's folder), or None."""
+        if self.function_docs is None:
+            return None
+        raw = file_uri_to_path(self.function_docs) if is_uri(self.function_docs) else self.function_docs
+        p = Path(raw).expanduser()
+        return p if p.is_absolute() else (self.base_dir or Path.cwd()) / p
 
 
 def _validate(spec: SourceSpec) -> str | None:
@@ -164,6 +177,13 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"field 'on_tool_mismatch': {spec.on_tool_mismatch!r} is not one of {', '.join(TOOL_MISMATCH_POLICIES)}"
     if spec.control_text not in CONTROL_TEXT_POLICIES:
         return f"field 'control_text': {spec.control_text!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
+    if spec.function_docs is not None:
+        if not isinstance(spec.function_docs, str) or not spec.function_docs.strip():
+            return f"field 'function_docs': must be a folder path, got {spec.function_docs!r}"
+        if is_remote(spec.function_docs):
+            return f"field 'function_docs': {spec.function_docs!r} must be a local folder (BFCL multi_turn_func_doc/)"
+        if FORMAT_ALIASES[spec.format] not in ("bfcl", "auto"):
+            return f"field 'function_docs': only applies with format bfcl (or auto), not {spec.format!r}"
     if spec.regenerate != "all_turns" and (spec.max_turns is not None or spec.on_tool_mismatch != "end"):
         return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
     if spec.role not in SOURCE_ROLES:

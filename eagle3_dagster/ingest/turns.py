@@ -11,6 +11,8 @@ The prompts row of an `all_turns` conversation (schemas.PROMPTS):
 * `conversation` = the whole normalized conversation (canonical JSON), dataset assistant turns
   included (their tool calls are what regenerated tool calls are compared with);
 * `regenerate` = the options, canonical JSON {"mode", "max_turns", "on_tool_mismatch", "turns"}.
+  BFCL records whose tools change at a later turn (ingest/bfcl.py, miss_func) add "tools_from":
+  [[message position, the whole tools list from there on], ...]; `tools` is turn 1's list.
 Rows of `final_turn` sources leave both null, so their prompt ids and everything after are unchanged.
 """
 
