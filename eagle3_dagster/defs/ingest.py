@@ -14,6 +14,8 @@ from ..orchestration.gates import report_metadata
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
+from ..plan.actual import plan_headlines
+from ..plan.build import read_plan
 from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
 
@@ -131,9 +133,14 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
             f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
             f"duplicates, {counts.sampled_out:,} sampled out)"
         )
+        # the last `eagle3 plan` for this data dir, beside what ingest produced (docs/plan.md)
+        plan_meta, plan_warning = plan_headlines(read_plan(data), counts.prompts)
+        if plan_warning:
+            context.log.warning(plan_warning)
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),
+                **plan_meta,
                 "rows_per_shard": dg.MetadataValue.json({f"{r['shard']:04d}": r["len"] for r in per_shard}),
                 "n_shards": N_SHARDS,
                 "path": dg.MetadataValue.path(str(out)),

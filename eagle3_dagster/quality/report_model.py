@@ -232,6 +232,7 @@ class ReportModel:
     sources: list[SourceView] = field(default_factory=list)
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
+    plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "EMPTY": 0, "not run": 0, "unreadable": 0}
@@ -470,7 +471,15 @@ def assemble(
         sources=collect_sources(data),
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
+        plan=_plan_view(data),
     )
+
+
+def _plan_view(data: DataPath) -> dict[str, Any] | None:
+    from ..plan.actual import plan_vs_actual
+    from ..plan.build import read_plan
+
+    return plan_vs_actual(data, read_plan(data))
 
 
 def collect(
