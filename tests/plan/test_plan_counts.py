@@ -157,3 +157,32 @@ def test_prompts_asset_metadata_names_a_stale_plan():
     _, warning = plan_headlines(plan, 40)
     assert warning is not None and "34" in warning and "40" in warning and "eagle3 plan" in warning
     assert plan_headlines(None, 3) == ({}, None)
+
+
+def test_plan_vs_actual_counts_only_what_was_generated_since_the_plan(tmp_path):
+    from eagle3_dagster.plan.actual import plan_vs_actual
+
+    plan_at = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    gen0 = tmp_path / "generations" / "shard=0000"
+    old = [{"sample_id": f"{i:032x}", "generated_at": plan_at - dt.timedelta(hours=1)} for i in range(5)]
+    new = [
+        {
+            "sample_id": f"{100 + i:032x}",
+            "generated_at": plan_at + dt.timedelta(seconds=10 + i),
+            "completion_tokens": 40,
+            "e2e_latency": 2.0,
+        }
+        for i in range(3)
+    ]
+    _write_generations(gen0, old, "part-00000000000000000001-a.parquet")
+    _write_generations(gen0, new, "part-00000000000000000002-b.parquet")
+    plan = {"created_at": plan_at.isoformat(), "prompts": 8, "requests_to_send": 3, "expected_output_tokens": 90.0}
+    view = plan_vs_actual(data_root(tmp_path), plan)
+    assert view is not None
+    got = {r["metric"]: (r["planned"], r["actual"]) for r in view["rows"]}
+    # the 5 samples of an earlier night are not this run's cost
+    assert got["requests generated"] == (3, 3)
+    assert got["output tokens"] == (90.0, 120)
+    # from the first request's start (10 s - its 2 s latency) to the last answer (12 s)
+    assert got["generate time (s)"][1] == pytest.approx(4.0)
+    assert plan_vs_actual(data_root(tmp_path), None) is None
