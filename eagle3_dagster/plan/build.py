@@ -261,7 +261,7 @@ def plan_table(plan: Plan) -> str:
         ),
         ("throughput", f"{f['tokens_per_s_per_server']:,.1f} output tokens/s per server  ({f['throughput_basis']})"),
         ("fleet", f"{f['servers']} server(s) x {f['gpus_per_server']} GPU(s)"),
-        ("ETA", f"{f['eta']}  ({f['eta_s']:,.0f} s)"),
+        ("ETA", f"{f['eta']}" + (f"  ({f['eta_s']:,.0f} s)" if f["eta_s"] >= 90 else "")),
         ("GPU-hours", f"{f['gpu_hours']:,.2f}"),
         (
             "disk",

@@ -20,18 +20,33 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="eagle3 plan", description="Plan a run: prompts, tokens, cache, ETA, disk.")
     p.add_argument(
         "--tokens-per-s-per-server",
+        metavar="X",
         type=float,
         default=None,
         help="declared output tokens/s of one server; default: measured by a short probe of EAGLE3_SGLANG_URL",
     )
-    p.add_argument("--servers", type=int, default=None, help="servers in the fleet (default: one per endpoint)")
-    p.add_argument("--gpus-per-server", type=int, default=8, help="GPUs one server uses, for GPU-hours (default 8)")
-    p.add_argument("--probe-requests", type=int, default=8, help="concurrent probe requests per endpoint (default 8)")
-    p.add_argument("--probe-max-new-tokens", type=int, default=128, help="tokens a probe request asks for (128)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="as the run's (default: the profile's)")
-    p.add_argument("--model-revision", default=None, help="the revision cache keys use (default: as the run)")
-    p.add_argument("--regen-seed", type=int, default=None, help="as the sglang resource's regen_seed (default none)")
-    p.add_argument("--json", type=Path, default=None, help="also write the plan JSON here")
+    p.add_argument(
+        "--servers", metavar="N", type=int, default=None, help="servers in the fleet (default: one per endpoint)"
+    )
+    p.add_argument(
+        "--gpus-per-server", metavar="G", type=int, default=8, help="GPUs one server uses, for GPU-hours (default 8)"
+    )
+    p.add_argument(
+        "--probe-requests", metavar="K", type=int, default=8, help="concurrent probe requests per endpoint (default 8)"
+    )
+    p.add_argument(
+        "--probe-max-new-tokens", metavar="T", type=int, default=128, help="tokens a probe request asks for (128)"
+    )
+    p.add_argument(
+        "--max-new-tokens", metavar="M", type=int, default=None, help="as the run's (default: the profile's)"
+    )
+    p.add_argument(
+        "--model-revision", metavar="REV", default=None, help="the revision cache keys use (default: as the run)"
+    )
+    p.add_argument(
+        "--regen-seed", metavar="S", type=int, default=None, help="as the sglang resource's regen_seed (default none)"
+    )
+    p.add_argument("--json", metavar="PATH", type=Path, default=None, help="also write the plan JSON here")
     return p
 
 

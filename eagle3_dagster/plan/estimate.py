@@ -21,11 +21,12 @@ import polars as pl
 from ..storage import DataPath, parquet_file
 from ..train.snapshot import read_latest
 
-# Fallback bytes a token takes when no table of that kind is stored yet (zstd Parquet, measured on the
-# demo's tables, rounded up): ids are int32 and compress about 2x; generations keep the server's text
-# beside the ids; training_samples keep ids + loss mask + the parsed conversation; a snapshot copies
-# the training tables and adds the exports (about as much again).
-DEFAULT_BYTES_PER_TOKEN = {"tokenized_prompts": 2.5, "generations": 6.0, "training_samples": 8.0, "snapshot": 16.0}
+# Fallback bytes a token takes when no table of that kind is stored yet: the uncompressed size of what
+# each table keeps per token, an upper bound (zstd Parquet stores ids in less): an id is an int32 (4);
+# generations keep the server's text beside the ids (~4 more); training_samples keep ids, the loss mask
+# (1) and the parsed conversation text (~4); a snapshot copies the training tables and adds exports of
+# about the same size (x2).
+DEFAULT_BYTES_PER_TOKEN = {"tokenized_prompts": 4.0, "generations": 8.0, "training_samples": 9.0, "snapshot": 18.0}
 
 
 @dataclass

@@ -38,6 +38,23 @@ class EndpointProbe:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
 
+async def _revision(client: httpx.AsyncClient, url: str, name: str, headers: dict[str, str]) -> str:
+    """What the endpoint serves: /model_info, or /get_model_info (an sglang-router has only that one)."""
+    answered = ""
+    for path in ("/model_info", "/get_model_info"):
+        try:
+            info = await client.get(url + path, headers=headers)
+        except httpx.HTTPError as e:
+            raise ProbeError(f"probe of {name}: {path}: {type(e).__name__}: {e}") from None
+        if info.status_code == 200:
+            try:
+                return model_revision_of(info.json())
+            except ValueError:
+                raise ProbeError(f"probe of {name}: {path} answered something that is not JSON") from None
+        answered += f"{', ' if answered else ''}{path} answered {info.status_code}"
+    raise ProbeError(f"probe of {name}: {answered}")
+
+
 async def _probe_one(
     client: httpx.AsyncClient,
     url: str,
@@ -47,13 +64,7 @@ async def _probe_one(
     n: int,
 ) -> EndpointProbe:
     name = display_url(url)
-    try:
-        info = await client.get(url + "/model_info", headers=headers)
-    except httpx.HTTPError as e:
-        raise ProbeError(f"probe of {name}: /model_info: {type(e).__name__}: {e}") from None
-    if info.status_code != 200:
-        raise ProbeError(f"probe of {name}: /model_info answered {info.status_code}")
-    revision = model_revision_of(info.json())
+    revision = await _revision(client, url, name, headers)
 
     async def one(i: int) -> int:
         body = {"input_ids": list(prompts[i % len(prompts)]), "sampling_params": sampling, "stream": False}
@@ -62,13 +73,18 @@ async def _probe_one(
         except httpx.HTTPError as e:
             raise ProbeError(f"probe of {name}: /generate: {type(e).__name__}: {e}") from None
         if r.status_code != 200:
-            raise ProbeError(f"probe of {name}: /generate answered {r.status_code}: {r.text[:200]}")
-        data = r.json()
+            raise ProbeError(f"probe of {name}: /generate answered {r.status_code}: {' '.join(r.text[:200].split())}")
+        try:
+            data = r.json()
+        except ValueError:
+            raise ProbeError(f"probe of {name}: /generate answered something that is not JSON") from None
         data = data[0] if isinstance(data, list) and data else data
-        meta = (data or {}).get("meta_info") or {}
+        if not isinstance(data, dict):
+            raise ProbeError(f"probe of {name}: /generate answered {type(data).__name__}, not an object")
+        meta = data.get("meta_info") or {}
         tokens = meta.get("completion_tokens")
         if not isinstance(tokens, int):
-            ids = (data or {}).get("output_ids")
+            ids = data.get("output_ids")
             tokens = len(ids) if isinstance(ids, list) else None
         if tokens is None:
             raise ProbeError(f"probe of {name}: a /generate answer has neither completion_tokens nor output_ids")
