@@ -111,7 +111,10 @@ def probe_endpoints(
         raise ProbeError("nothing to probe with: no prompt tokenized")
     if requests < 1 or max_new_tokens < 1:
         raise ProbeError("the probe needs at least one request of at least one token")
-    capped = {**sampling, "max_new_tokens": min(int(sampling.get("max_new_tokens", max_new_tokens)), max_new_tokens)}
+    cap = min(int(sampling.get("max_new_tokens", max_new_tokens)), max_new_tokens)
+    capped = {**sampling, "max_new_tokens": cap}
+    if "min_new_tokens" in capped:
+        capped["min_new_tokens"] = min(int(capped["min_new_tokens"]), cap)
     headers = {"Content-Type": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
