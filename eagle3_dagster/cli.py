@@ -6,6 +6,8 @@
     eagle3 report [--out FILE]          rebuild the offline HTML data-quality report (shards x gates)
     eagle3 demo                         run the whole graph on a local Dagster instance and summarize
     eagle3 ui                           the Dagster UI on 127.0.0.1:3000 with a simulator behind it
+    eagle3 plan [--tokens-per-s-per-server X] [--servers N]
+                                        before a run: prompts, tokens, cached requests, ETA, GPU-hours, disk
     eagle3 check                        validate every EAGLE3_* setting and source YAML, create the instance
 
 A bad setting, source YAML or shard key ends any command with one line per problem and exit code 2.
@@ -54,6 +56,12 @@ def _ui(argv: list[str]) -> int:
     return ui_main(argv)
 
 
+def _plan(argv: list[str]) -> int:
+    from .plan.cli import main
+
+    return main(argv)
+
+
 def _check(argv: list[str]) -> int:
     """Validate settings + source YAMLs and create the Dagster instance (make instance runs this)."""
     from .config import settings
@@ -80,6 +88,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "report": _report,
     "demo": _demo,
     "ui": _ui,
+    "plan": _plan,
     "check": _check,
 }
 

@@ -16,6 +16,8 @@ from ..orchestration.gates import report_metadata
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
+from ..plan.actual import plan_headlines
+from ..plan.build import read_plan
 from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
 from .common import ASSET_GROUP, STAGE_TAG
@@ -152,9 +154,14 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 f"against {counts.eval_prompts:,} prompt(s) of {len(eval_sets)} eval source(s) "
                 f"({', '.join(s.name for s in evals)}); by training source: {counts.eval_overlap_by_source}"
             )
+        # the last `eagle3 plan` for this data dir, beside what ingest produced (docs/plan.md)
+        plan_meta, plan_warning = plan_headlines(read_plan(data), counts.prompts)
+        if plan_warning:
+            context.log.warning(plan_warning)
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),
+                **plan_meta,
                 "rows_per_shard": dg.MetadataValue.json({f"{r['shard']:04d}": r["len"] for r in per_shard}),
                 "n_shards": N_SHARDS,
                 "path": dg.MetadataValue.path(str(out)),

@@ -236,6 +236,7 @@ class ReportModel:
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
     decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
+    plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
         out = {"PASS": 0, "FAIL": 0, "EMPTY": 0, "not run": 0, "unreadable": 0}
@@ -488,7 +489,15 @@ def assemble(
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
+        plan=_plan_view(data),
     )
+
+
+def _plan_view(data: DataPath) -> dict[str, Any] | None:
+    from ..plan.actual import plan_vs_actual
+    from ..plan.build import read_plan
+
+    return plan_vs_actual(data, read_plan(data))
 
 
 def collect(

@@ -19,6 +19,7 @@ from ..storage import PathLike
 from . import charts
 from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
+from .report_plan import plan_section
 from .turns_report import turns_section
 
 # --------------------------------------------------------------------------------------------- render
@@ -223,6 +224,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
             "links below are static pages)</span></td></tr>"
         )
     h.append("</table>")
+    h.extend(plan_section(model.plan))
     h.extend(charts.top_section(model))
 
     if model.sources:

@@ -1,0 +1,300 @@
+"""The plan of one run, assembled: exact counts (counts.py), estimates (estimate.py), the fleet.
+
+`build_plan(...)` returns a `Plan`; `plan_table(plan)` is the short human table and
+`plan.as_dict()` the JSON written to data/plan/plan.json (PLAN_FILE) and wherever `--json` says.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..generate.config import GenerationConfig, sampling_hash, sampling_params
+from ..ingest import SourceSpec
+from ..profiles import ModelProfile
+from ..storage import DataPath
+from ..tokenize import PromptRenderer
+from .counts import (
+    count_cached,
+    count_prompts,
+    remove_scratch,
+    scratch_dir,
+    stored_revision,
+    tokenize_for_plan,
+)
+from .estimate import (
+    DiskEstimate,
+    FleetEstimate,
+    as_jsonable,
+    disk_estimate,
+    fleet_estimate,
+    human_bytes,
+    human_duration,
+    output_expectation,
+)
+from .probe import EndpointProbe, probe_endpoints
+
+PLAN_FILE = "plan/plan.json"  # under the data dir
+
+
+@dataclass
+class Fleet:
+    """What the plan is told or measures about the fleet."""
+
+    tokens_per_s_per_server: float | None = None  # declared; None: probe the endpoints
+    servers: int | None = None  # None: the number of endpoints
+    gpus_per_server: int = 8
+    probe_requests: int = 8
+    probe_max_new_tokens: int = 128
+
+
+@dataclass
+class Plan:
+    created_at: str
+    profile: str
+    tokenizer_fingerprint: str
+    template_hash: str
+    max_new_tokens: int
+    n_shards: int
+    sources: int
+    records_read: int
+    prompts: int  # after rejects, dedupe and sampling (= the prompts asset's rows)
+    rejected: int
+    duplicates: int
+    sampled_out: int
+    prompts_by_source: dict[str, int]
+    tokenized: int  # prompts that tokenize (= tokenized_prompts rows)
+    tokenize_rejects: dict[str, int]
+    prompt_tokens: int  # exact: sum of prompt_len over tokenized_prompts
+    requests: int  # distinct cache keys
+    requests_cached: int  # already generated with this revision, template and sampling
+    requests_failed_before: int  # failed permanently in an earlier run: not sent again
+    requests_to_send: int
+    prompt_tokens_to_send: int
+    model_revision: str | None
+    revision_basis: str
+    expected_output_tokens: float  # of the requests to send
+    expected_output_tokens_all: float  # of every request (the training tables hold them all)
+    output_basis: str
+    output_mean_per_request: float
+    fleet: dict[str, Any]
+    disk: dict[str, Any]
+    probe: list[dict[str, Any]] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return as_jsonable(asdict(self))
+
+
+def build_plan(
+    specs: Sequence[SourceSpec],
+    *,
+    data: DataPath,
+    work_dir: Path,
+    profile: ModelProfile,
+    renderer: PromptRenderer,
+    config: GenerationConfig,
+    n_shards: int,
+    control_text: Mapping[str, str],
+    fleet: Fleet,
+    model_revision: str | None = None,
+    now: dt.datetime | None = None,
+) -> Plan:
+    """Count and estimate one run from the declared sources; nothing is generated (except the probe's
+    few requests when no throughput is declared)."""
+    max_new = int(config.max_new_tokens)
+    assumptions: list[str] = []
+    warnings: list[str] = []
+    scratch = scratch_dir(work_dir / "plan")
+    try:
+        prompt_counts, prompts_path = count_prompts(specs, n_shards=n_shards, scratch=scratch)
+        rows = tokenize_for_plan(prompts_path, renderer, max_new_tokens=max_new, control_text=control_text)
+    finally:
+        remove_scratch(scratch)
+    for name in prompt_counts.empty_sources:
+        warnings.append(f"source {name!r} yields no prompt: its source__{name} step will fail the run")
+
+    sampling = sampling_params(config)
+    probes: list[EndpointProbe] = []
+    if fleet.tokens_per_s_per_server is None:
+        probes = probe_endpoints(
+            config.endpoints,
+            rows.probe_ids,
+            sampling,
+            requests=fleet.probe_requests,
+            max_new_tokens=fleet.probe_max_new_tokens,
+            api_key=config.api_key.reveal() if config.api_key is not None else None,
+        )
+    revision, revision_basis = _revision(model_revision, config, probes, data, n_shards)
+    if revision is None:
+        assumptions.append(
+            "no model revision known (none given, no endpoint probed, nothing stored): every request counts as "
+            "to be sent"
+        )
+    cache = count_cached(
+        rows.frame,
+        data,
+        model_revision=revision,
+        s_hash=sampling_hash(config),
+        regen_seed=config.regen_seed,
+        retry_permanent_errors=config.retry_permanent_errors,
+    )
+    expect = output_expectation(data, max_new)
+    if expect.basis == "max_new_tokens":
+        assumptions.append(
+            f"no published snapshot: every answer is assumed to run to max_new_tokens ({max_new:,}), an upper bound"
+        )
+    else:
+        assumptions.append(
+            f"output tokens per request as in {expect.basis} ({expect.snapshot_rows:,} samples, mean "
+            f"{expect.overall_mean:,.0f} per request; per source where the snapshot has the source)"
+        )
+    new_out = expect.expected(cache.send["source"])
+    all_out = expect.expected(rows.frame["source"])
+
+    if fleet.tokens_per_s_per_server is not None:
+        tps, basis = float(fleet.tokens_per_s_per_server), "declared (--tokens-per-s-per-server)"
+    else:
+        tps = sum(p.tokens_per_s for p in probes) / len(probes)
+        basis = (
+            f"probe: {sum(p.requests for p in probes)} /generate request(s) of at most "
+            f"{fleet.probe_max_new_tokens} tokens over {len(probes)} endpoint(s), mean per endpoint"
+        )
+        assumptions.append(
+            f"throughput measured with {fleet.probe_requests} concurrent request(s) per endpoint: a full run fills "
+            "more slots, so the ETA is an upper bound"
+        )
+    servers = fleet.servers or len(config.endpoints)
+    if fleet.servers is None:
+        assumptions.append(f"{servers} server(s): one per configured endpoint (a router counts as one; use --servers)")
+    assumptions.append("time counts output tokens only (prefill is inside the measured or declared tokens/s)")
+    est: FleetEstimate = fleet_estimate(new_out, tps, servers, fleet.gpus_per_server, basis)
+    disk: DiskEstimate = disk_estimate(
+        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=new_out, all_output_tokens=all_out
+    )
+    return Plan(
+        created_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
+        profile=profile.name,
+        tokenizer_fingerprint=rows.tokenizer_fingerprint,
+        template_hash=rows.template_hash,
+        max_new_tokens=max_new,
+        n_shards=n_shards,
+        sources=len(specs),
+        records_read=prompt_counts.read,
+        prompts=prompt_counts.prompts,
+        rejected=prompt_counts.rejected,
+        duplicates=prompt_counts.duplicates,
+        sampled_out=prompt_counts.sampled_out,
+        prompts_by_source=prompt_counts.prompts_by_source,
+        tokenized=rows.frame.height,
+        tokenize_rejects=rows.rejects_by_reason,
+        prompt_tokens=rows.prompt_tokens,
+        requests=cache.requested,
+        requests_cached=cache.cached,
+        requests_failed_before=cache.failed_before,
+        requests_to_send=cache.to_send,
+        prompt_tokens_to_send=int(cache.send["prompt_len"].sum()) if cache.to_send else 0,
+        model_revision=revision,
+        revision_basis=revision_basis,
+        expected_output_tokens=new_out,
+        expected_output_tokens_all=all_out,
+        output_basis=expect.basis,
+        output_mean_per_request=expect.overall_mean,
+        fleet={**asdict(est), "eta": human_duration(est.eta_s)},
+        disk={
+            "bytes": disk.bytes,
+            "total_bytes": disk.total,
+            "bytes_per_token": disk.bytes_per_token,
+            "basis": disk.basis,
+        },
+        probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
+        assumptions=assumptions,
+        warnings=warnings,
+    )
+
+
+def _revision(
+    given: str | None, config: GenerationConfig, probes: Sequence[EndpointProbe], data: DataPath, n_shards: int
+) -> tuple[str | None, str]:
+    """The model revision the cache keys use, as the generate step picks it: pinned, else what the
+    endpoints serve; without either, what the last run stored (assumed unchanged)."""
+    if given:
+        return given, "given (--model-revision)"
+    if config.model_revision:
+        return config.model_revision, "pinned in the generation config"
+    if probes:
+        revs = sorted({p.model_revision for p in probes})
+        if len(revs) > 1:
+            raise ValueError(f"the endpoints serve different model revisions ({', '.join(revs)}); the run would refuse")
+        return revs[0], "served by the endpoints (/model_info)"
+    stored = stored_revision(data, range(n_shards))
+    if stored:
+        return stored, "the newest stored generations (assumed unchanged; probe or --model-revision to be sure)"
+    return None, "unknown"
+
+
+def plan_table(plan: Plan) -> str:
+    """The short human table `eagle3 plan` prints."""
+    f = plan.fleet
+    rows = [
+        (
+            "prompts",
+            f"{plan.prompts:,}  (read {plan.records_read:,}; rejected {plan.rejected:,}, duplicates "
+            f"{plan.duplicates:,}, sampled out {plan.sampled_out:,})",
+        ),
+        ("tokenized", f"{plan.tokenized:,}  (rejected {sum(plan.tokenize_rejects.values()):,})"),
+        ("prompt tokens", f"{plan.prompt_tokens:,}  (exact, {plan.profile} tokenizer)"),
+        (
+            "requests",
+            f"{plan.requests:,}  = cached {plan.requests_cached:,} + failed before "
+            f"{plan.requests_failed_before:,} + to send {plan.requests_to_send:,}",
+        ),
+        ("model revision", f"{plan.model_revision or 'unknown'}  ({plan.revision_basis})"),
+        (
+            "output tokens",
+            f"{plan.expected_output_tokens:,.0f} expected for the requests to send  ({plan.output_basis})",
+        ),
+        ("throughput", f"{f['tokens_per_s_per_server']:,.1f} output tokens/s per server  ({f['throughput_basis']})"),
+        ("fleet", f"{f['servers']} server(s) x {f['gpus_per_server']} GPU(s)"),
+        ("ETA", f"{f['eta']}" + (f"  ({f['eta_s']:,.0f} s)" if f["eta_s"] >= 90 else "")),
+        ("GPU-hours", f"{f['gpu_hours']:,.2f}"),
+        (
+            "disk",
+            f"{human_bytes(plan.disk['total_bytes'])}  ("
+            + ", ".join(f"{t} {human_bytes(b)}" for t, b in plan.disk["bytes"].items())
+            + ")",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k.ljust(width)}  {v}" for k, v in rows]
+    lines += [f"assumes: {a}" for a in plan.assumptions]
+    lines += [f"WARNING: {w}" for w in plan.warnings]
+    return "\n".join(lines)
+
+
+def write_plan(plan: Plan, data: DataPath, extra: Path | None = None) -> list[str]:
+    """data/plan/plan.json (what the report and the prompts asset compare against) and `extra` if given."""
+    body = json.dumps(plan.as_dict(), indent=2, sort_keys=True) + "\n"
+    target = data / PLAN_FILE
+    target.parent.mkdir()
+    target.write_text(body)
+    written = [str(target)]
+    if extra is not None:
+        extra.parent.mkdir(parents=True, exist_ok=True)
+        extra.write_text(body)
+        written.append(str(extra))
+    return written
+
+
+def read_plan(data: DataPath) -> dict[str, Any] | None:
+    """The last plan written for this data dir, or None (none, or unreadable)."""
+    p = data / PLAN_FILE
+    try:
+        return json.loads(p.read_text()) if p.exists() else None
+    except ValueError:
+        return None

@@ -1,0 +1,126 @@
+"""`eagle3 plan`: what the next run will cost, before it runs (docs/plan.md).
+
+Reads the source YAMLs (EAGLE3_SOURCES_DIR), ingests and tokenizes them with the pipeline's own code
+into a scratch folder (nothing generated), counts the requests already cached in the data dir, and
+with a declared (`--tokens-per-s-per-server`) or probed throughput prints the ETA, GPU-hours and
+disk. Writes the plan as JSON to <data dir>/plan/plan.json (and to `--json PATH`).
+
+Exit status: 0 with a plan; 2 for a bad setting, flag, source or an endpoint that cannot be probed
+(one line naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="eagle3 plan", description="Plan a run: prompts, tokens, cache, ETA, disk.")
+    p.add_argument(
+        "--tokens-per-s-per-server",
+        metavar="X",
+        type=float,
+        default=None,
+        help="declared output tokens/s of one server; default: measured by a short probe of EAGLE3_SGLANG_URL",
+    )
+    p.add_argument(
+        "--servers", metavar="N", type=int, default=None, help="servers in the fleet (default: one per endpoint)"
+    )
+    p.add_argument(
+        "--gpus-per-server", metavar="G", type=int, default=8, help="GPUs one server uses, for GPU-hours (default 8)"
+    )
+    p.add_argument(
+        "--probe-requests", metavar="K", type=int, default=8, help="concurrent probe requests per endpoint (default 8)"
+    )
+    p.add_argument(
+        "--probe-max-new-tokens", metavar="T", type=int, default=128, help="tokens a probe request asks for (128)"
+    )
+    p.add_argument(
+        "--max-new-tokens", metavar="M", type=int, default=None, help="as the run's (default: the profile's)"
+    )
+    p.add_argument(
+        "--model-revision", metavar="REV", default=None, help="the revision cache keys use (default: as the run)"
+    )
+    p.add_argument(
+        "--regen-seed", metavar="S", type=int, default=None, help="as the sglang resource's regen_seed (default none)"
+    )
+    p.add_argument("--json", metavar="PATH", type=Path, default=None, help="also write the plan JSON here")
+    return p
+
+
+def _positive(args: argparse.Namespace) -> list[str]:
+    problems = []
+    for name in ("servers", "gpus_per_server", "probe_requests", "probe_max_new_tokens", "max_new_tokens"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    tps = args.tokens_per_s_per_server
+    if tps is not None and not tps > 0:
+        problems.append(f"--tokens-per-s-per-server must be positive, got {tps}")
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    problems = _positive(args)
+    if problems:
+        for line in problems:
+            print(f"eagle3 plan: error: {line}", file=sys.stderr)
+        return 2
+    from ..config import generation_env, settings
+    from ..generate.active import run_config
+    from ..ingest import load_source_specs
+    from ..ingest.errors import IngestFileError
+    from ..profiles import ProfileError, resolve_profile
+    from ..tokenize import PromptRenderer
+    from .build import Fleet, build_plan, plan_table, write_plan
+    from .probe import ProbeError
+
+    s = settings()
+    specs = load_source_specs(s.sources_dir)
+    if not specs:
+        print(f"eagle3 plan: error: no source YAML in {s.sources_dir} (EAGLE3_SOURCES_DIR)", file=sys.stderr)
+        return 2
+    try:
+        profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)
+        config = run_config(
+            profile,
+            s.sglang_urls,
+            generation_env(s),
+            {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed},
+        )
+        plan = build_plan(
+            specs,
+            data=s.data_dir,
+            work_dir=s.work_dir,
+            profile=profile,
+            renderer=PromptRenderer(profile),
+            config=config,
+            n_shards=s.n_shards,
+            control_text={spec.name: spec.control_text for spec in specs},
+            fleet=Fleet(
+                tokens_per_s_per_server=args.tokens_per_s_per_server,
+                servers=args.servers,
+                gpus_per_server=args.gpus_per_server,
+                probe_requests=args.probe_requests,
+                probe_max_new_tokens=args.probe_max_new_tokens,
+            ),
+            model_revision=args.model_revision,
+        )
+    except ProbeError as e:
+        print(f"eagle3 plan: error: {e}", file=sys.stderr)
+        print(
+            "eagle3 plan: start the servers named by EAGLE3_SGLANG_URL, or declare the throughput with "
+            "--tokens-per-s-per-server",
+            file=sys.stderr,
+        )
+        return 2
+    except (IngestFileError, ProfileError, ValueError) as e:
+        print(f"eagle3 plan: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    print(plan_table(plan))
+    for path in write_plan(plan, s.data_dir, args.json):
+        print(f"plan -> {path}")
+    return 0

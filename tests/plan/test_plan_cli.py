@@ -1,0 +1,128 @@
+"""`eagle3 plan` from a plain subprocess against a real simulator, then the real run: the plan's counts
+are what the run does, an incremental night plans nothing to send, and the report shows plan vs actual."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+from graph_helpers import graph_resources
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.sim.process import start_simulator
+
+pytestmark = pytest.mark.integration
+
+MAX_NEW = 2048  # the plan and the run must use the same (it is part of every cache key)
+
+
+def _env(tmp_path: Path, url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EAGLE3_", "PYTEST"))}
+    env.update(
+        EAGLE3_DATA_DIR=str(tmp_path / "data"),
+        EAGLE3_SGLANG_URL=url,
+        DAGSTER_HOME=str(tmp_path / "home"),
+    )
+    return env
+
+
+def _plan(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "plan", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_plan_probes_the_fleet_and_matches_the_run(tmp_path, kimi_profile):
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.orchestration.run import materialize_graph
+    from eagle3_dagster.plan.actual import plan_vs_actual
+    from eagle3_dagster.plan.build import read_plan
+    from eagle3_dagster.storage import data_root
+
+    data = tmp_path / "data"
+    with start_simulator(extra_args=("--token-latency-ms", "1")) as sim:
+        env = _env(tmp_path, sim.url)
+        r = _plan(env, "--max-new-tokens", str(MAX_NEW), "--probe-requests", "4", "--json", str(tmp_path / "p.json"))
+        assert r.returncode == 0, r.stderr
+        assert "ETA" in r.stdout and "GPU-hours" in r.stdout and "Traceback" not in r.stderr
+        plan = json.loads((tmp_path / "p.json").read_text())
+        assert plan == json.loads((data / "plan" / "plan.json").read_text())
+        # the probe: real /generate answers, measured tokens/s, the revision the server reports
+        assert len(plan["probe"]) == 1 and plan["probe"][0]["requests"] == 4
+        assert plan["probe"][0]["output_tokens"] > 0 and plan["fleet"]["tokens_per_s_per_server"] > 0
+        assert plan["fleet"]["throughput_basis"].startswith("probe")
+        assert plan["model_revision"] == "moonshotai/Kimi-K2.5@default"
+        assert plan["requests_cached"] == 0 and plan["requests_to_send"] == plan["tokenized"] > 0
+        assert (
+            plan["output_basis"] == "max_new_tokens" and plan["expected_output_tokens"] == MAX_NEW * plan["tokenized"]
+        )
+        assert any("max_new_tokens" in a for a in plan["assumptions"])
+        assert not list((data / "plan").glob("plan-*"))  # the scratch ingest is removed
+
+        # the run itself, as `eagle3 demo` drives it
+        res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=MAX_NEW)
+        with dg.instance_for_test() as instance:
+            out = materialize_graph(
+                defs, instance, shards=[f"{k:04d}" for k in range(4)], resources=res, run_publish=True
+            )
+            assert out.success, out
+            meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
+            assert meta["plan_prompts"].value == plan["prompts"]
+
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
+    tokenized = pl.read_parquet(data / "tokenized_prompts" / "shard=*" / "part-0000.parquet")
+    generated = pl.read_parquet(data / "generations" / "shard=*" / "part-*.parquet")
+    assert plan["prompts"] == prompts.height
+    assert plan["tokenized"] == tokenized.height
+    assert plan["prompt_tokens"] == int(tokenized["prompt_len"].sum())
+    assert plan["requests_to_send"] == generated["sample_id"].n_unique()
+
+    view = plan_vs_actual(data_root(data), read_plan(data_root(data)))
+    assert view is not None
+    got = {row["metric"]: (row["planned"], row["actual"]) for row in view["rows"]}
+    assert got["prompts"] == (prompts.height, prompts.height)
+    assert got["prompt tokens"][0] == got["prompt tokens"][1]
+    assert got["requests generated"] == (plan["requests_to_send"], generated.height)
+    assert got["output tokens"][1] == int(generated["completion_tokens"].sum())
+    assert got["generate time (s)"][1] > 0
+    from eagle3_dagster.quality.report_html import write_report
+
+    page = write_report(data, tmp_path / "work").read_text()
+    assert "Plan vs actual" in page and "requests generated" in page
+
+    # the next night, nothing new: the servers are down, the throughput declared; the revision comes
+    # from what is stored, and every request is cached; output tokens now from the published snapshot
+    env = _env(tmp_path, "http://127.0.0.1:9")
+    r = _plan(env, "--max-new-tokens", str(MAX_NEW), "--tokens-per-s-per-server", "1000", "--servers", "2")
+    assert r.returncode == 0, r.stderr
+    again = json.loads((data / "plan" / "plan.json").read_text())
+    assert again["requests_cached"] == again["requests"] == plan["requests"] and again["requests_to_send"] == 0
+    assert again["fleet"]["eta_s"] == 0 and again["fleet"]["servers"] == 2
+    assert again["output_basis"].startswith("snapshot ")
+    train = pl.read_parquet(data / "training_samples" / "shard=*" / "part-0000.parquet")
+    assert again["output_mean_per_request"] == pytest.approx(float(train["output_len"].mean()), rel=1e-3)
+    assert again["disk"]["basis"]["generations"].startswith("measured")
+
+
+def test_bad_settings_and_unreachable_endpoints_are_one_line(tmp_path):
+    env = _env(tmp_path, "http://127.0.0.1:9")
+    r = _plan(env, "--servers", "0")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == "eagle3 plan: error: --servers must be at least 1, got 0"
+    r = _plan(env, "--max-new-tokens", "64")  # no throughput declared: the probe finds nobody
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "probe of http://127.0.0.1:9: /model_info" in r.stderr and "--tokens-per-s-per-server" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 2
+    r = _plan({**env, "EAGLE3_N_SHARDS": "0"}, "--tokens-per-s-per-server", "10")
+    assert r.returncode == 2 and "EAGLE3_N_SHARDS" in r.stderr and "Traceback" not in r.stderr
