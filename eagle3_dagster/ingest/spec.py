@@ -11,7 +11,7 @@ Fields (only `path` is required):
     field_map: {messages: dialog, role: speaker}   # canonical name -> the source's field name
     limit: 1000                # keep at most this many accepted prompts (reading stops there)
     sample_fraction: 0.1       # keep a stable, content-hashed fraction of prompts (with seed)
-    seed: 0
+    seed: 0                    # salts sample_fraction's content hash: another seed keeps another fraction
     licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
     prompt_rule: last_user_or_tool   # or first_user (see normalize.py)
     max_bytes: 200000          # a raw row larger than this is rejected as too_large
