@@ -120,6 +120,11 @@ def configuration_problems() -> list[str]:
     return problems
 
 
+def _sentence(text: str) -> str:
+    s = " ".join(text.split())
+    return (s[:1].upper() + s[1:]) + ("" if s.endswith(".") else ".")
+
+
 def _type_of(cls: type, name: str) -> str:
     t = {f.name: f.type for f in dataclasses.fields(cls)}[name]
     return str(t if isinstance(t, str) else getattr(t, "__name__", t))
@@ -135,17 +140,25 @@ def configuration_page() -> str:
         "# Configuration reference",
         "",
         CONFIG_INTRO,
-        "| variable | `Settings` field (type) | default | meaning | per run (launchpad run config) |",
-        "|---|---|---|---|---|",
+        "| variable | `Settings` field | default | per run (launchpad run config) |",
+        "|---|---|---|---|",
     ]
     for d in SETTING_DOCS:
-        lines.append(
-            f"| `{d.var}` | `{d.field}` (`{_cell(_type_of(Settings, d.field))}`) | {_cell(d.default)} | "
-            f"{_cell(d.meaning)} | {_cell(d.per_run)} |"
-        )
+        lines.append(f"| [`{d.var}`](#{d.var.lower()}) | `{d.field}` | {_cell(d.default)} | {_cell(d.per_run)} |")
+    lines += ["", CONFIG_OUTRO, "## Every variable", ""]
+    for d in SETTING_DOCS:
+        lines += [
+            f"### `{d.var}`",
+            "",
+            _sentence(d.meaning),
+            "",
+            f"- `Settings.{d.field}`: `{_type_of(Settings, d.field)}`",
+            f"- default: {' '.join(d.default.split())}",
+            f"- per run: {' '.join(d.per_run.split())}",
+            "",
+        ]
     for name, why in DERIVED_FIELDS.items():
-        lines.append(f"| — | `{name}` (`{_cell(_type_of(Settings, name))}`) | | derived: {why} | |")
-    lines += ["", CONFIG_OUTRO]
+        lines.append(f"`Settings.{name}` (`{_type_of(Settings, name)}`) is derived: {why}.")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -24,7 +24,7 @@ CONFIG_PAGE = PROJECT_ROOT / "docs" / "reference" / "configuration.md"
 def documented_variables() -> dict[str, str]:
     """Variable -> its row in the configuration reference (docs/reference/configuration.md, generated from
     Settings by eagle3_dagster/docs_gen.py; tests/test_docs_reference.py checks the file is current)."""
-    rows = [ln for ln in CONFIG_PAGE.read_text().splitlines() if ln.startswith("| `")]
+    rows = [ln for ln in CONFIG_PAGE.read_text().splitlines() if ln.startswith(("| `", "| [`"))]
     out: dict[str, str] = {}
     for row in rows:
         first = row.split("|")[1]
@@ -93,7 +93,7 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
         field_of[var] = diff.pop()
     # the page names the field each variable sets, and it is the one the variable changes
     for var, field in field_of.items():
-        assert f"| `{field}` (" in documented[var], f"{var} sets Settings.{field}, its row says {documented[var]}"
+        assert f"| `{field}` |" in documented[var], f"{var} sets Settings.{field}, its row says {documented[var]}"
     # and every Settings field is set by exactly one documented variable (or derived from one)
     by_field = sorted(field_of.values())
     assert len(by_field) == len(set(by_field)), field_of
