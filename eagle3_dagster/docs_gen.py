@@ -74,6 +74,15 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _plain(text: str) -> str:
+    """Plain text (a docstring comment, a suite's description) as Markdown that shows it as written: `<think>`
+    is not an HTML tag, `*` and `_` are not emphasis; spans in backticks are left as they are."""
+    parts = text.split("`")
+    for i in range(0, len(parts), 2):
+        parts[i] = parts[i].replace("\\", "\\\\").replace("<", "&lt;").replace("*", "\\*").replace("_", "\\_")
+    return "`".join(parts)
+
+
 def _plain_default(value: Any) -> str | None:
     """The text a documented default must contain for a plain value (None: not a plain value)."""
     if isinstance(value, bool):
@@ -253,7 +262,7 @@ def source_yaml_page() -> str:
         example, text = described[k]
         lines.append(
             f"| `{k}` | `{_cell(_type_of(SourceSpec, k))}` | {_default_of(by_name[k])} | "
-            f"{_cell(allowed.get(k, ''))} | {_cell(text)} | `{_cell(example)}` |"
+            f"{_cell(allowed.get(k, ''))} | {_cell(_plain(text))} | `{_cell(example)}` |"
         )
     lines += [
         "",
@@ -342,7 +351,7 @@ def gates_page(expectations_dir: Path | None = None) -> str:
             "",
         ]
         if meta.get("description"):
-            lines += [_cell(str(meta["description"])), ""]
+            lines += [_cell(_plain(str(meta["description"]))), ""]
         if "drifted_snapshot" in meta:
             lines += [
                 f'`meta.drifted_snapshot` is `"{meta["drifted_snapshot"]}"` here. `"publish"` publishes a drifted '
@@ -355,8 +364,8 @@ def gates_page(expectations_dir: Path | None = None) -> str:
             m = e.get("meta") or {}
             mostly = (e.get("kwargs") or {}).get("mostly", 1.0)
             lines.append(
-                f"| `{m.get('key', '')}` | {_cell(str(m.get('name', '')))} | {_cell(_what(e))} | {mostly:g} | "
-                f"{_effect(e)} | {_cell(str(m.get('description', '')))} |"
+                f"| `{m.get('key', '')}` | {_cell(_plain(str(m.get('name', ''))))} | {_cell(_what(e))} | {mostly:g} | "
+                f"{_effect(e)} | {_cell(_plain(str(m.get('description', ''))))} |"
             )
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
