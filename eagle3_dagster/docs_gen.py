@@ -5,7 +5,8 @@
 - docs/reference/source-yaml.md from `ingest.spec.SourceSpec` (every key, its type, default and allowed
   values; the descriptions are the field list of the `ingest/spec.py` docstring);
 - docs/reference/gates.md from `expectations/*.json` (every expectation: what it checks, its threshold,
-  whether it blocks).
+  whether it blocks) and tests/pipeline/defs_snapshot.json (every asset check of the definitions, blocking
+  or not; test_defs_snapshot.py keeps that file equal to the loaded definitions).
 
 `python -m eagle3_dagster.docs_gen` rewrites the pages; `--check` (run by `make docs`, and
 tests/test_docs_reference.py) exits 1 naming every page that differs from what the code says. A page that
@@ -307,6 +308,60 @@ rate over the source's `max_reject_rate`), and `training_dataset` the freshness 
 """
 
 
+# The asset checks that are not one expectation of a suite, and what they judge. The list of checks and whether
+# each blocks comes from tests/pipeline/defs_snapshot.json, which test_defs_snapshot.py keeps equal to the
+# loaded definitions.
+DEFS_SNAPSHOT = PROJECT_ROOT / "tests" / "pipeline" / "defs_snapshot.json"
+OTHER_CHECKS: dict[str, str] = {
+    "request_failure_budget": "requests that failed for good (`errors.parquet`, by reason) are at most "
+    "`pipeline.max_failed_rate` of the shard's requests (default 1%): over it ERROR with the rate and the top "
+    "reason, and the shard is left out of snapshots; any failure within it is a WARN",
+    "source_yield": "WARN when the source yields no prompt (`allow_empty: true`) or rejects more than its "
+    "`max_reject_rate`",
+    "freshness_check": "ERROR when the last publish is older than `EAGLE3_SNAPSHOT_MAX_AGE` (default 26h)",
+}
+
+
+def asset_check_rows(snapshot_path: Path = DEFS_SNAPSHOT, expectations_dir: Path | None = None) -> list[str]:
+    """One table row per asset check of the definitions: asset, check, blocking, what it judges."""
+    folder = expectations_dir or PROJECT_ROOT / "expectations"
+    snapshot = json.loads(snapshot_path.read_text(encoding="utf-8"))
+    by_key: dict[str, tuple[str, str]] = {}  # expectation key -> (suite, description)
+    for path in sorted(folder.glob("*.json")):
+        for e in json.loads(path.read_text(encoding="utf-8")).get("expectations", []):
+            m = e.get("meta") or {}
+            by_key[str(m.get("key"))] = (path.stem, str(m.get("description", "")))
+    gate_checks = {check: gate for gate, (_, check) in GATE_ASSETS.items()}
+    checks: list[tuple[str, str, bool]] = [
+        (asset, name, bool(spec.get("blocking")))
+        for asset, a in snapshot.get("assets", {}).items()
+        for name, spec in (a.get("checks") or {}).items()
+    ]
+    checks += [
+        (k.split(":", 1)[0], k.split(":", 1)[1], bool(v.get("blocking")))
+        for k, v in snapshot.get("asset_checks", {}).items()
+    ]
+    rows, unknown = [], []
+    order = ["source__", "tokenized_prompts", "generations", "training_samples", "training_dataset"]
+    rank = lambda asset: next((i for i, o in enumerate(order) if asset.startswith(o)), len(order))
+    for asset, name, blocking in sorted(checks, key=lambda c: (rank(c[0]), c[0], c[1])):
+        if name in gate_checks:
+            what = f"every critical expectation of `expectations/{gate_checks[name]}.json` meets its `mostly`"
+        elif name in by_key:
+            suite, description = by_key[name]
+            what = f"the `{name}` expectation of `{suite}` on its own: {_plain(description)}"
+        elif name in OTHER_CHECKS:
+            what = OTHER_CHECKS[name]
+        else:
+            unknown.append(f"asset check {asset}:{name} has no description in docs_gen.OTHER_CHECKS")
+            continue
+        shown = "source__<name>" if asset.startswith("source__") else asset
+        rows.append(f"| `{shown}` | `{name}` | {'**yes**' if blocking else 'no'} | {_cell(what)} |")
+    if unknown:
+        raise DocsError("\n".join(unknown))
+    return rows
+
+
 def _what(e: Mapping[str, Any]) -> str:
     kw = {k: v for k, v in (e.get("kwargs") or {}).items() if k not in ("mostly", "column")}
     column = (e.get("kwargs") or {}).get("column")
@@ -339,6 +394,14 @@ def gates_page(expectations_dir: Path | None = None) -> str:
         "# Gates reference",
         "",
         GATES_INTRO,
+        "## Asset checks",
+        "",
+        "Every asset check of the definitions (a blocking check that fails stops the asset's downstream in the run):",
+        "",
+        "| asset | check | blocking | what it judges |",
+        "|---|---|---|---|",
+        *asset_check_rows(expectations_dir=folder),
+        "",
     ]
     for path in sorted(suites, key=lambda p: list(GATE_ASSETS).index(p.stem)):
         suite = json.loads(path.read_text(encoding="utf-8"))

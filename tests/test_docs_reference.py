@@ -106,6 +106,20 @@ def test_a_suite_without_an_asset_stops_the_gates_page(tmp_path) -> None:
         docs_gen.gates_page(tmp_path)
 
 
+def test_the_gates_page_lists_every_asset_check_of_the_definitions_and_refuses_an_unknown_one(tmp_path) -> None:
+    snapshot = json.loads(docs_gen.DEFS_SNAPSHOT.read_text())
+    page = (DOCS / "reference" / "gates.md").read_text()
+    for asset, a in snapshot["assets"].items():
+        for check, spec in a["checks"].items():
+            shown = "source__<name>" if asset.startswith("source__") else asset
+            row = next(ln for ln in page.splitlines() if ln.startswith(f"| `{shown}` | `{check}` |"))
+            assert ("**yes**" in row) == spec["blocking"], row
+    snapshot["assets"]["generations"]["checks"]["toxicity"] = {"blocking": True}
+    (tmp_path / "defs_snapshot.json").write_text(json.dumps(snapshot))
+    with pytest.raises(docs_gen.DocsError, match="asset check generations:toxicity has no description"):
+        docs_gen.asset_check_rows(tmp_path / "defs_snapshot.json")
+
+
 def _literal_reasons(module: Path) -> set[str]:
     """String literals the module emits as reason codes: `reason="..."`, `_Retry/_Final("...")`,
     `problems.append("...")` and `RowReject("...")`."""
