@@ -20,6 +20,7 @@ from eagle3_dagster.ingest.errors import REJECT_REASONS
 from eagle3_dagster.ingest.pipeline import ingest_source
 from eagle3_dagster.ingest.spec import SourceSpec, load_source_spec
 from eagle3_dagster.settings_reference import SETTING_DOCS
+from eagle3_dagster.tokenize.cli import INVALID_REQUEST
 from eagle3_dagster.tokenize.control_text import CONTROL_TOKEN_IN_CONTENT
 from eagle3_dagster.tokenize.pipeline import INVALID_JSON, PROMPT_TOO_LONG
 from eagle3_dagster.tokenize.render import GENERATION_PROMPT_MISMATCH, ID_OUT_OF_VOCAB, RENDER_ERROR
@@ -144,6 +145,7 @@ def test_troubleshooting_names_every_reason_code() -> None:
         PROMPT_TOO_LONG,
         INVALID_JSON,
         CONTROL_TOKEN_IN_CONTENT,
+        INVALID_REQUEST,
         PROMPT_TOO_LONG_FOR_SERVER,
         "empty_input_ids",
         "input_id_out_of_vocab",
