@@ -17,14 +17,15 @@ export HF_HUB_OFFLINE ?= 1
 endif
 
 .PHONY: install instance services demo test test-fast lint ruff typecheck format-check format constraints ui \
-	check-defs bench backfill clean
+	check-defs bench backfill clean docs
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
 # SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports) and the real sglang-router
-# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers).
-EXTRAS := test,sim,dev,specforge,router
+# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers) and the docs site
+# (docs: MkDocs Material, `make docs`).
+EXTRAS := test,sim,dev,specforge,router,docs
 # What constraints.txt pins: everything but the SpecForge lane (torch comes from local disk, never a resolve).
-CONSTRAINT_EXTRAS := test,sim,dev,k8s,router
+CONSTRAINT_EXTRAS := test,sim,dev,k8s,router,docs
 # Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
 CONSTRAINTS := constraints.txt
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
@@ -88,7 +89,14 @@ format: $(STAMP)
 
 lint: ruff typecheck format-check
 
-test: instance services ruff format-check typecheck
+# The docs site under docs/ (mkdocs.yml) into .site/: first the generated reference pages are compared with
+# what the code says (eagle3_dagster/docs_gen.py; `$(PY) -m eagle3_dagster.docs_gen` rewrites them), then
+# `mkdocs build --strict` fails on any warning (a broken link, a page missing from the nav).
+docs: $(STAMP)
+	$(PY) -m eagle3_dagster.docs_gen --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d .site
+
+test: instance services ruff format-check typecheck docs
 	$(PY) -m pytest -q --durations=30
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
@@ -116,4 +124,4 @@ bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf data .dagster_home
+	rm -rf data .dagster_home .site

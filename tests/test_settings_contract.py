@@ -1,5 +1,5 @@
-"""The settings contract: README table <-> Settings fields, one endpoint-list parser, the API key as a
-Secret, and domain functions without a global fallback (their callers pass the values)."""
+"""The settings contract: the generated configuration page <-> Settings fields, one endpoint-list parser, the
+API key as a Secret, and domain functions without a global fallback (their callers pass the values)."""
 
 from __future__ import annotations
 
@@ -10,44 +10,23 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, generation_env
+from eagle3_dagster.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.store import lock_path_for
 from eagle3_dagster.orchestration.resources import SGLangFleet
 from eagle3_dagster.profiles import ProfileError, load_profile
+from eagle3_dagster.settings_reference import DERIVED_FIELDS as DERIVED
 from eagle3_dagster.storage import data_root
 
-# Fields computed from another setting, not read from a variable of their own.
-DERIVED = {"sglang_url_configured": "EAGLE3_SGLANG_URL is set"}
+CONFIG_PAGE = PROJECT_ROOT / "docs" / "reference" / "configuration.md"
 
 
-class _Recording(dict):
-    """A mapping that notes every key Settings.from_env looks up."""
-
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.looked_up: set[str] = set()
-
-    def get(self, key, default=None):
-        self.looked_up.add(key)
-        return super().get(key, default)
-
-    def __getitem__(self, key):
-        self.looked_up.add(key)
-        return super().__getitem__(key)
-
-    def __contains__(self, key):
-        self.looked_up.add(key)
-        return super().__contains__(key)
-
-
-def readme_variables() -> dict[str, str]:
-    """Variable -> its row in the README's `## Configuration` table (a row may name several)."""
-    text = (PROJECT_ROOT / "README.md").read_text()
-    m = re.search(r"^## Configuration\n(.*?)(?=^## )", text, re.S | re.M)
-    assert m, "README.md has no '## Configuration' section"
-    rows = [ln for ln in m.group(1).splitlines() if ln.startswith("|")]
+def documented_variables() -> dict[str, str]:
+    """Variable -> its row in the configuration reference (docs/reference/configuration.md, generated from
+    Settings by eagle3_dagster/docs_gen.py; tests/test_docs_reference.py checks the file is current)."""
+    rows = [ln for ln in CONFIG_PAGE.read_text().splitlines() if ln.startswith(("| `", "| [`"))]
     out: dict[str, str] = {}
-    for row in rows[2:]:  # header, separator
+    for row in rows:
         first = row.split("|")[1]
         names = re.findall(r"`([A-Z][A-Z0-9_]+)`", first)
         assert names, f"a configuration row without a variable: {row}"
@@ -89,15 +68,13 @@ def samples(tmp: Path) -> dict[str, str]:
     }
 
 
-def test_every_readme_row_is_one_settings_field_and_back(tmp_path):
-    documented = readme_variables()
-    env = _Recording()
-    Settings.from_env(env)
-    read = env.looked_up
+def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
+    documented = documented_variables()
+    read = variables_read_by_settings()
     assert not read - set(documented), (
-        f"read by Settings.from_env but not in the README table: {read - set(documented)}"
+        f"read by Settings.from_env but not on the configuration page: {read - set(documented)}"
     )
-    assert not set(documented) - read, f"in the README table but never read: {set(documented) - read}"
+    assert not set(documented) - read, f"on the configuration page but never read: {set(documented) - read}"
 
     values = samples(tmp_path)
     assert set(values) == read, f"tests need one sample value per variable: {read ^ set(values)}"
@@ -114,6 +91,9 @@ def test_every_readme_row_is_one_settings_field_and_back(tmp_path):
         diff -= set(DERIVED)
         assert len(diff) == 1, f"{var} should set exactly one Settings field, it changes {sorted(diff)}"
         field_of[var] = diff.pop()
+    # the page names the field each variable sets, and it is the one the variable changes
+    for var, field in field_of.items():
+        assert f"| `{field}` |" in documented[var], f"{var} sets Settings.{field}, its row says {documented[var]}"
     # and every Settings field is set by exactly one documented variable (or derived from one)
     by_field = sorted(field_of.values())
     assert len(by_field) == len(set(by_field)), field_of

@@ -2,18 +2,19 @@
 
 Fields (only `path` is required):
 
-    name: ultrachat            # default: the file's stem; letters, digits, '_', '-', '.'
+    name: ultrachat            # the source's name (asset source__<name>): letters, digits, '_', '-', '.'
     path: ../data/uc/*.jsonl   # a file or a glob, relative to the YAML's folder (or absolute), or a
                                #   URI: s3://bucket/uc/*.jsonl.gz?region=..., gs://, memory://, file://
                                #   (see remote.py; credentials only from the environment)
-    format: auto               # auto | openai | sharegpt | alpaca | question | bfcl (+ aliases
-                               #   ultrachat, hermes, no_robots, glaive, gsm8k, magpie, math)
+    format: auto               # the record layout; auto picks it per record (aliases: ultrachat, hermes,
+                               #   no_robots = openai; glaive = sharegpt; gsm8k, magpie, math = question)
     field_map: {messages: dialog, role: speaker}   # canonical name -> the source's field name
     limit: 1000                # keep at most this many accepted prompts (reading stops there)
     sample_fraction: 0.1       # keep a stable, content-hashed fraction of prompts (with seed)
-    seed: 0
+    seed: 0                    # salts sample_fraction's content hash: another seed keeps another fraction
     licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
-    prompt_rule: last_user_or_tool   # or first_user (see normalize.py)
+    prompt_rule: last_user_or_tool   # the prompt: the conversation up to its last user/tool message, or
+                               #   first_user: the system messages before the first user message + it
     max_bytes: 200000          # a raw row larger than this is rejected as too_large
     allow_empty: false         # true: a source with no accepted prompt is a warning, not a failed asset
     max_reject_rate: 0.5       # a reject rate (rejected / read) above this warns (check + report)

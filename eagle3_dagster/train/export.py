@@ -12,7 +12,7 @@
 - `conversations.jsonl` (text level): `{"id", "conversations": [{"role", "content", "reasoning_content"?,
   "tool_calls"?, "tool_call_id"?}], "tools", "text_exact", "text_mismatch_pos"}` — EVERY row, the
   non-text-exact ones FLAGGED; for trainers that render it with a chat template themselves (SpecForge's
-  `train_data_path`, speculators' /render route) — not token-exact that way: see README. Tool calls in
+  `train_data_path`, speculators' /render route) — not token-exact that way: see docs/exports.md. Tool calls in
   OpenAI's shape everywhere: `function.arguments` is a JSON string; in the generated turn it is the
   model's bytes exactly.
 
