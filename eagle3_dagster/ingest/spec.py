@@ -33,10 +33,9 @@ Fields (only `path` is required):
                                #   training prompt overlapping one is quarantined (eval_overlap,
                                #   decontaminate.py)
     overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
-    function_docs: ../gorilla/berkeley-function-call-leaderboard/bfcl_eval/data/multi_turn_func_doc
-                               # BFCL multi-turn files: a local folder, relative to the YAML's folder;
-                               #   each record's involved_classes are joined to their docs (bfcl.py,
-                               #   docs/bfcl.md); format bfcl or auto
+    function_docs: ../bfcl/multi_turn_func_doc   # BFCL multi-turn files: BFCL's multi_turn_func_doc
+                               #   folder (local, relative to the YAML's folder); each record's
+                               #   involved_classes are joined to their docs (bfcl.py, docs/bfcl.md)
 """
 
 from __future__ import annotations
