@@ -101,7 +101,7 @@ test: instance services ruff format-check typecheck docs
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker).
-test-fast: instance ruff format-check typecheck
+test-fast: instance ruff format-check typecheck docs
 	$(PY) -m pytest -q -m "not integration"
 
 # `make ui PORT=3311` for another port (the same as `eagle3 ui --port 3311` from a plain shell).
