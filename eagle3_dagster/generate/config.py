@@ -15,6 +15,7 @@ from typing import Any
 from ..profiles import ModelProfile
 from ..secret import Secret
 from ..urls import parse_endpoint_urls
+from .run_wait import EndpointWaitRecord
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class GenerationConfig:
     # After a successful run with more than this many chunk files in the shard folder, merge them into
     # one (store.ShardStore.compact; crash-safe). None: never compact.
     compact_after_chunks: int | None = 8
+    # The graph run's shared endpoint wait (run_wait.py): when one shard's wait ran out, the run's other
+    # shards fail at once with its line. None: each shard waits on its own (a plain generate_shard call).
+    endpoint_wait: EndpointWaitRecord | None = field(default=None, compare=False)
     api_key: Secret | None = field(default=None, repr=False, compare=False)  # Bearer key; None: no Authorization
 
     def __post_init__(self) -> None:

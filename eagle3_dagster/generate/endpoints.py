@@ -49,6 +49,7 @@ from .endpoint_info import (
     preferred_params_of,
     stream_mode_of,
 )
+from .run_wait import EndpointWaitRecord
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,9 @@ class EndpointPool:
         first_report_s: float = 5.0,
         allow_old_server: bool = False,
         sent_sampling_keys: frozenset[str] | None = None,
+        wait_record: EndpointWaitRecord | None = None,
     ) -> None:
+        self.wait_record = wait_record  # the graph run's one endpoint wait (run_wait.py); None: this pool's own
         self.report_every_s = report_every_s
         self.first_report_s = first_report_s
         self.allow_old_server = allow_old_server
@@ -153,7 +156,8 @@ class EndpointPool:
                     ep.kind = "router"
                     if r.status_code == 503:
                         ep.health_503 += 1
-                        ep.state = "router has no ready worker (/readiness 503)"
+                        said = " ".join(r.text.split())[:200]  # 0.3.2: {"status":"not ready","reason":...}
+                        ep.state = "router has no ready worker (/readiness 503)" + (f": {said}" if said else "")
                         return False
                     return True
                 if ep.kind == "router":
@@ -333,7 +337,10 @@ class EndpointPool:
         )
 
     async def start(self, *, configured_revision: str | None) -> None:
-        """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background."""
+        """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background.
+
+        When another shard of the same graph run already waited in vain (`wait_record`), fail at once."""
+        self._raise_if_wait_failed_in_run()
         if configured_revision is not None:
             self.model_revision = configured_revision
         if configured_revision is not None:
@@ -354,6 +361,14 @@ class EndpointPool:
         self._raise_if_all_refused()
         self._task = asyncio.create_task(self._monitor(), name="endpoint-monitor")
         await self.wait_routable(started=t0)
+
+    def _raise_if_wait_failed_in_run(self) -> None:
+        record = self.wait_record
+        said = record.failed_wait() if record is not None else None
+        if record is not None and said is not None:
+            raise NoEndpointError(
+                f"{said} [this run's endpoint wait already ran out in another shard: not waited again; {record.path}]"
+            )
 
     def _raise_if_all_refused(self) -> None:
         if all(ep.refused or ep.mismatched for ep in self.endpoints):
@@ -401,11 +416,15 @@ class EndpointPool:
         while not any(ep.routable for ep in self.endpoints):
             now = time.monotonic()
             self._raise_if_all_refused()
+            self._raise_if_wait_failed_in_run()  # a shard waiting beside this one ran out: no second wait
             if now >= deadline:
-                raise NoEndpointError(
+                line = (
                     f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
                     f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}"
                 )
+                if self.wait_record is not None:
+                    self.wait_record.record(line)
+                raise NoEndpointError(line)
             if now >= next_report:
                 if now >= self._next_wait_report:  # many samples wait at once: one line for all of them
                     log.warning(

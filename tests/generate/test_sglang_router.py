@@ -202,3 +202,47 @@ def test_a_stall_through_the_router_is_retried_and_its_refused_abort_is_logged(r
     assert as_map(read_generations(tmp_path / "via")) == reference
     # the abort went out (in the background) while the retry ran: the router has no /abort_request
     assert any("/abort_request answered 404" in r.getMessage() for r in caplog.records)
+
+
+def _generation_step(instance, run_id: str) -> tuple[float, str]:
+    """(seconds from STEP_START to STEP_FAILURE, the failure's message) of a run's failed generations step."""
+    events = [e for e in instance.all_logs(run_id) if e.step_key == "generations" and e.dagster_event]
+    kinds = {e.dagster_event.event_type_value: e for e in events}
+    assert "STEP_UP_FOR_RETRY" not in kinds, [e.dagster_event.event_type_value for e in events]
+    failure = kinds["STEP_FAILURE"]
+    return failure.timestamp - kinds["STEP_START"].timestamp, failure.dagster_event.step_failure_data.error.message
+
+
+def test_no_worker_alive_one_endpoint_wait_per_graph_run_not_per_shard(router, tmp_path: Path, kimi_profile):
+    """Both workers SIGKILLed: the first shard waits its bounded wait and fails naming the router and its 500;
+    the run's other shards fail at once with the same line (a real Dagster graph run of three shards)."""
+    import dagster as dg
+    from graph_helpers import graph_resources
+
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.orchestration.run import materialize_graph
+
+    url, sims = router()
+    for s in sims:
+        s.kill()
+    wait_s = 4.0
+    data = tmp_path / "data"
+    res = graph_resources(data, kimi_profile.tokenizer, url, wait_for_endpoint_s=wait_s)
+    shards = ["0000", "0001", "0002"]
+    with dg.instance_for_test() as instance:
+        outcome = materialize_graph(defs, instance, shards=shards, resources=res)
+        assert outcome.ingest_success and [s.shard for s in outcome.shards] == shards
+        steps = [_generation_step(instance, s.run_id) for s in outcome.shards]
+    assert all(not s.success and "generations" in s.skipped_or_failed for s in outcome.shards)
+    (first_s, first), *rest = steps
+    line = first.split("NoEndpointError: ", 1)[1].strip()
+    # the router's own answer: its health check (every 60 s) has not noticed, it proxies to a dead worker
+    assert line.startswith(f"no routable SGLang endpoint after {wait_s:.0f}s"), first
+    assert url in line and "/get_model_info answered 500" in line and "call_upstream_request_error" in line, line
+    assert first_s >= wait_s, steps
+    for took, said in rest:
+        assert line in said and "not waited again" in said, said
+        assert took < wait_s / 2, steps  # no second wait
+    # the record is the run's (a new graph run waits afresh): one file, holding the line
+    [record] = list((data / "runs").glob("*/endpoint-wait.txt"))
+    assert record.read_text().strip() == line
