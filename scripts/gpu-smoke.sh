@@ -50,6 +50,7 @@ step 1
 [ -n "${EAGLE3_GPU_MODEL_PATH:-}" ] || die "EAGLE3_GPU_MODEL_PATH is not set: point it at a local folder of a small Qwen3-family reasoning model (e.g. Qwen3-0.6B or Qwen3-1.7B: config.json, *.safetensors, tokenizer files)"
 [ -f "$EAGLE3_GPU_MODEL_PATH/config.json" ] || die "EAGLE3_GPU_MODEL_PATH=$EAGLE3_GPU_MODEL_PATH has no config.json: not a model folder"
 [ -f "$EAGLE3_GPU_MODEL_PATH/tokenizer_config.json" ] || die "EAGLE3_GPU_MODEL_PATH=$EAGLE3_GPU_MODEL_PATH has no tokenizer_config.json: the pipeline tokenizes with the model's own tokenizer"
+command -v curl >/dev/null || die "curl is missing (it polls the server's /health_generate)"
 [ -x "$PROJECT_PY" ] || die "$PROJECT_PY is missing: run \`make install\` first (the pipeline runs from the project's venv)"
 say "GPU: $(head -1 <<<"$gpus")"
 
