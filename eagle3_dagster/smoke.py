@@ -3,9 +3,10 @@
     python -m eagle3_dagster.smoke DATA_DIR    # prints one JSON line
 
 Everything comes from what the pipeline wrote into the data dir: the latest snapshot's manifest.json
-(rows, the summary's finish reasons and `</think>` rate, the exports' count of rows that are not
-text-exact, the publish gate), `demo_summary.json` (each shard's failed checks and step errors) and
-the shard generations of the current cache keys (active.parquet) for the speed:
+(its rows and version, the publish gate), `demo_summary.json` (each shard's failed checks and step
+errors), every shard's generations of the current cache keys (active.parquet: `</think>` present,
+finish reasons, speed) and its training_samples (`text_exact`: the non-canonical rows), so a shard
+the gates left out of the snapshot still shows what the server did:
 
 * `output_tokens_per_s`: completion tokens over the time the client spent generating each shard (first
   request sent to last answer, from `generated_at` minus `e2e_latency`), summed over shards;
@@ -25,20 +26,19 @@ from typing import Any
 import polars as pl
 
 from .generate.active import ACTIVE_FILE, read_active_generations
-from .storage import DataPath, PathLike, as_data_path
+from .storage import DataPath, PathLike, as_data_path, read_parquet
 from .train.snapshot import read_latest, read_manifest
-
-NOT_TEXT_EXACT_EXPORT = "exports/specforge_prompts.jsonl"  # its rows_not_text_exact: the non-canonical rows
 
 
 @dataclass(frozen=True)
 class SmokeSummary:
     success: bool
     snapshot: str | None
-    rows: int  # rows of the published snapshot
-    think_end_present_rate: float | None  # share of snapshot rows whose output ids hold the profile's </think>
-    non_canonical_rate: float | None  # share of snapshot rows whose text re-encodes to other ids
-    finish_reasons: dict[str, int]
+    rows: int  # rows of the published snapshot (0: none published)
+    generated: int  # current generations of every shard (in the snapshot or not)
+    think_end_present_rate: float | None  # share of them whose output ids hold the profile's </think>
+    finish_reasons: dict[str, int]  # of them
+    non_canonical_rate: float | None  # share of every shard's training rows whose text re-encodes to other ids
     output_tokens_per_s: float | None
     ideal_tokens_per_s: float | None
     fraction_of_ideal: float | None
@@ -61,13 +61,19 @@ def _busy_s(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def generation_speed(data: DataPath) -> tuple[int, float, float]:
-    """(completion tokens, seconds generating, seconds the server was busy) over every shard's current samples."""
-    tokens, span, busy = 0, 0.0, 0.0
+def current_generations(data: DataPath) -> list[pl.DataFrame]:
+    """Every shard's generations of the current cache keys (the shards whose step wrote active.parquet)."""
+    out = []
     for folder in sorted((data / "generations").glob("shard=*")):
-        if not (folder / ACTIVE_FILE).exists():
-            continue
-        df = read_active_generations(folder).filter(pl.col("output_ids").is_not_null())
+        if (folder / ACTIVE_FILE).exists():
+            out.append(read_active_generations(folder).filter(pl.col("output_ids").is_not_null()))
+    return out
+
+
+def generation_speed(shards: list[pl.DataFrame]) -> tuple[int, float, float]:
+    """(completion tokens, seconds generating, seconds the server was busy), summed over shards."""
+    tokens, span, busy = 0, 0.0, 0.0
+    for df in shards:
         df = df.filter(pl.col("e2e_latency").is_not_null() & pl.col("generated_at").is_not_null())
         if df.height == 0:
             continue
@@ -77,6 +83,16 @@ def generation_speed(data: DataPath) -> tuple[int, float, float]:
         span += float(end.max()) - float(start.min())  # type: ignore[arg-type]
         busy += _busy_s(list(zip(start.to_list(), end.to_list(), strict=True)))
     return tokens, span, busy
+
+
+def not_text_exact(data: DataPath) -> tuple[int, int]:
+    """(training rows whose text re-encodes to other ids, training rows), over every shard."""
+    flagged = rows = 0
+    for f in sorted((data / "training_samples").glob("shard=*/part-*.parquet")):
+        col = read_parquet(f, columns=["text_exact"])["text_exact"]
+        flagged += int((col == False).sum() or 0)  # noqa: E712 - null (not judged) is not flagged
+        rows += col.len()
+    return flagged, rows
 
 
 def _failed_gates(demo: dict[str, Any], manifest: dict[str, Any] | None) -> list[str]:
@@ -92,27 +108,34 @@ def _failed_gates(demo: dict[str, Any], manifest: dict[str, Any] | None) -> list
     return out
 
 
-def smoke_summary(data_dir: PathLike) -> SmokeSummary:
-    """What one demo run against a real server gave: see the module docstring for each field."""
+def smoke_summary(data_dir: PathLike, think_end_id: int) -> SmokeSummary:
+    """What one demo run against a real server gave (`think_end_id`: the profile's `</think>`); see the module
+    docstring for each field."""
     data = as_data_path(data_dir)
     demo_file = data / "demo_summary.json"
-    demo = json.loads(demo_file.read_text()) if demo_file.exists() else {"errors": ["no demo_summary.json"]}
+    demo = json.loads(demo_file.read_text()) if demo_file.exists() else {}
     version = read_latest(data / "snapshots")
     manifest = read_manifest(data / "snapshots", version)
-    rows = int((manifest or {}).get("rows") or 0)
-    summary = (manifest or {}).get("summary") or {}
-    flagged = ((manifest or {}).get("exports") or {}).get(NOT_TEXT_EXACT_EXPORT, {}).get("rows_not_text_exact")
-    tokens, span, busy = generation_speed(data)
+    shards = current_generations(data)
+    gens = (
+        pl.concat(shards)
+        if shards
+        else pl.DataFrame(schema={"output_ids": pl.List(pl.Int32), "finish_reason": pl.String})
+    )
+    with_think_end = int(gens["output_ids"].list.contains(think_end_id).sum()) if gens.height else 0
+    flagged, train_rows = not_text_exact(data)
+    tokens, span, busy = generation_speed(shards)
     failed = _failed_gates(demo, manifest)
     if not demo_file.exists():
         failed.append("no demo_summary.json: the demo did not finish")
     return SmokeSummary(
         success=bool(demo.get("success")) and manifest is not None and not failed,
         snapshot=version,
-        rows=rows,
-        think_end_present_rate=summary.get("think_end_rate"),
-        non_canonical_rate=round(flagged / rows, 6) if rows and flagged is not None else None,
-        finish_reasons=dict(summary.get("finish_reasons") or {}),
+        rows=int((manifest or {}).get("rows") or 0),
+        generated=gens.height,
+        think_end_present_rate=round(with_think_end / gens.height, 6) if gens.height else None,
+        finish_reasons={str(k): int(v) for k, v in gens["finish_reason"].value_counts().iter_rows()},
+        non_canonical_rate=round(flagged / train_rows, 6) if train_rows else None,
         output_tokens_per_s=round(tokens / span, 1) if span > 0 else None,
         ideal_tokens_per_s=round(tokens / busy, 1) if busy > 0 else None,
         fraction_of_ideal=round(busy / span, 4) if span > 0 else None,
@@ -124,7 +147,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m eagle3_dagster.smoke DATA_DIR", file=sys.stderr)
         return 2
-    print(smoke_summary(argv[0]).json_line(), flush=True)
+    from .config import settings
+    from .profiles import resolve_profile
+
+    s = settings()  # EAGLE3_MODEL / EAGLE3_ASSETS_DIR: the profile the demo ran with
+    profile = resolve_profile(s.model, s.assets_dir / "models")
+    print(smoke_summary(argv[0], profile.think_end_id).json_line(), flush=True)
     return 0
 
 

@@ -86,7 +86,7 @@ env DAGSTER_HOME="$WORK/home" EAGLE3_DATA_DIR="$WORK/data" EAGLE3_SGLANG_URL="$u
 say "eagle3 demo exited $demo_rc after ${SECONDS}s (log: $WORK/demo.log)"
 
 step 5
-"$PROJECT_PY" -m eagle3_dagster.smoke "$WORK/data"
+EAGLE3_MODEL=qwen3 EAGLE3_TOKENIZER="$EAGLE3_GPU_MODEL_PATH" HF_HUB_OFFLINE=1 "$PROJECT_PY" -m eagle3_dagster.smoke "$WORK/data"
 
 step 6
 stop_server

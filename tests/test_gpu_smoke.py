@@ -92,14 +92,14 @@ def _demo(tmp_path: Path, *sim_args: str, shards: str) -> Path:
 @pytest.mark.integration
 def test_the_summary_of_a_demo_run_is_what_its_tables_hold(tmp_path: Path):
     data = _demo(tmp_path, "--noncanonical-rate", "0.5", "--token-latency-ms", "1", shards="0000,0001")
-    s = smoke_summary(data)
+    s = smoke_summary(data, QWEN_THINK_END)
     assert json.loads(s.json_line()) == json.loads(json.dumps(s.__dict__))  # one JSON object, every field
     assert "\n" not in s.json_line()
     # the figures, recomputed from the tables the run wrote
     train = pl.concat([pl.read_parquet(f) for f in sorted((data / "training_samples").glob("shard=*/part-*.parquet"))])
     gens = pl.concat([read_active_generations(d) for d in sorted((data / "generations").glob("shard=*"))])
     assert s.success and s.failed_gates == [] and s.snapshot is not None, s
-    assert s.rows == train.height == gens.height > 10
+    assert s.rows == s.generated == train.height == gens.height > 10
     assert s.finish_reasons == dict(gens["finish_reason"].value_counts().iter_rows())
     with_think_end = sum(QWEN_THINK_END in ids for ids in gens["output_ids"].to_list())
     assert s.think_end_present_rate == pytest.approx(with_think_end / gens.height)
@@ -114,6 +114,7 @@ def test_the_summary_of_a_demo_run_is_what_its_tables_hold(tmp_path: Path):
 def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
     """A server that drops </think> (the bug this product exists to catch): the JSON line says so."""
     data = _demo(tmp_path, "--mode", "drop-think-end", shards="0000")
-    s = smoke_summary(data)
+    s = smoke_summary(data, QWEN_THINK_END)
     assert isinstance(s, SmokeSummary) and not s.success, s
+    assert s.generated > 0 and s.think_end_present_rate == 0.0  # counted over the generations, published or not
     assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
