@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate.active import read_active_generations
+from eagle3_dagster.sim.process import free_port
 from eagle3_dagster.smoke import SmokeSummary, smoke_summary
 
 SCRIPT = PROJECT_ROOT / "scripts" / "gpu-smoke.sh"
@@ -118,3 +120,54 @@ def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
     assert isinstance(s, SmokeSummary) and not s.success, s
     assert s.generated > 0 and s.think_end_present_rate == 0.0  # counted over the generations, published or not
     assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
+
+
+@pytest.mark.integration
+def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
+    """Steps 3-6 of the script for real (server start, readiness wait, the demo, the JSON line, the stop), with a
+    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile)."""
+    fake_smi = tmp_path / "nvidia-smi"
+    fake_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
+    model = tmp_path / "Qwen3-stand-in"
+    model.mkdir()
+    for f in QWEN_TOKENIZER.iterdir():
+        (model / f.name).symlink_to(f)
+    (model / "config.json").write_text('{"architectures": ["Qwen3ForCausalLM"]}')
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    sim = Path(sys.executable).parent / "eagle3-sim"
+    (venv_bin / "python").write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1 $2" in\n'
+        '  "-m pip") exit 0 ;;\n'  # the install: nothing to do
+        '  "-c import sys, torch"*) exit 0 ;;\n'  # torch.cuda.is_available()
+        '  "-m sglang.launch_server")\n'
+        "    shift 2; while [ $# -gt 0 ]; do case $1 in --model-path) m=$2;; --host) h=$2;; --port) p=$2;; esac; shift; done\n"
+        f'    exec {sim} --model qwen3 --tokenizer "$m" --host "$h" --port "$p" --log-level WARNING ;;\n'
+        "esac\n"
+        "exit 9\n"
+    )
+    for f in (fake_smi, venv_bin / "python"):
+        f.chmod(0o755)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
+    env.update(
+        NVIDIA_SMI=str(fake_smi),
+        EAGLE3_GPU_MODEL_PATH=str(model),
+        GPU_VENV=str(tmp_path / "venv"),
+        GPU_SMOKE_WORK=str(tmp_path / "work"),
+        GPU_SMOKE_PORT=str(port),
+        GPU_SMOKE_BUDGET_S="400",
+        PROJECT_PY=sys.executable,
+    )
+    r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
+    assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
+    [line] = r.stdout.splitlines()
+    summary = json.loads(line)
+    assert summary["success"] and summary["failed_gates"] == [] and summary["rows"] == summary["generated"] > 10
+    assert summary["think_end_present_rate"] == 1.0 and summary["finish_reasons"]
+    said = [ln for ln in r.stderr.splitlines() if " step " in ln]
+    assert [ln.split("step ", 1)[1].split(":", 1)[0] for ln in said] == [f"{i}/6" for i in range(1, 7)], said
+    # the server is stopped: nothing answers on its port any more
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
