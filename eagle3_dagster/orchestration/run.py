@@ -36,11 +36,14 @@ PID_STARTED_TAG = "eagle3/pid_started"
 # shards' generation steps share one endpoint wait through it (generate/run_wait.py).
 GRAPH_RUN_TAG = "eagle3/graph_run"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on every run of a backfill
+PARENT_RUN_TAG = "dagster/parent_run_id"  # set on a re-execution (which inherits its parent's tags)
 
 
 def graph_run_key(tags: Mapping[str, str], run_id: str) -> str:
     """Which shards share one endpoint wait: those of one materialize_graph call, else of one backfill, else
-    of one Dagster run."""
+    of one Dagster run. A re-execution (someone fixed the fleet and retries) waits on its own."""
+    if PARENT_RUN_TAG in tags:
+        return run_id
     return tags.get(GRAPH_RUN_TAG) or tags.get(BACKFILL_TAG) or run_id
 
 

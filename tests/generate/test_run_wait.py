@@ -32,6 +32,8 @@ def test_graph_run_key_groups_a_graph_run_then_a_backfill_then_one_run():
     assert graph_run_key({GRAPH_RUN_TAG: "g1", "dagster/backfill": "b1"}, "r1") == "g1"
     assert graph_run_key({"dagster/backfill": "b1"}, "r1") == "b1"
     assert graph_run_key({}, "r1") == "r1"
+    # a re-execution inherits its parent's tags, yet is a new attempt: it waits on its own
+    assert graph_run_key({GRAPH_RUN_TAG: "g1", "dagster/parent_run_id": "r0"}, "r2") == "r2"
 
 
 async def _pool_start(url: str, record: EndpointWaitRecord, wait_s: float) -> tuple[float, str]:
