@@ -55,7 +55,8 @@ class GenerationConfig:
     probe_interval_s: float = 1.0  # how often unroutable / circuit-open endpoints are probed back in
     breaker_threshold: int = 5  # consecutive transport/5xx failures that take an endpoint out
     breaker_cooldown_s: float = 1.0  # first open period; doubles on each re-open up to backoff_max_s
-    # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it):
+    # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it; with
+    # `endpoint_wait`, one per graph run):
     # every endpoint's state is logged at once and every 25 s, then the step fails naming them all.
     wait_for_endpoint_s: float = 600.0
     # Streaming (SSE): silence between chunks longer than stall_timeout_s means the request is stuck
