@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE ?= 1
 endif
 
 .PHONY: install instance services demo test test-fast lint ruff typecheck format-check format constraints ui \
-	check-defs bench backfill clean docs
+	check-defs bench backfill clean docs gpu-smoke
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
 # SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports) and the real sglang-router
@@ -119,6 +119,11 @@ backfill: instance
 	for s in $$(seq 0 $$(( $${EAGLE3_N_SHARDS:-4} - 1 ))); do \
 	  $(VENV)/bin/dg launch --job shard_pipeline --partition $$(printf %04d $$s) || exit 1; done
 	$(VENV)/bin/dg launch --assets training_dataset
+
+# The GPU lane (docs/real-sglang.md): a real SGLang server (its own venv) with the local Qwen3-family model at
+# EAGLE3_GPU_MODEL_PATH, the demo through it, one JSON line. Without a CUDA GPU: one line, exit 0.
+gpu-smoke: $(STAMP)
+	bash scripts/gpu-smoke.sh
 
 bench: $(STAMP)
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -97,10 +97,11 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
         "EAGLE3_ENDPOINT_WAIT_S",
         "endpoint_wait_s",
         "`600`",
-        "how long a `generations` step waits for a routable endpoint — once per step (no step retry repeats "
-        "it); every endpoint and its state (`connection refused`, `not an SGLang server: /model_info answered "
-        "text/html`, `/health 503`, `router has no ready worker`) is logged at once and every 25 s, then the "
-        "step fails naming them all",
+        "how long the `generations` steps wait for a routable endpoint — once per graph run (a demo, a "
+        "nightly, a backfill): when it runs out in one shard, the run's other shards fail at once with the same "
+        "line (generate/run_wait.py); every endpoint and its state (`connection refused`, `not an SGLang "
+        "server: /model_info answered text/html`, `/health 503`, `router has no ready worker`) is logged at "
+        "once and every 25 s, then the step fails naming them all",
         "`sglang.wait_for_endpoint_s`",
         default_from="wait_for_endpoint_s",
     ),

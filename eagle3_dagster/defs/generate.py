@@ -35,11 +35,13 @@ from ..generate.multiturn import (
     write_turns_summary,
 )
 from ..generate.report import progress_line, result_line
+from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
 from ..orchestration.gates import HeadlineCheck, gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
+from ..orchestration.run import graph_run_key
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
@@ -144,7 +146,9 @@ def generations(
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
     run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
     config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
-        compact_after_chunks=compact_after_chunks_from_env()  # None (EAGLE3_..._CHUNKS=0): never compact
+        compact_after_chunks=compact_after_chunks_from_env(),  # None (EAGLE3_..._CHUNKS=0): never compact
+        # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
+        endpoint_wait=endpoint_wait_record(pipeline.work_path, graph_run_key(context.run.tags, context.run_id)),
     )
     out = shard_dir(data, "generations", shard)
     key = f"{shard:04d}"

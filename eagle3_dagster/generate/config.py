@@ -15,6 +15,7 @@ from typing import Any
 from ..profiles import ModelProfile
 from ..secret import Secret
 from ..urls import parse_endpoint_urls
+from .run_wait import EndpointWaitRecord
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,8 @@ class GenerationConfig:
     probe_interval_s: float = 1.0  # how often unroutable / circuit-open endpoints are probed back in
     breaker_threshold: int = 5  # consecutive transport/5xx failures that take an endpoint out
     breaker_cooldown_s: float = 1.0  # first open period; doubles on each re-open up to backoff_max_s
-    # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it):
+    # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it; with
+    # `endpoint_wait`, one per graph run):
     # every endpoint's state is logged at once and every 25 s, then the step fails naming them all.
     wait_for_endpoint_s: float = 600.0
     # Streaming (SSE): silence between chunks longer than stall_timeout_s means the request is stuck
@@ -75,6 +77,9 @@ class GenerationConfig:
     # After a successful run with more than this many chunk files in the shard folder, merge them into
     # one (store.ShardStore.compact; crash-safe). None: never compact.
     compact_after_chunks: int | None = 8
+    # The graph run's shared endpoint wait (run_wait.py): when one shard's wait ran out, the run's other
+    # shards fail at once with its line. None: each shard waits on its own (a plain generate_shard call).
+    endpoint_wait: EndpointWaitRecord | None = field(default=None, compare=False)
     api_key: Secret | None = field(default=None, repr=False, compare=False)  # Bearer key; None: no Authorization
 
     def __post_init__(self) -> None:

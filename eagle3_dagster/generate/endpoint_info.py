@@ -203,6 +203,17 @@ def max_running_of(info: dict[str, Any]) -> int | None:
     return None
 
 
+def router_window(per_worker: list[int | None]) -> int | None:
+    """The in-flight window of a router's workers: each reachable worker's max_running_requests, and a worker
+    the client cannot ask (dead, or on another network) counted with the mean of the reachable ones, rounded
+    up (one unreachable worker of two must not halve the window). None when no worker told its capacity."""
+    known = [v for v in per_worker if v]
+    if not known:
+        return None
+    unknown = len(per_worker) - len(known)
+    return sum(known) + -(-sum(known) * unknown // len(known))
+
+
 _TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval"})
 
 

@@ -47,8 +47,10 @@ from .endpoint_info import (
     model_revision_of,
     parse_version,
     preferred_params_of,
+    router_window,
     stream_mode_of,
 )
+from .run_wait import EndpointWaitRecord
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,9 @@ class EndpointPool:
         first_report_s: float = 5.0,
         allow_old_server: bool = False,
         sent_sampling_keys: frozenset[str] | None = None,
+        wait_record: EndpointWaitRecord | None = None,
     ) -> None:
+        self.wait_record = wait_record  # the graph run's one endpoint wait (run_wait.py); None: this pool's own
         self.report_every_s = report_every_s
         self.first_report_s = first_report_s
         self.allow_old_server = allow_old_server
@@ -153,7 +157,8 @@ class EndpointPool:
                     ep.kind = "router"
                     if r.status_code == 503:
                         ep.health_503 += 1
-                        ep.state = "router has no ready worker (/readiness 503)"
+                        said = " ".join(r.text.split())[:200]  # 0.3.2: {"status":"not ready","reason":...}
+                        ep.state = "router has no ready worker (/readiness 503)" + (f": {said}" if said else "")
                         return False
                     return True
                 if ep.kind == "router":
@@ -201,6 +206,8 @@ class EndpointPool:
         info, why = await self._get_json_why(ep, "/model_info")
         if info is None:
             info, why2 = await self._get_json_why(ep, "/get_model_info")
+            if info is None and ep.kind == "router" and why2.startswith("/get_model_info answered 5"):
+                info = await self._model_info_from_a_live_worker(ep, why2)
             if info is None:
                 # A router has no /model_info (404): what its /get_model_info said is the news.
                 use_why2 = why2.startswith("not an SGLang") or why.startswith("/model_info answered 404")
@@ -222,6 +229,29 @@ class EndpointPool:
             await self._check_router_workers(ep)
         self._check_preferred(ep)
         return not ep.mismatched and not ep.refused
+
+    async def _model_info_from_a_live_worker(self, ep: Endpoint, why: str) -> dict[str, Any] | None:
+        """A router whose /get_model_info fails (0.3.2 sends it to its first worker, dead or not, until its
+        health check marks that one unhealthy): the model info of the first worker in /workers that answers
+        /model_info itself. None when no listed worker is reachable from here (then the router's words stand)."""
+        data = await self._get_json(ep, "/workers")
+        workers = data.get("workers") if data is not None else None
+        for w in workers if isinstance(workers, list) else []:
+            wurl = str(w.get("url") or "").rstrip("/") if isinstance(w, dict) else ""
+            if not wurl or (isinstance(w, dict) and w.get("is_healthy") is False):
+                continue
+            info = await self._get_json(Endpoint(url=wurl, name=display_url(wurl)), "/model_info")
+            if info is not None:
+                log.warning(
+                    "router %s: %s; read what it serves from its worker %s directly (the router's health check "
+                    "has not taken the failing worker out yet: --health-check-interval-secs, "
+                    "--health-failure-threshold)",
+                    ep.name,
+                    why,
+                    display_url(wurl),
+                )
+                return info
+        return None
 
     def _note_server_info(self, ep: Endpoint) -> None:
         info = ep.server_info
@@ -270,7 +300,7 @@ class EndpointPool:
             )
             ep.worker_window = None
             return
-        window = 0
+        capacities: list[int | None] = []  # per worker: its max_running_requests (None: not reachable / said)
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
         for w in workers:
             wurl = str(w.get("url") or "").rstrip("/")
@@ -305,12 +335,21 @@ class EndpointPool:
                     display_url(wurl) or "?",
                     w.get("model_id") or "no model id",
                 )
-            window += max_running_of(winfo or ep.server_info) or 0
+            capacities.append(max_running_of(winfo) if winfo is not None else None)
             modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
-        ep.worker_window = window or None
+        # a worker not reachable from here counts with the mean of the reachable ones; none reachable: the
+        # router's own /get_server_info, if it says (0.3.2's stub does not), for every worker
+        ep.worker_window = router_window(capacities) or router_window([max_running_of(ep.server_info)] * len(workers))
         self._note_router_stream_mode(ep, modes)
+        guessed = sum(1 for c in capacities if not c)
         log.info(
-            "router %s: %d worker(s), max_running_requests %s in total", ep.name, len(workers), window or "unknown"
+            "router %s: %d worker(s), max_running_requests %s in total%s",
+            ep.name,
+            len(workers),
+            ep.worker_window or "unknown",
+            f" ({guessed} not reachable from here, counted with the mean of the others)"
+            if guessed and ep.worker_window and guessed < len(workers)
+            else "",
         )
 
     def _note_router_stream_mode(self, ep: Endpoint, modes: dict[str, bool | None]) -> None:
@@ -333,7 +372,10 @@ class EndpointPool:
         )
 
     async def start(self, *, configured_revision: str | None) -> None:
-        """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background."""
+        """Probe every endpoint, wait (bounded) until one is routable, then keep probing in the background.
+
+        When another shard of the same graph run already waited in vain (`wait_record`), fail at once."""
+        self._raise_if_wait_failed_in_run()
         if configured_revision is not None:
             self.model_revision = configured_revision
         if configured_revision is not None:
@@ -354,6 +396,14 @@ class EndpointPool:
         self._raise_if_all_refused()
         self._task = asyncio.create_task(self._monitor(), name="endpoint-monitor")
         await self.wait_routable(started=t0)
+
+    def _raise_if_wait_failed_in_run(self) -> None:
+        record = self.wait_record
+        said = record.failed_wait() if record is not None else None
+        if record is not None and said is not None:
+            raise NoEndpointError(
+                f"{said} [this run's endpoint wait already ran out in another shard: not waited again; {record.path}]"
+            )
 
     def _raise_if_all_refused(self) -> None:
         if all(ep.refused or ep.mismatched for ep in self.endpoints):
@@ -401,11 +451,15 @@ class EndpointPool:
         while not any(ep.routable for ep in self.endpoints):
             now = time.monotonic()
             self._raise_if_all_refused()
+            self._raise_if_wait_failed_in_run()  # a shard waiting beside this one ran out: no second wait
             if now >= deadline:
-                raise NoEndpointError(
+                line = (
                     f"no routable SGLang endpoint after {self.wait_for_endpoint_s:.0f}s "
                     f"(EAGLE3_ENDPOINT_WAIT_S): {self.describe()}"
                 )
+                if self.wait_record is not None:
+                    self.wait_record.record(line)
+                raise NoEndpointError(line)
             if now >= next_report:
                 if now >= self._next_wait_report:  # many samples wait at once: one line for all of them
                     log.warning(

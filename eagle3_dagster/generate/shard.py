@@ -181,6 +181,7 @@ async def _generate_shard(
         cooldown_max_s=max(config.backoff_max_s, config.breaker_cooldown_s),
         allow_old_server=config.allow_old_server,
         sent_sampling_keys=frozenset(sp),
+        wait_record=config.endpoint_wait,
     )
     api_key = headers.get("Authorization", "").removeprefix("Bearer ")
     in_flight: dict[str, str] = {}  # rid -> endpoint URL: aborted best effort when the run is stopped

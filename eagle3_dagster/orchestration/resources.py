@@ -88,7 +88,8 @@ class SGLangFleet(dg.ConfigurableResource):
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
     read_timeout_s: float | None = None
     max_retries: int | None = None  # per request, on 5xx/reset/timeout (default 6)
-    # One bounded wait for a routable endpoint per step (default EAGLE3_ENDPOINT_WAIT_S, else 600 s).
+    # One bounded wait for a routable endpoint per graph run, not per shard (generate/run_wait.py; default
+    # EAGLE3_ENDPOINT_WAIT_S, else 600 s).
     wait_for_endpoint_s: float | None = None
     stream: bool | None = None  # SSE with stall detection (default EAGLE3_STREAM, else on)
     stall_timeout_s: float | None = None  # silence between chunks = stall (default EAGLE3_STALL_TIMEOUT_S, else 300)

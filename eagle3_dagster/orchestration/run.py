@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,19 @@ QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 HOST_TAG = "eagle3/host"
 PID_TAG = "eagle3/pid"
 PID_STARTED_TAG = "eagle3/pid_started"
+# Every run of one materialize_graph call (ingest, each shard, publish) carries the same value: the
+# shards' generation steps share one endpoint wait through it (generate/run_wait.py).
+GRAPH_RUN_TAG = "eagle3/graph_run"
+BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on every run of a backfill
+PARENT_RUN_TAG = "dagster/parent_run_id"  # set on a re-execution (which inherits its parent's tags)
+
+
+def graph_run_key(tags: Mapping[str, str], run_id: str) -> str:
+    """Which shards share one endpoint wait: those of one materialize_graph call, else of one backfill, else
+    of one Dagster run. A re-execution (someone fixed the fleet and retries) waits on its own."""
+    if PARENT_RUN_TAG in tags:
+        return run_id
+    return tags.get(GRAPH_RUN_TAG) or tags.get(BACKFILL_TAG) or run_id
 
 
 def owner_tags() -> dict[str, str]:
@@ -215,7 +229,7 @@ def materialize_graph(
     res = dict(defs.resources or {})
     res.update(resources or {})
     reaped = reap_dead_runs(instance)
-    tags = owner_tags()
+    tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
     ingest_ok, ingest_run = True, ""
     if run_ingest:
         r = dg.materialize(

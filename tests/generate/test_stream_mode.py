@@ -1,11 +1,11 @@
-"""Telling cumulative from delta stream chunks when the server does not say its mode (client._stream_is_delta)."""
+"""Telling cumulative from delta stream chunks (client._stream_is_delta), and what a router's workers report."""
 
 from __future__ import annotations
 
 import pytest
 
 from eagle3_dagster.generate.client import _Final, _stream_is_delta
-from eagle3_dagster.generate.endpoint_info import Endpoint, stream_mode_of
+from eagle3_dagster.generate.endpoint_info import Endpoint, router_window, stream_mode_of
 
 EP = Endpoint(url="http://127.0.0.1:1", name="router")
 
@@ -45,3 +45,18 @@ def test_server_info_flag_names_of_both_versions_and_the_router_stub():
     assert stream_mode_of({"incremental_streaming_output": True}) is True
     assert stream_mode_of({"stream_output": False}) is False  # 0.5.9's name
     assert stream_mode_of({"router_manager": True, "routers_count": 1, "workers_count": 2}) is None
+
+
+@pytest.mark.parametrize(
+    ("per_worker", "window"),
+    [
+        ([64, 64], 128),
+        ([64, None], 128),  # one dead worker of two: counted with the reachable one's 64, not 0
+        ([64, 32, None], 144),  # the mean of 64 and 32
+        ([10, 11, None], 32),  # 21 + ceil(10.5)
+        ([None, None], None),  # nobody said: the caller needs max_in_flight
+        ([], None),
+    ],
+)
+def test_a_routers_window_counts_unreachable_workers_with_the_mean_of_the_reachable(per_worker, window):
+    assert router_window(per_worker) == window
