@@ -26,6 +26,7 @@ every `sglang*` entry is taken out of sys.modules again afterwards.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
@@ -123,7 +124,9 @@ def _compile_defs(path: Path, names: set[str], provided: dict[str, Any] | None =
     return ns
 
 
+@functools.cache
 def load() -> SGLangSource:
+    """The SGLang parts (once per process); raises RuntimeError with unavailable_reason() when they cannot load."""
     reason = unavailable_reason()
     if reason is not None:
         raise RuntimeError(reason)
