@@ -166,12 +166,10 @@ class Engine:
                     slot_t0 = time.monotonic()
             if not holding:
                 pr.queued_abort = True
-                pr.finish_reason = {
-                    "type": "abort",
-                    "message": "Abort in waiting queue",
-                    "status_code": None,
-                    "err_type": None,
-                }
+                # 0.5.23 TokenizerManager._handle_abort_req: its own two-key literal, not FINISH_ABORT's four
+                pr.finish_reason = {"type": "abort", "message": "Abort in waiting queue"}
+                if sim.version != P.V0_5_23:
+                    pr.finish_reason.update(status_code=None, err_type=None)
                 return pr
             st.status = "running"
             pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
@@ -253,11 +251,15 @@ class Engine:
         if not pr.queued_abort:
             m["prompt_tokens"] = len(pr.item.input_ids)
         m["weight_version"] = sim.fleet.weight_version
-        m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
+        # 0.5.23: a request aborted in the waiting queue is answered by _handle_abort_req, whose meta_info is
+        # id, finish_reason, weight_version, e2e_latency, completion_tokens (tests/generate/test_sglang_responses.py)
+        queued_0523 = pr.queued_abort and sim.version == P.V0_5_23
+        if not queued_0523:
+            m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
         m["completion_tokens"] = len(pr.produced)
         if not pr.queued_abort:
             m["cached_tokens"] = pr.cached
-        if sim.version == P.V0_5_23:
+        if sim.version == P.V0_5_23 and not queued_0523:
             m["reasoning_tokens"] = self.reasoning_tokens(pr.produced) if sim.reasoning_parser else 0
         if pr.item.return_logprob:
             m["input_token_logprobs"] = []
