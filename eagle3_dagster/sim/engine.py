@@ -113,6 +113,12 @@ class Progress:
     first_sent: bool = False
     sent_ids: int = 0
     sent_text: str = ""
+    sent_produced: int = 0  # tokens already streamed (incremental mode slices the per-token meta_info lists)
+
+
+# SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
+# --incremental-streaming-output each chunk carries only the new tokens' entries.
+INCREMENTAL_META_KEYS = ("output_token_logprobs", "output_top_logprobs")
 
 
 def _logprob(tok_id: int, pos: int) -> float:
@@ -245,7 +251,8 @@ class Engine:
         stop_str = pr.plan.stop_str if (final and pr.plan) else None
         return P.render_text(self.sim.model, pr.produced, trim, s, stop_str)
 
-    def meta(self, pr: Progress, final: bool, stream: bool) -> dict[str, Any]:
+    def meta(self, pr: Progress, final: bool, stream: bool, since: int = 0) -> dict[str, Any]:
+        """`meta_info` as SGLang 0.5.23 builds it; `since`: the per-token lists start at that token (deltas)."""
         sim = self.sim
         m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
         if not pr.queued_abort:
@@ -264,7 +271,11 @@ class Engine:
         if pr.item.return_logprob:
             m["input_token_logprobs"] = []
             m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
+            if sim.version == P.V0_5_23:
+                m["output_token_logprobs_length"] = len(pr.produced)
             if pr.item.top_logprobs_num:
+                if sim.version == P.V0_5_23:
+                    m["input_top_logprobs"] = []
                 m["output_top_logprobs"] = [
                     [[_logprob(t, i), t, None]]
                     + [
@@ -273,6 +284,9 @@ class Engine:
                     ]
                     for i, t in enumerate(pr.produced)
                 ]
+            for k in INCREMENTAL_META_KEYS if since else ():
+                if k in m:
+                    m[k] = m[k][since:]
         if final:
             m["e2e_latency"] = time.time() - pr.started
         if (final and not stream) or (stream and not pr.first_sent):

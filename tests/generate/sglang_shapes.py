@@ -10,6 +10,8 @@ Parsed (ast) from the installed sglang package, not written down from memory:
 - `_handle_abort_req`: the answer to a request aborted in the waiting queue (its own meta_info and
   finish_reason literals);
 - every `meta_info["..."] =` key anywhere in tokenizer_manager.py (optional keys: logprobs, spec, dp_rank...);
+- `add_logprob_to_meta_info`: the keys return_logprob always adds, those top_logprobs_num > 0 adds, and
+  `_INCREMENTAL_STREAMING_META_INFO_KEYS` (the per-token lists an incremental chunk carries for its tokens only);
 - `schedule_batch.py`: each finish reason's `to_json()` literal ({"type": "stop", "matched"}, ...);
 - `entrypoints/http_server.py` `serve_generate_request`: the in-stream `{"error": {...}}` chunk.
 """
@@ -91,6 +93,9 @@ class ResponseShapes:
     stream_error: frozenset[str]  # keys of the in-stream {"error": {...}}
     incremental_text_is_delta: bool
     incremental_ids_are_delta: bool
+    logprob_always: frozenset[str]  # return_logprob: always added (add_logprob_to_meta_info, unconditional)
+    logprob_top: frozenset[str]  # added when top_logprobs_num > 0
+    incremental_keys: frozenset[str]  # per-token lists sliced to the chunk's tokens in incremental streams
 
 
 def derive(read: Any) -> ResponseShapes:
@@ -134,6 +139,17 @@ def derive(read: Any) -> ResponseShapes:
 
     optional = _subscript_keys(tm, "meta_info")
 
+    lp = _function(tm, "add_logprob_to_meta_info")
+    lp_always = set().union(*(_subscript_keys(st, "meta_info") for st in lp.body if not isinstance(st, ast.If)))
+    lp_top = set().union(*(_subscript_keys(b, "meta_info") for b in _under_if(lp, "top_logprobs_num > 0")))
+    inc_keys = next(
+        {e.value for e in n.value.elts if isinstance(e, ast.Constant)}
+        for n in tm.body
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "_INCREMENTAL_STREAMING_META_INFO_KEYS" for t in n.targets)
+        and isinstance(n.value, ast.Tuple)
+    )
+
     sb = ast.parse(read("srt/managers/schedule_batch.py"))
     forms: dict[str, frozenset[str]] = {}
     for cls in (n for n in sb.body if isinstance(n, ast.ClassDef)):
@@ -171,4 +187,7 @@ def derive(read: Any) -> ResponseShapes:
         stream_error=frozenset(_keys(err)),
         incremental_text_is_delta=inc_text_delta,
         incremental_ids_are_delta=ids_delta,
+        logprob_always=frozenset(lp_always),
+        logprob_top=frozenset(lp_top),
+        incremental_keys=frozenset(inc_keys),
     )

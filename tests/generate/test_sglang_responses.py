@@ -155,6 +155,40 @@ def test_sim_answers_have_sglangs_shapes(src, shapes, start_sim, kimi_profile, i
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("incremental", [False, True], ids=["cumulative", "incremental"])
+def test_logprob_answers_have_sglangs_shapes(src, shapes, start_sim, kimi_profile, incremental: bool) -> None:
+    """The client asks for no logprobs; the simulator serves them (a user may), so their shape is checked too:
+    the keys add_logprob_to_meta_info sets, and the per-token lists of an incremental chunk cover its tokens."""
+    sim = start_sim(*(["--incremental-streaming-output"] if incremental else []), "--stream-interval", "4")
+    body = {**generate_body(PROMPTS[0], _sampling(kimi_profile), "lp-0"), "return_logprob": True, "top_logprobs_num": 2}
+    ans = asyncio.run(_post(sim.url, body)).json()
+    check_answer(src, shapes, ans, "lp-0", PROMPTS[0])
+    meta = ans["meta_info"]
+    assert shapes.logprob_always | shapes.logprob_top <= set(meta), sorted(meta)
+    n = len(ans["output_ids"])
+    assert meta["output_token_logprobs_length"] == n
+    per_token = sorted(shapes.incremental_keys & set(meta))
+    assert per_token and all(len(meta[k]) == n for k in per_token)
+    r = asyncio.run(_post(sim.url, {**stream_body(body, 4), "rid": "lp-1"}))
+    joined: dict[str, list[Any]] = {k: [] for k in per_token}
+    chunks = _sse(r.text)
+    _stream_of(src, shapes, r.text, incremental=incremental, rids=["lp-1"])  # the usual chunk checks
+    seen = 0
+    for chunk in chunks:
+        m = chunk["meta_info"]
+        if incremental:
+            for k in per_token:
+                assert len(m[k]) == len(chunk["output_ids"]), f"{k} is not sliced to the chunk's tokens"
+                joined[k] += m[k]
+        else:
+            assert all(len(m[k]) == m["completion_tokens"] for k in per_token)
+            joined = {k: m[k] for k in per_token}
+        assert m["output_token_logprobs_length"] == m["completion_tokens"] >= seen
+        seen = m["completion_tokens"]
+    assert joined == {k: meta[k] for k in per_token}
+
+
+@pytest.mark.integration
 def test_abort_answers_have_sglangs_shapes(src, shapes, start_sim, kimi_profile) -> None:
     """A running request aborted (FINISH_ABORT().to_json()) and one aborted in the waiting queue
     (tokenizer_manager._handle_abort_req: its own, shorter meta_info and finish_reason)."""
