@@ -114,6 +114,8 @@ class Progress:
     sent_ids: int = 0
     sent_text: str = ""
     sent_produced: int = 0  # tokens already streamed (incremental mode slices the per-token meta_info lists)
+    # (weight_version, first token generated under it): SGLang 0.5.23's meta_info.weight_versions spans
+    versions: list[tuple[str, int]] = field(default_factory=list)
 
 
 # SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
@@ -188,6 +190,7 @@ class Engine:
                 mode=sim.faults.mode,
             )
             sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
+            pr.versions = [(sim.fleet.weight_version, 0)]
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
             pr.plan = plan
@@ -211,6 +214,8 @@ class Engine:
                     if lat > 0:  # tokens decoded by now, not the whole step
                         k = max(k, min(nk, int((loop.time() - start) / lat)))
                     break
+                if sim.fleet.weight_version != pr.versions[-1][0]:  # weights updated in place mid-request
+                    pr.versions.append((sim.fleet.weight_version, k))
                 k = nk
                 pr.produced = plan.output_ids[:k]
                 if k < total and on_chunk is not None:
@@ -289,9 +294,25 @@ class Engine:
                     m[k] = m[k][since:]
         if final:
             m["e2e_latency"] = time.time() - pr.started
+            if sim.version == P.V0_5_23:
+                # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
+                m["weight_versions"] = self.weight_version_spans(pr)
+                m["weight_version"] = m["weight_versions"][-1]["version"]
         if (final and not stream) or (stream and not pr.first_sent):
             m["response_sent_to_client_ts"] = time.time()
         return m
+
+    def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
+        """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +
+        add_weight_versions_to_meta_info report them on a finished output (a queued abort: one empty span)."""
+        n = len(pr.produced)
+        marks = pr.versions or [(self.sim.fleet.weight_version, 0)]
+        ends = [min(m[1], n) for m in marks[1:]] + [n]
+        return [
+            {"version": v, "start": start, "end": end}
+            for (v, start), end in zip(marks, ends)
+            if start < n or start == 0
+        ]
 
     def reasoning_tokens(self, ids: Sequence[int]) -> int:
         te = self.sim.profile.think_end_id

@@ -6,6 +6,8 @@ Parsed (ast) from the installed sglang package, not written down from memory:
   (id, finish_reason, prompt_tokens, weight_version, num_retractions), the `meta_info.update({...})` literal
   every generation output gets (reasoning_tokens, completion_tokens, cached_tokens), the keys set under
   `if state.finished:` (e2e_latency); whether `if incremental:` streams send `delta_text` / delta ids;
+- `weight_versions` on every finished output and every abort the scheduler sends (output_streamer.py,
+  scheduler._make_abort_req, utils/weight_versions.add_weight_versions_to_meta_info);
 - `_stream_one_response` (behind `_wait_one_response`): `out["meta_info"][...]` keys set once per request (response_sent_to_client_ts);
 - `_handle_abort_req`: the answer to a request aborted in the waiting queue (its own meta_info and
   finish_reason literals);
@@ -138,6 +140,20 @@ def derive(read: Any) -> ResponseShapes:
     abort_finish = _keys(_dict_assigned(abort, "finish_reason")[0])
 
     optional = _subscript_keys(tm, "meta_info")
+
+    # weight_versions: add_weight_versions_to_meta_info (utils/weight_versions.py) sets it whenever the output
+    # carries spans; the scheduler computes them for every finished request (output_streamer, under
+    # `if req.finished():`) and for every abort it sends (_make_abort_req).
+    # (it also overwrites weight_version, a key every output has, with the last span's version)
+    wv_keys = _subscript_keys(ast.parse(read("srt/utils/weight_versions.py")), "meta_info") - _keys(meta_literals[0])
+    streamer = ast.parse(read("srt/managers/scheduler_components/output_streamer.py"))
+    if any("compute_weight_version_spans" in ast.unparse(b) for b in _under_if(streamer, "req.finished()")):
+        finished |= wv_keys
+    make_abort = _function(ast.parse(read("srt/managers/scheduler.py")), "_make_abort_req")
+    if "compute_weight_version_spans" in ast.unparse(make_abort) and "add_weight_versions_to_meta_info" in ast.unparse(
+        abort
+    ):
+        abort_meta |= wv_keys
 
     lp = _function(tm, "add_logprob_to_meta_info")
     lp_always = set().union(*(_subscript_keys(st, "meta_info") for st in lp.body if not isinstance(st, ast.If)))

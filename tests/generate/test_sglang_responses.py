@@ -219,6 +219,30 @@ def test_abort_answers_have_sglangs_shapes(src, shapes, start_sim, kimi_profile)
 
 
 @pytest.mark.integration
+def test_weights_updated_mid_request_show_in_weight_versions(src, shapes, start_sim, kimi_profile) -> None:
+    """0.5.23 reports which weights generated which tokens (weight_versions spans) and sets weight_version
+    to the last span's version (utils/weight_versions.add_weight_versions_to_meta_info)."""
+    assert "weight_versions" in shapes.finished
+    sim = start_sim("--token-latency-ms", "30")
+    sp = {**_sampling(kimi_profile), "max_new_tokens": 60, "ignore_eos": True}
+
+    async def run() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(timeout=60) as c:
+            task = asyncio.create_task(
+                c.post(sim.url + "/generate", json=stream_body(generate_body(PROMPTS[0], sp, "wv-0"), 4))
+            )
+            await asyncio.sleep(0.8)
+            await asyncio.to_thread(sim.faults, weight_version="v2")  # weights updated in place
+            return _sse((await task).text)
+
+    final = asyncio.run(run())[-1]
+    src.api_types.GenerateResponse.from_json_value(final)
+    spans, n = final["meta_info"]["weight_versions"], len(final["output_ids"])
+    assert [s["version"] for s in spans] == ["default", "v2"] and final["meta_info"]["weight_version"] == "v2"
+    assert spans[0]["start"] == 0 and 0 < spans[0]["end"] == spans[1]["start"] < spans[1]["end"] == n == 60
+
+
+@pytest.mark.integration
 def test_error_after_the_stream_opened_has_sglangs_shape(src, shapes, start_sim, kimi_profile) -> None:
     sim = start_sim("--context-length", "64")
     body = stream_body(generate_body(list(range(1000, 1100)), _sampling(kimi_profile), "long-0"), 4)
@@ -243,6 +267,7 @@ def test_the_shape_checks_fail_on_what_sglang_does_not_send(src, shapes) -> None
             "completion_tokens": 2,
             "cached_tokens": 0,
             "e2e_latency": 0.1,
+            "weight_versions": [{"version": "default", "start": 0, "end": 2}],
             "response_sent_to_client_ts": 1.0,
         },
     }
@@ -254,6 +279,7 @@ def test_the_shape_checks_fail_on_what_sglang_does_not_send(src, shapes) -> None
             "total_retractions": 0,
         },
         "no cached_tokens": {k: v for k, v in meta.items() if k != "cached_tokens"},
+        "a finished answer without weight_versions": {k: v for k, v in meta.items() if k != "weight_versions"},
         "a stop without matched": {**meta, "finish_reason": {"type": "stop"}},
         "an abort with a reason SGLang has not": {
             **meta,
