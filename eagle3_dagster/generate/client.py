@@ -163,6 +163,19 @@ def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = N
     return out
 
 
+def answer_weight_versions(resp: dict[str, Any]) -> list[str]:
+    """Every weight version an answer names: `meta_info.weight_version`, then each version of its
+    `weight_versions` spans (SGLang 0.5.23: which weights generated which output tokens; weight_version is
+    the last span's). Two distinct values: the sample's tokens come from two sets of weights."""
+    meta = resp.get("meta_info") or {}
+    out = [str(meta["weight_version"])] if meta.get("weight_version") is not None else []
+    for span in meta.get("weight_versions") or []:
+        v = span.get("version") if isinstance(span, dict) else None
+        if v is not None and str(v) not in out:
+            out.append(str(v))
+    return out
+
+
 @dataclass(frozen=True)
 class StreamMode:
     """How to read a streamed answer: timeouts, and whether `output_ids` come as deltas (server flag)."""

@@ -29,7 +29,16 @@ import polars as pl
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
-from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
+from .client import (
+    NAN_FINISH,
+    Outcome,
+    StreamMode,
+    abort_rid,
+    answer_weight_versions,
+    generate_one,
+    integrity_violations,
+    safe_message,
+)
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
@@ -201,7 +210,7 @@ async def _generate_shard(
         report.server_context_length = server_context
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
-        # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
+        # weight_version the revision was read with ("model_path@weight_version"): every one an answer names matches it
         # (a pinned revision: the first answer's weight_version is the shard's)
         wv_box: list[str] = [revision.rsplit("@", 1)[1]] if "@" in revision and not config.model_revision else []
         stream_mode = (
@@ -350,11 +359,11 @@ async def _generate_shard(
                     unroutable_wait_s=config.wait_for_endpoint_s,
                     in_flight=in_flight,
                 )
-                wv = (o.response.get("meta_info") or {}).get("weight_version") if o.response is not None else None
-                if wv is not None and not wv_box:
-                    wv_box.append(str(wv))
-                if wv is not None:
-                    if str(wv) != wv_box[0]:
+                wv = answer_weight_versions(o.response) if o.response is not None else []
+                if wv and not wv_box:
+                    wv_box.append(wv[0])
+                if wv:
+                    if any(v != wv_box[0] for v in wv):
                         # Weights changed under the running shard: never mix two model versions in it.
                         o = Outcome(
                             None,
@@ -363,15 +372,15 @@ async def _generate_shard(
                             o.latency_s,
                             reason="weight_version_changed",
                             status=200,
-                            detail=f"meta_info.weight_version {wv!r}, the shard's revision {revision}",
+                            detail=f"meta_info.weight_version(s) {wv!r}, the shard's revision {revision}",
                             attempts=o.attempts,
                         )
                         if stats.errors["weight_version_changed"] == 0:
                             log.error(
-                                "shard %s: the server now reports weight_version %r, the shard was started "
+                                "shard %s: the server now reports weight_version %s, the shard was started "
                                 "with %s: those samples fail (rerun to generate them under the new revision)",
                                 out_dir.name,
-                                wv,
+                                ", ".join(repr(v) for v in wv if v != wv_box[0]),
                                 revision,
                             )
                 if o.response is None:

@@ -198,7 +198,9 @@ class Engine:
             prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
             aborted = await self._wait(st, prefill)
             total = len(plan.output_ids)
-            step = max(1, stream_interval or 1) if on_chunk else max(total, 1)
+            # non-streamed: one step, or 64 when tokens take time (a weight update mid-request lands between them)
+            slow = sim.faults.slow_tokens_ms > 0
+            step = max(1, stream_interval or 1) if on_chunk else max(total // 64 if slow else total, 1)
             loop = asyncio.get_running_loop()
             start = loop.time()
             k = 0
