@@ -133,9 +133,8 @@ def load() -> SGLangSource:
     spec = importlib.util.find_spec("sglang")
     assert spec is not None and spec.submodule_search_locations
     root = Path(next(iter(spec.submodule_search_locations)))
-    before = {k for k in sys.modules if k == "sglang" or k.startswith("sglang.")}
-    if before:
-        raise RuntimeError(f"sglang modules already imported in this process: {sorted(before)[:5]}")
+    # whatever an earlier (failed) `import sglang` left in sys.modules is set aside, then put back
+    before = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "sglang" or k.startswith("sglang.")}
     try:
         for name in _BARE:
             mod = types.ModuleType(name)
@@ -155,6 +154,7 @@ def load() -> SGLangSource:
     finally:
         for k in [k for k in sys.modules if k == "sglang" or k.startswith("sglang.")]:
             del sys.modules[k]
+        sys.modules.update(before)
 
     srt = root / "srt"
     capture = _compile_defs(srt / "model_executor" / "forward_batch_info.py", {"CaptureHiddenMode"})
