@@ -163,6 +163,19 @@ def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = N
     return out
 
 
+def answer_weight_versions(resp: dict[str, Any]) -> list[str]:
+    """Every weight version an answer names: `meta_info.weight_version`, then each version of its
+    `weight_versions` spans (SGLang 0.5.23: which weights generated which output tokens; weight_version is
+    the last span's). Two distinct values: the sample's tokens come from two sets of weights."""
+    meta = resp.get("meta_info") or {}
+    out = [str(meta["weight_version"])] if meta.get("weight_version") is not None else []
+    for span in meta.get("weight_versions") or []:
+        v = span.get("version") if isinstance(span, dict) else None
+        if v is not None and str(v) not in out:
+            out.append(str(v))
+    return out
+
+
 @dataclass(frozen=True)
 class StreamMode:
     """How to read a streamed answer: timeouts, and whether `output_ids` come as deltas (server flag)."""
@@ -285,6 +298,28 @@ def _stream_is_delta(ep: Endpoint, chunks: list[list[int]], last: dict[str, Any]
     )
 
 
+def generate_body(input_ids: list[int], sampling: dict[str, Any], rid: str) -> dict[str, Any]:
+    """The POST /generate body of one sample (non-streamed): token ids in, raw output_ids out.
+
+    Every body the client sends is built here, by `stream_body` and by `abort_body`
+    (tests/generate/test_sglang_schema.py passes them through SGLang's own request code).
+    """
+    return {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+
+
+def stream_body(body: dict[str, Any], stream_interval: int | None) -> dict[str, Any]:
+    """`body` (from generate_body) as a streamed request; `stream_interval` goes into sampling_params."""
+    sp = dict(body["sampling_params"])
+    if stream_interval:
+        sp["stream_interval"] = stream_interval
+    return {**body, "sampling_params": sp, "stream": True}
+
+
+def abort_body(rid: str) -> dict[str, Any]:
+    """The POST /abort_request body that stops one request of ours."""
+    return {"rid": rid}
+
+
 async def _attempt(
     pool: EndpointPool,
     client: httpx.AsyncClient,
@@ -304,12 +339,7 @@ async def _attempt(
     breaker = False
     stats.requests_sent += 1
     stats.in_flight += 1
-    body = payload
-    if stream is not None:
-        sp = dict(payload["sampling_params"])
-        if stream.stream_interval:
-            sp["stream_interval"] = stream.stream_interval
-        body = {**payload, "sampling_params": sp, "stream": True}
+    body = payload if stream is None else stream_body(payload, stream.stream_interval)
     content = json.dumps(body, separators=(",", ":")).encode()
     try:
         try:
@@ -438,7 +468,7 @@ async def abort_rid(
     once in the log: the abandoned request may keep running on a worker until it finishes.
     """
     try:
-        r = await client.post(url + "/abort_request", json={"rid": rid}, headers=headers, timeout=timeout)
+        r = await client.post(url + "/abort_request", json=abort_body(rid), headers=headers, timeout=timeout)
     except Exception:
         return
     if r.status_code != 200 and url not in _ABORT_REFUSED:
@@ -483,7 +513,7 @@ async def generate_one(
     unroutable_since: float | None = None
     while True:
         rid = f"{rid_base}-{attempt}" if not unroutable else f"{rid_base}-{attempt}u{unroutable}"
-        payload = {"input_ids": input_ids, "sampling_params": sampling, "rid": rid, "stream": False}
+        payload = generate_body(input_ids, sampling, rid)
         # After each read timeout the next attempt waits twice as long: short timeouts plus
         # retries would otherwise throw the same GPU work away forever (spec §8).
         read_t = read_timeout_s * (2**timeouts)

@@ -11,7 +11,6 @@ Results are never accumulated in memory; pass the tokenized shard as a Path to s
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import ssl
@@ -29,18 +28,26 @@ import polars as pl
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
-from .client import NAN_FINISH, Outcome, StreamMode, abort_rid, generate_one, integrity_violations, safe_message
+from .client import (
+    NAN_FINISH,
+    Outcome,
+    StreamMode,
+    abort_rid,
+    answer_weight_versions,
+    generate_one,
+    integrity_violations,
+    safe_message,
+)
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .retried import PreviousFailures, write_retried
+from .rows import error_row, is_permanent_reason, result_row
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors, stored_sample_ids
 
 log = logging.getLogger(__name__)
-
-_INT32_MAX = 2**31 - 1
 
 
 def _auth_headers(config: GenerationConfig) -> dict[str, str]:
@@ -48,62 +55,6 @@ def _auth_headers(config: GenerationConfig) -> dict[str, str]:
     if config.api_key is not None:  # read by the settings layer (config.py), handed over as a Secret
         headers["Authorization"] = f"Bearer {config.api_key.reveal()}"
     return headers
-
-
-def _result_row(
-    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None, violations: list[str]
-) -> dict[str, Any]:
-    data = o.response or {}
-    meta = data.get("meta_info") or {}
-    fr = meta.get("finish_reason")
-    ids = data.get("output_ids")
-    if isinstance(ids, list) and ids:
-        lo, hi = min(ids), max(ids)
-        if lo < 0 or hi > _INT32_MAX:
-            violations.append("output_ids_not_int32")
-            ids = None  # cannot be stored as int32 without changing them: store nothing, flag it
-        elif vocab_size is not None and hi >= vocab_size:
-            violations.append(f"output_id_{hi}_out_of_vocab")
-    return {
-        "sample_id": item["sample_id"],
-        "prompt_id": item["prompt_id"],
-        "source": item.get("source"),
-        "shard": item.get("shard"),
-        "rid": o.rid,
-        "output_ids": ids,  # exactly as received
-        "text": data.get("text"),
-        "finish_reason": fr.get("type") if isinstance(fr, dict) else None,
-        "finish_matched": json.dumps(fr["matched"]) if isinstance(fr, dict) and "matched" in fr else None,
-        "prompt_tokens": meta.get("prompt_tokens"),
-        "completion_tokens": meta.get("completion_tokens"),
-        "cached_tokens": meta.get("cached_tokens"),
-        "e2e_latency": meta.get("e2e_latency"),
-        "meta_info": json.dumps(meta, separators=(",", ":")),
-        "endpoint": o.endpoint,
-        "model_revision": model_revision,
-        "template_hash": item.get("template_hash"),
-        "sampling_hash": s_hash,
-        "integrity_violations": violations,
-        "generated_at": datetime.now(UTC),
-    }
-
-
-def _error_row(item: dict[str, Any], reason: str, status: int | None, detail: str) -> dict[str, Any]:
-    return {
-        "sample_id": item["sample_id"],
-        "prompt_id": item["prompt_id"],
-        "shard": item.get("shard"),
-        "reason": reason,
-        "status": status,
-        "detail": detail[:2000],
-    }
-
-
-def is_permanent_reason(reason: str) -> bool:
-    """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
-    if reason in ("empty_input_ids", "input_id_out_of_vocab"):
-        return True
-    return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")
 
 
 async def generate_shard_async(
@@ -203,7 +154,7 @@ async def _generate_shard(
         report.server_context_length = server_context
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
-        # weight_version the run's revision was read with ("model_path@weight_version"); every answer must match it
+        # weight_version the revision was read with ("model_path@weight_version"): every one an answer names matches it
         # (a pinned revision: the first answer's weight_version is the shard's)
         wv_box: list[str] = [revision.rsplit("@", 1)[1]] if "@" in revision and not config.model_revision else []
         stream_mode = (
@@ -334,7 +285,7 @@ async def _generate_shard(
                 ids = item["input_ids"]
                 problem, detail = input_problem(ids, config.vocab_size, server_context)
                 if problem is not None:
-                    errors.append(_error_row(item, problem, None, detail))
+                    errors.append(error_row(item, problem, None, detail))
                     stats.errors[problem] += 1
                     count_failure(item, problem)
                     continue
@@ -355,11 +306,11 @@ async def _generate_shard(
                     unroutable_wait_s=config.wait_for_endpoint_s,
                     in_flight=in_flight,
                 )
-                wv = (o.response.get("meta_info") or {}).get("weight_version") if o.response is not None else None
-                if wv is not None and not wv_box:
-                    wv_box.append(str(wv))
-                if wv is not None:
-                    if str(wv) != wv_box[0]:
+                wv = answer_weight_versions(o.response) if o.response is not None else []
+                if wv and not wv_box:
+                    wv_box.append(wv[0])
+                if wv:
+                    if any(v != wv_box[0] for v in wv):
                         # Weights changed under the running shard: never mix two model versions in it.
                         o = Outcome(
                             None,
@@ -368,15 +319,15 @@ async def _generate_shard(
                             o.latency_s,
                             reason="weight_version_changed",
                             status=200,
-                            detail=f"meta_info.weight_version {wv!r}, the shard's revision {revision}",
+                            detail=f"meta_info.weight_version(s) {wv!r}, the shard's revision {revision}",
                             attempts=o.attempts,
                         )
                         if stats.errors["weight_version_changed"] == 0:
                             log.error(
-                                "shard %s: the server now reports weight_version %r, the shard was started "
+                                "shard %s: the server now reports weight_version %s, the shard was started "
                                 "with %s: those samples fail (rerun to generate them under the new revision)",
                                 out_dir.name,
-                                wv,
+                                ", ".join(repr(v) for v in wv if v != wv_box[0]),
                                 revision,
                             )
                 if o.response is None:
@@ -390,12 +341,12 @@ async def _generate_shard(
                                 o.endpoint or "the server",
                                 detail,
                             )
-                    errors.append(_error_row(item, o.reason, o.status, detail))
+                    errors.append(error_row(item, o.reason, o.status, detail))
                     stats.errors[o.reason] += 1
                     count_failure(item, o.reason or "unknown")
                 else:
                     viol = integrity_violations(o.response, max_new_tokens=config.max_new_tokens)
-                    row = _result_row(
+                    row = result_row(
                         o, item, model_revision=revision, s_hash=s_hash, vocab_size=config.vocab_size, violations=viol
                     )
                     if "turn_index" in item and driver is not None:

@@ -25,7 +25,7 @@ import polars as pl
 
 from ..generate.config import sample_key
 from ..generate.inputs import classify, stored_keys
-from ..generate.shard import is_permanent_reason
+from ..generate.rows import is_permanent_reason
 from ..generate.store import read_generation_errors
 from ..ingest import SourceSpec, combine_sources, ingest_source
 from ..storage import DataPath, parquet_file, shard_dir

@@ -113,6 +113,14 @@ class Progress:
     first_sent: bool = False
     sent_ids: int = 0
     sent_text: str = ""
+    sent_produced: int = 0  # tokens already streamed (incremental mode slices the per-token meta_info lists)
+    # (weight_version, first token generated under it): SGLang 0.5.23's meta_info.weight_versions spans
+    versions: list[tuple[str, int]] = field(default_factory=list)
+
+
+# SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
+# --incremental-streaming-output each chunk carries only the new tokens' entries.
+INCREMENTAL_META_KEYS = ("output_token_logprobs", "output_top_logprobs")
 
 
 def _logprob(tok_id: int, pos: int) -> float:
@@ -166,12 +174,10 @@ class Engine:
                     slot_t0 = time.monotonic()
             if not holding:
                 pr.queued_abort = True
-                pr.finish_reason = {
-                    "type": "abort",
-                    "message": "Abort in waiting queue",
-                    "status_code": None,
-                    "err_type": None,
-                }
+                # 0.5.23 TokenizerManager._handle_abort_req: its own two-key literal, not FINISH_ABORT's four
+                pr.finish_reason = {"type": "abort", "message": "Abort in waiting queue"}
+                if sim.version != P.V0_5_23:
+                    pr.finish_reason.update(status_code=None, err_type=None)
                 return pr
             st.status = "running"
             pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
@@ -184,6 +190,7 @@ class Engine:
                 mode=sim.faults.mode,
             )
             sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
+            pr.versions = [(sim.fleet.weight_version, 0)]
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
             pr.plan = plan
@@ -191,7 +198,9 @@ class Engine:
             prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
             aborted = await self._wait(st, prefill)
             total = len(plan.output_ids)
-            step = max(1, stream_interval or 1) if on_chunk else max(total, 1)
+            # non-streamed: one step, or 64 when tokens take time (a weight update mid-request lands between them)
+            slow = sim.faults.slow_tokens_ms > 0
+            step = max(1, stream_interval or 1) if on_chunk else max(total // 64 if slow else total, 1)
             loop = asyncio.get_running_loop()
             start = loop.time()
             k = 0
@@ -207,6 +216,8 @@ class Engine:
                     if lat > 0:  # tokens decoded by now, not the whole step
                         k = max(k, min(nk, int((loop.time() - start) / lat)))
                     break
+                if sim.fleet.weight_version != pr.versions[-1][0]:  # weights updated in place mid-request
+                    pr.versions.append((sim.fleet.weight_version, k))
                 k = nk
                 pr.produced = plan.output_ids[:k]
                 if k < total and on_chunk is not None:
@@ -247,22 +258,31 @@ class Engine:
         stop_str = pr.plan.stop_str if (final and pr.plan) else None
         return P.render_text(self.sim.model, pr.produced, trim, s, stop_str)
 
-    def meta(self, pr: Progress, final: bool, stream: bool) -> dict[str, Any]:
+    def meta(self, pr: Progress, final: bool, stream: bool, since: int = 0) -> dict[str, Any]:
+        """`meta_info` as SGLang 0.5.23 builds it; `since`: the per-token lists start at that token (deltas)."""
         sim = self.sim
         m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
         if not pr.queued_abort:
             m["prompt_tokens"] = len(pr.item.input_ids)
         m["weight_version"] = sim.fleet.weight_version
-        m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
+        # 0.5.23: a request aborted in the waiting queue is answered by _handle_abort_req, whose meta_info is
+        # id, finish_reason, weight_version, e2e_latency, completion_tokens (tests/generate/test_sglang_responses.py)
+        queued_0523 = pr.queued_abort and sim.version == P.V0_5_23
+        if not queued_0523:
+            m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
         m["completion_tokens"] = len(pr.produced)
         if not pr.queued_abort:
             m["cached_tokens"] = pr.cached
-        if sim.version == P.V0_5_23:
+        if sim.version == P.V0_5_23 and not queued_0523:
             m["reasoning_tokens"] = self.reasoning_tokens(pr.produced) if sim.reasoning_parser else 0
         if pr.item.return_logprob:
             m["input_token_logprobs"] = []
             m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
+            if sim.version == P.V0_5_23:
+                m["output_token_logprobs_length"] = len(pr.produced)
             if pr.item.top_logprobs_num:
+                if sim.version == P.V0_5_23:
+                    m["input_top_logprobs"] = []
                 m["output_top_logprobs"] = [
                     [[_logprob(t, i), t, None]]
                     + [
@@ -271,11 +291,30 @@ class Engine:
                     ]
                     for i, t in enumerate(pr.produced)
                 ]
+            for k in INCREMENTAL_META_KEYS if since else ():
+                if k in m:
+                    m[k] = m[k][since:]
         if final:
             m["e2e_latency"] = time.time() - pr.started
+            if sim.version == P.V0_5_23:
+                # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
+                m["weight_versions"] = self.weight_version_spans(pr)
+                m["weight_version"] = m["weight_versions"][-1]["version"]
         if (final and not stream) or (stream and not pr.first_sent):
             m["response_sent_to_client_ts"] = time.time()
         return m
+
+    def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
+        """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +
+        add_weight_versions_to_meta_info report them on a finished output (a queued abort: one empty span)."""
+        n = len(pr.produced)
+        marks = pr.versions or [(self.sim.fleet.weight_version, 0)]
+        ends = [min(m[1], n) for m in marks[1:]] + [n]
+        return [
+            {"version": v, "start": start, "end": end}
+            for (v, start), end in zip(marks, ends)
+            if start < n or start == 0
+        ]
 
     def reasoning_tokens(self, ids: Sequence[int]) -> int:
         te = self.sim.profile.think_end_id

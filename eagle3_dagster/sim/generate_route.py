@@ -186,7 +186,8 @@ class GenerateRoutes:
             else:
                 pr.sent_ids = len(ids)
             pr.sent_text = text
-            chunk["meta_info"] = self.engine.meta(pr, final, True)
+            chunk["meta_info"] = self.engine.meta(pr, final, True, since=pr.sent_produced if incremental else 0)
+            pr.sent_produced = len(pr.produced)
             pr.first_sent = True
             if not parsed.is_single:
                 chunk["index"] = pr.item.index

@@ -1,0 +1,67 @@
+"""The rows a generation request leaves: a stored sample (generations) or a failure (errors.parquet)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from .client import Outcome
+
+_INT32_MAX = 2**31 - 1
+
+
+def result_row(
+    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None, violations: list[str]
+) -> dict[str, Any]:
+    data = o.response or {}
+    meta = data.get("meta_info") or {}
+    fr = meta.get("finish_reason")
+    ids = data.get("output_ids")
+    if isinstance(ids, list) and ids:
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi > _INT32_MAX:
+            violations.append("output_ids_not_int32")
+            ids = None  # cannot be stored as int32 without changing them: store nothing, flag it
+        elif vocab_size is not None and hi >= vocab_size:
+            violations.append(f"output_id_{hi}_out_of_vocab")
+    return {
+        "sample_id": item["sample_id"],
+        "prompt_id": item["prompt_id"],
+        "source": item.get("source"),
+        "shard": item.get("shard"),
+        "rid": o.rid,
+        "output_ids": ids,  # exactly as received
+        "text": data.get("text"),
+        "finish_reason": fr.get("type") if isinstance(fr, dict) else None,
+        "finish_matched": json.dumps(fr["matched"]) if isinstance(fr, dict) and "matched" in fr else None,
+        "prompt_tokens": meta.get("prompt_tokens"),
+        "completion_tokens": meta.get("completion_tokens"),
+        "cached_tokens": meta.get("cached_tokens"),
+        "e2e_latency": meta.get("e2e_latency"),
+        "meta_info": json.dumps(meta, separators=(",", ":")),
+        "endpoint": o.endpoint,
+        "model_revision": model_revision,
+        "template_hash": item.get("template_hash"),
+        "sampling_hash": s_hash,
+        "integrity_violations": violations,
+        "generated_at": datetime.now(UTC),
+    }
+
+
+def error_row(item: dict[str, Any], reason: str, status: int | None, detail: str) -> dict[str, Any]:
+    return {
+        "sample_id": item["sample_id"],
+        "prompt_id": item["prompt_id"],
+        "shard": item.get("shard"),
+        "reason": reason,
+        "status": status,
+        "detail": detail[:2000],
+    }
+
+
+def is_permanent_reason(reason: str) -> bool:
+    """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
+    if reason in ("empty_input_ids", "input_id_out_of_vocab"):
+        return True
+    return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")
