@@ -38,8 +38,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ..storage import DataPath, PathLike, TextSink, as_data_path, parquet_file
+from ..storage import DataPath, PathLike, TextSink, as_data_path
 from .conversations import openai_tool_calls
 
 SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
@@ -54,6 +55,7 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "qwen3": ("qwen3-thinking", "<|im_start|>assistant\n", "<|im_end|>\n"),
 }
 BATCH_ROWS = 256  # rows per batch read from a shard table, per list of merged rows, per batched encode
+STREAM_BUFFER_BYTES = 1 << 20
 OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos")  # absent from tables written before them: read as null
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
@@ -65,6 +67,15 @@ log = logging.getLogger(__name__)
 def snapshot_shard_files(snapshot_dir: PathLike) -> list[DataPath]:
     """The snapshot's copied shard tables (training_samples/shard=NNNN.parquet), sorted by name."""
     return as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
+
+
+def stream_parquet_file(path: PathLike) -> pq.ParquetFile:
+    """A Parquet file opened for reading in batches in bounded memory: column chunks are read through a
+    STREAM_BUFFER_BYTES buffer, not pre-buffered whole, so a batch of a row group as big as the whole
+    shard costs that batch, not the row group (the pipeline writes up to 64 MB row groups)."""
+    dp = as_data_path(path)
+    source = dp.path if dp.is_local else dp.open_input_file()
+    return pq.ParquetFile(source, buffer_size=STREAM_BUFFER_BYTES, pre_buffer=False)
 
 
 def in_sample_id_order(ids: pa.ChunkedArray | pa.Array) -> bool:
@@ -80,7 +91,7 @@ def shard_batches(path: PathLike, columns: Sequence[str], *, batch_rows: int = B
     sample_id order. A table that is not (written by something else) is read whole and sorted, with a
     warning naming it. `text_exact` / `text_mismatch_pos` absent (tables from before those columns) read
     as null (not known); any other absent column is an error."""
-    pf = parquet_file(path)
+    pf = stream_parquet_file(path)
     names = set(pf.schema_arrow.names)
     missing = [c for c in columns if c not in names]
     if any(c not in OPTIONAL_COLUMNS for c in missing):

@@ -211,11 +211,10 @@ class ContentHasher:
         and list lengths (each field's length prefix comes first), and hands each batch to `on_batch`;
         then `input_ids` and `loss_mask` are hashed from a pass of their own each. A table that is not
         in sample_id order is read whole and sorted (`update`), its batches handed to `on_batch` after."""
-        from ..storage import parquet_file
-        from .export import in_sample_id_order, shard_batches
+        from .export import in_sample_id_order, shard_batches, stream_parquet_file
 
         cols = list(dict.fromkeys([*IDENTITY_COLUMNS, *also_read]))
-        pf = parquet_file(path)
+        pf = stream_parquet_file(path)
         ids = pf.read(columns=["sample_id"]).column(0)
         if not in_sample_id_order(ids):
             table = pf.read(columns=cols)
