@@ -16,11 +16,13 @@
   OpenAI's shape everywhere: `function.arguments` is a JSON string; in the generated turn it is the
   model's bytes exactly.
 
-Every export lists the rows in sample_id order across the whole snapshot, and is written by streaming:
-the shard tables are read a batch at a time (ParquetFile.iter_batches, BATCH_ROWS rows) and merged
-k-way by sample_id (snapshot_row_batches), each JSONL line written as its row comes, so memory does
-not grow with the snapshot. The same rows give byte-identical exports however they are split into
-shards, row groups or batches (tests/train/test_export_streaming.py).
+Every export lists the rows shard by shard (shard order), within a shard in sample_id order (the order
+the content identity hashes them in; until 2026-12 the exports were one global sample_id sort of the
+whole snapshot held in memory: same rows, in another order when there are several shards). They are
+written by streaming: each shard table is read a batch at a time (ParquetFile.iter_batches, BATCH_ROWS
+rows, bounded read buffers: snapshot_row_batches) and each JSONL line written as its row comes, so
+memory grows neither with the snapshot nor with its number of shards. The same shard tables give
+byte-identical exports however they were written (tests/train/test_export_streaming.py).
 
 Each exporter returns its manifest entry: rows written, rows flagged or left out, and how many rows
 SpecForge reproduces exactly (`specforge_exact_rows`, with how that was established).
@@ -28,12 +30,10 @@ SpecForge reproduces exactly (`specforge_exact_rows`, with how that was establis
 
 from __future__ import annotations
 
-import heapq
 import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
-from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -54,8 +54,8 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "kimi-k2.5": ("kimi-k2-thinking", "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"),
     "qwen3": ("qwen3-thinking", "<|im_start|>assistant\n", "<|im_end|>\n"),
 }
-BATCH_ROWS = 256  # rows per batch read from a shard table, per list of merged rows, per batched encode
-STREAM_BUFFER_BYTES = 1 << 20
+BATCH_ROWS = 256  # rows per batch read from a shard table (and per batched encode of the preformatted check)
+STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet file
 OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos")  # absent from tables written before them: read as null
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
@@ -115,44 +115,21 @@ def shard_batches(path: PathLike, columns: Sequence[str], *, batch_rows: int = B
         yield filled(b)
 
 
-def _cursor(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[str, pa.RecordBatch, int]]:
-    for b in batches:
-        for i, sid in enumerate(b.column("sample_id").to_pylist()):
-            yield sid, b, i
-
-
-def _as_rows(items: list[tuple[str, pa.RecordBatch, int]]) -> list[dict[str, Any]]:
-    """Python rows of merged (sample_id, batch, index) items: one take per run of the same batch."""
-    out: list[dict[str, Any]] = []
-    start = 0
-    for k in range(1, len(items) + 1):
-        if k == len(items) or items[k][1] is not items[start][1]:
-            b = items[start][1]
-            out.extend(b.take(pa.array([it[2] for it in items[start:k]], pa.int64())).to_pylist())
-            start = k
-    return out
-
-
 def snapshot_row_batches(
     snapshot_dir: PathLike, columns: Sequence[str], *, batch_rows: int = BATCH_ROWS
 ) -> Iterator[list[dict[str, Any]]]:
-    """Every row of a snapshot's shard tables, in sample_id order across the whole snapshot (the order
-    the exports have always had), as lists of at most `batch_rows` row dicts with `columns`.
+    """Every row of a snapshot's shard tables as lists of at most `batch_rows` row dicts with `columns`:
+    shard by shard in shard order (the files' names: shard=0000, shard=0001, ...), within a shard in
+    sample_id order (shard_batches).
 
-    Streamed: a k-way merge of the shards' batch streams (shard_batches), so memory holds one Arrow
-    batch per shard and one list of rows, whatever the snapshot's size; never the whole snapshot.
-    Deterministic: the same rows give the same order however they are split into shards, row groups
-    or batches (sample ids are unique; a tie would keep shard-file order)."""
+    Streamed: one shard file open at a time, one Arrow batch and its rows in memory, whatever the
+    snapshot's size or number of shards (a global sample_id order would need every shard open at once).
+    Deterministic: the same shard tables give the same rows in the same order however they were
+    written (row groups, row order, the order the files were made)."""
     columns = list(dict.fromkeys(["sample_id", *columns]))
-    cursors = [_cursor(shard_batches(f, columns, batch_rows=batch_rows)) for f in snapshot_shard_files(snapshot_dir)]
-    chunk: list[tuple[str, pa.RecordBatch, int]] = []
-    for item in heapq.merge(*cursors, key=itemgetter(0)):
-        chunk.append(item)
-        if len(chunk) >= batch_rows:
-            yield _as_rows(chunk)
-            chunk = []
-    if chunk:
-        yield _as_rows(chunk)
+    for f in snapshot_shard_files(snapshot_dir):
+        for b in shard_batches(f, columns, batch_rows=batch_rows):
+            yield b.to_pylist()
 
 
 def snapshot_rows(

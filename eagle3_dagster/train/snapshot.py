@@ -7,6 +7,9 @@ inputs again yields the same snapshot rather than a near-copy. The manifest keep
 sha256 (`files`, `exports`), the full content digest (`identity`), a distribution summary
 (`summary`), and what the snapshot gates decided (`published`, `publish_gate`, `drift`). Shards
 are copied in, so deleting or regenerating the working tables never changes a published snapshot.
+Memory stays flat however big the snapshot: the content identity and summary read each shard table a
+batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
+shard by shard (train/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
 
 Publishing is a gate of its own (`judge`, see quality/snapshot_gates.py): a refused snapshot (no
 rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does

@@ -1,7 +1,7 @@
 """Publishing in flat memory: exports, content identity and summary streamed from the shard tables.
 
-- the exports list every row in sample_id order across the snapshot, byte-identical however the same
-  rows are split into shards, row groups or written (sorted or not);
+- the exports list every row shard by shard, in sample_id order within a shard, byte-identical however
+  the shard tables were written (row groups, row order, file order);
 - the streamed identity (ContentHasher.update_file) is the whole-table one, the streamed summary too;
 - a snapshot 8x larger (real Parquet, real build_snapshot with the real exporters, a fresh process per
   size) adds to the peak RSS of the publish far less than what it holds decoded: a regression to
@@ -93,39 +93,41 @@ def _exports(snap: Path) -> tuple[dict[str, bytes], dict]:
     return {rel: (snap / rel).read_bytes() for rel in (SPECFORGE_FILE, CONVERSATIONS_FILE)}, info
 
 
-def test_exports_are_the_same_bytes_in_sample_id_order_however_the_rows_are_split(tmp_path):
+def test_exports_are_the_same_bytes_in_shard_then_sample_id_order_however_the_tables_were_written(tmp_path):
     rows = training_table(700, 12, seed=1)
-    # three sorted shards in row groups of 17 rows (many batches per shard, BATCH_ROWS crossed)
-    a = write_snapshot_tables(
-        tmp_path / "a",
-        [_sorted(rows.slice(0, 300)), _sorted(rows.slice(300, 300)), _sorted(rows.slice(600))],
-        row_group_size=17,
-    )
-    # the same rows as five shards split otherwise, one of them NOT in sample_id order, other row groups
-    order = np.random.default_rng(2).permutation(700)
-    shuffled = rows.take(pa.array(order))
-    parts = [_sorted(shuffled.slice(i * 140, 140)) for i in range(5)]
-    parts[3] = shuffled.slice(3 * 140, 140)
-    b = write_snapshot_tables(tmp_path / "b", parts, row_group_size=64)
-    (a_bytes, a_info), (b_bytes, b_info) = _exports(a), _exports(b)
+    shards = [rows.slice(0, 300), rows.slice(300, 300), rows.slice(600)]
+    # sorted shard tables in row groups of 17 rows (many batches per shard, BATCH_ROWS crossed)
+    a = write_snapshot_tables(tmp_path / "a", [_sorted(t) for t in shards], row_group_size=17)
+    # the same shard tables written last shard first, other row groups, one of them NOT in sample_id order
+    order = np.random.default_rng(2).permutation(300)
+    b_tables = [_sorted(shards[0]), shards[1].take(pa.array(order)), _sorted(shards[2])]
+    (tmp_path / "b" / "training_samples").mkdir(parents=True)
+    for k in (2, 1, 0):
+        pq.write_table(b_tables[k], tmp_path / "b" / "training_samples" / f"shard={k:04d}.parquet", row_group_size=64)
+    (a_bytes, a_info), (b_bytes, b_info) = _exports(a), _exports(tmp_path / "b")
     assert a_bytes == b_bytes and a_info == b_info
     again, _ = _exports(a)
     assert again == a_bytes
     lines = [json.loads(x) for x in a_bytes[SPECFORGE_FILE].decode().splitlines()]
-    assert [r["id"] for r in lines] == sorted(rows.column("sample_id").to_pylist())
+    assert [r["id"] for r in lines] == [sid for t in shards for sid in sorted(t.column("sample_id").to_pylist())]
     want = dict(zip(rows.column("sample_id").to_pylist(), rows.column("input_ids").to_pylist()))
     assert all(r["input_ids"] == want[r["id"]] for r in lines)  # token ids as stored
+    conv = [json.loads(x)["id"] for x in a_bytes[CONVERSATIONS_FILE].decode().splitlines()]
+    assert conv == [r["id"] for r in lines]
     te = rows.column("text_exact").to_pylist()
     assert a_info[SPECFORGE_FILE]["rows"] == 700 and a_info[SPECFORGE_FILE]["rows_not_text_exact"] == te.count(False)
     assert a_info[SPECFORGE_FILE]["max_total_len"] == max(rows.column("total_len").to_pylist())
 
 
-def test_row_batches_are_bounded_and_merged_across_shards(tmp_path):
+def test_row_batches_are_bounded_and_come_shard_by_shard(tmp_path):
     rows = training_table(90, 6, seed=3)
-    snap = write_snapshot_tables(tmp_path / "s", [_sorted(rows.slice(i * 30, 30)) for i in range(3)], row_group_size=8)
+    shards = [rows.slice(i * 30, 30) for i in range(3)]
+    snap = write_snapshot_tables(tmp_path / "s", [_sorted(t) for t in shards], row_group_size=8)
     batches = list(snapshot_row_batches(snap, ["sample_id", "total_len"], batch_rows=7))
-    assert [len(b) for b in batches] == [7] * 12 + [6]
-    assert [r["sample_id"] for b in batches for r in b] == sorted(rows.column("sample_id").to_pylist())
+    assert max(len(b) for b in batches) == 7 and sum(len(b) for b in batches) == 90
+    assert [r["sample_id"] for b in batches for r in b] == [
+        sid for t in shards for sid in sorted(t.column("sample_id").to_pylist())
+    ]
 
 
 @pytest.mark.parametrize("in_order", [True, False])
