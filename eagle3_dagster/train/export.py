@@ -16,6 +16,14 @@
   OpenAI's shape everywhere: `function.arguments` is a JSON string; in the generated turn it is the
   model's bytes exactly.
 
+Every export lists the rows shard by shard (shard order), within a shard in sample_id order (the order
+the content identity hashes them in; until 2026-12 the exports were one global sample_id sort of the
+whole snapshot held in memory: same rows, in another order when there are several shards). They are
+written by streaming: each shard table is read a batch at a time (ParquetFile.iter_batches, BATCH_ROWS
+rows, bounded read buffers: snapshot_row_batches) and each JSONL line written as its row comes, so
+memory grows neither with the snapshot nor with its number of shards. The same shard tables give
+byte-identical exports however they were written (tests/train/test_export_streaming.py).
+
 Each exporter returns its manifest entry: rows written, rows flagged or left out, and how many rows
 SpecForge reproduces exactly (`specforge_exact_rows`, with how that was established).
 """
@@ -23,13 +31,16 @@ SpecForge reproduces exactly (`specforge_exact_rows`, with how that was establis
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from ..storage import PathLike, TextSink, as_data_path, read_parquet
+from ..storage import DataPath, PathLike, TextSink, as_data_path
 from .conversations import openai_tool_calls
 
 SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
@@ -43,24 +54,90 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "kimi-k2.5": ("kimi-k2-thinking", "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"),
     "qwen3": ("qwen3-thinking", "<|im_start|>assistant\n", "<|im_end|>\n"),
 }
-BATCH_ROWS = 256
+BATCH_ROWS = 256  # rows per batch read from a shard table (and per batched encode of the preformatted check)
+STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet file
+OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos")  # absent from tables written before them: read as null
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
     "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
 )
+log = logging.getLogger(__name__)
 
 
-def _snapshot_frame(snapshot_dir: PathLike, columns: list[str]) -> pl.DataFrame:
-    files = as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
-    if not files:
-        return pl.DataFrame(schema=dict.fromkeys(columns, pl.String))
-    optional = [c for c in ("text_exact", "text_mismatch_pos") if c in columns]
-    try:
-        df = read_parquet(files, columns=columns)
-    except Exception:  # shards written before the text_exact columns existed: those read as null (not known)
-        df = read_parquet(files, columns=[c for c in columns if c not in optional])
-        df = df.with_columns(*(pl.lit(None).alias(c) for c in optional))
-    return df.select(columns).sort("sample_id")
+def snapshot_shard_files(snapshot_dir: PathLike) -> list[DataPath]:
+    """The snapshot's copied shard tables (training_samples/shard=NNNN.parquet), sorted by name."""
+    return as_data_path(snapshot_dir).joinpath("training_samples").glob("shard=*.parquet")
+
+
+def stream_parquet_file(path: PathLike) -> pq.ParquetFile:
+    """A Parquet file opened for reading in batches in bounded memory: column chunks are read through a
+    STREAM_BUFFER_BYTES buffer, not pre-buffered whole, so a batch of a row group as big as the whole
+    shard costs that batch, not the row group (the pipeline writes up to 64 MB row groups)."""
+    dp = as_data_path(path)
+    source = dp.path if dp.is_local else dp.open_input_file()
+    return pq.ParquetFile(source, buffer_size=STREAM_BUFFER_BYTES, pre_buffer=False)
+
+
+def in_sample_id_order(ids: pa.ChunkedArray | pa.Array) -> bool:
+    if len(ids) < 2:
+        return True
+    arr = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    return bool(pc.all(pc.less_equal(arr.slice(0, len(arr) - 1), arr.slice(1))).as_py())
+
+
+def shard_batches(path: PathLike, columns: Sequence[str], *, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """One shard table's rows in sample_id order, in Arrow batches of at most `batch_rows` rows, reading
+    only `columns`: a batch at a time (ParquetFile.iter_batches), since the pipeline writes every table in
+    sample_id order. A table that is not (written by something else) is read whole and sorted, with a
+    warning naming it. `text_exact` / `text_mismatch_pos` absent (tables from before those columns) read
+    as null (not known); any other absent column is an error."""
+    pf = stream_parquet_file(path)
+    names = set(pf.schema_arrow.names)
+    missing = [c for c in columns if c not in names]
+    if any(c not in OPTIONAL_COLUMNS for c in missing):
+        raise KeyError(f"{path}: no column(s) {[c for c in missing if c not in OPTIONAL_COLUMNS]}")
+    read = [c for c in columns if c in names]
+
+    def filled(b: pa.RecordBatch) -> pa.RecordBatch:
+        if not missing:
+            return b
+        cols = {c: b.column(c) if c in names else pa.nulls(b.num_rows) for c in columns}
+        return pa.RecordBatch.from_pydict(cols)
+
+    if in_sample_id_order(pf.read(columns=["sample_id"]).column(0)):
+        for b in pf.iter_batches(batch_size=batch_rows, columns=read):
+            yield filled(b)
+        return
+    log.warning(f"{path}: not in sample_id order; read whole and sorted (the pipeline writes every table sorted)")
+    t = pf.read(columns=read)
+    t = t.take(pc.sort_indices(t, sort_keys=[("sample_id", "ascending")]))
+    for b in t.to_batches(max_chunksize=batch_rows):
+        yield filled(b)
+
+
+def snapshot_row_batches(
+    snapshot_dir: PathLike, columns: Sequence[str], *, batch_rows: int = BATCH_ROWS
+) -> Iterator[list[dict[str, Any]]]:
+    """Every row of a snapshot's shard tables as lists of at most `batch_rows` row dicts with `columns`:
+    shard by shard in shard order (the files' names: shard=0000, shard=0001, ...), within a shard in
+    sample_id order (shard_batches).
+
+    Streamed: one shard file open at a time, one Arrow batch and its rows in memory, whatever the
+    snapshot's size or number of shards (a global sample_id order would need every shard open at once).
+    Deterministic: the same shard tables give the same rows in the same order however they were
+    written (row groups, row order, the order the files were made)."""
+    columns = list(dict.fromkeys(["sample_id", *columns]))
+    for f in snapshot_shard_files(snapshot_dir):
+        for b in shard_batches(f, columns, batch_rows=batch_rows):
+            yield b.to_pylist()
+
+
+def snapshot_rows(
+    snapshot_dir: PathLike, columns: Sequence[str], *, batch_rows: int = BATCH_ROWS
+) -> Iterator[dict[str, Any]]:
+    """snapshot_row_batches, one row at a time."""
+    for rows in snapshot_row_batches(snapshot_dir, columns, batch_rows=batch_rows):
+        yield from rows
 
 
 def _write_jsonl(path: PathLike, rows) -> int:
@@ -78,26 +155,36 @@ def _write_jsonl(path: PathLike, rows) -> int:
     return n
 
 
-def _not_text_exact(df: pl.DataFrame) -> int:
-    return int((df["text_exact"] == False).sum() or 0) if df.height else 0  # noqa: E712 (null = not known)
+class _Tally:
+    """What an export's manifest entry says about the rows it went through (counted while streaming)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.not_text_exact = 0  # text_exact false (null = not known: not counted)
+        self.max_total_len = 0
+
+    def see(self, r: dict[str, Any]) -> None:
+        self.rows += 1
+        self.not_text_exact += r.get("text_exact") is False
+        self.max_total_len = max(self.max_total_len, int(r.get("total_len") or 0))
 
 
 def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
     snapshot_dir = as_data_path(snapshot_dir)
-    df = _snapshot_frame(snapshot_dir, ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact"])
-    n = _write_jsonl(
-        snapshot_dir / SPECFORGE_FILE,
-        (
-            {"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]}
-            for r in df.iter_rows(named=True)
-        ),
-    )
-    max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
+    tally = _Tally()
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for r in snapshot_rows(snapshot_dir, ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact"]):
+            tally.see(r)
+            yield {"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]}
+
+    n = _write_jsonl(snapshot_dir / SPECFORGE_FILE, rows())
+    max_len = tally.max_total_len
     return {
         SPECFORGE_FILE: {
             "rows": n,
             "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
-            "rows_not_text_exact": _not_text_exact(df),  # kept: token level
+            "rows_not_text_exact": tally.not_text_exact,  # kept: token level
             "specforge_exact_rows": n,
             "max_total_len": max_len,
             "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
@@ -168,13 +255,15 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
     def export_specforge_preformatted(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
         snapshot_dir = as_data_path(snapshot_dir)
         tok = tokenizer() if callable(tokenizer) and not hasattr(tokenizer, "encode") else tokenizer
-        df = _snapshot_frame(snapshot_dir, ["sample_id", "input_ids", "prompt_len", "total_len", "text_exact"])
+        columns = ["sample_id", "input_ids", "prompt_len", "total_len", "text_exact"]
         left_out: dict[str, int] = {}
+        tally = _Tally()
 
-        def rows():
-            for chunk in df.iter_slices(BATCH_ROWS):
+        def rows() -> Iterator[dict[str, Any]]:
+            for chunk in snapshot_row_batches(snapshot_dir, columns, batch_rows=BATCH_ROWS):
                 todo = []
-                for r in chunk.iter_rows(named=True):
+                for r in chunk:
+                    tally.see(r)
                     if r["text_exact"] is False:  # known non-canonical: no need to re-encode it to know
                         left_out["not_text_exact"] = left_out.get("not_text_exact", 0) + 1
                     else:
@@ -188,12 +277,12 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
 
         n = _write_jsonl(snapshot_dir / PREFORMATTED_FILE, rows())
         template = SPECFORGE_TEMPLATES.get(profile_name, (None,))[0]
-        max_len = int(df.select(pl.col("total_len").max()).item() or 0) if df.height else 0
+        max_len = tally.max_total_len
         return {
             PREFORMATTED_FILE: {
                 "rows": n,
                 "format": "specforge preformatted text (text): SpecForge offline",
-                "snapshot_rows": df.height,
+                "snapshot_rows": tally.rows,
                 "rows_left_out": sum(left_out.values()),
                 "left_out_by_reason": left_out,
                 "specforge_exact_rows": n if template else None,
@@ -214,10 +303,12 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
 
 def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
     snapshot_dir = as_data_path(snapshot_dir)
-    df = _snapshot_frame(snapshot_dir, ["sample_id", "conversation", "tools", "text_exact", "text_mismatch_pos"])
+    columns = ["sample_id", "conversation", "tools", "text_exact", "text_mismatch_pos"]
+    tally = _Tally()
 
-    def rows():
-        for r in df.iter_rows(named=True):
+    def rows() -> Iterator[dict[str, Any]]:
+        for r in snapshot_rows(snapshot_dir, columns):
+            tally.see(r)
             yield {
                 "id": r["sample_id"],
                 "conversations": openai_tool_calls(json.loads(r["conversation"])),
@@ -231,7 +322,7 @@ def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[
         CONVERSATIONS_FILE: {
             "rows": n,
             "format": "conversations (re-rendered by the trainer's chat template); tool-call arguments as JSON strings",
-            "rows_not_text_exact": _not_text_exact(df),  # flagged per row: text_exact false + text_mismatch_pos
+            "rows_not_text_exact": tally.not_text_exact,  # flagged per row: text_exact false + text_mismatch_pos
             "specforge_exact_rows": None,
             "specforge_exact_check": "not measured in the pipeline: SpecForge re-renders conversations with the chat "
             "template (Kimi-K2.5 drops the reasoning of the final turn, a default system prompt is "

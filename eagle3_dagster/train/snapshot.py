@@ -7,6 +7,9 @@ inputs again yields the same snapshot rather than a near-copy. The manifest keep
 sha256 (`files`, `exports`), the full content digest (`identity`), a distribution summary
 (`summary`), and what the snapshot gates decided (`published`, `publish_gate`, `drift`). Shards
 are copied in, so deleting or regenerating the working tables never changes a published snapshot.
+Memory stays flat however big the snapshot: the content identity and summary read each shard table a
+batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
+shard by shard (train/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
 
 Publishing is a gate of its own (`judge`, see quality/snapshot_gates.py): a refused snapshot (no
 rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does
@@ -40,7 +43,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..storage import (
     DataDirLock,
@@ -48,7 +51,6 @@ from ..storage import (
     PathLike,
     _native,
     as_data_path,
-    parquet_file,
     parquet_num_rows,
     sha256_of,
     shard_key,
@@ -157,21 +159,30 @@ def read_manifest(root: PathLike, version: str | None) -> dict[str, Any] | None:
 def content_and_summary(
     data: DataPath, decisions: Sequence[ShardDecision], profile: Any = None
 ) -> tuple[str, dict[str, Any] | None]:
-    """(full content digest, distribution summary or None without a profile) of the included shards."""
+    """(full content digest, distribution summary or None without a profile) of the included shards.
+
+    Streamed (ContentHasher.update_file): each shard table is read a batch at a time; what is kept for
+    the whole snapshot is the per-row scalars (the summary's statistics, the identity's ids and lengths)."""
     import polars as pl
 
-    from .summary import IDENTITY_COLUMNS, STAT_COLUMNS, ContentHasher, sample_stats, summarize
+    from .export import BATCH_ROWS
+    from .summary import STAT_COLUMNS, ContentHasher, sample_stats, summarize
 
     hasher = ContentHasher()
-    stats = []
-    cols = list(dict.fromkeys([*IDENTITY_COLUMNS, *STAT_COLUMNS]))
+    stats: list[pl.DataFrame] = []
+
+    def batch_stats(b: Any) -> None:
+        stats.append(sample_stats(cast(pl.DataFrame, pl.from_arrow(b)), profile))
+
     for d in decisions:
         if not d.included:
             continue
-        table = parquet_file(data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").read(columns=cols)
-        hasher.update(table)
-        if profile is not None:
-            stats.append(sample_stats(pl.DataFrame(table), profile))
+        hasher.update_file(
+            data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet",
+            batch_rows=BATCH_ROWS,
+            also_read=STAT_COLUMNS if profile is not None else (),
+            on_batch=batch_stats if profile is not None else None,
+        )
     summary = None
     if profile is not None:
         summary = summarize(pl.concat(stats) if stats else sample_stats(pl.DataFrame(), profile))
