@@ -527,6 +527,7 @@ def ui_main(argv: list[str]) -> int:
             while proc.poll() is None:
                 if stopper.requested and deadline is None:
                     # A Ctrl-C in a terminal reached `dagster dev` too; a SIGTERM only us: pass it on.
+                    print("[ui] stopping Dagster (webserver, daemon, code server; at most 20 s)", flush=True)
                     proc.send_signal(signal.SIGTERM)
                     deadline = time.monotonic() + 20
                 if deadline is not None and time.monotonic() > deadline:
