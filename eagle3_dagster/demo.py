@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
-from .orchestration.pools import DEFAULT_OVERLAP, RUNS_BEYOND_POOL
+from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
 INSTANCE_HEADER = "# Written by eagle3-dagster: a local instance (SQLite under this folder)."
@@ -29,9 +29,10 @@ INSTANCE_HEADER = "# Written by eagle3-dagster: a local instance (SQLite under t
 
 def instance_yaml(pool_limit: int = 1 + DEFAULT_OVERLAP, max_concurrent_runs: int | None = None) -> str:
     """The project's dagster.yaml: `pool_limit` shard steps generate at once (pool "sglang"), and the run
-    queue admits `max_concurrent_runs` runs (default pool_limit + RUNS_BEYOND_POOL: one tokenizing
-    ahead, one training behind). `eagle3 check` sizes both from the fleet (orchestration/pools.py)."""
-    runs = pool_limit + RUNS_BEYOND_POOL if max_concurrent_runs is None else max_concurrent_runs
+    queue admits `max_concurrent_runs` runs (default pool_limit x RUNS_PER_POOL_SLOT: per generating
+    shard one training behind and one tokenizing ahead). `eagle3 check` sizes both from the fleet
+    (orchestration/pools.py)."""
+    runs = pool_limit * RUNS_PER_POOL_SLOT if max_concurrent_runs is None else max_concurrent_runs
     return f"""\
 {INSTANCE_HEADER}
 telemetry:

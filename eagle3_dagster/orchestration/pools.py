@@ -5,7 +5,9 @@ A `generations` step keeps up to its in-flight window of requests at the servers
 leaves slots idle is the *tail*: the last wave of a shard, and the parts of the step that send
 nothing (endpoint probe, set-up, the gate after the answers). So the pool admits as many shards as
 it takes to fill the slots, plus `overlap` more whose requests cover the others' tails. The next
-shard's `tokenized_prompts` step is in no pool: its run tokenizes while earlier shards generate.
+shard's `tokenized_prompts` step is in no pool: its run tokenizes while earlier shards generate, so
+the run queue admits RUNS_PER_POOL_SLOT runs per pool slot (generating, training behind, tokenizing
+ahead): with fewer, the fleet waits for the next shard's tokenization (measured: bench/fleet.py).
 
 These are plain functions; `eagle3 check` probes the configured endpoints and writes the result
 into the instance's `dagster.yaml` (`concurrency.pools.default_limit`, demo.py).
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 GENERATE_POOL = "sglang"  # the pool of the `generations` asset (defs/generate.py)
 DEFAULT_OVERLAP = 1  # extra shards in the pool, whose queued requests fill the others' tails
-RUNS_BEYOND_POOL = 2  # runs besides the generating ones: one tokenizing ahead, one training behind
+RUNS_PER_POOL_SLOT = 3  # runs per generating shard: itself, one training behind, one tokenizing ahead
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def size_pools(
         limit = 1 + overlap
     return PoolSizing(
         pool_limit=limit,
-        max_concurrent_runs=limit + RUNS_BEYOND_POOL,
+        max_concurrent_runs=limit * RUNS_PER_POOL_SLOT,
         fleet_slots=sum(known) if known else None,
         endpoints=len(capacity),
         unknown=unknown,

@@ -39,7 +39,7 @@ def test_impossible_fleets_are_refused(slots: list[int], kw: dict) -> None:
 def test_unknown_capacity_is_named_and_assumes_one_shard_fills_the_fleet() -> None:
     s = size_pools({"http://a:30000": 32, "http://b:30000": None, "http://c:30000": 32}, shard_requests=16)
     assert (s.pool_limit, s.fleet_slots, s.unknown) == (5, 64, ("http://b:30000",))  # ceil(64/16) + 1
-    assert s.max_concurrent_runs == 7  # one run tokenizing ahead, one training behind
+    assert s.max_concurrent_runs == 15  # per generating shard: one training behind, one tokenizing ahead
     assert "http://b:30000" in s.describe() and "64 slots" in s.describe()
     none = size_pools({"http://a:30000": None})
     assert none.pool_limit == 2 and none.fleet_slots is None and "unknown" in none.describe()
@@ -52,13 +52,13 @@ def test_the_sized_instance_yaml_sets_the_pool_default_and_the_run_queue(tmp_pat
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 7
     # a later `eagle3 check` with another fleet rewrites our own file ...
     ensure_dagster_home(home, instance_config=instance_yaml(3))
-    assert (home / "dagster.yaml").read_text() == instance_yaml(3, 5)
+    assert (home / "dagster.yaml").read_text() == instance_yaml(3, 9)
     # ... a plain `eagle3 demo` (no sizing) keeps it, and a user's own dagster.yaml is never touched
     ensure_dagster_home(home)
-    assert (home / "dagster.yaml").read_text() == instance_yaml(3, 5)
+    assert (home / "dagster.yaml").read_text() == instance_yaml(3, 9)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     ensure_dagster_home(theirs, instance_config=instance_yaml(9))
     assert (theirs / "dagster.yaml").read_text() == "telemetry:\n  enabled: false\n"
-    assert instance_yaml(2, 4) == INSTANCE_YAML  # before any fleet was probed
+    assert instance_yaml(2, 6) == INSTANCE_YAML  # before any fleet was probed
