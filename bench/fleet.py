@@ -1,7 +1,7 @@
 """Benchmark: is the fleet kept busy across a multi-shard backfill launched through the real daemon?
 
     .venv/bin/python bench/fleet.py [--shards 16] [--workers 2] [--prompts-per-shard 64]
-                                    [--max-running 8] [--token-latency-ms 15] [--output-tokens N]
+                                    [--max-running 8] [--token-latency-ms 25] [--output-tokens N]
                                     [--work DIR] [--only backfill|single]
 
 Two phases in the same run, on one instance and one daemon, exactly as a user runs a backfill
@@ -301,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="simulator processes (SGLang servers)")
     ap.add_argument("--prompts-per-shard", type=int, default=64, help="mean prompts per shard (hash sharding)")
     ap.add_argument("--max-running", type=int, default=8, help="--max-running-requests of each simulator")
-    ap.add_argument("--token-latency-ms", type=float, default=15.0)
+    ap.add_argument(
+        "--token-latency-ms", type=float, default=25.0, help="a shard's generation must outlast a run's set-up"
+    )
     ap.add_argument(
         "--output-tokens", type=int, default=None, help="grow outputs to about N tokens (simulator; default ~260)"
     )
