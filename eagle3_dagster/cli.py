@@ -18,6 +18,11 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .orchestration.pools import PoolSizing
 
 
 def _ingest(argv: list[str]) -> int:
@@ -63,9 +68,14 @@ def _plan(argv: list[str]) -> int:
 
 
 def _check(argv: list[str]) -> int:
-    """Validate settings + source YAMLs and create the Dagster instance (make instance runs this)."""
+    """Validate settings + source YAMLs and create the Dagster instance (make instance runs this).
+
+    The instance's `sglang` pool and run queue are sized from the fleet (orchestration/pools.py):
+    each configured endpoint's max_running_requests from /server_info, and the prompts per shard of
+    the last ingest when there is one. An endpoint that does not answer is named, not fatal.
+    """
     from .config import settings
-    from .demo import ensure_dagster_home
+    from .demo import ensure_dagster_home, instance_yaml
     from .ingest import load_source_specs
 
     if argv:
@@ -73,12 +83,32 @@ def _check(argv: list[str]) -> int:
         return 2
     s = settings()
     specs = load_source_specs(s.sources_dir)
-    home = ensure_dagster_home()
+    sizing = _fleet_pool_sizing(s)
+    home = ensure_dagster_home(instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs))
     print(
         f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
         f"{len(specs)} source(s) OK; instance ready at {home}"
     )
+    own = (home / "dagster.yaml").read_text() == instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs)
+    print(f"eagle3 check: {sizing.describe()}" + ("" if own else "; NOT written: dagster.yaml is your own file"))
     return 0
+
+
+def _fleet_pool_sizing(s: Settings) -> PoolSizing:
+    """PoolSizing from the configured endpoints (probed) and the last ingest's prompts per shard."""
+    from .orchestration.pools import probe_capacity, size_pools
+    from .storage import parquet_num_rows
+
+    if s.sglang_url_configured:
+        headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
+        capacity = probe_capacity(s.sglang_urls, headers=headers)
+    else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
+        capacity = {"(simulator started by eagle3 demo/ui)": None}
+    prompts = s.data_dir / "prompts" / "prompts.parquet"
+    per_shard = None
+    if prompts.exists():
+        per_shard = max(1, parquet_num_rows(prompts) // s.n_shards)
+    return size_pools(capacity, shard_requests=per_shard)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

@@ -21,39 +21,63 @@ from pathlib import Path
 from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
-INSTANCE_YAML = """\
-# Written by eagle3-dagster: a local instance (SQLite under this folder).
+INSTANCE_HEADER = "# Written by eagle3-dagster: a local instance (SQLite under this folder)."
+
+
+def instance_yaml(pool_limit: int = 1 + DEFAULT_OVERLAP, max_concurrent_runs: int | None = None) -> str:
+    """The project's dagster.yaml: `pool_limit` shard steps generate at once (pool "sglang"), and the run
+    queue admits `max_concurrent_runs` runs (default pool_limit x RUNS_PER_POOL_SLOT: per generating
+    shard one training behind and one tokenizing ahead). `eagle3 check` sizes both from the fleet
+    (orchestration/pools.py)."""
+    runs = pool_limit * RUNS_PER_POOL_SLOT if max_concurrent_runs is None else max_concurrent_runs
+    return f"""\
+{INSTANCE_HEADER}
 telemetry:
   enabled: false
 nux:
   enabled: false     # no "Join the Dagster community" pop-up over the UI
 concurrency:
   pools:
-    default_limit: 2   # at most two shard steps talk to the SGLang fleet at once (pool "sglang")
+    default_limit: {pool_limit}   # shard steps talking to the SGLang fleet at once (pool "sglang"; docs/fleet.md)
+  runs:
+    max_concurrent_runs: {runs}   # runs the daemon's queue starts at once (backfills, nights)
 """
+
+
+INSTANCE_YAML = instance_yaml()  # before `eagle3 check` has probed a fleet
 
 
 INSTANCE_LOCK = ".eagle3-instance.lock"
 DEMO_LOCK = ".eagle3-demo.lock"  # in the data dir (storage/locks.py): one `eagle3 demo` at a time on it
 
 
-def ensure_dagster_home(home: Path | None = None) -> Path:
+def ensure_dagster_home(home: Path | None = None, instance_config: str | None = None) -> Path:
     """DAGSTER_HOME (default ./.dagster_home) with its dagster.yaml and its storage created, once.
 
     Under an exclusive file lock in the folder: two first uses at the same time (two `eagle3 demo`
     on a fresh folder) would otherwise both create the SQLite tables and one would crash with
     `table run_tags already exists`. The second waits, then finds everything in place.
+
+    `instance_config` (instance_yaml(...) sized by `eagle3 check`) replaces a dagster.yaml this
+    project wrote; a user's own dagster.yaml is never touched.
     """
     home = Path(home or settings().dagster_home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     with open(home / INSTANCE_LOCK, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cfg = home / "dagster.yaml"
-        if not cfg.exists() or _our_instance_yaml_without_nux(cfg):
+        ours = cfg.exists() and cfg.read_text().startswith(INSTANCE_HEADER)
+        wanted = instance_config or INSTANCE_YAML
+        if (
+            not cfg.exists()
+            or _our_instance_yaml_without_nux(cfg)
+            or (ours and instance_config and cfg.read_text() != wanted)
+        ):
             tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")
-            tmp.write_text(INSTANCE_YAML)
+            tmp.write_text(wanted)
             tmp.replace(cfg)
         _create_instance_storage(home)
     return home
@@ -62,7 +86,7 @@ def ensure_dagster_home(home: Path | None = None) -> Path:
 def _our_instance_yaml_without_nux(cfg: Path) -> bool:
     """An instance this project wrote before the UI's pop-up was switched off (never a user's own file)."""
     text = cfg.read_text()
-    return text.startswith(INSTANCE_YAML.splitlines()[0]) and "\nnux:" not in text
+    return text.startswith(INSTANCE_HEADER) and "\nnux:" not in text
 
 
 def _create_instance_storage(home: Path) -> None:

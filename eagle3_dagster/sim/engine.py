@@ -155,6 +155,8 @@ class Engine:
         if sim.recorder is not None:
             sim.recorder.record(item.rid, item.input_ids)
         t0 = time.time()
+        if sim.stats.first_request_at is None:
+            sim.stats.first_request_at = t0
         pr = Progress(item, None, [], None, 0, t0)
         sim.waiting += 1
         holding = False  # True while this request owns a GPU slot
@@ -244,6 +246,7 @@ class Engine:
                 sim.stats.prompt_tokens += len(item.input_ids)
                 sim.stats.completion_tokens += len(pr.produced)
                 sim.stats.cached_tokens += pr.cached
+                sim.stats.last_answer_at = time.time()
 
     # -- response bodies ------------------------------------------------------------------------
     def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[int]:

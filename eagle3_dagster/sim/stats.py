@@ -27,6 +27,8 @@ class Stats:
     peak_in_flight: int = 0  # highest number of concurrent scheduler requests seen
     peak_running: int = 0  # highest number of requests holding a GPU slot at once
     chat_requests: int = 0
+    first_request_at: float | None = None  # epoch seconds: the first /generate item arrived (bench/fleet.py)
+    last_answer_at: float | None = None  # epoch seconds: the last item finished
 
     def bump(self, d: dict[str, int], key: str, by: int = 1) -> None:
         d[key] = d.get(key, 0) + by
@@ -45,6 +47,8 @@ def stats_payload(sim: Sim, *, with_rids: bool = False) -> dict[str, Any]:
         "requests": s.requests,
         "items": s.items,
         "chat_requests": s.chat_requests,
+        "first_request_at": s.first_request_at,
+        "last_answer_at": s.last_answer_at,
         "finished": s.finished,
         "errors": s.errors,
         "faults_injected": {**s.faults_injected, **sim.fleet.injected},
