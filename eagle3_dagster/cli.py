@@ -103,7 +103,7 @@ def _fleet_pool_sizing(s: Settings) -> PoolSizing:
         headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
         capacity = probe_capacity(s.sglang_urls, headers=headers)
     else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
-        capacity = {"(simulator started by eagle3 demo/ui)": None}
+        capacity = {"the simulator eagle3 demo/ui starts": None}
     prompts = s.data_dir / "prompts" / "prompts.parquet"
     per_shard = None
     if prompts.exists():
