@@ -9,7 +9,7 @@ are kept for it; `gated_result` validates that frame with the stage's GX suite e
 (`mostly` semantics unchanged), stores the result and returns the step's MaterializeResult.
 
 Peak memory: one input batch + one output bucket + the shard's feature columns, flat in the shard's
-size (bench/shard_memory.py measures it).
+size (bench/publish_memory.py measures it, per step).
 """
 
 from __future__ import annotations

@@ -1,13 +1,18 @@
 """Shared by the tests that run `eagle3 demo` / `eagle3 ui` as real processes (test_demo_stop.py,
-test_stopping_and_versions.py): their environment and waiting for a line in their log."""
+test_demo_lock.py, test_stopping_and_versions.py): the `eagle3` command, their environment and waiting
+for a line in their log."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
+
+# the venv's `eagle3` (the console script beside this interpreter), as a user runs it
+EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 
 def command_env(tmp_path: Path) -> dict[str, str]:
@@ -37,13 +42,11 @@ def wait_for_log(path: Path, pattern: str, proc: subprocess.Popen, timeout: floa
 
 def start_demo(shards: str, log_file, env: dict[str, str]) -> subprocess.Popen:
     """`eagle3 demo --shards S` in its own session, slowed (30 ms a token) so a test can act mid-run."""
-    import sys
-
     from eagle3_dagster.config import PROJECT_ROOT
 
     return subprocess.Popen(
         [
-            str(Path(sys.executable).with_name("eagle3")),
+            EAGLE3,
             "demo",
             "--shards",
             shards,

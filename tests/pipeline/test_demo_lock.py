@@ -7,17 +7,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from proc_helpers import command_env, start_demo, wait_for_log
+from proc_helpers import EAGLE3, command_env, start_demo, wait_for_log
 
 from eagle3_dagster.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
-
-EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 
 def test_a_second_demo_on_the_same_data_dir_is_refused_naming_the_first(tmp_path: Path):

@@ -8,20 +8,17 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import dagster as dg
 import psutil
 import pytest
-from proc_helpers import command_env, start_demo, wait_for_log
+from proc_helpers import EAGLE3, command_env, start_demo, wait_for_log
 
 from eagle3_dagster.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
-
-EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
 
 
 def test_sigint_stops_the_demo_and_everything_it_started_then_a_rerun_completes(tmp_path: Path):

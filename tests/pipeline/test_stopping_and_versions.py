@@ -14,7 +14,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import polars as pl
 import psutil
 import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
-from proc_helpers import command_env, wait_for_log
+from proc_helpers import EAGLE3, command_env, wait_for_log
 from sim_ctl import Sim
 
 from eagle3_dagster.config import PROJECT_ROOT
@@ -34,9 +33,6 @@ from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import free_port
 
 pytestmark = pytest.mark.integration
-
-EAGLE3 = str(Path(sys.executable).with_name("eagle3"))
-
 
 # -- weights updated under a running shard ---------------------------------------------------------------
 

@@ -116,6 +116,18 @@ def _with_policy(request: RenderRequest, policy: str) -> RenderRequest:
     return RenderRequest(request.messages, request.tools, control_text=policy)
 
 
+def _rendered(renderer: PromptRenderer, placement: str, policy: str | None) -> list[tuple[str, str, Any, Any]]:
+    """(token, where, the request with the literal rendered under `policy` (None: the default), its twin
+    without the literal rendered) per template token."""
+    cases = _cases(renderer, placement)
+    requests = [
+        r if policy is None else RenderRequest(r.messages, r.tools, control_text=policy) for _, r, _, _ in cases
+    ]
+    results = renderer.render_batch(requests)
+    twins = renderer.render_batch([twin for _, _, twin, _ in cases])
+    return [(token, where, result, twin) for (token, _, _, where), result, twin in zip(cases, results, twins)]
+
+
 def test_templates_emit_the_tokens_of_the_issue(kimi_renderer: PromptRenderer, qwen_renderer: PromptRenderer) -> None:
     assert {"</think>", "<think>", "<|im_end|>", "<|im_assistant|>"} <= set(_template_tokens(kimi_renderer))
     assert {"<|im_start|>", "<|im_end|>", "<think>", "<tool_call>"} <= set(_template_tokens(qwen_renderer))
@@ -125,10 +137,7 @@ def test_templates_emit_the_tokens_of_the_issue(kimi_renderer: PromptRenderer, q
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_reject_by_default_names_token_message_and_field(renderer: PromptRenderer, placement: str) -> None:
-    cases = _cases(renderer, placement)
-    results = renderer.render_batch([request for _, request, _, _ in cases])
-    twins = renderer.render_batch([twin for _, _, twin, _ in cases])
-    for (token, _, _, where), result, twin in zip(cases, results, twins):
+    for token, where, result, twin in _rendered(renderer, placement, None):
         assert twin.ok, (token, twin.detail)  # the same prompt without the literal renders
         assert result.reason == CONTROL_TOKEN_IN_CONTENT, (token, result)
         assert f"{token!r} in {where}" in (result.detail or ""), (token, result.detail)
@@ -136,11 +145,8 @@ def test_reject_by_default_names_token_message_and_field(renderer: PromptRendere
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_as_text_keeps_only_the_templates_special_ids(renderer: PromptRenderer, placement: str) -> None:
-    cases = _cases(renderer, placement)
-    results = renderer.render_batch([_with_policy(request, "as_text") for _, request, _, _ in cases])
-    twins = renderer.render_batch([twin for _, _, twin, _ in cases])
     decode = renderer.tokenizer.decode
-    for (token, _, _, _), result, twin in zip(cases, results, twins):
+    for token, _, result, twin in _rendered(renderer, placement, "as_text"):
         assert result.ok and twin.ok, (token, result.detail)
         ids = result.input_ids or []
         # the special ids are exactly the template's, in order: none comes from the literal
@@ -153,11 +159,8 @@ def test_as_text_keeps_only_the_templates_special_ids(renderer: PromptRenderer, 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_as_served_gives_the_endpoints_ids_and_flags_the_row(renderer: PromptRenderer, placement: str) -> None:
-    cases = _cases(renderer, placement)
-    results = renderer.render_batch([_with_policy(request, "as_served") for _, request, _, _ in cases])
-    twins = renderer.render_batch([twin for _, _, twin, _ in cases])
     token_id = renderer.tokenizer.convert_tokens_to_ids
-    for (token, _, _, _), result, twin in zip(cases, results, twins):
+    for token, _, result, twin in _rendered(renderer, placement, "as_served"):
         assert result.ok, (token, result.detail)
         assert result.control_text_in_content is True
         ids = result.input_ids or []
