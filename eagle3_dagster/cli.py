@@ -71,8 +71,9 @@ def _check(argv: list[str]) -> int:
     """Validate settings + source YAMLs and create the Dagster instance (make instance runs this).
 
     The instance's `sglang` pool and run queue are sized from the fleet (orchestration/pools.py):
-    each configured endpoint's max_running_requests from /server_info, and the prompts per shard of
-    the last ingest when there is one. An endpoint that does not answer is named, not fatal.
+    each configured endpoint's max_running_requests from /server_info (a router: its workers', one line
+    each router), and the prompts per shard of the last ingest when there is one. An endpoint that does
+    not answer is named, not fatal.
     """
     from .config import settings
     from .demo import ensure_dagster_home, instance_yaml
@@ -83,32 +84,39 @@ def _check(argv: list[str]) -> int:
         return 2
     s = settings()
     specs = load_source_specs(s.sources_dir)
-    sizing = _fleet_pool_sizing(s)
+    sizing, routers = _fleet_pool_sizing(s)
     home = ensure_dagster_home(instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs))
     print(
         f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
         f"{len(specs)} source(s) OK; instance ready at {home}"
     )
+    for line in routers:
+        print(f"eagle3 check: {line}")
     own = (home / "dagster.yaml").read_text() == instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs)
     print(f"eagle3 check: {sizing.describe()}" + ("" if own else "; NOT written: dagster.yaml is your own file"))
     return 0
 
 
-def _fleet_pool_sizing(s: Settings) -> PoolSizing:
-    """PoolSizing from the configured endpoints (probed) and the last ingest's prompts per shard."""
-    from .orchestration.pools import probe_capacity, size_pools
+def _fleet_pool_sizing(s: Settings) -> tuple[PoolSizing, list[str]]:
+    """PoolSizing from the configured endpoints (probed) and the last ingest's prompts per shard, and a
+    line per router endpoint: its workers, their slots, and any worker counted as the mean."""
+    from .generate.fleet_capacity import probe_fleet
+    from .orchestration.pools import size_pools
     from .storage import parquet_num_rows
 
+    routers: list[str] = []
     if s.sglang_url_configured:
         headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
-        capacity = probe_capacity(s.sglang_urls, headers=headers)
+        fleet = probe_fleet(s.sglang_urls, headers=headers)
+        capacity: dict[str, int | None] = {c.endpoint: c.slots for c in fleet}
+        routers = [c.describe() for c in fleet if c.workers is not None]
     else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
         capacity = {"the simulator eagle3 demo/ui starts": None}
     prompts = s.data_dir / "prompts" / "prompts.parquet"
     per_shard = None
     if prompts.exists():
         per_shard = max(1, parquet_num_rows(prompts) // s.n_shards)
-    return size_pools(capacity, shard_requests=per_shard)
+    return size_pools(capacity, shard_requests=per_shard), routers
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {

@@ -214,6 +214,31 @@ def router_window(per_worker: list[int | None]) -> int | None:
     return sum(known) + -(-sum(known) * unknown // len(known))
 
 
+def is_router_readiness(status_code: int, content_type: str) -> bool:
+    """A `/readiness` answer that marks a router (sglang-router / SMG): 200 or 503 and not an HTML page.
+    Plain SGLang servers answer 404 (or 405) there."""
+    return status_code in (200, 503) and "html" not in content_type
+
+
+ROUTER_WORKER_LISTS = ("/workers", "/list_workers")  # the router's worker list: 0.3.x, then older routers
+
+
+def workers_listed(data: Any) -> list[dict[str, Any]]:
+    """The workers a router lists: `/workers` ({"workers": [{"url", "is_healthy", ...}, ...]}) or the older
+    `/list_workers` ({"urls": [...]}); each as a dict with at least "url". Empty when the answer lists none."""
+    if not isinstance(data, dict):
+        return []
+    if isinstance(data.get("workers"), list):
+        return [w if isinstance(w, dict) else {"url": str(w)} for w in data["workers"]]
+    if isinstance(data.get("urls"), list):
+        return [{"url": str(u)} for u in data["urls"]]
+    return []
+
+
+def worker_url(worker: dict[str, Any]) -> str:
+    return str(worker.get("url") or "").rstrip("/")
+
+
 _TEXT_ONLY = frozenset({"skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim", "stream_interval"})
 
 

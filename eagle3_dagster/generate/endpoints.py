@@ -34,6 +34,7 @@ from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
     MIN_SERVER_VERSION,
+    ROUTER_WORKER_LISTS,
     AuthError,
     Endpoint,
     EndpointRefusedError,
@@ -42,6 +43,7 @@ from .endpoint_info import (
     context_length_of,
     describe_error,
     display_url,
+    is_router_readiness,
     jittered_backoff,
     max_running_of,
     model_revision_of,
@@ -49,6 +51,8 @@ from .endpoint_info import (
     preferred_params_of,
     router_window,
     stream_mode_of,
+    worker_url,
+    workers_listed,
 )
 from .run_wait import EndpointWaitRecord
 
@@ -153,7 +157,7 @@ class EndpointPool:
         try:
             if ep.kind != "server":
                 r = await self._get(ep, "/readiness")
-                if r.status_code in (200, 503) and "html" not in r.headers.get("content-type", ""):
+                if is_router_readiness(r.status_code, r.headers.get("content-type", "")):
                     ep.kind = "router"
                     if r.status_code == 503:
                         ep.health_503 += 1
@@ -234,11 +238,9 @@ class EndpointPool:
         """A router whose /get_model_info fails (0.3.2 sends it to its first worker, dead or not, until its
         health check marks that one unhealthy): the model info of the first worker in /workers that answers
         /model_info itself. None when no listed worker is reachable from here (then the router's words stand)."""
-        data = await self._get_json(ep, "/workers")
-        workers = data.get("workers") if data is not None else None
-        for w in workers if isinstance(workers, list) else []:
-            wurl = str(w.get("url") or "").rstrip("/") if isinstance(w, dict) else ""
-            if not wurl or (isinstance(w, dict) and w.get("is_healthy") is False):
+        for w in workers_listed(await self._get_json(ep, ROUTER_WORKER_LISTS[0])):
+            wurl = worker_url(w)
+            if not wurl or w.get("is_healthy") is False:
                 continue
             info = await self._get_json(Endpoint(url=wurl, name=display_url(wurl)), "/model_info")
             if info is not None:
@@ -283,14 +285,9 @@ class EndpointPool:
 
     async def _check_router_workers(self, ep: Endpoint) -> None:
         """A router: list its workers, size the window from them, check each reachable worker's revision."""
-        data = await self._get_json(ep, "/workers")
         workers: list[dict[str, Any]] = []
-        if data is not None and isinstance(data.get("workers"), list):
-            workers = [w if isinstance(w, dict) else {"url": str(w)} for w in data["workers"]]
-        else:
-            legacy = await self._get_json(ep, "/list_workers")
-            if legacy is not None and isinstance(legacy.get("urls"), list):
-                workers = [{"url": str(u)} for u in legacy["urls"]]
+        for path in ROUTER_WORKER_LISTS:
+            workers = workers or workers_listed(await self._get_json(ep, path))
         ep.workers = workers
         if not workers:
             log.warning(
@@ -303,7 +300,7 @@ class EndpointPool:
         capacities: list[int | None] = []  # per worker: its max_running_requests (None: not reachable / said)
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
         for w in workers:
-            wurl = str(w.get("url") or "").rstrip("/")
+            wurl = worker_url(w)
             winfo = None
             wmodel = None
             if wurl:

@@ -9,8 +9,9 @@ shard's `tokenized_prompts` step is in no pool: its run tokenizes while earlier 
 the run queue admits RUNS_PER_POOL_SLOT runs per pool slot (generating, training behind, tokenizing
 ahead): with fewer, the fleet waits for the next shard's tokenization (measured: bench/fleet.py).
 
-These are plain functions; `eagle3 check` probes the configured endpoints and writes the result
-into the instance's `dagster.yaml` (`concurrency.pools.default_limit`, demo.py).
+These are plain functions; `eagle3 check` probes the configured endpoints (generate/fleet_capacity.py:
+a router counts its workers) and writes the result into the instance's `dagster.yaml`
+(`concurrency.pools.default_limit`, demo.py).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class PoolSizing:
 
     pool_limit: int
     max_concurrent_runs: int
-    fleet_slots: int | None  # Σ max_running_requests; None: not known (no endpoint answered)
+    fleet_slots: int | None  # Σ max_running_requests (a router: of its workers); None: not known (no endpoint answered)
     endpoints: int
     unknown: tuple[str, ...]  # endpoints whose capacity could not be read
     shard_window: int | None  # requests one shard keeps in flight (None: the default window, which covers the fleet)
@@ -109,27 +110,3 @@ def size_pools(
         unknown=unknown,
         shard_window=shard_window,
     )
-
-
-def probe_capacity(
-    urls: Sequence[str], *, timeout_s: float = 3.0, headers: Mapping[str, str] | None = None
-) -> dict[str, int | None]:
-    """max_running_requests of each endpoint from its /server_info (None when it does not answer or say).
-
-    Nothing is raised: an endpoint that is down when `eagle3 check` runs (or a router whose
-    /server_info does not report the workers' capacity) is unknown, and the caller says so.
-    """
-    import httpx
-
-    from ..generate.endpoint_info import display_url, max_running_of
-
-    out: dict[str, int | None] = {}
-    for url in urls:
-        base = url.rstrip("/")
-        name = display_url(base)
-        try:
-            r = httpx.get(f"{base}/server_info", timeout=timeout_s, headers=dict(headers or {}))
-            out[name] = max_running_of(r.json()) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            out[name] = None
-    return out

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..generate.config import GenerationConfig, sampling_hash, sampling_params
+from ..generate.fleet_capacity import EndpointCapacity, probe_fleet
 from ..ingest import SourceSpec
 from ..profiles import ModelProfile
 from ..storage import DataPath
@@ -36,7 +37,7 @@ from .estimate import (
     human_duration,
     output_expectation,
 )
-from .probe import EndpointProbe, probe_endpoints
+from .probe import EndpointProbe, probe_endpoints, tokens_per_s_per_server
 
 PLAN_FILE = "plan/plan.json"  # under the data dir
 
@@ -120,6 +121,10 @@ def build_plan(
         warnings.append(f"source {name!r} yields no prompt: its source__{name} step will fail the run")
 
     sampling = sampling_params(config)
+    api_key = config.api_key.reveal() if config.api_key is not None else None
+    capacity: list[EndpointCapacity] = []
+    if fleet.servers is None or fleet.tokens_per_s_per_server is None:  # a router: its workers are the servers
+        capacity = probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
     probes: list[EndpointProbe] = []
     if fleet.tokens_per_s_per_server is None:
         probes = probe_endpoints(
@@ -128,7 +133,8 @@ def build_plan(
             sampling,
             requests=fleet.probe_requests,
             max_new_tokens=fleet.probe_max_new_tokens,
-            api_key=config.api_key.reveal() if config.api_key is not None else None,
+            api_key=api_key,
+            servers=[c.servers for c in capacity],
         )
     revision, revision_basis = _revision(model_revision, config, probes, data, n_shards)
     if revision is None:
@@ -160,18 +166,24 @@ def build_plan(
     if fleet.tokens_per_s_per_server is not None:
         tps, basis = float(fleet.tokens_per_s_per_server), "declared (--tokens-per-s-per-server)"
     else:
-        tps = sum(p.tokens_per_s for p in probes) / len(probes)
+        tps = tokens_per_s_per_server(probes)
         basis = (
             f"probe: {sum(p.requests for p in probes)} /generate request(s) of at most "
-            f"{fleet.probe_max_new_tokens} tokens over {len(probes)} endpoint(s), mean per endpoint"
+            f"{fleet.probe_max_new_tokens} tokens over {len(probes)} endpoint(s) "
+            f"({sum(p.servers for p in probes)} server(s)), mean per server"
         )
         assumptions.append(
-            f"throughput measured with {fleet.probe_requests} concurrent request(s) per endpoint: a full run fills "
+            f"throughput measured with {fleet.probe_requests} concurrent request(s) per server: a full run fills "
             "more slots, so the ETA is an upper bound"
         )
-    servers = fleet.servers or len(config.endpoints)
+    servers = fleet.servers or sum(c.servers for c in capacity) or len(config.endpoints)
     if fleet.servers is None:
-        assumptions.append(f"{servers} server(s): one per configured endpoint (a router counts as one; use --servers)")
+        routers = "; ".join(c.describe() for c in capacity if c.workers is not None)
+        assumptions.append(
+            f"{servers} server(s): one per configured endpoint, a router's listed workers"
+            + (f" ({routers})" if routers else "")
+            + "; use --servers"
+        )
     assumptions.append("time counts output tokens only (prefill is inside the measured or declared tokens/s)")
     est: FleetEstimate = fleet_estimate(new_out, tps, servers, fleet.gpus_per_server, basis)
     disk: DiskEstimate = disk_estimate(

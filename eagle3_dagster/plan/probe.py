@@ -1,9 +1,10 @@
 """A short throughput probe of the configured SGLang endpoints: a few real POST /generate requests.
 
-Each endpoint gets `requests` concurrent requests built from the plan's own prompts (their exact
-input_ids), with the run's sampling parameters but `max_new_tokens` capped at `max_new_tokens`;
-its output tokens per second is the sum of the answers' `meta_info.completion_tokens` over the wall
-time of that burst. A burst this small fills fewer slots than a full run, so the figure is a lower
+Each endpoint gets `requests` concurrent requests per server behind it (a router: per listed worker,
+generate/fleet_capacity.py) built from the plan's own prompts (their exact input_ids), with the run's
+sampling parameters but `max_new_tokens` capped at `max_new_tokens`; its output tokens per second is
+the sum of the answers' `meta_info.completion_tokens` over the wall time of that burst, and per server
+that divided by its servers. A burst this small fills fewer slots than a full run, so the figure is a lower
 bound of what a busy server sustains (the plan says so). /model_info gives the revision the cache
 keys use (generate.endpoint_info.model_revision_of, as the generate step reads it).
 """
@@ -32,10 +33,17 @@ class EndpointProbe:
     output_tokens: int
     wall_s: float
     model_revision: str
+    servers: int = 1  # servers behind the endpoint (a router: its workers); the burst was `requests` x this
 
     @property
     def tokens_per_s(self) -> float:
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def tokens_per_s_per_server(probes: Sequence[EndpointProbe]) -> float:
+    """The fleet's measured output tokens/s over the servers behind the probed endpoints."""
+    servers = sum(p.servers for p in probes)
+    return sum(p.tokens_per_s for p in probes) / servers if servers else 0.0
 
 
 async def _revision(client: httpx.AsyncClient, url: str, name: str, headers: dict[str, str]) -> str:
@@ -62,6 +70,7 @@ async def _probe_one(
     prompts: Sequence[list[int]],
     sampling: dict[str, Any],
     n: int,
+    servers: int,
 ) -> EndpointProbe:
     name = display_url(url)
     revision = await _revision(client, url, name, headers)
@@ -93,7 +102,7 @@ async def _probe_one(
     start = time.perf_counter()
     counts = await asyncio.gather(*(one(i) for i in range(n)))
     wall = time.perf_counter() - start
-    return EndpointProbe(name, n, sum(counts), wall, revision)
+    return EndpointProbe(name, n, sum(counts), wall, revision, servers)
 
 
 def probe_endpoints(
@@ -105,10 +114,15 @@ def probe_endpoints(
     max_new_tokens: int = 128,
     api_key: str | None = None,
     timeout_s: float = 600.0,
+    servers: Sequence[int] | None = None,
 ) -> list[EndpointProbe]:
-    """Probe every endpoint (one after the other, so they do not share the client's wall time)."""
+    """Probe every endpoint (one after the other, so they do not share the client's wall time) with
+    `requests` per server behind it (`servers`, one per endpoint; default 1 each)."""
     if not prompts:
         raise ProbeError("nothing to probe with: no prompt tokenized")
+    per_endpoint = list(servers) if servers is not None else [1] * len(endpoints)
+    if len(per_endpoint) != len(endpoints) or any(n < 1 for n in per_endpoint):
+        raise ProbeError(f"servers per endpoint must be >= 1, one per endpoint, got {per_endpoint}")
     if requests < 1 or max_new_tokens < 1:
         raise ProbeError("the probe needs at least one request of at least one token")
     cap = min(int(sampling.get("max_new_tokens", max_new_tokens)), max_new_tokens)
@@ -120,8 +134,11 @@ def probe_endpoints(
         headers["Authorization"] = f"Bearer {api_key}"
 
     async def run() -> list[EndpointProbe]:
-        limits = httpx.Limits(max_connections=requests + 2)
+        limits = httpx.Limits(max_connections=requests * max(per_endpoint, default=1) + 2)
         async with httpx.AsyncClient(timeout=timeout_s, limits=limits, trust_env=False) as client:
-            return [await _probe_one(client, url.rstrip("/"), headers, prompts, capped, requests) for url in endpoints]
+            return [
+                await _probe_one(client, url.rstrip("/"), headers, prompts, capped, requests * k, k)
+                for url, k in zip(endpoints, per_endpoint, strict=True)
+            ]
 
     return asyncio.run(run())

@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
+from gen_helpers import Sim, as_map, make_config, make_prompts
+from real_router import start_real_router
 
 from eagle3_dagster.generate import endpoints, generate_shard, read_generations
 
@@ -35,53 +35,13 @@ pytestmark = [
 N = 24
 
 
-def _start_router(workers: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    with log_path.open("wb") as log:
-        p = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sglang_router.launch_router",
-                "--worker-urls",
-                *workers,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--prometheus-host",
-                "127.0.0.1",
-                "--prometheus-port",
-                str(free_port()),
-                "--log-level",
-                "warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            raise RuntimeError(f"sglang-router exited {p.returncode}:\n{log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/readiness", timeout=1.0).status_code == 200:
-                return p, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    p.kill()
-    p.wait()
-    raise TimeoutError(f"sglang-router not ready in 60 s:\n{log_path.read_text()[-2000:]}")
-
-
 @pytest.fixture
 def router(tmp_path: Path, start_sim: Callable[..., Sim]) -> Iterator[Callable[..., tuple[str, list[Sim]]]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def _router(*worker_args: str) -> tuple[str, list[Sim]]:
         sims = [start_sim(*worker_args), start_sim(*worker_args)]
-        p, url = _start_router([s.url for s in sims], tmp_path / f"router-{len(procs)}.log")
+        p, url = start_real_router([s.url for s in sims], tmp_path / f"router-{len(procs)}.log")
         procs.append(p)
         return url, sims
 

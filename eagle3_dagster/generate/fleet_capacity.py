@@ -1,0 +1,115 @@
+"""How many GPU slots and servers stand behind each configured endpoint, read once (`eagle3 check`, `eagle3 plan`).
+
+A plain SGLang server says its `max_running_requests` in `/server_info`. A router (sglang-router / SMG:
+it answers `/readiness`) says nothing useful there (0.3.2 serves a stub), so its workers are listed
+(`/workers`, or `/list_workers`) and each one's own `/server_info` is read, the way the generate client
+sizes its in-flight window (endpoints.EndpointPool._check_router_workers): a worker that does not
+answer counts with the mean of those that do (`router_window`), and the line printed says so.
+
+Nothing is raised: an endpoint that is down is unknown (slots None, and why), and the caller says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .endpoint_info import (
+    ROUTER_WORKER_LISTS,
+    describe_error,
+    display_url,
+    is_router_readiness,
+    max_running_of,
+    router_window,
+    worker_url,
+    workers_listed,
+)
+
+
+@dataclass(frozen=True)
+class EndpointCapacity:
+    """What one endpoint adds to the fleet."""
+
+    endpoint: str  # display form (no credentials)
+    slots: int | None  # max_running_requests; a router: Σ over its workers (unreachable: the mean); None: unknown
+    workers: int | None = None  # a router: the workers it lists; None: a plain server
+    unreachable: tuple[str, ...] = ()  # a router's workers whose /server_info did not tell their capacity
+    why: str = ""  # why the capacity is unknown
+
+    @property
+    def servers(self) -> int:
+        """Servers that generate behind this endpoint: a router's listed workers, else 1."""
+        return self.workers if self.workers else 1
+
+    def describe(self) -> str:
+        if self.workers is None:
+            return f"{self.endpoint}: " + (f"{self.slots} slots" if self.slots else f"capacity unknown ({self.why})")
+        head = f"router {self.endpoint}: {self.workers} worker{'s' if self.workers != 1 else ''}"
+        if not self.slots:
+            return f"{head}, capacity unknown ({self.why})"
+        n = len(self.unreachable)
+        note = (
+            f" ({n} worker{'s' if n != 1 else ''} unreachable, counted as the mean: {', '.join(self.unreachable)})"
+            if n
+            else ""
+        )
+        return f"{head}, {self.slots} slots{note}"
+
+
+def router_capacity(endpoint: str, per_worker: Mapping[str, int | None]) -> EndpointCapacity:
+    """A router's capacity from each listed worker's max_running_requests (None: not reachable / not said)."""
+    if not per_worker:
+        return EndpointCapacity(endpoint, None, 0, why="the router lists no worker (/workers, /list_workers)")
+    slots = router_window(list(per_worker.values()))
+    unreachable = tuple(w for w, v in per_worker.items() if not v)
+    why = "" if slots else f"no worker told its max_running_requests: {', '.join(unreachable)}"
+    return EndpointCapacity(endpoint, slots, len(per_worker), unreachable if slots else (), why)
+
+
+def _get_json(client: httpx.Client, url: str, path: str) -> tuple[Any, str]:
+    """(the JSON answer, "") or (None, why not) for one GET."""
+    try:
+        r = client.get(url + path)
+    except httpx.HTTPError as e:
+        return None, describe_error(e, path, float(client.timeout.read or 0))
+    if r.status_code != 200:
+        return None, f"{path} answered {r.status_code}"
+    try:
+        return r.json(), ""
+    except ValueError:
+        return None, f"{path} answered something that is not JSON"
+
+
+def probe_endpoint(client: httpx.Client, url: str) -> EndpointCapacity:
+    base = url.rstrip("/")
+    name = display_url(base)
+    try:
+        ready = client.get(base + "/readiness")
+        router = is_router_readiness(ready.status_code, ready.headers.get("content-type", ""))
+    except httpx.HTTPError as e:
+        return EndpointCapacity(name, None, why=describe_error(e, "/readiness", float(client.timeout.read or 0)))
+    if not router:
+        info, why = _get_json(client, base, "/server_info")
+        slots = max_running_of(info) if isinstance(info, dict) else None
+        return EndpointCapacity(name, slots, why=why or ("" if slots else "/server_info has no max_running_requests"))
+    workers: list[dict[str, Any]] = []
+    for path in ROUTER_WORKER_LISTS:
+        workers = workers or workers_listed(_get_json(client, base, path)[0])
+    per_worker: dict[str, int | None] = {}
+    for w in workers:
+        wurl = worker_url(w)
+        info = _get_json(client, wurl, "/server_info")[0] if wurl else None
+        per_worker[display_url(wurl) or "?"] = max_running_of(info) if isinstance(info, dict) else None
+    return router_capacity(name, per_worker)
+
+
+def probe_fleet(
+    urls: Sequence[str], *, timeout_s: float = 3.0, headers: Mapping[str, str] | None = None
+) -> list[EndpointCapacity]:
+    """The capacity behind each endpoint, in order (the API key goes to routers and workers alike, as the
+    generate client sends it)."""
+    with httpx.Client(timeout=timeout_s, headers=dict(headers or {}), trust_env=False) as client:
+        return [probe_endpoint(client, u) for u in urls]
