@@ -26,13 +26,21 @@ def _parser() -> argparse.ArgumentParser:
         help="declared output tokens/s of one server; default: measured by a short probe of EAGLE3_SGLANG_URL",
     )
     p.add_argument(
-        "--servers", metavar="N", type=int, default=None, help="servers in the fleet (default: one per endpoint)"
+        "--servers",
+        metavar="N",
+        type=int,
+        default=None,
+        help="servers in the fleet (default: one per endpoint, a router's listed workers)",
     )
     p.add_argument(
         "--gpus-per-server", metavar="G", type=int, default=8, help="GPUs one server uses, for GPU-hours (default 8)"
     )
     p.add_argument(
-        "--probe-requests", metavar="K", type=int, default=8, help="concurrent probe requests per endpoint (default 8)"
+        "--probe-requests",
+        metavar="K",
+        type=int,
+        default=8,
+        help="concurrent probe requests per server (a router: per worker; default 8)",
     )
     p.add_argument(
         "--probe-max-new-tokens", metavar="T", type=int, default=128, help="tokens a probe request asks for (128)"
