@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_dagster.generate.endpoint_info import is_router_readiness, workers_listed
-from eagle3_dagster.generate.fleet_capacity import EndpointCapacity, router_capacity
+from eagle3_dagster.generate.fleet_capacity import EndpointCapacity, probe_fleet, router_capacity
 from eagle3_dagster.plan.probe import EndpointProbe, tokens_per_s_per_server
 
 
@@ -66,3 +66,11 @@ def test_throughput_per_server_divides_a_routers_burst_by_its_workers() -> None:
     server = EndpointProbe("http://s", requests=8, output_tokens=1000, wall_s=10.0, model_revision="m")
     assert tokens_per_s_per_server([router]) == pytest.approx(100.0)
     assert tokens_per_s_per_server([router, server]) == pytest.approx((300.0 + 100.0) / 4)
+
+
+def test_a_plain_server_is_read_from_its_own_server_info_and_a_dead_one_is_named(start_sim) -> None:
+    """A real simulator (it answers /readiness 404: not a router) and a port nobody listens on."""
+    sim = start_sim("--max-running-requests", "7")
+    up, down = probe_fleet([sim.url, "http://127.0.0.1:9"], timeout_s=3.0)
+    assert (up.slots, up.workers, up.servers) == (7, None, 1)
+    assert (down.slots, down.describe()) == (None, "http://127.0.0.1:9: capacity unknown (connection refused)")
