@@ -38,6 +38,33 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 MISSING_SERVICES = "run `bash scripts/ci-services.sh` (as root) first; `make test` does it"
+# Only this machine: the UI on 127.0.0.1 and file:// pages. Anything else (CDNs, telemetry) is refused at
+# once, as it would be on an offline cluster, instead of hanging.
+LOCAL_ONLY = r"^(?!(https?://127\.0\.0\.1[:/]|file://|data:|blob:)).*"
+
+
+@contextmanager
+def chromium_page(viewport: dict[str, int], device_scale_factor: float = 1) -> Iterator:
+    """A Playwright page in Debian's headless Chromium: local URLs only, Dagster's first-visit modal dismissed."""
+    import re
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            context = browser.new_context(viewport=viewport, device_scale_factor=device_scale_factor)
+            context.route(re.compile(LOCAL_ONLY), lambda route: route.abort("blockedbyclient"))
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            # Dagster's "Join the community" modal may cover any page: dismiss it when it shows.
+            page.add_locator_handler(
+                page.get_by_role("dialog").filter(has_text="Join the Dagster community"),
+                lambda d: d.get_by_role("button", name="Skip").click(),
+            )
+            yield page
+        finally:
+            browser.close()
 
 
 def require_os_package(package: str, what: str, present: bool) -> None:

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from rel_helpers import CHROMIUM, CHROMIUM_ARGS, require_os_package
+from rel_helpers import CHROMIUM, chromium_page, require_os_package
 
 pytestmark = pytest.mark.integration
 
@@ -23,30 +23,12 @@ RUN_TIMEOUT_MS = 240_000
 
 @pytest.fixture
 def page(tmp_path):
-    from playwright.sync_api import sync_playwright
-
     require_os_package("chromium", CHROMIUM, Path(CHROMIUM).exists())
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        context = browser.new_context(viewport={"width": 1600, "height": 1000})
-        # Only this machine: the UI on 127.0.0.1 and file:// pages. Anything else (CDNs, telemetry)
-        # is refused at once, as it would be on an offline cluster, instead of hanging.
-        context.route(
-            re.compile(r"^(?!(https?://127\.0\.0\.1[:/]|file://|data:|blob:)).*"),
-            lambda route: route.abort("blockedbyclient"),
-        )
-        pg = context.new_page()
-        pg.set_default_timeout(30_000)
-        # Dagster's first-visit "Join the community" modal may cover any page: dismiss it when it shows.
-        pg.add_locator_handler(
-            pg.get_by_role("dialog").filter(has_text="Join the Dagster community"),
-            lambda d: d.get_by_role("button", name="Skip").click(),
-        )
+    with chromium_page({"width": 1600, "height": 1000}) as pg:
         try:
             yield pg
         finally:
             pg.screenshot(path=str(tmp_path / "last.png"))
-            browser.close()
 
 
 def _launch_and_open_run(page) -> str:
