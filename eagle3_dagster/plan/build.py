@@ -175,14 +175,7 @@ def build_plan(
         fitted = over if budget.mode == "fit" else pl.repeat(False, over.len(), eager=True)
         skipped = over & ~fitted
         # what each request may produce: its fitted budget, 0 when it is not sent
-        caps = (
-            pl.when(too_long | skipped)
-            .then(0)
-            .when(fitted)
-            .then(server_ctx - lens)
-            .otherwise(max_new)
-            .alias("cap")
-        )
+        caps = pl.when(too_long | skipped).then(0).when(fitted).then(server_ctx - lens).otherwise(max_new).alias("cap")
         new_out = expect.expected_capped(cache.send["source"], cache.send.select(caps)["cap"])
         n_fitted, n_skipped, n_too_long = int(fitted.sum()), int(skipped.sum()), int(too_long.sum())
         if n_fitted or n_skipped or n_too_long:

@@ -45,7 +45,6 @@ class OutputExpectation:
         counts = sources.fill_null("").value_counts()
         return float(sum(self.per_request_mean.get(str(s), self.overall_mean) * int(n) for s, n in counts.iter_rows()))
 
-
     def expected_capped(self, sources: pl.Series, caps: pl.Series) -> float:
         """Expected output tokens of requests from these sources, each at most its own max_new_tokens (a
         prompt fitted to the server's context: context - prompt tokens; 0: not sent)."""
