@@ -219,6 +219,17 @@ def _seconds(var: str, raw: str) -> float:
     return v
 
 
+CONTEXT_OVERFLOW_ENV = "EAGLE3_CONTEXT_OVERFLOW"
+CONTEXT_OVERFLOW_CHOICES = ("fit", "skip")
+
+
+def _context_overflow(raw: str) -> str:
+    v = raw.strip().lower()
+    if v not in CONTEXT_OVERFLOW_CHOICES:
+        raise _Problem(f"{CONTEXT_OVERFLOW_ENV} must be one of {', '.join(CONTEXT_OVERFLOW_CHOICES)}, got {raw!r}")
+    return v
+
+
 def _bool(var: str, raw: str) -> bool:
     v = raw.strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -277,6 +288,8 @@ class Settings:
     stream: bool | None = None  # EAGLE3_STREAM: SSE with stall detection (default on)
     stall_timeout_s: float | None = None  # EAGLE3_STALL_TIMEOUT_S: silence between chunks that is a stall
     allow_old_sglang: bool | None = None  # EAGLE3_ALLOW_OLD_SGLANG: accept /server_info versions < 0.5.9
+    # EAGLE3_CONTEXT_OVERFLOW: fit | skip, a prompt whose prompt + max_new_tokens exceeds the server's context
+    context_overflow: str | None = None
     # TOKENIZERS_PARALLELISM (read by the `tokenizers` Rust library itself): threads over a batch encode/decode
     tokenizers_parallelism: bool = True
     # SGLANG_API_KEY: the Bearer key, a Secret (repr/str masked) handed to GenerationConfig.api_key
@@ -345,6 +358,7 @@ class Settings:
             stream=get("EAGLE3_STREAM", lambda r: _bool("EAGLE3_STREAM", r), None),
             stall_timeout_s=get("EAGLE3_STALL_TIMEOUT_S", lambda r: _seconds("EAGLE3_STALL_TIMEOUT_S", r), None),
             allow_old_sglang=get("EAGLE3_ALLOW_OLD_SGLANG", lambda r: _bool("EAGLE3_ALLOW_OLD_SGLANG", r), None),
+            context_overflow=get(CONTEXT_OVERFLOW_ENV, _context_overflow, None),
             tokenizers_parallelism=get(
                 TOKENIZERS_PARALLELISM_ENV, lambda r: _bool(TOKENIZERS_PARALLELISM_ENV, r), True
             ),
@@ -421,6 +435,7 @@ def generation_env(s: Settings | None = None) -> dict[str, object]:
     EAGLE3_STREAM            stream /generate (SSE, stall detection); 0 for one JSON answer (default 1)
     EAGLE3_STALL_TIMEOUT_S   silence between stream chunks that counts as a stall (default 300)
     EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)
+    EAGLE3_CONTEXT_OVERFLOW  fit | skip: a prompt whose prompt + max_new_tokens exceeds the context (default fit)
     SGLANG_API_KEY           the Bearer key (a Secret: masked in repr/str, never in logs/metadata/run config)
     """
     s = s or settings()
@@ -430,6 +445,7 @@ def generation_env(s: Settings | None = None) -> dict[str, object]:
         "stream": s.stream,
         "stall_timeout_s": s.stall_timeout_s,
         "allow_old_server": s.allow_old_sglang,
+        "context_overflow": s.context_overflow,
     }
     return {k: v for k, v in pairs.items() if v is not None}
 

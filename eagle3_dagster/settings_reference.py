@@ -125,6 +125,18 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
         default_from="stall_timeout_s",
     ),
     SettingDoc(
+        "EAGLE3_CONTEXT_OVERFLOW",
+        "context_overflow",
+        "`fit`",
+        "a prompt shorter than the server's context length whose prompt + `max_new_tokens` exceeds it (SGLang "
+        "answers such a request 400): `fit` sends it with `max_new_tokens` lowered to context - prompt tokens "
+        "(what `--allow-auto-truncate` would do, done by the client: its cache key has that budget); `skip` does "
+        "not send it and records a `context_overflow` failure. Both are counted (`context_fitted`, "
+        "`context_overflow_skipped`), see [SGLang](../sglang.md)",
+        "`sglang.context_overflow`",
+        default_from="context_overflow",
+    ),
+    SettingDoc(
         "EAGLE3_ALLOW_OLD_SGLANG",
         "allow_old_sglang",
         "unset (`False`)",

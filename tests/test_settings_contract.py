@@ -55,6 +55,7 @@ def samples(tmp: Path) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "0",
         "EAGLE3_STALL_TIMEOUT_S": "7",
         "EAGLE3_ALLOW_OLD_SGLANG": "1",
+        "EAGLE3_CONTEXT_OVERFLOW": "skip",
         "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": "3",
         "EAGLE3_GX_KEEP_VALIDATIONS": "5",
         "EAGLE3_N_SHARDS": "9",

@@ -23,6 +23,7 @@ from ..generate import (
     generate_shard,
 )
 from ..generate.active import active_sample_ids, run_config, write_active_samples
+from ..generate.context_fit import ContextBudget
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
 from ..generate.multiturn import (
@@ -45,7 +46,7 @@ from ..orchestration.run import graph_run_key
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.reports import PREVIEW_PROMPT_TAIL
-from ..quality.request_failures import FAILURE_BUDGET_KEY, failure_budget_outcome
+from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir
@@ -192,7 +193,15 @@ def generations(
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     # The shard folder keeps every sample ever generated (a config change never deletes work);
     # this materialization's samples are exactly the current cache keys of its prompts.
-    active = active_sample_ids(prompts, report.model_revision, report.sampling_hash, config.regen_seed)
+    # a prompt sent with max_new_tokens lowered to the server's context has that budget in its key
+    budget = ContextBudget.of(config, report.server_context_length)
+    active = active_sample_ids(
+        prompts,
+        report.model_revision,
+        report.sampling_hash,
+        config.regen_seed,
+        row_hash=budget.hash_for if report.server_context_length is not None else None,
+    )
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_active_samples(out, active)
@@ -226,6 +235,21 @@ def generations(
                 errors_by_kind=report.errors_by_kind,
                 failure_details=report.failure_details,
                 max_failed_rate=pipeline.max_failed_rate,
+            ),
+            # prompts over the server's context (fitted / not sent): a shard-level warning when there are any
+            *(
+                [
+                    context_fit_outcome(
+                        requested=report.requested,
+                        fitted=report.context_fitted,
+                        skipped=report.context_overflow_skipped,
+                        context_length=report.server_context_length,
+                        max_new_tokens=config.max_new_tokens,
+                        mode=report.context_overflow,
+                    )
+                ]
+                if report.context_fitted or report.context_overflow_skipped
+                else []
             ),
         ),
         metadata={

@@ -7,7 +7,7 @@ of the latest `generations` materialization are exactly the current cache keys o
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import polars as pl
@@ -35,14 +35,24 @@ def run_config(profile: ModelProfile, endpoints: Iterable[str] | str, *layers: M
 
 
 def active_sample_ids(
-    tokenized: pl.DataFrame, model_revision: str, sampling_hash: str, regen_seed: int | None
+    tokenized: pl.DataFrame,
+    model_revision: str,
+    sampling_hash: str,
+    regen_seed: int | None,
+    row_hash: Callable[[int], str] | None = None,
 ) -> pl.DataFrame:
-    """(sample_id, prompt_id) of the current cache key of every tokenized prompt."""
+    """(sample_id, prompt_id) of the current cache key of every tokenized prompt (`row_hash`: the sampling
+    hash by prompt length, context_fit.ContextBudget.hash_for; needs a prompt_len or input_ids column)."""
+    if row_hash is None:
+        hashes = [sampling_hash] * tokenized.height
+    else:
+        lens = tokenized["prompt_len"] if "prompt_len" in tokenized.columns else tokenized["input_ids"].list.len()
+        hashes = [row_hash(int(n or 0)) for n in lens]
     return pl.DataFrame(
         {
             "sample_id": [
-                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", sampling_hash, regen_seed)
-                for r in tokenized.select("prompt_id", "template_hash").iter_rows(named=True)
+                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", h, regen_seed)
+                for r, h in zip(tokenized.select("prompt_id", "template_hash").iter_rows(named=True), hashes)
             ],
             "prompt_id": tokenized["prompt_id"].to_list(),
         },

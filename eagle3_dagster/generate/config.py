@@ -72,6 +72,9 @@ class GenerationConfig:
     stream_interval: int | None = None
     allow_old_server: bool = False  # /server_info version < 0.5.9 is refused unless this is set
     write_retries: int = 3
+    # a prompt whose prompt + max_new_tokens exceeds the server's context length (generate/context_fit.py):
+    # "fit" sends it with max_new_tokens lowered to what fits, "skip" records a context_overflow failure
+    context_overflow: str = "fit"
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
     # After a successful run with more than this many chunk files in the shard folder, merge them into
@@ -100,6 +103,8 @@ class GenerationConfig:
             raise ValueError("stall_timeout_s and first_chunk_timeout_s must be > 0")
         if self.stream_interval is not None and self.stream_interval < 1:
             raise ValueError(f"stream_interval must be >= 1 (or None: automatic), got {self.stream_interval}")
+        if self.context_overflow not in ("fit", "skip"):
+            raise ValueError(f"context_overflow must be 'fit' or 'skip', got {self.context_overflow!r}")
         if self.compact_after_chunks is not None and self.compact_after_chunks < 1:
             raise ValueError(f"compact_after_chunks must be >= 1 (or None: never), got {self.compact_after_chunks}")
 
@@ -172,7 +177,12 @@ def sampling_params(config: GenerationConfig) -> dict[str, Any]:
 
 
 def sampling_hash(config: GenerationConfig) -> str:
-    blob = json.dumps(sampling_params(config), sort_keys=True, separators=(",", ":"))
+    return params_hash(sampling_params(config))
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    """The sampling hash of exact `sampling_params` (a context-fitted row's has its lowered max_new_tokens)."""
+    blob = json.dumps(params, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

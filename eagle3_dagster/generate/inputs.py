@@ -18,7 +18,7 @@ prompts) by the same streaming, instead of the whole shard with every prompt's i
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -205,21 +205,31 @@ def plan_shard(
     stored: tuple[np.ndarray, np.ndarray],
     skip_ids: frozenset[str] | set[str] = frozenset(),
     exclude_prompt_ids: frozenset[str] | set[str] = frozenset(),
+    row_hash: Callable[[int], str] | None = None,
 ) -> Plan:
+    """`row_hash`: the sampling hash of a prompt of that many tokens (context_fit.ContextBudget.hash_for: a
+    prompt sent with a lowered max_new_tokens has its own); None: `s_hash` for every prompt."""
     cols = _columns_of(src)
     if "prompt_id" not in cols or "input_ids" not in cols:
         raise ValueError(f"tokenized prompts need prompt_id and input_ids columns, got {cols}")
     has_th = "template_hash" in cols
+    want = ["prompt_id", "template_hash"] if has_th else ["prompt_id"]
+    if row_hash is not None:
+        want.append("input_ids")  # their count (not the prompt_len column: pass 2 keys by len(input_ids) too)
     hi_a, lo_a = array("Q"), array("Q")
     skipped: list[tuple[int, str]] = []
     excluded: list[int] = []
-    for b in _batches(src, ["prompt_id", "template_hash"] if has_th else ["prompt_id"]):
+    for b in _batches(src, want):
         pids = b.get_column("prompt_id").to_list()
         ths = b.get_column("template_hash").to_list() if has_th else [""] * len(pids)
-        for p, t in zip(pids, ths):
+        if row_hash is not None:
+            hashes = [row_hash(int(n or 0)) for n in b.get_column("input_ids").list.len()]
+        else:
+            hashes = [s_hash] * len(pids)
+        for p, t, h_row in zip(pids, ths, hashes):
             if exclude_prompt_ids and p in exclude_prompt_ids:
                 excluded.append(len(hi_a))
-            sid = sample_key(p, model_revision, t or "", s_hash, regen_seed)
+            sid = sample_key(p, model_revision, t or "", h_row, regen_seed)
             if skip_ids and sid in skip_ids:
                 skipped.append((len(hi_a), sid))
             h, low = _split(sid)
@@ -247,9 +257,16 @@ def plan_shard(
 
 
 def iter_pending(
-    src: TokenizedSource, plan: Plan, *, model_revision: str, s_hash: str, regen_seed: int | None
+    src: TokenizedSource,
+    plan: Plan,
+    *,
+    model_revision: str,
+    s_hash: str,
+    regen_seed: int | None,
+    row_hash: Callable[[int], str] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """Pass 2: the rows to generate, in input order, one batch of Python objects at a time."""
+    """Pass 2: the rows to generate, in input order, one batch of Python objects at a time (`row_hash`:
+    as plan_shard's; the row's `sampling_hash` is the one of its key)."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
     offset = 0
@@ -260,10 +277,12 @@ def iter_pending(
             for i, (row, go) in enumerate(zip(b.iter_rows(named=True), mask.tolist())):
                 if not go:
                     continue
-                sid = sample_key(row["prompt_id"], model_revision, row.get("template_hash") or "", s_hash, regen_seed)
+                h_row = row_hash(len(row["input_ids"] or ())) if row_hash is not None else s_hash
+                sid = sample_key(row["prompt_id"], model_revision, row.get("template_hash") or "", h_row, regen_seed)
                 if _split(sid)[0] != int(plan.hi[offset + i]):
                     raise InputChangedError("the tokenized prompts changed while the shard was generating; rerun it")
                 row["sample_id"] = sid
+                row["sampling_hash"] = h_row
                 yield row
         offset += n
     if offset != plan.rows:

@@ -71,6 +71,12 @@ class ShardReport:
     in_flight_source: str = ""  # "config" or "server_info" (a router: its workers' server_info)
     # the context length the endpoints report (/server_info): prompts at least this long are not sent
     server_context_length: int | None = None
+    # prompt + max_new_tokens over server_context_length (generate/context_fit.py): sent with max_new_tokens
+    # lowered to what fits (stored, in `succeeded` when they came back), or not sent (in `failed`, reason
+    # context_overflow); context_overflow: the mode of the run (fit | skip)
+    context_overflow: str = ""
+    context_fitted: int = 0
+    context_overflow_skipped: int = 0
     server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
     # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
     # does not send refuses the endpoint before anything is sent)
@@ -124,6 +130,8 @@ class RunStats:
         self.integrity_violations = 0
         self.nan_finishes = 0
         self.server_capped_length = 0
+        self.context_fitted = 0  # sent with max_new_tokens lowered to the server's context (context_fit.py)
+        self.context_overflow_skipped = 0
         self.retried: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.finish: Counter[str] = Counter()
@@ -174,6 +182,8 @@ class RunStats:
         report.output_tokens = self.output_tokens
         report.nan_finishes = self.nan_finishes
         report.server_capped_length = self.server_capped_length
+        report.context_fitted = self.context_fitted
+        report.context_overflow_skipped = self.context_overflow_skipped
         return report
 
 
@@ -256,8 +266,21 @@ def result_line(shard: str, r: ShardReport) -> str:
         parts.append(f"retried {_kinds(r.retried_by_kind)}")
     if r.previous_failures:
         parts.append(retried_line(r.previous_failures))
+    if r.context_fitted or r.context_overflow_skipped:
+        parts.append(context_overflow_text(r))
     if r.integrity_violations:
         parts.append(f"{r.integrity_violations:,} integrity violations")
     if not r.reconciles:
         parts.append("COUNTS DO NOT RECONCILE")
     return " · ".join(parts)
+
+
+def context_overflow_text(r: ShardReport) -> str:
+    """The prompts whose prompt + max_new_tokens exceeded the server's context length, and what was done."""
+    ctx = f"{r.server_context_length:,}" if r.server_context_length is not None else "?"
+    parts = []
+    if r.context_fitted:
+        parts.append(f"{r.context_fitted:,} sent with max_new_tokens lowered to fit")
+    if r.context_overflow_skipped:
+        parts.append(f"{r.context_overflow_skipped:,} not sent (context_overflow)")
+    return f"prompt + max_new_tokens > context {ctx}: " + ", ".join(parts)

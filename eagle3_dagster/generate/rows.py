@@ -43,7 +43,7 @@ def result_row(
         "endpoint": o.endpoint,
         "model_revision": model_revision,
         "template_hash": item.get("template_hash"),
-        "sampling_hash": s_hash,
+        "sampling_hash": item.get("sampling_hash") or s_hash,  # a context-fitted row's: its lowered budget
         "integrity_violations": violations,
         "generated_at": datetime.now(UTC),
     }

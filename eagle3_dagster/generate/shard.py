@@ -39,6 +39,7 @@ from .client import (
     safe_message,
 )
 from .config import GenerationConfig, sampling_hash, sampling_params
+from .context_fit import CONTEXT_OVERFLOW, ContextBudget
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
@@ -152,6 +153,8 @@ async def _generate_shard(
         }
         server_context = pool.context_length()  # None: some endpoint does not report it (nothing is skipped)
         report.server_context_length = server_context
+        budget = ContextBudget.of(config, server_context)  # prompt + max_new_tokens over it: fit or skip
+        report.context_overflow = config.context_overflow
         report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
         report.streamed = config.stream
         # weight_version the revision was read with ("model_path@weight_version"): every one an answer names matches it
@@ -184,6 +187,7 @@ async def _generate_shard(
             stored=stored_keys(out_dir),
             skip_ids=frozenset(prior.get_column("sample_id").to_list()),
             exclude_prompt_ids=multiturn.conversation_ids if multiturn is not None else frozenset(),
+            row_hash=budget.hash_for if server_context is not None else None,
         )
         if multiturn is not None and multiturn.conversations:
             driver = multiturn.driver(
@@ -261,7 +265,14 @@ async def _generate_shard(
         while len(clients) * per < n_workers:
             clients.append(new_client())
 
-        items = iter_pending(tokenized, plan, model_revision=revision, s_hash=s_hash, regen_seed=config.regen_seed)
+        items = iter_pending(
+            tokenized,
+            plan,
+            model_revision=revision,
+            s_hash=s_hash,
+            regen_seed=config.regen_seed,
+            row_hash=budget.hash_for if server_context is not None else None,
+        )
 
         async def next_item() -> dict[str, Any] | None:
             """A conversation's next turn first (keeps conversations moving), else the next prompt; when
@@ -284,17 +295,25 @@ async def _generate_shard(
             while (item := await next_item()) is not None:
                 ids = item["input_ids"]
                 problem, detail = input_problem(ids, config.vocab_size, server_context)
+                row_sp = sp
+                if problem is None and "turn_index" not in item and budget.overflows(len(ids)):  # turns: full budget
+                    if budget.fits(len(ids)):
+                        row_sp = budget.params_for(len(ids))
+                    else:
+                        problem, detail = CONTEXT_OVERFLOW, budget.skip_detail(len(ids))
+                        stats.context_overflow_skipped += 1
                 if problem is not None:
                     errors.append(error_row(item, problem, None, detail))
                     stats.errors[problem] += 1
                     count_failure(item, problem)
                     continue
+                stats.context_fitted += row_sp is not sp
                 o = await generate_one(
                     pool=pool,
                     client=wclient,
                     headers=headers,
                     input_ids=ids,
-                    sampling=sp,
+                    sampling=row_sp,
                     rid_base=f"{item['sample_id']}-{run_nonce}",
                     read_timeout_s=config.read_timeout_s,
                     connect_timeout_s=config.connect_timeout_s,
@@ -345,7 +364,7 @@ async def _generate_shard(
                     stats.errors[o.reason] += 1
                     count_failure(item, o.reason or "unknown")
                 else:
-                    viol = integrity_violations(o.response, max_new_tokens=config.max_new_tokens)
+                    viol = integrity_violations(o.response, max_new_tokens=int(row_sp["max_new_tokens"]))
                     row = result_row(
                         o, item, model_revision=revision, s_hash=s_hash, vocab_size=config.vocab_size, violations=viol
                     )

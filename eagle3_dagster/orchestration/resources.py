@@ -93,6 +93,8 @@ class SGLangFleet(dg.ConfigurableResource):
     wait_for_endpoint_s: float | None = None
     stream: bool | None = None  # SSE with stall detection (default EAGLE3_STREAM, else on)
     stall_timeout_s: float | None = None  # silence between chunks = stall (default EAGLE3_STALL_TIMEOUT_S, else 300)
+    # prompt + max_new_tokens over the server's context: "fit" or "skip" (default EAGLE3_CONTEXT_OVERFLOW, else fit)
+    context_overflow: str | None = None
 
     def endpoints(self) -> tuple[str, ...]:
         if self.urls:
@@ -110,6 +112,7 @@ class SGLangFleet(dg.ConfigurableResource):
             "wait_for_endpoint_s": self.wait_for_endpoint_s,
             "stream": self.stream,
             "stall_timeout_s": self.stall_timeout_s,
+            "context_overflow": self.context_overflow,
         }
 
 

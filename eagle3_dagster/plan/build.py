@@ -13,7 +13,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from ..generate.config import GenerationConfig, sampling_hash, sampling_params
+from ..generate.context_fit import ContextBudget
 from ..generate.fleet_capacity import EndpointCapacity, probe_fleet
 from ..ingest import SourceSpec
 from ..profiles import ModelProfile
@@ -87,6 +90,13 @@ class Plan:
     probe: list[dict[str, Any]] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # the probed endpoints' /server_info context_length (None: not probed or not reported) and, of the
+    # requests to send, those over it: prompt + max_new_tokens > it (fitted: sent with max_new_tokens lowered,
+    # or skipped: context_overflow, per EAGLE3_CONTEXT_OVERFLOW), the prompt alone >= it (not sent)
+    server_context_length: int | None = None
+    requests_context_fitted: int = 0
+    requests_context_skipped: int = 0
+    requests_too_long_for_server: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return as_jsonable(asdict(self))
@@ -142,6 +152,9 @@ def build_plan(
             "no model revision known (none given, no endpoint probed, nothing stored): every request counts as "
             "to be sent"
         )
+    known = [p.context_length for p in probes]
+    server_ctx = min(c for c in known if c is not None) if known and None not in known else None
+    budget = ContextBudget.of(config, server_ctx)
     cache = count_cached(
         rows.frame,
         data,
@@ -149,6 +162,7 @@ def build_plan(
         s_hash=sampling_hash(config),
         regen_seed=config.regen_seed,
         retry_permanent_errors=config.retry_permanent_errors,
+        row_hash=budget.hash_for if server_ctx is not None else None,
     )
     expect = output_expectation(data, max_new)
     if expect.basis == "max_new_tokens":
@@ -160,7 +174,28 @@ def build_plan(
             f"output tokens per request as in {expect.basis} ({expect.snapshot_rows:,} samples, mean "
             f"{expect.overall_mean:,.0f} per request; per source where the snapshot has the source)"
         )
-    new_out = expect.expected(cache.send["source"])
+    lens = cache.send["prompt_len"]
+    if server_ctx is not None:
+        too_long = lens >= server_ctx
+        over = (lens < server_ctx) & (lens + max_new > server_ctx)
+        fitted = over if budget.mode == "fit" else pl.repeat(False, over.len(), eager=True)
+        skipped = over & ~fitted
+        # what each request may produce: its fitted budget, 0 when it is not sent
+        caps = pl.when(too_long | skipped).then(0).when(fitted).then(server_ctx - lens).otherwise(max_new).alias("cap")
+        new_out = expect.expected_capped(cache.send["source"], cache.send.select(caps)["cap"])
+        n_fitted, n_skipped, n_too_long = int(fitted.sum()), int(skipped.sum()), int(too_long.sum())
+        if n_fitted or n_skipped or n_too_long:
+            assumptions.append(
+                f"the server's context length is {server_ctx:,} (/server_info): {n_fitted:,} request(s) sent with "
+                f"max_new_tokens lowered to fit, {n_skipped:,} not sent (context_overflow), {n_too_long:,} prompt(s) "
+                "at least that long not sent (prompt_too_long_for_server)"
+            )
+    else:
+        new_out = expect.expected(cache.send["source"])
+        n_fitted = n_skipped = n_too_long = 0
+        assumptions.append(
+            "the server's context length is not known (not probed): every request counts at max_new_tokens"
+        )
     all_out = expect.expected(rows.frame["source"])
 
     if fleet.tokens_per_s_per_server is not None:
@@ -227,6 +262,10 @@ def build_plan(
         probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
         assumptions=assumptions,
         warnings=warnings,
+        server_context_length=server_ctx,
+        requests_context_fitted=n_fitted,
+        requests_context_skipped=n_skipped,
+        requests_too_long_for_server=n_too_long,
     )
 
 
@@ -267,6 +306,18 @@ def plan_table(plan: Plan) -> str:
             f"{plan.requests_failed_before:,} + to send {plan.requests_to_send:,}",
         ),
         ("model revision", f"{plan.model_revision or 'unknown'}  ({plan.revision_basis})"),
+        *(
+            [
+                (
+                    "over the context",
+                    f"{plan.requests_context_fitted:,} fitted + {plan.requests_context_skipped:,} skipped "
+                    f"(prompt + max_new_tokens > {plan.server_context_length:,}), "
+                    f"{plan.requests_too_long_for_server:,} prompt(s) too long: not sent",
+                )
+            ]
+            if plan.requests_context_fitted or plan.requests_context_skipped or plan.requests_too_long_for_server
+            else []
+        ),
         (
             "output tokens",
             f"{plan.expected_output_tokens:,.0f} expected for the requests to send  ({plan.output_basis})",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -159,6 +159,7 @@ def count_cached(
     s_hash: str,
     regen_seed: int | None,
     retry_permanent_errors: bool = False,
+    row_hash: Callable[[int], str] | None = None,
 ) -> CacheCounts:
     """Which of the tokenized prompts the generate step would send, shard by shard.
 
@@ -170,8 +171,10 @@ def count_cached(
         shard_no = int(cast(Any, shard))
         pids = part["prompt_id"].to_list()
         ths = part["template_hash"].to_list()
+        # a prompt the generate step fits to the server's context has its own sampling hash (context_fit.py)
+        hashes = [row_hash(int(n)) for n in part["prompt_len"]] if row_hash is not None else [s_hash] * len(pids)
         sids = (
-            [sample_key(p, model_revision, t or "", s_hash, regen_seed) for p, t in zip(pids, ths)]
+            [sample_key(p, model_revision, t or "", h, regen_seed) for p, t, h in zip(pids, ths, hashes)]
             if model_revision is not None
             else []
         )

@@ -45,6 +45,14 @@ class OutputExpectation:
         counts = sources.fill_null("").value_counts()
         return float(sum(self.per_request_mean.get(str(s), self.overall_mean) * int(n) for s, n in counts.iter_rows()))
 
+    def expected_capped(self, sources: pl.Series, caps: pl.Series) -> float:
+        """Expected output tokens of requests from these sources, each at most its own max_new_tokens (a
+        prompt fitted to the server's context: context - prompt tokens; 0: not sent)."""
+        if sources.len() == 0:
+            return 0.0
+        means = [self.per_request_mean.get(str(s), self.overall_mean) for s in sources.fill_null("").to_list()]
+        return float(sum(min(m, int(c)) for m, c in zip(means, caps.to_list())))
+
 
 def output_expectation(data: DataPath, max_new_tokens: int) -> OutputExpectation:
     """From the LATEST published snapshot's output lengths, else max_new_tokens per request."""

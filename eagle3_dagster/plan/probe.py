@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from ..generate.endpoint_info import display_url, model_revision_of
+from ..generate.endpoint_info import context_length_of, display_url, model_revision_of
 
 
 class ProbeError(RuntimeError):
@@ -34,6 +34,7 @@ class EndpointProbe:
     wall_s: float
     model_revision: str
     servers: int = 1  # servers behind the endpoint (a router: its workers); the burst was `requests` x this
+    context_length: int | None = None  # /server_info context_length (None: not reported)
 
     @property
     def tokens_per_s(self) -> float:
@@ -63,6 +64,15 @@ async def _revision(client: httpx.AsyncClient, url: str, name: str, headers: dic
     raise ProbeError(f"probe of {name}: {answered}")
 
 
+async def _context_length(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> int | None:
+    """/server_info context_length, as the generate step reads it; None when the endpoint does not say."""
+    try:
+        r = await client.get(url + "/server_info", headers=headers)
+        return context_length_of(r.json()) if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
 async def _probe_one(
     client: httpx.AsyncClient,
     url: str,
@@ -74,6 +84,7 @@ async def _probe_one(
 ) -> EndpointProbe:
     name = display_url(url)
     revision = await _revision(client, url, name, headers)
+    context = await _context_length(client, url, headers)
 
     async def one(i: int) -> int:
         body = {"input_ids": list(prompts[i % len(prompts)]), "sampling_params": sampling, "stream": False}
@@ -102,7 +113,7 @@ async def _probe_one(
     start = time.perf_counter()
     counts = await asyncio.gather(*(one(i) for i in range(n)))
     wall = time.perf_counter() - start
-    return EndpointProbe(name, n, sum(counts), wall, revision, servers)
+    return EndpointProbe(name, n, sum(counts), wall, revision, servers, context)
 
 
 def probe_endpoints(

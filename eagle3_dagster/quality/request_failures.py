@@ -64,6 +64,41 @@ def failure_budget_outcome(
     )
 
 
+CONTEXT_FIT_KEY = "context_overflow"
+
+
+def context_fit_outcome(
+    *, requested: int, fitted: int, skipped: int, context_length: int | None, max_new_tokens: int, mode: str
+) -> ExpectationOutcome:
+    """Prompts whose prompt + max_new_tokens exceeded the server's context length (generate/context_fit.py):
+    a warning naming how many were sent with a lowered max_new_tokens (their traces are shorter) and how
+    many were not sent (context_overflow, also in the failure budget)."""
+    n = fitted + skipped
+    ctx = f"{context_length:,}" if context_length is not None else "unknown"
+    name = f"prompt + max_new_tokens {max_new_tokens:,} within the context length {ctx}"
+    if n:
+        description = (
+            f"{n:,} of {requested:,} prompts exceed it ({mode} mode): {fitted:,} sent with max_new_tokens lowered to "
+            f"context - prompt tokens, {skipped:,} not sent (reason context_overflow in errors.parquet)"
+        )
+    else:
+        description = f"every sent prompt fits with max_new_tokens {max_new_tokens:,}"
+    return ExpectationOutcome(
+        name=name,
+        severity="warning",
+        mostly=1.0,
+        pass_rate=1.0 - (n / requested if requested else 0.0),
+        unexpected_count=n,
+        success=n == 0,
+        description=description,
+        key=CONTEXT_FIT_KEY,
+        expectation_type="context_overflow",
+        evaluated=requested,
+        level="shard",
+        observed_value={"fitted": fitted, "skipped": skipped, "context_length": context_length},
+    )
+
+
 def with_outcome(result: GateResult, outcome: ExpectationOutcome) -> GateResult:
     """The gate result with one more outcome; a failed critical one fails the gate."""
     result.outcomes = [*result.outcomes, outcome]

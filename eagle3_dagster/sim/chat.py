@@ -119,7 +119,7 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
     s = P.to_sampling(sp)
     item = P.Item(f"chatcmpl-{uuid.uuid4().hex}", ids, s, 0)
     try:
-        P.context_checks(item, sim.context_length, sim.version)
+        P.context_checks(item, sim.context_length, sim.version, allow_auto_truncate=sim.allow_auto_truncate)
         P.check_ranges(s, sim.version)
     except P.SimError as e:
         return _err(e.message, e.status)

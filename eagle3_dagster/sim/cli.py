@@ -50,6 +50,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-queued-requests", type=int, default=None)
     ap.add_argument("--max-total-num-tokens", type=int, default=1_000_000, help="KV capacity reported and checked")
     ap.add_argument("--context-length", type=int, default=None, help="override the profile's context length")
+    ap.add_argument(
+        "--allow-auto-truncate",
+        action="store_true",
+        help="as SGLang's: cut an overlong prompt / lower max_new_tokens to fit instead of answering 400",
+    )
     ap.add_argument("--stream-interval", type=int, default=1)
     ap.add_argument(
         "--incremental-streaming-output", "--stream-output", dest="incremental_streaming_output", action="store_true"

@@ -49,7 +49,10 @@ class Sim:
         self.model.shape_reasoning = self.deployment.shape_reasoning
         self.context_length: int = args.context_length or profile.context_length
         self.max_total_num_tokens: int = args.max_total_num_tokens
-        self.max_req_input_len = min(self.context_length - 1, self.max_total_num_tokens - 1) - 5
+        # --allow-auto-truncate: an overlong request is cut to fit instead of answered 400 (protocol.context_checks)
+        self.allow_auto_truncate: bool = bool(getattr(args, "allow_auto_truncate", False))
+        self.max_req_len = min(self.context_length - 1, self.max_total_num_tokens - 1)  # SGLang tp_worker
+        self.max_req_input_len = self.max_req_len - 5
         self.eos_ids = tuple(profile.stop_token_ids)
         self.api_key = api_key  # from sim/settings.py (the variable --api-key-env names); never logged
         self.faults = Faults(
@@ -153,7 +156,7 @@ class Engine:
         sim.stats.peak_in_flight = max(sim.stats.peak_in_flight, len(sim.in_flight))
         sim.stats.items += 1
         if sim.recorder is not None:
-            sim.recorder.record(item.rid, item.input_ids)
+            sim.recorder.record(item.rid, item.input_ids, item.sampling.max_new_tokens)
         t0 = time.time()
         if sim.stats.first_request_at is None:
             sim.stats.first_request_at = t0
@@ -187,7 +190,7 @@ class Engine:
                 sim.model,
                 item,
                 eos_ids=sim.eos_ids,
-                context_length=sim.context_length,
+                max_req_len=sim.max_req_len,
                 version=sim.version,
                 mode=sim.faults.mode,
             )

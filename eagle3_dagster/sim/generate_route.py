@@ -148,7 +148,7 @@ class GenerateRoutes:
         sim = self.sim
         parsed = P.parse_generate(body, sim.version, set(sim.in_flight) if sim.version == P.V0_5_23 else None)
         for it in parsed.items:
-            P.context_checks(it, sim.context_length, sim.version)
+            P.context_checks(it, sim.context_length, sim.version, allow_auto_truncate=sim.allow_auto_truncate)
         for it in parsed.items:
             P.check_ranges(it.sampling, sim.version)
         P.feature_checks(body, sim.version)

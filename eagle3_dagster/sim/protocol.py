@@ -389,18 +389,29 @@ def feature_checks(body: dict[str, Any], version: str) -> None:
         raise SimError(400, "max_thinking_tokens requires --enable-strict-thinking.")
 
 
-def context_checks(item: Item, context_length: int, version: str) -> None:
-    """Tokenizer-side length checks (§4.2); run before sampling range checks (§9.4)."""
+def context_checks(item: Item, context_length: int, version: str, *, allow_auto_truncate: bool = False) -> None:
+    """Tokenizer-side length checks (§4.2); run before sampling range checks (§9.4).
+
+    As SGLang's TokenizerManager._validate_one_request: a prompt of >= context_length tokens, then (0.5.23)
+    prompt + max_new_tokens > context_length (0.5.9: >=) are refused with 400, unless the server runs with
+    --allow-auto-truncate: then the prompt is cut to context_length and max_new_tokens lowered to
+    max(0, context_length - prompt tokens), in place.
+    """
     n = len(item.input_ids)
     if n >= context_length:
-        raise SimError(
-            400, f"The input ({n} tokens) is longer than the model's context length ({context_length} tokens)."
-        )
+        if not allow_auto_truncate:
+            raise SimError(
+                400, f"The input ({n} tokens) is longer than the model's context length ({context_length} tokens)."
+            )
+        del item.input_ids[context_length:]
+        n = len(item.input_ids)
     m = item.sampling.max_new_tokens
     if m is not None:
         total = n + m
         too_long = total >= context_length if version == V0_5_9 else total > context_length
-        if too_long:
+        if too_long and allow_auto_truncate:
+            item.sampling.max_new_tokens = max(0, context_length - n)
+        elif too_long:
             raise SimError(
                 400,
                 f"Requested token count exceeds the model's maximum context length of {context_length} tokens. "
@@ -435,21 +446,24 @@ class Plan:
     stop_str: str | None = None
 
 
-def effective_max_new(item: Item, context_length: int) -> int:
+def effective_max_new(item: Item, max_req_len: int) -> int:
+    """SGLang's scheduler clamp (0.5.23 scheduler.py): min(max_new_tokens, max_req_len - prompt - 1), at least 0,
+    where max_req_len = min(context_len - 1, KV tokens - 1) (tp_worker.py): a request that passed the
+    tokenizer's prompt + max_new_tokens <= context_len check still generates at most context_len - prompt - 2."""
     n = len(item.input_ids)
-    cap = max(0, context_length - n - 1)  # scheduler clamp to max_req_len - prompt - 1
+    cap = max(0, max_req_len - n - 1)
     m = item.sampling.max_new_tokens
     return cap if m is None else min(m, cap)
 
 
 def plan_output(
-    model: OutputModel, item: Item, *, eos_ids: Sequence[int], context_length: int, version: str, mode: str = "normal"
+    model: OutputModel, item: Item, *, eos_ids: Sequence[int], max_req_len: int, version: str, mode: str = "normal"
 ) -> Plan:
     s = item.sampling
     script = model.script(item.input_ids, item.sample_index, s.sampling_seed)
     stop_set = set() if s.ignore_eos else set(eos_ids) | set(s.stop_token_ids)
     drop = model.profile.think_end_id if mode == "drop-think-end" else None
-    max_new = effective_max_new(item, context_length)
+    max_new = effective_max_new(item, max_req_len)
     out: list[int] = []
 
     def candidates():

@@ -1,6 +1,7 @@
 """`--record-requests FILE`: the simulator appends one JSON line per /generate item it runs.
 
-Each line is {"rid", "input_ids"}: exactly the ids the server received. Tests read it to prove what
+Each line is {"rid", "input_ids", "max_new_tokens"}: exactly the ids the server received and the
+max_new_tokens it ran with (after its own checks, e.g. --allow-auto-truncate). Tests read it to prove what
 a prompt contained (e.g. that a later turn of a regenerated conversation holds the model's own
 earlier answers, generate/multiturn.py). Off by default; a real server has no such log.
 """
@@ -20,8 +21,9 @@ class RequestRecorder:
         self._lock = threading.Lock()
         self._fh = self.path.open("a", encoding="utf-8")
 
-    def record(self, rid: str, input_ids: Any) -> None:
-        line = json.dumps({"rid": rid, "input_ids": list(input_ids)}, separators=(",", ":"))
+    def record(self, rid: str, input_ids: Any, max_new_tokens: int | None = None) -> None:
+        row = {"rid": rid, "input_ids": list(input_ids), "max_new_tokens": max_new_tokens}
+        line = json.dumps(row, separators=(",", ":"))
         with self._lock:
             self._fh.write(line + "\n")
             self._fh.flush()

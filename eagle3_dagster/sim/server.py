@@ -181,7 +181,7 @@ class Handlers(GenerateRoutes):
             if sim.version == P.V0_5_9
             else "incremental_streaming_output": a.incremental_streaming_output,
             "api_key": None,
-            "allow_auto_truncate": False,
+            "allow_auto_truncate": sim.allow_auto_truncate,
             "disable_radix_cache": False,
             "schedule_policy": "fcfs",
             "max_total_num_tokens": sim.max_total_num_tokens,

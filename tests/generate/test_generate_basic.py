@@ -130,17 +130,19 @@ def test_http_400_is_recorded_with_the_server_message_and_not_retried(short_ctx_
     sim = short_ctx_sim
     start = sim.stats()["requests"]
     prompts = make_prompts(6)
-    long_ids = list(range(1000, 1050))  # 50 prompt ids + 24 new tokens > 64: the server says 400
+    # 60 prompt ids < the context 64 but >= the scheduler's max_req_input_len 58 (min(63, KV - 1) - 5): the server
+    # says 400 (prompt + max_new_tokens over the context alone is fitted before sending: test_context_fit.py)
+    long_ids = list(range(1000, 1060))
     prompts = pl.concat(
         [prompts, make_prompts(1, seed=9).with_columns(pl.Series("input_ids", [long_ids], dtype=pl.List(pl.Int32)))]
     )
-    rep = generate_shard(prompts, tmp_path / "s", make_config(sim.url))
+    rep = generate_shard(prompts, tmp_path / "s", make_config(sim.url, stream=False))  # streamed: abort_400
     assert (rep.requested, rep.succeeded, rep.failed) == (7, 6, 1)
     assert rep.errors_by_kind == {"http_400": 1} and rep.retried_by_kind == {}
     assert sim.stats()["requests"] - start == 7  # the 400 was sent exactly once
     err = read_generation_errors(tmp_path / "s").row(0, named=True)
     assert err["reason"] == "http_400" and err["status"] == 400 and err["prompt_id"] == "p9-000000"
-    assert "maximum context length" in err["detail"]
+    assert "exceeds the maximum allowed length (58 tokens)" in err["detail"]
 
 
 def test_bad_prompts_are_rejected_before_sending(clean_sim, tmp_path: Path):
@@ -165,7 +167,7 @@ def test_integrity_violations_are_recorded_not_hidden(start_sim, tmp_path: Path)
 
 def test_rerun_does_not_resend_permanent_failures_unless_asked(short_ctx_sim, tmp_path: Path):
     sim = short_ctx_sim
-    long_ids = list(range(1000, 1050))
+    long_ids = list(range(1000, 1060))  # >= max_req_input_len 58: a 400 on every send
     prompts = pl.concat(
         [
             make_prompts(4),
@@ -173,7 +175,7 @@ def test_rerun_does_not_resend_permanent_failures_unless_asked(short_ctx_sim, tm
         ]
     )
     out = tmp_path / "s"
-    cfg = make_config(sim.url)
+    cfg = make_config(sim.url, stream=False)  # the scheduler's refusal as an HTTP 400 (streamed: abort_400)
     generate_shard(prompts, out, cfg)
     before = sim.stats()["requests"]
     rep = generate_shard(prompts, out, cfg)

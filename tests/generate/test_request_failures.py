@@ -31,11 +31,13 @@ def prompts_with_one_long(n: int, long_len: int) -> pl.DataFrame:
 
 def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path: Path):
     sim = start_sim("--context-length", "50")
-    # 40 ids + max_new_tokens 24 > the context length 50: the server refuses it (the prompt alone fits)
-    prompts = prompts_with_one_long(6, long_len=40)
+    # 46 ids < the context length 50 but >= the scheduler's max_req_input_len 44 (min(49, KV - 1) - 5): the
+    # server refuses it (prompt + max_new_tokens over the context alone is fitted first: test_context_fit.py)
+    prompts = prompts_with_one_long(6, long_len=46)
     sim.faults(reset_mid_body=2)  # the first sample sent: reset on both of its attempts
     out = tmp_path / "generations" / "shard=0000"
-    rep = generate_shard(prompts, out, make_config(sim.url, max_retries=1, max_in_flight=1))
+    # stream=False: the scheduler's refusal is an HTTP 400 (streamed, it is an abort_400 in the stream)
+    rep = generate_shard(prompts, out, make_config(sim.url, max_retries=1, max_in_flight=1, stream=False))
 
     assert (rep.succeeded, rep.failed) == (4, 2) and rep.reconciles
     assert read_generations(out).height == 4
@@ -43,10 +45,10 @@ def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path
     details = rep.as_metadata()["failure_details"]  # the generations step's metadata
     assert details["retries_exhausted"].startswith("reset after 2 attempts")
     assert details["http_400"].startswith(
-        "Requested token count exceeds the model's maximum context length of 50 tokens. You requested a total of "
-        "64 tokens: 40 tokens from the input messages and 24 tokens for the completion."
+        "Input length (46 tokens) exceeds the maximum allowed length (44 tokens). Use a shorter input or enable "
+        "--allow-auto-truncate."
     )
-    assert "http_400=1 (last: Requested token count exceeds" in result_line("0000", rep)
+    assert "http_400=1 (last: Input length (46 tokens) exceeds" in result_line("0000", rep)
 
     failures = request_failures(tmp_path, [0, 1])  # shard 1 has no folder: nothing failed there
     assert {k: {r: n for r, (n, _) in v.items()} for k, v in failures.items()} == {
@@ -56,7 +58,7 @@ def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path
     assert line != "warnings:   none"
     assert "generations shard 0000: 2 request(s) failed permanently" in line
     assert "retries_exhausted=1 (last: reset after 2 attempts" in line
-    assert "http_400=1 (last: Requested token count exceeds the model's maximum context length of 50" in line
+    assert "http_400=1 (last: Input length (46 tokens) exceeds the maximum allowed length (44 tokens)" in line
 
 
 def test_a_run_without_failures_warns_nothing(start_sim, tmp_path: Path):
@@ -84,9 +86,13 @@ def test_prompt_longer_than_the_servers_context_is_not_sent(start_sim, tmp_path:
     errors = read_generation_errors(out)
     assert errors.select("prompt_id", "reason").rows() == [(prompts["prompt_id"][-1], "prompt_too_long_for_server")]
 
-    # one id shorter fits the context (49 < 50): sent (and refused by the server only for prompt + max_new_tokens)
-    rep2 = generate_shard(prompts_with_one_long(6, long_len=49), tmp_path / "g2" / "shard=0000", make_config(sim.url))
+    # one id shorter fits the context (49 < 50): sent, with max_new_tokens fitted to 1 (context_fit.py), and
+    # refused by the server's scheduler (49 >= its max_req_input_len 44), not by this check
+    rep2 = generate_shard(
+        prompts_with_one_long(6, long_len=49), tmp_path / "g2" / "shard=0000", make_config(sim.url, stream=False)
+    )
     assert rep2.errors_by_kind == {"http_400": 1} and "prompt_too_long_for_server" not in rep2.failure_details
+    assert rep2.context_fitted == 1
 
 
 def test_context_length_is_read_from_server_info_fields() -> None:
@@ -103,9 +109,9 @@ def test_requests_lost_by_one_run_are_sent_again_and_the_report_shows_they_came_
     from eagle3_dagster.quality.report_html import collect, render
 
     sim = start_sim("--context-length", "50")
-    prompts = prompts_with_one_long(6, long_len=40)  # the long one: a 400 from the server, every time
+    prompts = prompts_with_one_long(6, long_len=46)  # the long one: a 400 from the server (scheduler), every time
     out = tmp_path / "generations" / "shard=0000"
-    config = make_config(sim.url, max_retries=1, max_in_flight=1)
+    config = make_config(sim.url, max_retries=1, max_in_flight=1, stream=False)  # the scheduler's 400: http_400
     row = "earlier failures sent again (generations)"
 
     sim.faults(reset_mid_body=4)  # the first two samples sent: reset on both attempts

@@ -161,6 +161,7 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
 # ------------------------------------------------------------------------------- settings, YAMLs, shard keys
 
 BAD_SETTINGS = {
+    "EAGLE3_CONTEXT_OVERFLOW": ("trim", "EAGLE3_CONTEXT_OVERFLOW must be one of fit, skip, got 'trim'"),
     "EAGLE3_N_SHARDS": ("abc", "EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'"),
     "EAGLE3_GX_KEEP_VALIDATIONS": ("-1", "EAGLE3_GX_KEEP_VALIDATIONS must be an integer >= 0 (0 = keep all), got '-1'"),
     "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": (

@@ -329,6 +329,14 @@ def case_stall_timeout_s(dep: Deployment) -> None:
     assert time.monotonic() - t0 < 60  # the default 300 s stall limit was not used
 
 
+def case_context_overflow(dep: Deployment) -> None:
+    # the simulator's context is the profile's: nothing overflows, the run names the mode it was given
+    r = _run(dep, "generations", {"sglang": {"context_overflow": "skip"}})
+    meta = _meta(r, "generations")
+    assert meta["context_overflow"] == "skip" and meta["succeeded"] > 0, _failures(r)
+    assert (meta["context_fitted"], meta["context_overflow_skipped"]) == (0, 0)
+
+
 CASES: dict[str, Callable[[Deployment], None]] = {
     "pipeline.data_dir": case_data_dir,
     "pipeline.work_dir": case_work_dir,
@@ -347,6 +355,7 @@ CASES: dict[str, Callable[[Deployment], None]] = {
     "sglang.wait_for_endpoint_s": case_wait_for_endpoint_s,
     "sglang.stream": case_stream,
     "sglang.stall_timeout_s": case_stall_timeout_s,
+    "sglang.context_overflow": case_context_overflow,
 }
 
 
