@@ -28,6 +28,7 @@ import polars as pl
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
+from .answer_checks import RID_MISMATCH, reject_foreign_answer
 from .client import (
     NAN_FINISH,
     Outcome,
@@ -306,6 +307,7 @@ async def _generate_shard(
                     unroutable_wait_s=config.wait_for_endpoint_s,
                     in_flight=in_flight,
                 )
+                o = reject_foreign_answer(o, shard=out_dir.name, seen=stats.errors[RID_MISMATCH])
                 wv = answer_weight_versions(o.response) if o.response is not None else []
                 if wv and not wv_box:
                     wv_box.append(wv[0])
