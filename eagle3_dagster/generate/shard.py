@@ -403,8 +403,11 @@ async def _generate_shard(
             await _abort_in_flight(client, headers, in_flight)
             raise
         finally:
-            for t in bg:
-                t.cancel()
+            # Under the write lock: a flush the timer started finishes its write before the flusher is
+            # cancelled (a cancelled to_thread write goes on unseen: the run returned mid-write).
+            async with write_lock:
+                for t in bg:
+                    t.cancel()
             await asyncio.gather(*bg, return_exceptions=True)
             bg.clear()
             if not any(isinstance(e, StoreWriteError) for e in fatal):
