@@ -397,7 +397,7 @@ async def _generate_shard(
         workers = [asyncio.create_task(worker(clients[i % len(clients)]), name=f"worker-{i}") for i in range(n_workers)]
         try:
             # The first failure (e.g. StoreWriteError, AuthError) cancels everything and is raised.
-            await _gather_or_fail(workers, bg, fatal)
+            await _gather_or_fail(workers, bg, fatal, write_lock)
         except asyncio.CancelledError:
             # Stopped (Ctrl-C, SIGTERM, a Dagster run cancel): tell the servers to drop our requests.
             await _abort_in_flight(client, headers, in_flight)
@@ -471,9 +471,10 @@ async def _abort_in_flight(client: httpx.AsyncClient, headers: dict[str, str], i
 
 
 async def _gather_or_fail(
-    workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]
+    workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException], lock: asyncio.Lock
 ) -> None:
-    """Wait for the workers; the first exception in a worker or a background task cancels the rest."""
+    """Wait for the workers; the first exception in a worker or a background task cancels the rest
+    (under `lock`, the write lock: a worker's flush in progress writes its chunk first)."""
     pending = set(workers) | set(bg)
     try:
         while any(not w.done() for w in workers):
@@ -487,8 +488,9 @@ async def _gather_or_fail(
     except BaseException:
         # An error, or our own cancellation (Ctrl-C, a Dagster run stop): stop every worker before
         # the caller flushes, so nothing is appended to the buffer after the last write.
-        for t in workers:
-            t.cancel()
+        async with lock:
+            for t in workers:
+                t.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         raise
 
