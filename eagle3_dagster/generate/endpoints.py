@@ -13,7 +13,7 @@ list (`/workers`, or `/list_workers`) sizes the in-flight window and every worke
 where the worker is reachable.
 
 Refused for the whole run (never routable, the step fails at once if nothing else is left): another
-model revision; `/server_info` version older than 0.5.9 (unless allowed); `preferred_sampling_params`
+model revision (read again whenever the endpoint comes back after being unreachable); `/server_info` version older than 0.5.9 (unless allowed); `preferred_sampling_params`
 that set a sampling field the client does not send (it would change the distribution unseen).
 
 While nothing is routable the pool logs every endpoint and its state (`connection refused`, `not an
@@ -115,6 +115,7 @@ class EndpointPool:
         self.breaker_threshold = breaker_threshold
         self.wait_for_endpoint_s = wait_for_endpoint_s
         self.model_revision: str | None = None
+        self.revision_pinned = False  # a configured revision: what endpoints report is not compared
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rr = 0
@@ -185,6 +186,8 @@ class EndpointPool:
 
     async def check_health(self, ep: Endpoint) -> bool:
         ok = await self._probe(ep)
+        if not ok:
+            self._recheck_when_back(ep)
         if ok and not ep.revision_checked:
             ok = await self._check_revision(ep)
         if ok:
@@ -199,6 +202,12 @@ class EndpointPool:
             log.info("endpoint %s is now %s", ep.name, "routable" if ep.routable else f"not routable: {ep.state}")
             self._changed.set()
         return ep.routable
+
+    def _recheck_when_back(self, ep: Endpoint) -> None:
+        """A server that went away may come back serving another model (answers do not name it, a fresh
+        server's weight_version is "default" again): read /model_info again before it is routable."""
+        if not self.revision_pinned:
+            ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
         ep.refused = why
@@ -375,7 +384,7 @@ class EndpointPool:
         self._raise_if_wait_failed_in_run()
         if configured_revision is not None:
             self.model_revision = configured_revision
-        if configured_revision is not None:
+            self.revision_pinned = True
             # The caller pinned the revision: still read /server_info, but do not compare revisions.
             for ep in self.endpoints:
                 ep.revision_checked = True
@@ -525,6 +534,7 @@ class EndpointPool:
         """A connect error: the server is not there (restarting?); stop routing until a probe passes."""
         if error is not None:
             ep.state = describe_error(error, "/generate", self.health_timeout_s)
+        self._recheck_when_back(ep)
         if ep.healthy:
             ep.healthy = False
             self._changed.set()

@@ -28,6 +28,7 @@ import polars as pl
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
+from .answer_checks import RID_MISMATCH, reject_foreign_answer
 from .client import (
     NAN_FINISH,
     Outcome,
@@ -325,6 +326,7 @@ async def _generate_shard(
                     unroutable_wait_s=config.wait_for_endpoint_s,
                     in_flight=in_flight,
                 )
+                o = reject_foreign_answer(o, shard=out_dir.name, seen=stats.errors[RID_MISMATCH])
                 wv = answer_weight_versions(o.response) if o.response is not None else []
                 if wv and not wv_box:
                     wv_box.append(wv[0])
@@ -414,14 +416,17 @@ async def _generate_shard(
         workers = [asyncio.create_task(worker(clients[i % len(clients)]), name=f"worker-{i}") for i in range(n_workers)]
         try:
             # The first failure (e.g. StoreWriteError, AuthError) cancels everything and is raised.
-            await _gather_or_fail(workers, bg, fatal)
+            await _gather_or_fail(workers, bg, fatal, write_lock)
         except asyncio.CancelledError:
             # Stopped (Ctrl-C, SIGTERM, a Dagster run cancel): tell the servers to drop our requests.
             await _abort_in_flight(client, headers, in_flight)
             raise
         finally:
-            for t in bg:
-                t.cancel()
+            # Under the write lock: a flush the timer started finishes its write before the flusher is
+            # cancelled (a cancelled to_thread write goes on unseen: the run returned mid-write).
+            async with write_lock:
+                for t in bg:
+                    t.cancel()
             await asyncio.gather(*bg, return_exceptions=True)
             bg.clear()
             if not any(isinstance(e, StoreWriteError) for e in fatal):
@@ -485,9 +490,10 @@ async def _abort_in_flight(client: httpx.AsyncClient, headers: dict[str, str], i
 
 
 async def _gather_or_fail(
-    workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException]
+    workers: list[asyncio.Task[None]], bg: list[asyncio.Task[Any]], fatal: list[BaseException], lock: asyncio.Lock
 ) -> None:
-    """Wait for the workers; the first exception in a worker or a background task cancels the rest."""
+    """Wait for the workers; the first exception in a worker or a background task cancels the rest
+    (under `lock`, the write lock: a worker's flush in progress writes its chunk first)."""
     pending = set(workers) | set(bg)
     try:
         while any(not w.done() for w in workers):
@@ -501,8 +507,9 @@ async def _gather_or_fail(
     except BaseException:
         # An error, or our own cancellation (Ctrl-C, a Dagster run stop): stop every worker before
         # the caller flushes, so nothing is appended to the buffer after the last write.
-        for t in workers:
-            t.cancel()
+        async with lock:
+            for t in workers:
+                t.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
         raise
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import codecs
 import gzip
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -147,7 +148,21 @@ def _whole_file_parses(path: SourceFile) -> bool:
         return _parses(f.read())
 
 
+def _local_version(path: SourceFile) -> tuple[int, int, int] | None:
+    """(size, mtime ns, inode) of a local file; None for object storage (its reads are one version)."""
+    if isinstance(path, DataPath):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
 def iter_records(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
+    """Every record of one file. A local file that changed while it was read (size, mtime or inode differ
+    at the end) raises IngestFileError: the records read may mix two versions or stop half-way."""
+    before = _local_version(path)
     container = sniff_container(path)
     if container == "parquet":
         yield from _iter_parquet(path, max_bytes=max_bytes)
@@ -157,6 +172,15 @@ def iter_records(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:
         yield from _iter_json_document(path, max_bytes=max_bytes)
     else:
         yield from _iter_jsonl(path, max_bytes=max_bytes)
+    after = _local_version(path)
+    if before is not None and after != before:
+        was = f"{before[0]:,} bytes"
+        now = "gone" if after is None else f"{after[0]:,} bytes" + (", replaced" if after[2] != before[2] else "")
+        raise IngestFileError(
+            f"{path}: changed while it was read ({was} when the read started, {now} at its end, modified "
+            "meanwhile): the rows read may mix two versions of the file or stop half-way; nothing of this "
+            "source was written (the previous outputs stay): rerun once the writer has finished"
+        )
 
 
 def _iter_jsonl(path: SourceFile, *, max_bytes: int) -> Iterator[RawRecord]:

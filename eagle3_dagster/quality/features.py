@@ -338,6 +338,12 @@ def generation_features(
         last.cast(pl.Int64).alias("last_id"),
         (last == profile.end_of_turn_id).fill_null(False).alias("ends_with_end_of_turn"),
         (n == pl.col("completion_tokens")).fill_null(False).alias("len_matches_completion_tokens"),
+        # ids as received: one outside [0, vocab_size) is no token of this model (padded or another vocab);
+        # no ids at all (output_ids null: not storable as int32) is not in it either
+        pl.when(ids.is_null())
+        .then(False)
+        .otherwise(((ids.list.min() >= 0) & (ids.list.max() < profile.vocab_size)).fill_null(True))
+        .alias("output_ids_in_vocab"),
         # SGLang's NaN guard (spec §3.3): the last id was replaced by EOS, the finish says "NaN happened"
         (
             (pl.col("finish_matched").cast(pl.String) == '"NaN happened"').fill_null(False)

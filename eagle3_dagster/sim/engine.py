@@ -198,6 +198,8 @@ class Engine:
             pr.versions = [(sim.fleet.weight_version, 0)]
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
+            if sim.fleet.take_out_of_vocab():
+                plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
             pr.plan = plan
             stall_at = sim.fleet.take_stall()
             prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000

@@ -9,6 +9,11 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "stall_after_tokens": K,
      "nan_finish": N,                 next N requests finish {"type":"stop","matched":"NaN happened"} with
                                       the last id replaced by EOS (spec §3.3)
+     "out_of_vocab": N,               next N requests have one output id (the first) replaced by an id >=
+                                      the vocab size: a server sampling from a padded or another vocab
+     "stale_answer": N,               next N requests answer 200 with the answer sent before (a stream:
+                                      its last chunk): another request's rid and tokens, as from a proxy
+                                      or cache that mixes up answers
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -44,6 +49,8 @@ class FleetFaults:
     stall: int = 0
     stall_after_tokens: int = 8
     nan_finish: int = 0
+    out_of_vocab: int = 0
+    stale_answer: int = 0
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -73,6 +80,12 @@ class FleetFaults:
     def take_nan(self) -> bool:
         return self._take("nan_finish")
 
+    def take_out_of_vocab(self) -> bool:
+        return self._take("out_of_vocab")
+
+    def take_stale_answer(self) -> bool:
+        return self._take("stale_answer")
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -89,7 +102,15 @@ KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
 
 def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
     """Apply the fleet keys of a POST /_sim/faults body (popped from it); raises ValueError on bad values."""
-    for k in ("error_body", "stall", "stall_after_tokens", "nan_finish", "weight_version_after"):
+    for k in (
+        "error_body",
+        "stall",
+        "stall_after_tokens",
+        "nan_finish",
+        "out_of_vocab",
+        "stale_answer",
+        "weight_version_after",
+    ):
         if k in body:
             v = int(body.pop(k) or 0)
             if v < 0:
@@ -125,6 +146,14 @@ def nan_plan(plan: Any, eos_id: int) -> Any:
     ids = list(plan.output_ids) or [eos_id]
     ids[-1] = eos_id
     return replace(plan, output_ids=ids, finish_reason={"type": "stop", "matched": "NaN happened"}, stop_trim=1)
+
+
+def out_of_vocab_plan(plan: Any, vocab_size: int) -> Any:
+    """The first output id replaced by one past the vocabulary (`vocab_size + 3`): a sampled padding row."""
+    ids = list(plan.output_ids)
+    if ids:
+        ids[0] = vocab_size + 3
+    return replace(plan, output_ids=ids)
 
 
 def html_middleware(get_faults: Any) -> Any:

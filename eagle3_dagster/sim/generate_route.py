@@ -24,6 +24,8 @@ from .responses import dumps, error_body, sse, stream_error_chunk
 class GenerateRoutes:
     sim: Sim
     engine: Engine
+    last_single_answer: bytes | None = None  # the last single answer (fleet fault stale_answer)
+    last_stream_answer: bytes | None = None  # the last single stream's final chunk, as sent (stale_answer)
 
     def _error(self, e: P.SimError) -> web.Response:
         self.sim.stats.bump(self.sim.stats.errors, str(e.status))
@@ -140,6 +142,10 @@ class GenerateRoutes:
         results = await asyncio.gather(*(self.engine.run(it, None) for it in parsed.items))
         bodies = [self.engine.body(pr, bool(body.get("return_prompt_token_ids"))) for pr in results]
         payload = dumps(bodies[0] if parsed.is_single else bodies).encode()
+        if parsed.is_single:
+            stale, self.last_single_answer = self.last_single_answer, payload
+            if stale is not None and sim.fleet.take_stale_answer():
+                payload = stale  # another request's answer (fleet fault stale_answer)
         if reset or crash:
             return await self._send_partial(request, 200, "application/json", payload, crash=crash)
         return web.Response(body=payload, status=200, content_type="application/json")
@@ -193,6 +199,8 @@ class GenerateRoutes:
                 chunk["index"] = pr.item.index
             async with lock:
                 await resp.write(sse(chunk))
+                if final and parsed.is_single:
+                    self.last_stream_answer = sse(chunk)
                 chunks_sent += 1
                 if (reset or crash) and chunks_sent >= 1:  # headers and a first chunk sent, then cut
                     if crash:
@@ -217,6 +225,11 @@ class GenerateRoutes:
                     time.time(),
                 )
                 await send(pr, True)
+            await resp.write(b"data: [DONE]\n\n")
+            return resp
+
+        if parsed.is_single and self.last_stream_answer is not None and sim.fleet.take_stale_answer():
+            await resp.write(self.last_stream_answer)  # another request's answer (fleet fault stale_answer)
             await resp.write(b"data: [DONE]\n\n")
             return resp
 

@@ -23,7 +23,8 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
         "mode": "normal"|"drop-think-end"|"echo-prompt-tail",   output bug mode (as --mode)
         "clear": true}              reset every fault first
        plus the fleet faults of fleet_faults.py: "error_body" (200 {"error": ...}), "stall" (silent
-       with the connection open), "nan_finish", "weight_version", "html" (not SGLang at all),
+       with the connection open), "nan_finish", "out_of_vocab" (an output id >= the vocab size),
+       "stale_answer" (the answer sent before: another rid's), "weight_version", "html" (not SGLang at all),
        "report_version", "preferred_sampling_params"
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.

@@ -1,0 +1,95 @@
+"""200 answers that look like results but are not this sample's: another request's answer (a proxy or
+cache that mixes answers up) and output ids outside the model's vocabulary (a server sampling a padded
+or another vocab). Both used to be stored as good samples and reach the training table silently.
+Real simulator over HTTP (fleet faults stale_answer / out_of_vocab), real Parquet, the real gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from gen_helpers import Sim, as_map, make_config, make_prompts
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.generate import generate_shard, read_generation_errors, read_generations
+from eagle3_dagster.quality import generation_features, run_gate
+from eagle3_dagster.quality.gate import quarantined_ids
+
+pytestmark = pytest.mark.integration
+
+N = 10
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return make_prompts(N, seed=171)
+
+
+@pytest.fixture(scope="module")
+def reference(shared_sim: Sim, prompts, tmp_path_factory) -> dict[str, list[int]]:
+    shared_sim.faults(clear=True)
+    out = tmp_path_factory.mktemp("ref") / "s"
+    rep = generate_shard(prompts, out, make_config(shared_sim.url))
+    assert rep.succeeded == N
+    return as_map(read_generations(out))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_another_requests_answer_is_a_failure_never_this_samples_tokens(
+    clean_sim: Sim, prompts, reference, tmp_path: Path, caplog, stream: bool
+):
+    caplog.set_level(logging.ERROR, logger="eagle3_dagster.generate")
+    out = tmp_path / f"s-{stream}"
+    # one at a time, so each stale answer is the previous sample's (a different prompt's tokens)
+    cfg = make_config(clean_sim.url, max_in_flight=1, stream=stream)
+    generate_shard(make_prompts(1, seed=172), tmp_path / "warm", cfg)  # an answer to go stale
+    injected = clean_sim.stats()["faults_injected"].get("stale_answer", 0)
+    clean_sim.faults(stale_answer=3)
+    rep = generate_shard(prompts, out, cfg)
+    assert clean_sim.stats()["faults_injected"].get("stale_answer", 0) - injected == 3
+    stored = as_map(read_generations(out))
+    # every stored sample holds its own prompt's tokens: never another sample's
+    assert {sid: ids for sid, ids in stored.items() if reference[sid] != ids} == {}
+    assert (rep.succeeded, rep.failed) == (N - 3, 3) and rep.reconciles, rep
+    assert rep.errors_by_kind == {"answer_rid_mismatch": 3}
+    errs = read_generation_errors(out)
+    assert errs.height == 3 and set(errs["reason"]) == {"answer_rid_mismatch"}
+    for sid, detail in zip(errs["sample_id"], errs["detail"]):
+        assert sid in detail and "meta_info.id" in detail  # names the rid sent and the one answered
+    assert any("answer_rid_mismatch" in r.getMessage() for r in caplog.records)
+    # not permanent: the rerun sends exactly those 3 again and the table is the clean run's
+    rep2 = generate_shard(prompts, out, cfg)
+    assert (rep2.skipped_cached, rep2.succeeded, rep2.failed) == (N - 3, 3, 0)
+    assert as_map(read_generations(out)) == reference
+
+
+def test_output_ids_outside_the_vocabulary_are_quarantined_by_the_gate(
+    clean_sim: Sim, prompts, reference, tmp_path: Path, kimi_profile
+):
+    out = tmp_path / "s"
+    clean_sim.faults(out_of_vocab=2)
+    rep = generate_shard(prompts, out, make_config(clean_sim.url))
+    gens = read_generations(out)
+    assert rep.succeeded == N and rep.integrity_violations == 2  # stored as received, flagged
+    bad = {
+        r["sample_id"]
+        for r in gens.iter_rows(named=True)
+        if max(r["output_ids"]) >= kimi_profile.vocab_size  # the ids exactly as the server sent them
+    }
+    assert len(bad) == 2
+    res = run_gate(
+        "generations",
+        generation_features(gens, prompts, kimi_profile),
+        profile=kimi_profile,
+        expectations_dir=PROJECT_ROOT / "expectations",
+        context_dir=tmp_path / "gx",
+    )
+    name_to_key = {o.name: o.key for o in res.outcomes}
+    reasons = {r["row_id"]: {name_to_key[n] for n in r["reasons"]} for r in res.row_failures.iter_rows(named=True)}
+    vocab_failures = {sid for sid, keys in reasons.items() if "output_ids_in_vocabulary" in keys}
+    assert vocab_failures == bad  # exactly those rows, for that reason
+    assert bad <= quarantined_ids(res)  # never built into training samples
+    outcome = next(o for o in res.outcomes if o.key == "output_ids_in_vocabulary")
+    assert (outcome.severity, outcome.unexpected_count, outcome.evaluated) == ("critical", 2, N)
