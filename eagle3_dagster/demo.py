@@ -210,20 +210,20 @@ def _text_exact_line(data_dir: DataPath, snap: str | None) -> list[str]:
 
 
 def current_generations(folder: DataPath) -> int:
-    """Stored generations of the shard's current cache keys (active.parquet), with output ids.
+    """Stored generations of the shard's current cache keys (active.parquet), with output ids (streamed:
+    the summary never holds a shard's output ids).
 
     A shard folder also keeps samples of earlier revisions / sampling settings; error rows are never
     in it. Without active.parquet the step did not complete: nothing is current.
     """
-    from .generate import read_generations
+    from .generate.store import count_current_samples
     from .storage import read_parquet
 
     active = folder / "active.parquet"
     if not active.exists():
         return 0
     ids = read_parquet(active, columns=["sample_id"]).get_column("sample_id")
-    gens = read_generations(folder)
-    return gens.filter(gens["sample_id"].is_in(ids.to_list()) & gens["output_ids"].is_not_null()).height
+    return count_current_samples(folder, ids.to_list())
 
 
 def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict[str, tuple[int, str]]]:
