@@ -575,19 +575,24 @@ async def generate_one(
             if in_flight is not None and (task is None or not task.cancelling()):
                 in_flight.pop(rid, None)  # kept when cancelled (a stop): the run aborts it on the server
         unroutable_since = None
-        fr = (data.get("meta_info") or {}).get("finish_reason")
-        if isinstance(fr, dict) and fr.get("type") == "abort":
-            code = fr.get("status_code")
-            msg = str(fr.get("message"))
+        raw_fr = (data.get("meta_info") or {}).get("finish_reason")
+        fr: dict[str, Any] = raw_fr if isinstance(raw_fr, dict) else {}
+        unfinished = not fr.get("type")
+        if unfinished or fr.get("type") == "abort":
+            # An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream
+            # whose last chunk was dropped) or an aborted one is partial: retried, never stored as a trace.
+            code = None if unfinished else fr.get("status_code")
+            msg = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
             if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
                 return Outcome(
                     None, ep.name, rid, lat, reason=f"abort_{code}", status=code, detail=msg, attempts=attempt + 1
                 )
-            # An aborted sample is partial: retry it rather than store half a trace.
+            why = "unfinished_answer" if unfinished else "aborted"
             if attempt >= max_retries:
-                return Outcome(None, ep.name, rid, lat, reason="aborted", status=code, detail=msg, attempts=attempt + 1)
+                return Outcome(None, ep.name, rid, lat, reason=why, status=code, detail=msg, attempts=attempt + 1)
             # A streamed scheduler refusal (503 queue full, ...) is an abort chunk with its status.
-            stats.retried[f"http_{code}" if isinstance(code, int) and code in RETRYABLE_STATUS else "abort"] += 1
+            retryable = isinstance(code, int) and code in RETRYABLE_STATUS
+            stats.retried[f"http_{code}" if retryable else "unfinished" if unfinished else "abort"] += 1
             attempt += 1
             await asyncio.sleep(jittered_backoff(attempt - 1, backoff_base_s, backoff_max_s))
             continue

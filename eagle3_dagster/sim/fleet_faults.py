@@ -14,6 +14,9 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "stale_answer": N,               next N requests answer 200 with the answer sent before (a stream:
                                       its last chunk): another request's rid and tokens, as from a proxy
                                       or cache that mixes up answers
+     "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
+                                      finish_reason is null and that holds half the output ids (a proxy's
+                                      snapshot of a running request); a stream: its final chunk is not sent
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -51,6 +54,7 @@ class FleetFaults:
     nan_finish: int = 0
     out_of_vocab: int = 0
     stale_answer: int = 0
+    unfinished: int = 0
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -86,6 +90,9 @@ class FleetFaults:
     def take_stale_answer(self) -> bool:
         return self._take("stale_answer")
 
+    def take_unfinished(self) -> bool:
+        return self._take("unfinished")
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -109,6 +116,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "nan_finish",
         "out_of_vocab",
         "stale_answer",
+        "unfinished",
         "weight_version_after",
     ):
         if k in body:
@@ -154,6 +162,16 @@ def out_of_vocab_plan(plan: Any, vocab_size: int) -> Any:
     if ids:
         ids[0] = vocab_size + 3
     return replace(plan, output_ids=ids)
+
+
+def unfinished_answer(body: dict[str, Any]) -> dict[str, Any]:
+    """A non-stream answer as if read while its request was still running: half its output ids (and about
+    half its text), completion_tokens to match, finish_reason null (SGLang's meta_info before the finish)."""
+    ids = list(body.get("output_ids") or [])
+    keep = len(ids) // 2
+    meta = {**(body.get("meta_info") or {}), "finish_reason": None, "completion_tokens": keep}
+    text = str(body.get("text") or "")
+    return {**body, "output_ids": ids[:keep], "text": text[: len(text) // 2], "meta_info": meta}
 
 
 def html_middleware(get_faults: Any) -> Any:

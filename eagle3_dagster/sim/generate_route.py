@@ -141,6 +141,8 @@ class GenerateRoutes:
 
         results = await asyncio.gather(*(self.engine.run(it, None) for it in parsed.items))
         bodies = [self.engine.body(pr, bool(body.get("return_prompt_token_ids"))) for pr in results]
+        if parsed.is_single and sim.fleet.take_unfinished():
+            bodies[0] = FF.unfinished_answer(bodies[0])  # a snapshot of the request while it was running
         payload = dumps(bodies[0] if parsed.is_single else bodies).encode()
         if parsed.is_single:
             stale, self.last_single_answer = self.last_single_answer, payload
@@ -175,9 +177,12 @@ class GenerateRoutes:
         lock = asyncio.Lock()
         chunks_sent = 0
         incremental = sim.args.incremental_streaming_output
+        drop_final = parsed.is_single and sched_err is None and sim.fleet.take_unfinished()
 
         async def send(pr: Progress, final: bool) -> None:
             nonlocal chunks_sent
+            if final and drop_final:
+                return  # fleet fault unfinished: the final chunk never arrives, [DONE] does
             ids = self.engine.output_ids(pr, pr.produced) if pr.sent_ids == 0 or not incremental else list(pr.produced)
             text = self.engine.text(pr, final)
             if not final and text.endswith("\ufffd"):

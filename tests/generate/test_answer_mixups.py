@@ -7,6 +7,7 @@ Real simulator over HTTP (fleet faults stale_answer / out_of_vocab), real Parque
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,35 @@ def test_output_ids_outside_the_vocabulary_are_quarantined_by_the_gate(
     assert bad <= quarantined_ids(res)  # never built into training samples
     outcome = next(o for o in res.outcomes if o.key == "output_ids_in_vocabulary")
     assert (outcome.severity, outcome.unexpected_count, outcome.evaluated) == ("critical", 2, N)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_unfinished_answer_is_retried_never_stored_as_a_trace(
+    clean_sim: Sim, prompts, reference, tmp_path: Path, stream: bool
+):
+    """finish_reason null (a proxy's snapshot of a running request: half the ids; a stream whose final chunk
+    was dropped) is a partial trace. It used to be stored as the sample, finish_reason null, and pass a gate
+    that allows 5% non-stop finishes. It is retried; with no retries left it fails `unfinished_answer`."""
+    # stream_interval 2: a stream's partial chunks arrive, only its final chunk is missing
+    cfg = make_config(clean_sim.url, stream=stream, stream_interval=2 if stream else None)
+    injected = clean_sim.stats()["faults_injected"].get("unfinished", 0)
+    clean_sim.faults(unfinished=3)
+    rep = generate_shard(prompts, tmp_path / "retried", cfg)
+    assert clean_sim.stats()["faults_injected"].get("unfinished", 0) - injected == 3
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.retried_by_kind == {"unfinished": 3}, rep
+    assert as_map(read_generations(tmp_path / "retried")) == reference  # every trace whole, none half
+
+    clean_sim.faults(unfinished=3)
+    out = tmp_path / "failed"
+    rep = generate_shard(prompts, out, replace(cfg, max_retries=0))
+    assert (rep.succeeded, rep.failed) == (N - 3, 3) and rep.reconciles, rep
+    assert rep.errors_by_kind == {"unfinished_answer": 3}
+    stored = read_generations(out)
+    assert stored.height == N - 3 and stored["finish_reason"].null_count() == 0
+    assert as_map(stored) == {sid: ids for sid, ids in reference.items() if sid in set(stored["sample_id"])}
+    errs = read_generation_errors(out)
+    assert set(errs["reason"]) == {"unfinished_answer"}
+    assert all("without a finish_reason" in d for d in errs["detail"])
+    rep2 = generate_shard(prompts, out, cfg)  # not permanent: the rerun sends those 3 again
+    assert (rep2.skipped_cached, rep2.succeeded, rep2.failed) == (N - 3, 3, 0)
+    assert as_map(read_generations(out)) == reference
