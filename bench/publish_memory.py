@@ -19,6 +19,12 @@ work again, and its peak RSS (VmHWM of that process) is recorded:
                the three exports; then the report), with data/snapshots removed first
 
 `--demo-only` measures the whole demo alone (no per-step reruns: a quick check of the demo's figure).
+`--keep DIR` runs in DIR (data-N/, home-N/ per size) and leaves it there; `--steps-only --keep DIR` skips the
+demos and measures the steps on the data an earlier `--keep DIR` run's demos left (the demo takes the longest
+at 100,000 prompts: measure it once, the steps again as often as needed).
+
+Steps run in the order below: each reads what the demo wrote, and `generate`, the longest (every request
+sent again), runs last so that the others' figures are there first.
 
 Ratio = large / small per step and for the demo; target <= 1.5. The last stdout line is one JSON object.
 The simulator is shared by both sizes (started once); step processes read the settings the demo ran
@@ -35,6 +41,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -46,10 +53,10 @@ ROOT = Path(_HERE).parent
 # step -> (the asset it materializes or None, the output removed first, relative to the data dir)
 STEPS: dict[str, tuple[str | None, str | None]] = {
     "tokenize": ("tokenized_prompts", "tokenized_prompts/shard=0000"),
-    "generate": ("generations", "generations/shard=0000"),
     "train": ("training_samples", "training_samples/shard=0000"),
     "gates": (None, None),  # the report is rewritten in place
     "publish": ("training_dataset", "snapshots"),
+    "generate": ("generations", "generations/shard=0000"),  # last: the longest
 }
 
 _HWM = 'next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))'
@@ -108,7 +115,7 @@ def _child(code: str, args: list[str], env: dict[str, str]) -> dict[str, Any]:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run_size(n: int, tokens: int, url: str, tmp: Path, *, steps: bool = True) -> dict[str, Any]:
+def run_size(n: int, tokens: int, url: str, tmp: Path, *, steps: bool = True, demo: bool = True) -> dict[str, Any]:
     data = tmp / f"data-{n}"
     env = {
         **os.environ,
@@ -118,10 +125,14 @@ def run_size(n: int, tokens: int, url: str, tmp: Path, *, steps: bool = True) ->
         "HF_HUB_OFFLINE": "1",
     }
     env.setdefault("EAGLE3_TOKENIZER", str(ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"))
-    out: dict[str, Any] = {"demo": _child(_DEMO_WRAPPER, ["--samples", str(n), "--output-tokens", str(tokens)], env)}
-    print(json.dumps({"n": n, "demo": out["demo"]}), file=sys.stderr, flush=True)
-    if out["demo"]["demo_exit"]:
-        raise RuntimeError(f"eagle3 demo --samples {n} exited {out['demo']['demo_exit']}")
+    out: dict[str, Any] = {}
+    if demo:
+        out["demo"] = _child(_DEMO_WRAPPER, ["--samples", str(n), "--output-tokens", str(tokens)], env)
+        print(json.dumps({"n": n, "demo": out["demo"]}), file=sys.stderr, flush=True)
+        if out["demo"]["demo_exit"]:
+            raise RuntimeError(f"eagle3 demo --samples {n} exited {out['demo']['demo_exit']}")
+    elif not (data / "big_shard" / "assets").is_dir() or not (data / "generations" / "shard=0000").is_dir():
+        raise SystemExit(f"--steps-only: no finished demo of {n} prompts in {data} (run with --keep first)")
     if not steps:
         return out
     # the settings the demo ran with (--samples: its own assets folder, one shard)
@@ -145,13 +156,21 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--large", type=int, default=100000)
     ap.add_argument("--output-tokens", type=int, default=1500)
     ap.add_argument("--demo-only", action="store_true", help="the whole demo's peak only, no per-step reruns")
+    ap.add_argument("--keep", type=Path, help="run in this folder and keep it (default: a temporary folder)")
+    ap.add_argument("--steps-only", action="store_true", help="with --keep: the steps on an earlier run's demos")
     args = ap.parse_args(argv)
+    if args.steps_only and (args.demo_only or args.keep is None):
+        ap.error("--steps-only needs --keep DIR (an earlier run's folder) and not --demo-only")
     from eagle3_dagster.sim.process import start_simulator
 
     tokenizer = ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"
     result: dict[str, Any] = {"cpus": os.cpu_count(), "output_tokens": args.output_tokens, "target_ratio": 1.5}
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     with (
-        tempfile.TemporaryDirectory(prefix="bench-publish-memory-") as d,
+        contextlib.nullcontext(str(args.keep))
+        if args.keep is not None
+        else tempfile.TemporaryDirectory(prefix="bench-publish-memory-") as d,
         start_simulator(
             extra_args=(
                 "--model",
@@ -169,11 +188,13 @@ def main(argv: list[str]) -> int:
     ):
         tmp = Path(d)
         res = {
-            n: run_size(n, args.output_tokens, sim.url, tmp, steps=not args.demo_only) for n in (args.small, args.large)
+            n: run_size(n, args.output_tokens, sim.url, tmp, steps=not args.demo_only, demo=not args.steps_only)
+            for n in (args.small, args.large)
         }
     steps = () if args.demo_only else tuple(STEPS)
+    measured = steps if args.steps_only else ("demo", *steps)
     ratio_key = f"rss_ratio_{args.large}_over_{args.small}"
-    for step in ("demo", *steps):
+    for step in measured:
         small, large = res[args.small][step], res[args.large][step]
         result[step] = {
             "rss_mb": {
@@ -186,8 +207,8 @@ def main(argv: list[str]) -> int:
             and bool(large.get("success", not large.get("demo_exit"))),
         }
     result["max_step_rss_ratio"] = max((result[s][ratio_key] for s in steps), default=None)
-    result["demo_rss_ratio"] = result["demo"][ratio_key]
-    result["within_target"] = (result["max_step_rss_ratio"] or 0) <= 1.5 and result["demo_rss_ratio"] <= 1.5
+    result["demo_rss_ratio"] = None if args.steps_only else result["demo"][ratio_key]
+    result["within_target"] = (result["max_step_rss_ratio"] or 0) <= 1.5 and (result["demo_rss_ratio"] or 0) <= 1.5
     print(json.dumps(result))
     return 0
 
