@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .orchestration.checks_column import checks_column
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
@@ -298,10 +299,10 @@ def summarize(outcome, data_dir: DataPath) -> str:
             sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
         )
         rows = {"tokenized_prompts": tok, "generations": gen, "training_samples": trn}
-        checks = ", ".join(
-            f"{name.split(':')[1]}={_check_word(ok, rows.get(name.split(':')[0]), sh, name)}" for name, ok in ranked
-        )
-        lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
+        words = [(name.split(":")[1], _check_word(ok, rows.get(name.split(":")[0]), sh, name)) for name, ok in ranked]
+        row = f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  "
+        first, *more = checks_column(words, indent=len(row))
+        lines += [row + first, *more]
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
     docs = None
