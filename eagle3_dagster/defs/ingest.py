@@ -121,7 +121,11 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
             EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in evals
         ]
         counts = combine_sources(
-            [data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS, eval_sets=eval_sets
+            [data / "sources" / n for n in names],
+            data / "prompts",
+            n_shards=N_SHARDS,
+            eval_sets=eval_sets,
+            control_text={s.name: s.control_text for s in specs},
         )
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
