@@ -15,6 +15,7 @@ A bad setting, source YAML or shard key ends any command with one line per probl
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from collections.abc import Callable
@@ -79,9 +80,7 @@ def _check(argv: list[str]) -> int:
     from .demo import ensure_dagster_home, instance_yaml
     from .ingest import load_source_specs
 
-    if argv:
-        print(f"eagle3 check: takes no arguments, got {' '.join(argv)}", file=sys.stderr)
-        return 2
+    _check_parser().parse_args(argv)  # --help prints what check does; anything else is exit code 2
     s = settings()
     specs = load_source_specs(s.sources_dir)
     sizing, routers = _fleet_pool_sizing(s)
@@ -95,6 +94,17 @@ def _check(argv: list[str]) -> int:
     own = (home / "dagster.yaml").read_text() == instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs)
     print(f"eagle3 check: {sizing.describe()}" + ("" if own else "; NOT written: dagster.yaml is your own file"))
     return 0
+
+
+def _check_parser() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(
+        prog="eagle3 check",
+        description="Validate every EAGLE3_* setting and every source YAML (one line per problem, exit code 2), "
+        "then create or update the Dagster instance in DAGSTER_HOME, its `sglang` pool and run queue sized "
+        "from the fleet: each EAGLE3_SGLANG_URL endpoint's max_running_requests (an endpoint that does not "
+        "answer is named, not fatal) and the prompts per shard of the last ingest. Takes no arguments; "
+        "nothing is run.",
+    )
 
 
 def _fleet_pool_sizing(s: Settings) -> tuple[PoolSizing, list[str]]:

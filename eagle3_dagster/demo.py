@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .orchestration.checks_column import checks_column
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
@@ -44,6 +45,8 @@ concurrency:
     default_limit: {pool_limit}   # shard steps talking to the SGLang fleet at once (pool "sglang"; docs/fleet.md)
   runs:
     max_concurrent_runs: {runs}   # runs the daemon's queue starts at once (backfills, nights)
+python_logs:
+  python_log_level: INFO   # a run's console log (what `eagle3 ui` prints) without every DEBUG engine event
 """
 
 
@@ -73,7 +76,7 @@ def ensure_dagster_home(home: Path | None = None, instance_config: str | None = 
         wanted = instance_config or INSTANCE_YAML
         if (
             not cfg.exists()
-            or _our_instance_yaml_without_nux(cfg)
+            or _our_outdated_instance_yaml(cfg)
             or (ours and instance_config and cfg.read_text() != wanted)
         ):
             tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")
@@ -83,10 +86,11 @@ def ensure_dagster_home(home: Path | None = None, instance_config: str | None = 
     return home
 
 
-def _our_instance_yaml_without_nux(cfg: Path) -> bool:
-    """An instance this project wrote before the UI's pop-up was switched off (never a user's own file)."""
+def _our_outdated_instance_yaml(cfg: Path) -> bool:
+    """An instance this project wrote before the UI's pop-up was switched off or its runs' console log
+    was set to INFO (never a user's own file)."""
     text = cfg.read_text()
-    return text.startswith(INSTANCE_HEADER) and "\nnux:" not in text
+    return text.startswith(INSTANCE_HEADER) and ("\nnux:" not in text or "\npython_logs:" not in text)
 
 
 def _create_instance_storage(home: Path) -> None:
@@ -295,10 +299,10 @@ def summarize(outcome, data_dir: DataPath) -> str:
             sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
         )
         rows = {"tokenized_prompts": tok, "generations": gen, "training_samples": trn}
-        checks = ", ".join(
-            f"{name.split(':')[1]}={_check_word(ok, rows.get(name.split(':')[0]), sh, name)}" for name, ok in ranked
-        )
-        lines.append(f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  {checks}")
+        words = [(name.split(":")[1], _check_word(ok, rows.get(name.split(":")[0]), sh, name)) for name, ok in ranked]
+        row = f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  "
+        first, *more = checks_column(words, indent=len(row))
+        lines += [row + first, *more]
         if sh.skipped_or_failed:
             lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
     docs = None
@@ -517,9 +521,36 @@ def _main_locked(args: argparse.Namespace) -> int:
     return 0 if outcome.success else 1
 
 
+# `dagster dev` warns on every start that `dg dev` supersedes it; `dg dev` needs a dg project layout
+# this repository does not have, so that one warning is filtered (every other warning still shows).
+DAGSTER_DEV_WARNING_FILTER = ["-W", "ignore:Function `dev_command` is superseded"]
+
+
+def dagster_dev_command(port: str, workspace: Path = PROJECT_ROOT / "workspace.yaml") -> list[str]:
+    """`dagster dev` on 127.0.0.1:`port` for `workspace`, as `eagle3 ui` starts it."""
+    return [
+        sys.executable,
+        *DAGSTER_DEV_WARNING_FILTER,
+        "-m",
+        "dagster",
+        "dev",
+        "-w",
+        str(workspace),
+        "-h",
+        "127.0.0.1",
+        "-p",
+        port,
+    ]
+
+
 def ui_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="eagle3 ui")
-    ap.add_argument("--port", default="3000")
+    ap = argparse.ArgumentParser(
+        prog="eagle3 ui",
+        description="Start the Dagster UI (dagster dev: webserver, daemon, code server) on 127.0.0.1 for this "
+        "project's definitions, with an SGLang simulator behind it unless EAGLE3_SGLANG_URL is set. "
+        "Settings and source YAMLs are validated first. Ctrl-C stops everything.",
+    )
+    ap.add_argument("--port", default="3000", help="the UI's port on 127.0.0.1 (default: %(default)s)")
     args = ap.parse_args(argv)
     s = settings()  # validated before the UI starts
     home = ensure_dagster_home(s.dagster_home)
@@ -532,18 +563,7 @@ def ui_main(argv: list[str]) -> int:
     with StopOnSignal() as stopper, sglang_endpoint(s) as url:
         # `dagster dev` and the runs it starts get the instance and the URL in their own environment
         env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})
-        cmd = [
-            sys.executable,
-            "-m",
-            "dagster",
-            "dev",
-            "-w",
-            str(PROJECT_ROOT / "workspace.yaml"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            args.port,
-        ]
+        cmd = dagster_dev_command(args.port)
         print(f"[ui] Dagster UI on http://127.0.0.1:{args.port}  (Ctrl-C to stop)", flush=True)
         proc = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(signal.SIGTERM))
         deadline = None

@@ -148,6 +148,9 @@ TRAINING_SAMPLES = pa.schema(
         ("tools", pa.string()),  # JSON list of tools offered in the prompt, or null
         ("text_exact", pa.bool_()),  # the parsed turn's text re-encodes to exactly the output ids
         ("text_mismatch_pos", pa.int32()),  # else the first differing output position (non-canonical tokenization)
+        # the prompt's literal control-token text became special ids (its source's control_text: as_served;
+        # tokenized_prompts.control_text_in_content); null: not known (a prompt row without the flag)
+        ("control_text_in_content", pa.bool_()),
     ]
 )
 TRAINING_SAMPLES_TURNS = pa.schema([*TRAINING_SAMPLES, *TRAINING_SAMPLES_TURNS_EXTRA])

@@ -88,3 +88,30 @@ def test_a_tokenizer_that_cannot_load_is_one_line_naming_the_setting(tmp_path: P
     assert "Traceback" not in r.stderr, r.stderr
     assert "nobody/no-such-tokenizer" in r.stderr and "EAGLE3_TOKENIZER" in r.stderr
     assert len(r.stderr.strip().splitlines()) <= 2, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("cmd", "says"),
+    [
+        ("check", ["Validate every EAGLE3_* setting", "DAGSTER_HOME"]),
+        ("ui", ["Start the Dagster UI", "the UI's port on 127.0.0.1 (default: 3000)"]),
+    ],
+)
+def test_check_and_ui_explain_themselves_with_help(tmp_path: Path, cmd: str, says: list[str]) -> None:
+    r = subprocess.run(
+        [str(EAGLE3), cmd, "--help"], cwd=tmp_path, env=plain_shell_env(), capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"usage: eagle3 {cmd}") and all(s in " ".join(r.stdout.split()) for s in says), r.stdout
+
+
+def test_check_with_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [str(EAGLE3), "check", "--nope"],
+        cwd=tmp_path,
+        env=plain_shell_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "unrecognized arguments: --nope" in r.stderr, r.stderr

@@ -1,6 +1,5 @@
 """Ingest wiring: one asset per prompt-source YAML, and the combined, deduplicated `prompts`."""
 
-import json
 import re
 
 import dagster as dg
@@ -12,6 +11,7 @@ from ..ingest.decontaminate import DEFAULT_OVERLAP_THRESHOLD
 from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
 from ..ingest.pipeline import EvalSet
+from ..ingest.preview import prompts_preview_markdown
 from ..orchestration.gates import report_metadata
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
@@ -100,20 +100,6 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     return _asset
 
 
-def _prompts_preview(path, n: int = 8) -> str:
-    df = read_parquet(path, n_rows=n) if path.exists() else pl.DataFrame()
-    lines = ["| prompt_id | source | shard | turns | tools | last user/tool turn |", "|---|---|---|---|---|---|"]
-    for row in df.iter_rows(named=True):
-        msgs = json.loads(row["messages"])
-        last = next((m for m in reversed(msgs) if m.get("role") in ("user", "tool")), msgs[-1] if msgs else {})
-        text = str(last.get("content", ""))[:80].replace("|", "\\|").replace("\n", " ")
-        tools = len(json.loads(row["tools"])) if row["tools"] else 0
-        lines.append(
-            f"| `{row['prompt_id'][:12]}` | {row['source']} | {row['shard']} | {row['n_messages']} | {tools} | {text} |"
-        )
-    return "\n".join(lines)
-
-
 def build_ingest_assets() -> list[dg.AssetsDefinition]:
     specs = load_source_specs(settings().sources_dir)
     source_assets = [_source_asset(s) for s in specs]
@@ -135,7 +121,11 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
             EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in evals
         ]
         counts = combine_sources(
-            [data / "sources" / n for n in names], data / "prompts", n_shards=N_SHARDS, eval_sets=eval_sets
+            [data / "sources" / n for n in names],
+            data / "prompts",
+            n_shards=N_SHARDS,
+            eval_sets=eval_sets,
+            control_text={s.name: s.control_text for s in specs},
         )
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
@@ -165,7 +155,9 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 "rows_per_shard": dg.MetadataValue.json({f"{r['shard']:04d}": r["len"] for r in per_shard}),
                 "n_shards": N_SHARDS,
                 "path": dg.MetadataValue.path(str(out)),
-                "preview": dg.MetadataValue.md(_prompts_preview(out)),
+                "preview": dg.MetadataValue.md(
+                    prompts_preview_markdown(read_parquet(out, n_rows=8) if out.exists() else pl.DataFrame())
+                ),
                 **report_metadata(default_report_path(pipeline.work_path)),
             }
         )

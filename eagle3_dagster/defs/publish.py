@@ -107,7 +107,10 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     verdict = snap.verdict
     drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
     if verdict is None:
-        context.log.info(f"snapshot {snap.version} is already LATEST (same content): nothing new to judge")
+        context.log.info(
+            f"snapshot {snap.version} is already LATEST (same content): nothing new to judge; unchanged since "
+            f"{snap.manifest.get('published_at')}"
+        )
     else:
         line = drift_line(drift)
         (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
@@ -135,6 +138,8 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         metadata={
             "version": snap.version,
             "new_snapshot": snap.created,
+            # when this content became LATEST: a rerun that publishes the same content keeps it
+            "published_at": str(snap.manifest.get("published_at")),
             "rows": snap.rows,
             **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
             "drift": (drift or {}).get("status", "none"),

@@ -33,7 +33,12 @@ STAGE = "train"
 GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
 
 
-TOKEN_ROWS = {"prompt_id": pl.String, "input_ids": pl.List(pl.Int32), "tokenizer_fingerprint": pl.String}
+TOKEN_ROWS = {
+    "prompt_id": pl.String,
+    "input_ids": pl.List(pl.Int32),
+    "tokenizer_fingerprint": pl.String,
+    "control_text_in_content": pl.Boolean,  # as_served control text: carried onto the training rows
+}
 PROMPT_ROWS = {"prompt_id": pl.String, "messages": pl.String, "tools": pl.String}
 _NO_SOURCES = pl.DataFrame(schema={"prompt_id": pl.String, "source": pl.String})
 

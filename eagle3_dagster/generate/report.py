@@ -27,6 +27,7 @@ class ProgressReport:
     eta_s: float | None
     errors_by_kind: dict[str, int]
     retried_by_kind: dict[str, int]
+    cached: int = 0  # samples already stored by an earlier run: not part of `total`
 
 
 @dataclass
@@ -117,9 +118,10 @@ def _percentile(sorted_vals: Sequence[float] | np.ndarray, q: float) -> float | 
 class RunStats:
     """Mutable counters shared by the workers (one event loop, so no locks needed)."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, cached: int = 0) -> None:
         self.t0 = time.monotonic()
         self.total = total
+        self.cached = cached
         self.succeeded = 0
         self.failed = 0
         self.in_flight = 0
@@ -159,6 +161,7 @@ class RunStats:
             eta_s=eta if remaining > 0 else 0.0,
             errors_by_kind=dict(self.errors),
             retried_by_kind=dict(self.retried),
+            cached=self.cached,
         )
 
     def fill(self, report: ShardReport) -> ShardReport:
@@ -234,9 +237,13 @@ def failures_text(by_reason: Mapping[str, tuple[int, str]], *, detail_chars: int
 def progress_line(shard: str, p: ProgressReport) -> str:
     """`generations shard 0001: 6,200/9,000 (69%) · 41.2 samples/s · 256 in flight · ETA 1m08s · retried http_503=3`"""
     shard = shard.removeprefix("shard=")
-    pct = (100 * p.done // p.total) if p.total else 100
+    if not p.total:  # a rerun with every sample stored (or a shard without prompts): no fraction to show
+        what = f"all {p.cached:,} cached, nothing to generate" if p.cached else "no prompts, nothing to generate"
+        return f"generations shard {shard}: {what}"
+    pct = 100 * p.done // p.total
     parts = [
-        f"generations shard {shard}: {p.done:,}/{p.total:,} ({pct}%)",
+        f"generations shard {shard}: {p.done:,}/{p.total:,} ({pct}%)"
+        + (f" + {p.cached:,} already stored" if p.cached else ""),
         f"{p.samples_per_s:.1f} samples/s",
         f"{p.in_flight:,} in flight",
         f"ETA {_dur(p.eta_s)}",

@@ -212,7 +212,7 @@ async def _generate_shard(
         report.requested = plan.requested
         report.duplicates_in_input = plan.rows - plan.excluded - plan.requested
         report.skipped_cached = plan.skipped_cached
-        stats = RunStats(total=plan.pending)
+        stats = RunStats(total=plan.pending, cached=plan.skipped_cached)
         report.carried_failed = carried.height
         log.info(
             "shard %s: %d requested, %d already stored, %d failed permanently before, %d to generate (revision %s)",

@@ -55,6 +55,21 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+_WILDCARD = re.compile(r"[*?\[]")
+
+
+def default_source_name(path: str) -> str:
+    """--name's default: the file name's stem, up to its first wildcard when it is a glob
+    (`chats-*.jsonl` -> `chats`); a part with nothing left (`dir/*.jsonl`, `dir/**/*.jsonl`) gives way to
+    the folder above it (`dir`). The name keeps letters, digits, '_', '-' and '.' (a source name's rule)."""
+    for part in reversed([p for p in re.split(r"[/\\]", path) if p not in ("", ".", "..")]):
+        stem = _WILDCARD.split(part)[0].split(".")[0]
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", stem).strip("_.-")
+        if name:
+            return name
+    return "cli"
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     field_map: dict[str, str] = {}
@@ -87,8 +102,9 @@ def main(argv: list[str]) -> int:
 
     # A URI (s3://bucket/x/*.jsonl.gz?region=..., memory://..., file://...) is passed through as is.
     uri = is_uri(args.file)
-    base_name = urlsplit(args.file).path.rstrip("/").rsplit("/", 1)[-1] if uri else Path(args.file).name
-    name = args.name or re.sub(r"[^A-Za-z0-9_.-]", "_", base_name.split(".")[0]) or "cli"
+    name = args.name or default_source_name(
+        urlsplit(args.file).path if uri else str(Path(args.file).expanduser().absolute())
+    )
     try:
         spec = SourceSpec(
             name=name,

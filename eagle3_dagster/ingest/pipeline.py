@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
 from .normalize import build_conversation, build_prompt
 from .readers import RawRecord, cut_utf8, iter_records, safe_text
-from .spec import SourceSpec
+from .spec import CONTROL_TEXT_POLICIES, SourceSpec
 from .turns import regenerate_options
 
 ACCEPTED_FILE = "accepted.parquet"
@@ -335,10 +335,35 @@ def build_eval_index(eval_sets: Sequence[EvalSet]) -> EvalIndex:
     return index
 
 
+def strictest_first(source_dirs: Sequence[DataPath], control_text: Mapping[str, str]) -> list[DataPath]:
+    """The source folders in the given order, stably re-ordered so that a stricter `control_text` policy
+    (CONTROL_TEXT_POLICIES, strictest first; a source not named: reject) comes first. The first occurrence
+    of a prompt wins the dedupe and tokenize applies the policy of the source it kept, so a prompt held by
+    sources with different policies is tokenized under the strictest of them, whatever their order."""
+
+    def rank(d: DataPath) -> int:
+        try:
+            name = json.loads((d / COUNTS_FILE).read_text()).get("source")
+        except (OSError, ValueError, AttributeError):
+            return 0  # the combine below names the missing or unreadable file
+        policy = control_text.get(name, CONTROL_TEXT_POLICIES[0])
+        return CONTROL_TEXT_POLICIES.index(policy) if policy in CONTROL_TEXT_POLICIES else 0
+
+    return sorted(source_dirs, key=rank)
+
+
 def combine_sources(
-    source_dirs: Sequence[OutDir], out_dir: OutDir, *, n_shards: int, eval_sets: Sequence[EvalSet] = ()
+    source_dirs: Sequence[OutDir],
+    out_dir: OutDir,
+    *,
+    n_shards: int,
+    eval_sets: Sequence[EvalSet] = (),
+    control_text: Mapping[str, str] | None = None,
 ) -> CombineCounts:
     """Union of the training sources' accepted rows, in the given order, first occurrence of a prompt wins.
+
+    `control_text` (source name -> its YAML's policy, as tokenize reads it): sources with a stricter
+    policy go first (strictest_first), so a prompt in several sources keeps the strictest policy.
 
     Writes out_dir/prompts.parquet (schemas.PROMPTS, shard recomputed for `n_shards`),
     out_dir/prompt_rejects.parquet (every training source's rejects, plus one `eval_overlap` row per
@@ -350,7 +375,7 @@ def combine_sources(
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
     counts = CombineCounts(sources=len(source_dirs), eval_sources=len(eval_sets))
     out_dir = as_data_path(out_dir)
-    dirs = [as_data_path(d) for d in source_dirs]
+    dirs = strictest_first([as_data_path(d) for d in source_dirs], control_text or {})
     index = build_eval_index(eval_sets)
     counts.eval_prompts = len(index)
     seen: set[bytes] = set()

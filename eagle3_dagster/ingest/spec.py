@@ -53,7 +53,8 @@ from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri
 
 REGENERATE_MODES = ("final_turn", "all_turns")
-# What tokenize does with control-token text in the data (tokenize/control_text.py, same names).
+# What tokenize does with control-token text in the data (tokenize/control_text.py, same names),
+# strictest first: a prompt in several sources is tokenized under the strictest (ingest/pipeline.py).
 CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
 SOURCE_ROLES = ("train", "eval")

@@ -83,7 +83,9 @@ def count_prompts(specs: Sequence[SourceSpec], *, n_shards: int, scratch: Path) 
         if counts.accepted == 0 and not spec.allow_empty:
             empty.append(spec.name)
         dirs.append(out)
-    combined = combine_sources(dirs, scratch / "prompts", n_shards=n_shards)
+    combined = combine_sources(
+        dirs, scratch / "prompts", n_shards=n_shards, control_text={s.name: s.control_text for s in specs}
+    )
     return (
         PromptCounts(
             read=combined.read,

@@ -141,10 +141,17 @@ def top_section(model: Any) -> list[str]:
                 f"({kind})</b> at {_e(att.get('at'))}: {_e('; '.join(verdict.get('reasons') or []))}. "
                 f"LATEST stays <code>{_e(att.get('latest_before') or 'none')}</code>.</div>"
             )
+        elif att.get("latest_before") == att.get("version") and att.get("published_at"):
+            # a publish that found the content LATEST already names: it was published before, not now
+            out.append(
+                f'<div class="okbox">Snapshot <code>{_e(att.get("version"))}</code> unchanged since '
+                f"{_e(att.get('published_at'))} ({_e(att.get('rows'))} rows; the publish at {_e(att.get('at'))} "
+                "found the same content).</div>"
+            )
         else:
             out.append(
                 f'<div class="okbox">Snapshot <code>{_e(att.get("version"))}</code> published at '
-                f"{_e(att.get('at'))} ({_e(att.get('rows'))} rows).</div>"
+                f"{_e(att.get('published_at') or att.get('at'))} ({_e(att.get('rows'))} rows).</div>"
             )
         drift = verdict.get("drift")
         if drift is None:

@@ -115,10 +115,19 @@ class LatestAge:
     created_at: str  # when this snapshot's content was first built (an unchanged night republishes it)
     age_s: float
     max_age_s: float  # EAGLE3_SNAPSHOT_MAX_AGE
+    # when this content became LATEST (manifest published_at); earlier than published_at when later
+    # publishes found the same content (they rewrite LATEST: the freshness signal, not a new publish)
+    first_published_at: dt.datetime | None = None
 
     @property
     def stale(self) -> bool:
         return self.age_s > self.max_age_s
+
+    @property
+    def unchanged_since(self) -> dt.datetime | None:
+        """The first publish of this content, when a later publish found the same content."""
+        first = self.first_published_at
+        return first if first is not None and (self.published_at - first).total_seconds() >= 1 else None
 
     def describe(self, *, for_page: bool = False) -> str:
         """One line for the terminal (relative age: it is read now) or, `for_page`, for the static report,
@@ -128,16 +137,28 @@ class LatestAge:
             if self.stale
             else f"within the allowed {_duration(self.max_age_s)}"
         )
+        since = self.unchanged_since
         if for_page:
-            at = self.published_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-            return (
-                f"LATEST is {self.version}, published at {at} ({_duration(self.age_s)} before this report was "
-                f"generated), {state}; content first built {self.created_at}"
+            at = _utc(self.published_at)
+            when = (
+                f"unchanged since {_utc(since)} (published again at {at}, {_duration(self.age_s)} before this "
+                "report was generated)"
+                if since
+                else f"published at {at} ({_duration(self.age_s)} before this report was generated)"
             )
-        return (
-            f"LATEST is {self.version}, published {_duration(self.age_s)} ago "
-            f"({self.published_at.isoformat(timespec='seconds')}), {state}; content first built {self.created_at}"
-        )
+        else:
+            iso = self.published_at.isoformat(timespec="seconds")
+            when = (
+                f"unchanged since {since.isoformat(timespec='seconds')} (published again {_duration(self.age_s)} "
+                f"ago, {iso})"
+                if since
+                else f"published {_duration(self.age_s)} ago ({iso})"
+            )
+        return f"LATEST is {self.version}, {when}, {state}; content first built {self.created_at}"
+
+
+def _utc(t: dt.datetime) -> str:
+    return t.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _duration(seconds: float) -> str:
@@ -168,7 +189,9 @@ def latest_age(
         return None
     version = f.read_text().strip()
     man_file = data / "snapshots" / version / "manifest.json"
-    created = str(json.loads(man_file.read_text()).get("created_at", "")) if man_file.exists() else "unknown"
+    manifest = json.loads(man_file.read_text()) if man_file.exists() else {}
+    created = str(manifest.get("created_at", "")) if man_file.exists() else "unknown"
+    first = _aware(dt.datetime.fromisoformat(manifest["published_at"])) if manifest.get("published_at") else None
     mtime = f._info().mtime
     if mtime is not None:
         published = mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.UTC)
@@ -176,7 +199,11 @@ def latest_age(
         published = dt.datetime.fromisoformat(created) if created not in ("", "unknown") else dt.datetime.now(dt.UTC)
     now = now or dt.datetime.now(dt.UTC)
     limit = (max_age or settings().snapshot_max_age).total_seconds()
-    return LatestAge(version, published, created, (now - published).total_seconds(), limit)
+    return LatestAge(version, published, created, (now - published).total_seconds(), limit, first)
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
 @dataclass

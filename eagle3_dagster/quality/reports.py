@@ -8,22 +8,15 @@ re-encodes text.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from typing import Any, cast
 
 import polars as pl
 
+from ..markdown import code_span, fence
 from ..profiles import ModelProfile
 
 _BAR = 40
-
-
-def _fence(text: str) -> str:
-    """A code fence longer than any backtick run in `text`, so model output cannot break out."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    f = "`" * max(3, longest + 1)
-    return f"{f}text\n{text}\n{f}"
 
 
 def _excerpt(text: str, head: int, tail: int) -> str:
@@ -112,9 +105,10 @@ def sample_preview_markdown(
         parts = split_output(ids, profile)
         pos = parts["think_end_pos"]
         out.append("")
-        out.append(f"#### `{row['sample_id']}`")
+        out.append(f"#### {code_span(str(row['sample_id']))}")
         out.append(
-            f"- prompt `{row.get('prompt_id')}` source `{row.get('source')}`, finish_reason `{row.get('finish_reason')}`, "
+            f"- prompt {code_span(str(row.get('prompt_id')))} source {code_span(str(row.get('source')))}, "
+            f"finish_reason {code_span(str(row.get('finish_reason')))}, "
             f"{len(ids)} output ids (completion_tokens {row.get('completion_tokens')})"
         )
         out.append(
@@ -125,17 +119,17 @@ def sample_preview_markdown(
         p_ids = prompts.get(pid) if pid is not None else None
         if pid is not None and p_ids is not None:
             out.append(f"- prompt tail ({lengths.get(pid, len(p_ids))} ids):")
-            out.append(_fence(_excerpt(dec(p_ids[-PREVIEW_PROMPT_TAIL:]), 0, 200)))
+            out.append(fence(_excerpt(dec(p_ids[-PREVIEW_PROMPT_TAIL:]), 0, 200)))
         out.append(f"- reasoning ({len(parts['reasoning'])} ids):")
-        out.append(_fence(_excerpt(dec(parts["reasoning"]), excerpt_chars // 2, excerpt_chars // 2)))
+        out.append(fence(_excerpt(dec(parts["reasoning"]), excerpt_chars // 2, excerpt_chars // 2)))
         out.append(f"- answer ({len(parts['answer'])} ids):")
-        out.append(_fence(_excerpt(dec(parts["answer"]), excerpt_chars // 2, excerpt_chars // 2)))
+        out.append(fence(_excerpt(dec(parts["answer"]), excerpt_chars // 2, excerpt_chars // 2)))
         if parts["tool_calls"]:
             out.append(f"- tool calls ({len(parts['tool_calls'])}):")
             for name_ids, arg_ids in parts["tool_calls"]:
                 name = dec(name_ids).strip()
-                out.append(f"  - `{name or '?'}`")
-                out.append(_fence(_excerpt(dec(arg_ids), excerpt_chars // 2, excerpt_chars // 2)))
+                out.append(f"  - {code_span(name or '?')}")
+                out.append(fence(_excerpt(dec(arg_ids), excerpt_chars // 2, excerpt_chars // 2)))
     return "\n".join(out)
 
 
@@ -214,5 +208,5 @@ def histograms_markdown(features: pl.DataFrame, columns: Sequence[str], *, bins:
             stats = f"n={s.len() - nulls} nulls={nulls}"
             body = _categorical_table(s)
         out.append(f"**{col}** — {stats}")
-        out.append("```text\n" + "\n".join(body) + "\n```")
+        out.append(fence("\n".join(body)))
     return "\n".join(out)

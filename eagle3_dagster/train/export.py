@@ -56,7 +56,8 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
 }
 BATCH_ROWS = 256  # rows per batch read from a shard table (and per batched encode of the preformatted check)
 STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet file
-OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos")  # absent from tables written before them: read as null
+# absent from tables written before them: read as null
+OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content")
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
     "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
@@ -161,11 +162,13 @@ class _Tally:
     def __init__(self) -> None:
         self.rows = 0
         self.not_text_exact = 0  # text_exact false (null = not known: not counted)
+        self.control_text_as_served = 0  # control_text_in_content true: the prompt's data text became special ids
         self.max_total_len = 0
 
     def see(self, r: dict[str, Any]) -> None:
         self.rows += 1
         self.not_text_exact += r.get("text_exact") is False
+        self.control_text_as_served += r.get("control_text_in_content") is True
         self.max_total_len = max(self.max_total_len, int(r.get("total_len") or 0))
 
 
@@ -174,7 +177,8 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
     tally = _Tally()
 
     def rows() -> Iterator[dict[str, Any]]:
-        for r in snapshot_rows(snapshot_dir, ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact"]):
+        columns = ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact", "control_text_in_content"]
+        for r in snapshot_rows(snapshot_dir, columns):
             tally.see(r)
             yield {"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]}
 
@@ -185,6 +189,7 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
             "rows": n,
             "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
             "rows_not_text_exact": tally.not_text_exact,  # kept: token level
+            "rows_control_text_as_served": tally.control_text_as_served,  # kept: the ids the server was sent
             "specforge_exact_rows": n,
             "max_total_len": max_len,
             "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
@@ -255,7 +260,7 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
     def export_specforge_preformatted(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
         snapshot_dir = as_data_path(snapshot_dir)
         tok = tokenizer() if callable(tokenizer) and not hasattr(tokenizer, "encode") else tokenizer
-        columns = ["sample_id", "input_ids", "prompt_len", "total_len", "text_exact"]
+        columns = ["sample_id", "input_ids", "prompt_len", "total_len", "text_exact", "control_text_in_content"]
         left_out: dict[str, int] = {}
         tally = _Tally()
 
@@ -283,6 +288,7 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
                 "rows": n,
                 "format": "specforge preformatted text (text): SpecForge offline",
                 "snapshot_rows": tally.rows,
+                "snapshot_rows_control_text_as_served": tally.control_text_as_served,
                 "rows_left_out": sum(left_out.values()),
                 "left_out_by_reason": left_out,
                 "specforge_exact_rows": n if template else None,
@@ -303,7 +309,7 @@ def make_preformatted_exporter(profile_name: str, tokenizer: Any | Callable[[], 
 
 def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
     snapshot_dir = as_data_path(snapshot_dir)
-    columns = ["sample_id", "conversation", "tools", "text_exact", "text_mismatch_pos"]
+    columns = ["sample_id", "conversation", "tools", "text_exact", "text_mismatch_pos", "control_text_in_content"]
     tally = _Tally()
 
     def rows() -> Iterator[dict[str, Any]]:
@@ -315,6 +321,8 @@ def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[
                 "tools": json.loads(r["tools"]) if r["tools"] else [],
                 "text_exact": r["text_exact"],
                 "text_mismatch_pos": r["text_mismatch_pos"],
+                # true: control-token text in the prompt's data was sent as special ids (control_text: as_served)
+                "control_text_in_content": r["control_text_in_content"],
             }
 
     n = _write_jsonl(snapshot_dir / CONVERSATIONS_FILE, rows())
@@ -323,6 +331,7 @@ def export_conversations(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[
             "rows": n,
             "format": "conversations (re-rendered by the trainer's chat template); tool-call arguments as JSON strings",
             "rows_not_text_exact": tally.not_text_exact,  # flagged per row: text_exact false + text_mismatch_pos
+            "rows_control_text_as_served": tally.control_text_as_served,  # flagged per row: control_text_in_content
             "specforge_exact_rows": None,
             "specforge_exact_check": "not measured in the pipeline: SpecForge re-renders conversations with the chat "
             "template (Kimi-K2.5 drops the reasoning of the final turn, a default system prompt is "

@@ -21,6 +21,9 @@ LINEAGE_FROM_GENERATIONS = (
     "finish_reason",
     "generated_at",
 )
+# the tokenized prompt's flag for control-token text of its data encoded as special ids (as_served),
+# carried onto its training rows and into the snapshot's exports
+CONTROL_FLAG = "control_text_in_content"
 # the generations columns a training row is built from (the training step reads only these)
 TRAINING_INPUT_COLUMNS = ("sample_id", "prompt_id", "source", "output_ids", *LINEAGE_FROM_GENERATIONS)
 
@@ -46,7 +49,12 @@ def build_training_samples(
         gens = gens.filter(~pl.col("prompt_id").is_in(list(exclude_prompt_ids)))
     counts["excluded"] = generations.height - gens.height
 
-    prompts = tokenized.select("prompt_id", pl.col("input_ids").alias("prompt_ids"), "tokenizer_fingerprint")
+    control = (
+        pl.col(CONTROL_FLAG)
+        if CONTROL_FLAG in tokenized.columns
+        else pl.lit(None, dtype=pl.Boolean).alias(CONTROL_FLAG)
+    )
+    prompts = tokenized.select("prompt_id", pl.col("input_ids").alias("prompt_ids"), "tokenizer_fingerprint", control)
     joined = gens.join(prompts, on="prompt_id", how="inner")
     counts["missing_prompt"] = gens.height - joined.height
     if conversations is None:
@@ -79,6 +87,7 @@ def build_training_samples(
         "tools",
         "text_exact",
         pl.col("text_mismatch_pos").cast(pl.Int32),
+        pl.col(CONTROL_FLAG).cast(pl.Boolean),
     ).sort("sample_id")
     counts["samples"] = out.height
     assert counts["generations"] == counts["samples"] + counts["excluded"] + counts["missing_prompt"]

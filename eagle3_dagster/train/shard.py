@@ -88,7 +88,9 @@ def build_training_shard(
             )
             samples, counts = build_training_samples(
                 gens,
-                _prompt_rows(tokenized, gens).select("prompt_id", "input_ids", "tokenizer_fingerprint"),
+                _prompt_rows(tokenized, gens).select(
+                    "prompt_id", "input_ids", "tokenizer_fingerprint", pl.col("^control_text_in_content$")
+                ),
                 exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
                 exclude_prompt_ids=bad_prompt_ids,
                 conversations=conversations,

@@ -380,6 +380,10 @@ def _build_snapshot_locked(
         manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     manifest = json.loads(manifest_path.read_text())
     if published:
+        manifest = stamp_published_at(
+            root, manifest_path, manifest, same_as_latest=latest == version, now=str(attempt["at"])
+        )
+        attempt["published_at"] = manifest["published_at"]
         (root / "LATEST").write_text(version + "\n")
     if verdict is None and judge is not None:
         # the same content as LATEST: nothing new was judged; what was decided when it was published holds
@@ -404,6 +408,26 @@ def _build_snapshot_locked(
         verdict=verdict,
         latest=read_latest(root),
     )
+
+
+def stamp_published_at(
+    root: DataPath, manifest_path: DataPath, manifest: dict[str, Any], *, same_as_latest: bool, now: str
+) -> dict[str, Any]:
+    """The manifest with `published_at`: when this content became LATEST. A publish of the content LATEST
+    already names (a rerun that found nothing new) keeps the time of the first one; a snapshot published
+    before the field existed takes LATEST's own modification time. LATEST itself is still rewritten by
+    every publish: its age is the freshness signal (a night that ran and found nothing new is fresh)."""
+    at = manifest.get("published_at") if same_as_latest else None
+    if same_as_latest and not at:
+        mtime = (root / "LATEST")._info().mtime
+        if mtime is not None:
+            at = (mtime if mtime.tzinfo else mtime.replace(tzinfo=dt.UTC)).isoformat()
+    if not at:
+        at = now
+    if manifest.get("published_at") != at:
+        manifest = {**manifest, "published_at": at}
+        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    return manifest
 
 
 def _assemble(

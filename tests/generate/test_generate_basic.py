@@ -21,6 +21,7 @@ from eagle3_dagster.generate import (
     sampling_hash,
     sampling_params,
 )
+from eagle3_dagster.generate.report import progress_line
 
 pytestmark = pytest.mark.integration
 
@@ -87,8 +88,10 @@ def test_clean_run_stores_exact_ids_and_rerun_sends_nothing(clean_sim, tmp_path:
 
     # Nothing changed: the rerun sends zero /generate requests and stores nothing new.
     before = sim.stats()["requests"]
-    rep2 = generate_shard(prompts, out, cfg)
+    seen2: list = []
+    rep2 = generate_shard(prompts, out, cfg, progress=seen2.append)
     assert sim.stats()["requests"] == before
+    assert progress_line(out.name, seen2[-1]) == "generations shard 0000: all 30 cached, nothing to generate"
     assert (rep2.requested, rep2.skipped_cached, rep2.succeeded, rep2.failed) == (30, 30, 0, 0)
     assert read_generations(out).height == 30
     assert len(list(out.glob("part-*.parquet"))) == rep.chunks_written

@@ -86,3 +86,19 @@ def test_cli_allow_empty_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main([str(garbage), "--out", str(tmp_path / "o")]) == 1
     assert "no prompt accepted" in capsys.readouterr().err
     assert main([str(garbage), "--out", str(tmp_path / "o"), "--allow-empty"]) == 0
+
+
+def test_a_quoted_glob_without_name_is_named_after_its_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chats = tmp_path / "my-chats"
+    chats.mkdir()
+    for i, text in enumerate(("Hi", "Yo")):
+        (chats / f"part-{i}.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n")
+    (chats / "logs-1.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "Hey"}]}) + "\n")
+    assert main([str(chats / "*.jsonl"), "--out", str(tmp_path / "a")]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accepted"] == 3
+    assert set(pq.read_table(tmp_path / "a" / "accepted.parquet").column("source").to_pylist()) == {"my-chats"}
+    # a wildcard inside the file name: the part before it
+    assert main([str(chats / "part-*.jsonl"), "--out", str(tmp_path / "b")]) == 0
+    assert set(pq.read_table(tmp_path / "b" / "accepted.parquet").column("source").to_pylist()) == {"part"}

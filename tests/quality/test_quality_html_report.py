@@ -423,9 +423,54 @@ def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, mon
         True, "r", [ShardOutcome("0000", True, dict(checks)), ShardOutcome("0001", True, dict(checks))]
     )
     lines = {ln.split()[0]: ln for ln in summarize(outcome, data_root(stored["data"])).splitlines() if ln.strip()}
-    # shard 0: 1 tokenized prompt (PASS), no generations (empty); shard 1: nothing at all
-    assert "prompts_gate=PASS" in lines["0000"] and "generations_gate=empty" in lines["0000"]
-    assert "prompts_gate=empty" in lines["0001"] and "generations_gate=empty" in lines["0001"]
+    # shard 0: 1 tokenized prompt (PASS: counted, not named), no generations (empty); shard 1: nothing at all
+    assert lines["0000"].endswith("  1 PASS; generations_gate=empty")
+    assert lines["0001"].endswith("  prompts_gate=empty, generations_gate=empty")
+
+
+SHARD_CHECKS = [
+    "tokenized_prompts:thinking_token_ends_prompt",
+    "tokenized_prompts:prompts_gate",
+    "generations:think_end_present",
+    "generations:request_failure_budget",
+    "generations:generations_gate",
+    "training_samples:training_samples_gate",
+]
+
+
+def test_demo_summary_shard_table_fits_100_columns(stored, monkeypatch):
+    """Six checks a shard: passing ones counted, the others named, a long row wrapped under its column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle3_dagster import schemas
+    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.orchestration.run import GraphOutcome, ShardOutcome
+    from eagle3_dagster.storage import data_root
+
+    monkeypatch.setenv("EAGLE3_DATA_DIR", str(stored["data"]))
+    monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
+    for k in (0, 1):
+        tok = stored["data"] / "tokenized_prompts" / f"shard={k:04d}"
+        tok.mkdir(parents=True)
+        row = {"prompt_id": "p", "source": "s", "shard": k, "input_ids": [1, 2], "prompt_len": 2}
+        pq.write_table(pa.Table.from_pylist([row], schema=schemas.TOKENIZED_PROMPTS), tok / "part-0.parquet")
+    fine = dict.fromkeys(SHARD_CHECKS[:2], True)
+    bad = {c: c.endswith(("ends_prompt", "_gate")) for c in SHARD_CHECKS}
+    failed = {c: "ERROR" for c, ok in bad.items() if not ok}
+    outcome = GraphOutcome(
+        True, "r", [ShardOutcome("0000", True, fine), ShardOutcome("0001", False, bad, failed_checks=failed)]
+    )
+    summary = summarize(outcome, data_root(stored["data"]))
+    table = summary.split("checks\n")[1].split("\nwarnings:")[0].splitlines()[1:]
+    assert all(len(ln) <= 100 for ln in table), "\n".join(table)
+    assert table[0].startswith("  0000") and table[0].endswith("  all 2 PASS")
+    rest = " ".join(" ".join(table[1:]).split())
+    assert rest.endswith(
+        "2 PASS; request_failure_budget=FAIL, think_end_present=FAIL, generations_gate=empty, "
+        "training_samples_gate=empty"
+    ), table
+    assert len(table) > 2 and table[2].startswith(" " * 40)  # the wrapped rest sits under the checks column
 
 
 def test_report_lists_failed_requests_by_reason_with_prompt_ids(tmp_path):

@@ -73,6 +73,7 @@ def training_table(n: int, tokens: int, *, seed: int, prefix: str = "s") -> pa.T
         "tools": [None] * n,
         "text_exact": text_exact,
         "text_mismatch_pos": [None if t is not False else 5 for t in text_exact],
+        "control_text_in_content": rng.choice([False, True], n, p=[0.9, 0.1]).tolist(),
     }
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in TRAINING_SAMPLES}, schema=TRAINING_SAMPLES)
 

@@ -205,7 +205,7 @@ def test_exports_load_with_a_reader_written_against_the_published_fields(tmp_pat
         assert set(r) == {"id", "input_ids", "loss_mask"} and len(r["input_ids"]) == len(r["loss_mask"])
     conv = [json.loads(line) for line in (snap.path / CONVERSATIONS_FILE).read_text().splitlines()]
     for r in conv:
-        assert set(r) == {"id", "conversations", "tools", "text_exact", "text_mismatch_pos"}
+        assert set(r) == {"id", "conversations", "tools", "text_exact", "text_mismatch_pos", "control_text_in_content"}
         turns = r["conversations"]
         assert all({"role", "content"} <= set(t) for t in turns) and turns[-1]["role"] == "assistant"
         assert "reasoning_content" in turns[-1]
