@@ -12,7 +12,9 @@ Fields (only `path` is required):
     limit: 1000                # keep at most this many accepted prompts (reading stops there)
     sample_fraction: 0.1       # keep a stable, content-hashed fraction of prompts (with seed)
     seed: 0                    # salts sample_fraction's content hash: another seed keeps another fraction
-    licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
+    licence: "Apache-2.0"      # the snapshots' data card (README.md) states it: a Hub licence id (apache-2.0,
+                               #   cc-by-4.0, ...) as its license, other text as other + license_details;
+                               #   none: unknown, with a warning ("license" also accepted)
     prompt_rule: last_user_or_tool   # the prompt: the conversation up to its last user/tool message, or
                                #   first_user: the system messages before the first user message + it
     max_bytes: 200000          # a raw row larger than this is rejected as too_large
