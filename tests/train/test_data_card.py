@@ -166,3 +166,29 @@ def test_the_same_snapshot_built_again_has_the_same_card(tmp_path):
     assert again.created and again.version == first.version
     assert (Path(again.path) / "README.md").read_bytes() == card
     assert _header_and_body(card.decode())[0]["license"] == "cc0-1.0"
+
+
+def test_a_held_back_snapshot_published_later_keeps_a_true_card(tmp_path):
+    """The drift policy holds a snapshot back, a later publish of the same content publishes it: the card
+    written the first time must not still say it was held back (it leaves that to the manifest)."""
+    from types import SimpleNamespace
+
+    _write_shard(tmp_path, 0, 3)
+
+    def judge(publish: bool):
+        gate = {"success": True, "suite_sha256": "s1", "outcomes": []}
+        drift = {"status": "ok" if publish else "drifted", "policy": "hold"}
+        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
+        return lambda info: SimpleNamespace(
+            publish=publish, reasons=reasons, publish_gate=gate, drift=drift, to_json=lambda: {"publish": publish}
+        )
+
+    held = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(False))
+    card = (Path(held.path) / "README.md").read_bytes()
+    assert not held.published and held.manifest["published"] is False
+    later = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(True))
+    assert later.published and not later.created and later.manifest["published"] is True
+    assert (Path(later.path) / "README.md").read_bytes() == card
+    text = card.decode()
+    assert "drifted against" not in text and "Not published" not in text
+    assert "| publish | `s1` | snapshot passed when written |" in text
