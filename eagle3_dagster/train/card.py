@@ -93,6 +93,7 @@ def card_config(profile: Any, specs: Sequence[Any]) -> dict[str, Any]:
             {
                 "name": s.name,
                 "licence": s.licence,
+                "language": list(s.language),
                 "origin": display_uri(s.path),
                 "description": s.description,
                 "role": s.role,
@@ -145,6 +146,13 @@ def source_licences(sources: Sequence[dict[str, Any]], names: Sequence[str]) -> 
     return out, warnings
 
 
+def declared_languages(sources: Sequence[dict[str, Any]], names: Sequence[str]) -> list[str]:
+    """The languages the card's sources declare (`language` in their YAML), in first-seen order."""
+    wanted = set(names)
+    langs = [str(x) for s in sources if str(s.get("name")) in wanted for x in s.get("language") or []]
+    return list(dict.fromkeys(langs))
+
+
 def licence_header(licences: dict[str, str]) -> dict[str, Any]:
     """`license` (one per source, Hub ids; `other` for free text) and, for free text, license_name/details."""
     ids, free = [], {}
@@ -173,11 +181,18 @@ def configs(table_files: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def card_header(
-    *, profile: str, version: str, rows: int, licences: dict[str, str], cfgs: list[dict[str, Any]]
+    *,
+    profile: str,
+    version: str,
+    rows: int,
+    licences: dict[str, str],
+    cfgs: list[dict[str, Any]],
+    languages: Sequence[str] = (),
 ) -> dict[str, Any]:
     header: dict[str, Any] = {
         "pretty_name": _one_line(f"EAGLE-3 drafter training data: {profile}, snapshot {version}"),
         **licence_header(licences),
+        **({"language": list(languages)} if languages else {}),
         "size_categories": [size_category(rows)],
         "task_categories": ["text-generation"],
         "tags": [*TAGS, _one_line(profile)] if profile else list(TAGS),
@@ -282,13 +297,18 @@ def counts_section(counts: dict[str, SourceCounts], rows: int) -> list[str]:
 
 def sources_section(sources: Sequence[dict[str, Any]], licences: dict[str, str]) -> list[str]:
     given = {str(s.get("name")): s for s in sources}
-    lines = ["## Sources", "", "| source | licence | from | role | description |", "|---|---|---|---|---|"]
+    lines = [
+        "## Sources",
+        "",
+        "| source | licence | from | role | language | description |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, licence in licences.items():
         s = given.get(name, {})
         origin = _cell(s.get("origin") or "not recorded")
         lines.append(
             f"| {_cell(name)} | {_cell(licence)} | {origin} | {_cell(s.get('role') or 'train')} "
-            f"| {_cell(s.get('description') or '')} |"
+            f"| {_cell(', '.join(s.get('language') or []) or 'not declared')} | {_cell(s.get('description') or '')} |"
         )
     return [*lines, ""]
 
@@ -333,7 +353,12 @@ def render_card(
     version, rows = str(manifest.get("version", "")), int(manifest.get("rows", 0))
     cfgs = configs(table_files)
     header = card_header(
-        profile=str(cfg.get("profile") or ""), version=version, rows=rows, licences=licences, cfgs=cfgs
+        profile=str(cfg.get("profile") or ""),
+        version=version,
+        rows=rows,
+        licences=licences,
+        cfgs=cfgs,
+        languages=declared_languages(cfg.get("sources") or [], list(licences)),
     )
     body = [
         f"# {_cell(header['pretty_name'])}",

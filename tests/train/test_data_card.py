@@ -72,6 +72,7 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
     # the demo source's licence is free text (not a Hub id): `other`, its text under license_details
     (demo,) = [s for s in load_source_specs(PROJECT_ROOT / "assets" / "sources") if s.name == "demo"]
     assert header["license"] == "other" and header["license_details"] == f"demo: {demo.licence}"
+    assert header["language"] == demo.language == ["en"]
     assert header["size_categories"] == ["n<1K"] and "text-generation" in header["task_categories"]
     assert {"eagle3", "speculative-decoding", "kimi-k2.5"} <= set(header["tags"])
     tables = sorted(p.relative_to(snap).as_posix() for p in (snap / "training_samples").glob("*.parquet"))
@@ -124,7 +125,7 @@ def test_a_source_without_a_licence_is_unknown_and_named_in_a_warning(tmp_path, 
     warned = [r for r in caplog.records if r.levelno == logging.WARNING and "'demo'" in r.getMessage()]
     assert warned and "states no licence" in warned[0].getMessage() and "unknown" in warned[0].getMessage()
     header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
-    assert header["license"] == "unknown" and "license_details" not in header
+    assert header["license"] == "unknown" and "license_details" not in header and "language" not in header
     assert _table(body, "Sources")[0]["licence"] == "unknown"
     assert "**Warning:** source 'demo' states no licence" in body
     assert snap.manifest["card"]["warnings"] == [warned[0].getMessage().split(": ", 1)[1]]
@@ -135,14 +136,14 @@ def test_licences_from_user_yaml_cannot_break_the_header_or_the_body(tmp_path):
     _write_shard(tmp_path, 1, 3, source="b")
     evil = 'MIT\n---\nlicense: apache-2.0 # "x" | <script>alert(1)</script> [l](http://e)'
     sources = [
-        {"name": "a", "licence": "Apache-2.0", "origin": "a.jsonl", "description": "", "role": "train"},
-        {"name": "b", "licence": evil, "origin": "s3://bucket/b.jsonl", "description": "*x*", "role": "train"},
+        {"name": "a", "licence": "Apache-2.0", "origin": "a.jsonl", "language": ["en"], "role": "train"},
+        {"name": "b", "licence": evil, "origin": "s3://bucket/b.jsonl", "description": "*x*", "language": ["zh", "en"]},
     ]
     snap = build_snapshot(tmp_path, [0, 1], _gates(), config={"profile": "p", "sources": sources})
     card = (Path(snap.path) / "README.md").read_text()
     assert card.count("\n---\n") == 1 and card.startswith("---\n")
     header, body = _header_and_body(card)
-    assert header["license"] == ["apache-2.0", "other"]
+    assert header["license"] == ["apache-2.0", "other"] and header["language"] == ["en", "zh"]
     assert header["license_name"] == "b-licence"
     assert header["license_details"] == "b: " + " ".join(evil.split())
     assert "<script>" not in body and "[l](http" not in body
@@ -192,3 +193,15 @@ def test_a_held_back_snapshot_published_later_keeps_a_true_card(tmp_path):
     text = card.decode()
     assert "drifted against" not in text and "Not published" not in text
     assert "| publish | `s1` | snapshot passed when written |" in text
+
+
+def test_a_source_language_must_be_iso_codes(tmp_path):
+    from eagle3_dagster.ingest.errors import SourceSpecError
+    from eagle3_dagster.ingest.spec import spec_from_dict
+
+    ok = spec_from_dict({"path": "x.jsonl", "language": "pt-BR"}, source="s.yaml", default_name="s", base_dir=tmp_path)
+    assert ok.language == ["pt-BR"]
+    with pytest.raises(SourceSpecError, match="s.yaml: .*field 'language': must be an ISO 639 code"):
+        spec_from_dict(
+            {"path": "x.jsonl", "language": ["English"]}, source="s.yaml", default_name="s", base_dir=tmp_path
+        )
