@@ -95,7 +95,10 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
             assert f"`{value}` ({n} rows)" in body, (column, value)
     assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
     gates = {r["gate"]: r for r in _table(body, "Gates passed")}
-    assert gates["training_samples"]["shards passed"] == "2/2" and gates["publish"]["shards passed"].endswith("passed")
+    assert [gates[g]["shards passed"] for g in ("prompts", "generations", "training_samples")] == ["2/2"] * 3
+    tg = gates["training_samples"]
+    assert int(tg["rows checked"]) - int(tg["rows quarantined"]) == rows.height
+    assert gates["publish"]["shards passed"] == "snapshot passed when written"
     assert _table(body, "Sources")[0]["licence"] == demo.licence
     assert f'datasets.load_dataset("snapshots/{snap.name}")' in body
 
