@@ -29,7 +29,15 @@ from typing import Any
 import yaml
 
 from ..storage import DataPath, TextSink, display_uri, sha256_of
-from .card_facts import GateFacts, SourceCounts, gate_facts, source_counts, table_provenance, weight_versions
+from .card_facts import (
+    GateFacts,
+    SourceCounts,
+    gate_facts,
+    source_counts,
+    table_columns,
+    table_provenance,
+    weight_versions,
+)
 
 CARD_FILE = "README.md"
 DEFAULT_CONFIG = "training_samples"
@@ -170,13 +178,31 @@ def licence_header(licences: dict[str, str]) -> dict[str, Any]:
     return header
 
 
-def configs(table_files: Sequence[str]) -> list[dict[str, Any]]:
-    """The one config: the training rows' Parquet tables (split `train`). The JSONL exports are not
-    configs: `datasets` builds every config of a folder with one builder, chosen by file type."""
-    if not table_files:
-        return []
-    return [
-        {"config_name": DEFAULT_CONFIG, "default": True, "data_files": [{"split": "train", "path": list(table_files)}]}
+def configs(table_groups: Sequence[Sequence[str]]) -> list[dict[str, Any]]:
+    """The training rows' Parquet tables (split `train`): one config per set of tables sharing their
+    columns (`datasets` cannot read tables with other columns as one split), the first the default.
+    The JSONL exports are not configs: `datasets` builds every config of a folder with one builder."""
+    out: list[dict[str, Any]] = []
+    for i, files in enumerate(table_groups):
+        name = DEFAULT_CONFIG if i == 0 else f"{DEFAULT_CONFIG}_{i + 1}"
+        out.append({"config_name": name, "data_files": [{"split": "train", "path": list(files)}]})
+    if out:
+        out[0] = {"config_name": DEFAULT_CONFIG, "default": True, "data_files": out[0]["data_files"]}
+    return out
+
+
+def table_groups(columns: dict[str, tuple[str, ...]]) -> tuple[list[list[str]], list[str]]:
+    """(the tables grouped by their columns, in file order; a warning when there is more than one group)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for rel, cols in columns.items():
+        groups.setdefault(cols, []).append(rel)
+    if len(groups) < 2:
+        return list(groups.values()), []
+    first, *others = groups
+    extra = sorted({c for o in others for c in set(o) ^ set(first)})
+    return list(groups.values()), [
+        f"the training tables do not share one set of columns (differing: {', '.join(extra)}): the rows are "
+        f"split over {len(groups)} configs ({DEFAULT_CONFIG} and {DEFAULT_CONFIG}_2...); load each of them"
     ]
 
 
@@ -313,7 +339,7 @@ def sources_section(sources: Sequence[dict[str, Any]], licences: dict[str, str])
     return [*lines, ""]
 
 
-def load_section(version: str, exports: Sequence[str]) -> list[str]:
+def load_section(version: str, exports: Sequence[str], more_configs: Sequence[str] = ()) -> list[str]:
     lines = [
         "## Load it",
         "",
@@ -323,6 +349,7 @@ def load_section(version: str, exports: Sequence[str]) -> list[str]:
         "import datasets",
         "",
         f'ds = datasets.load_dataset("snapshots/{version}")  # this folder, under the data dir',
+        *(f'{name} = datasets.load_dataset("snapshots/{version}", "{name}")  # other columns' for name in more_configs),
     ]
     for rel in exports:
         lines.append(
@@ -341,7 +368,7 @@ def load_section(version: str, exports: Sequence[str]) -> list[str]:
 def render_card(
     manifest: dict[str, Any],
     *,
-    table_files: Sequence[str],
+    table_groups: Sequence[Sequence[str]],
     values: dict[str, Counter[str]],
     counts: dict[str, SourceCounts],
     row_gates: Sequence[GateFacts],
@@ -351,7 +378,7 @@ def render_card(
     """The card's text: the YAML header (yaml.safe_dump of plain values) and the Markdown body."""
     cfg = manifest.get("config") or {}
     version, rows = str(manifest.get("version", "")), int(manifest.get("rows", 0))
-    cfgs = configs(table_files)
+    cfgs = configs(table_groups)
     header = card_header(
         profile=str(cfg.get("profile") or ""),
         version=version,
@@ -368,10 +395,10 @@ def render_card(
         "",
         *([f"**Warning:** {_cell(w)}" for w in warnings] + ([""] if warnings else [])),
         *model_section(manifest, values),
-        *gates_section(manifest, row_gates, len(table_files)),
+        *gates_section(manifest, row_gates, sum(len(g) for g in table_groups)),
         *counts_section(counts, rows),
         *sources_section(cfg.get("sources") or [], licences),
-        *load_section(_code(version), sorted(manifest.get("exports") or {})),
+        *load_section(_code(version), sorted(manifest.get("exports") or {}), [c["config_name"] for c in cfgs[1:]]),
     ]
     front = yaml.safe_dump(header, sort_keys=False, allow_unicode=True, width=10_000)
     return f"---\n{front}---\n\n" + "\n".join(body)
@@ -381,20 +408,21 @@ def write_card(data: DataPath, snapshot: DataPath, manifest: dict[str, Any]) -> 
     """Write `snapshot`/README.md for a snapshot being assembled (its tables and exports in place, its
     manifest dict not yet written) and return the manifest's `card` entry (file, sha256, warnings)."""
     tables = snapshot.joinpath("training_samples").glob("shard=*.parquet")
-    table_files = [f"training_samples/{t.name}" for t in tables]
+    groups, warnings = table_groups({f"training_samples/{t.name}": table_columns(t) for t in tables})
     rows_by_source, values = table_provenance(tables)
     shards = [int(s["shard"]) for s in manifest.get("shards", []) if s.get("included")]
     sources = (manifest.get("config") or {}).get("sources") or []
     names = list(dict.fromkeys([str(s.get("name")) for s in sources if s.get("role", "train") == "train"]))
     counts = source_counts(data, names, shards, rows_by_source)
-    licences, warnings = source_licences(sources, list(counts))
-    if not table_files:
+    licences, licence_warnings = source_licences(sources, list(counts))
+    warnings = licence_warnings + warnings
+    if not tables:
         warnings.append("the snapshot has no training table: the card names no data files")
     for w in warnings:
         log.warning(f"data card of snapshot {manifest.get('version')}: {w}")
     text = render_card(
         manifest,
-        table_files=table_files,
+        table_groups=groups,
         values=values,
         counts=counts,
         row_gates=gate_facts(data, shards),

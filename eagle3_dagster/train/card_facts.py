@@ -65,10 +65,18 @@ def _json(path: DataPath) -> dict[str, Any] | None:
     return d if isinstance(d, dict) else None
 
 
+def _parquet(path: DataPath) -> pq.ParquetFile:
+    return pq.ParquetFile(path.path if path.is_local else path.open_input_file())
+
+
+def table_columns(path: DataPath) -> tuple[str, ...]:
+    """A Parquet table's column names, in order."""
+    return tuple(_parquet(path).schema_arrow.names)
+
+
 def _column(path: DataPath, names: Sequence[str]) -> dict[str, list[Any]]:
     """Only `names` of one Parquet file (those it has), as Python lists."""
-    source = path.path if path.is_local else path.open_input_file()
-    pf = pq.ParquetFile(source)
+    pf = _parquet(path)
     have = [n for n in names if n in pf.schema_arrow.names]
     return pf.read(columns=have).to_pydict() if have else {}
 

@@ -208,3 +208,32 @@ def test_a_source_language_must_be_iso_codes(tmp_path):
         spec_from_dict(
             {"path": "x.jsonl", "language": ["English"]}, source="s.yaml", default_name="s", base_dir=tmp_path
         )
+
+
+def test_tables_with_other_columns_get_a_config_each_that_datasets_loads(tmp_path, monkeypatch):
+    """A multi-turn shard's table has two more columns (conversation_id, turn_index): `datasets` cannot
+    read it in one split with a final-turn table, so each column set is its own config, with a warning."""
+    _write_shard(tmp_path, 0, 2)
+    _write_shard(tmp_path, 1, 3)
+    f = tmp_path / "training_samples" / "shard=0001" / "part-0000.parquet"
+    t = pq.read_table(f)
+    t = t.append_column("conversation_id", pa.array(["c"] * 3)).append_column(
+        "turn_index", pa.array([1, 2, 3], pa.int32())
+    )
+    pq.write_table(t, f)
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), config={})
+    header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    assert [(c["config_name"], c["data_files"][0]["path"]) for c in header["configs"]] == [
+        ("training_samples", ["training_samples/shard=0000.parquet"]),
+        ("training_samples_2", ["training_samples/shard=0001.parquet"]),
+    ]
+    assert any("conversation_id, turn_index" in w for w in snap.manifest["card"]["warnings"])
+    assert f'datasets.load_dataset("snapshots/{snap.version}", "training_samples_2")' in body
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    cache = str(tmp_path / "cache")
+    first = datasets.load_dataset(str(snap.path), cache_dir=cache)["train"]
+    second = datasets.load_dataset(str(snap.path), "training_samples_2", cache_dir=cache)["train"]
+    assert (first.num_rows, second.num_rows) == (2, 3) and second.column_names[-2:] == ["conversation_id", "turn_index"]
