@@ -235,7 +235,10 @@ def _values(c: Counter[str]) -> str:
 def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> list[str]:
     cfg = manifest.get("config") or {}
     sampling = cfg.get("sampling")
-    sampling_text = ", ".join(f"{_cell(k)}={_cell(v)}" for k, v in sorted(sampling.items())) if sampling else None
+    # max_new_tokens: the run's (an override of the profile's), said once below
+    sampling_text = ", ".join(
+        f"{_cell(k)}={_cell(v)}" for k, v in sorted((sampling or {}).items()) if k != "max_new_tokens"
+    )
     wv = weight_versions(values)
     return [
         "## Model and generation",

@@ -94,6 +94,10 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
         for value, n in rows[column].value_counts().iter_rows():
             assert f"`{value}` ({n} rows)" in body, (column, value)
     assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
+    sampling = manifest["config"]["sampling"]  # the profile's, as the run sent them (max_new_tokens: the run's)
+    assert sampling and f"max_new_tokens={manifest['config']['max_new_tokens']};" in body
+    for key, value in sampling.items():
+        assert (key == "max_new_tokens") != (f"{key.replace('_', chr(92) + '_')}={value}" in body), key
     gates = {r["gate"]: r for r in _table(body, "Gates passed")}
     assert [gates[g]["shards passed"] for g in ("prompts", "generations", "training_samples")] == ["2/2"] * 3
     tg = gates["training_samples"]
