@@ -6,12 +6,14 @@ The nightly schedule, the sensors and the jobs that run this asset live in defs/
 import dagster as dg
 
 from ..config import settings
+from ..ingest import load_source_specs
 from ..orchestration.gates import refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..storage import DataDirLocked
+from ..train.card import CARD_FILE, card_config
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import build_snapshot
 from ..train.summary import headline
@@ -70,6 +72,8 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         "max_new_tokens": profile.max_new_tokens_for(pipeline.max_new_tokens),
         "regen_seed": sglang.regen_seed,
         "n_shards": N_SHARDS,
+        # the data card's model and sources (train/card.py): tokenizer, sampling, licences and origins
+        **card_config(profile, load_source_specs(settings().sources_dir)),
     }
 
     def judge(info: dict) -> SnapshotVerdict:
@@ -104,6 +108,8 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     if excluded:
         context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
+    for problem in (snap.manifest.get("card") or {}).get("warnings", []):  # e.g. a source without a licence
+        context.log.warning(f"data card of snapshot {snap.version}: {problem}")
     verdict = snap.verdict
     drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
     if verdict is None:
@@ -152,6 +158,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
                 snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)
             ),
             "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
+            "card": dg.MetadataValue.path(str(snap.path / CARD_FILE)),
             "path": dg.MetadataValue.path(str(snap.path)),
             **report_metadata(report),
         },

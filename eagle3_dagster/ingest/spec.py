@@ -12,7 +12,11 @@ Fields (only `path` is required):
     limit: 1000                # keep at most this many accepted prompts (reading stops there)
     sample_fraction: 0.1       # keep a stable, content-hashed fraction of prompts (with seed)
     seed: 0                    # salts sample_fraction's content hash: another seed keeps another fraction
-    licence: "Apache-2.0"      # free text, carried for the data card ("license" also accepted)
+    licence: "Apache-2.0"      # the snapshots' data card (README.md) states it: a Hub licence id (apache-2.0,
+                               #   cc-by-4.0, ...) as its license, other text as other + license_details;
+                               #   none: unknown, with a warning ("license" also accepted)
+    language: [en]             # the prompts' languages (ISO 639 codes, e.g. en, zh, pt-BR; one or a
+                               #   list): the data card's `language` (none declared: left out)
     prompt_rule: last_user_or_tool   # the prompt: the conversation up to its last user/tool message, or
                                #   first_user: the system messages before the first user message + it
     max_bytes: 200000          # a raw row larger than this is rejected as too_large
@@ -58,6 +62,7 @@ REGENERATE_MODES = ("final_turn", "all_turns")
 CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
 SOURCE_ROLES = ("train", "eval")
+_LANG = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -71,6 +76,7 @@ class SourceSpec:
     sample_fraction: float | None = None
     seed: int = 0
     licence: str = ""
+    language: list[str] = field(default_factory=list)
     prompt_rule: str = "last_user_or_tool"
     max_bytes: int = 200_000
     base_dir: Path | None = None
@@ -170,6 +176,8 @@ def _validate(spec: SourceSpec) -> str | None:
         return f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}"
     if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
         return "licence and description must be strings"
+    if not isinstance(spec.language, list) or not all(isinstance(x, str) and _LANG.match(x) for x in spec.language):
+        return f"field 'language': must be an ISO 639 code (en, zh, pt-BR) or a list of them, got {spec.language!r}"
     if spec.regenerate not in REGENERATE_MODES:
         return f"field 'regenerate': {spec.regenerate!r} is not one of {', '.join(REGENERATE_MODES)}"
     if spec.max_turns is not None and (not _is_int(spec.max_turns) or spec.max_turns < 1):
@@ -222,6 +230,7 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
     d.setdefault("name", default_name)
     d["field_map"] = d.get("field_map") or {}
     d["licence"] = "" if d.get("licence") is None else d["licence"]
+    d["language"] = [d["language"]] if isinstance(d.get("language"), str) else (d.get("language") or [])
     d["description"] = "" if d.get("description") is None else d["description"]
     for key in ("regenerate", "on_tool_mismatch", "control_text", "role"):
         if key in d and d[key] is None:

@@ -55,6 +55,7 @@ from ..storage import (
     sha256_of,
     shard_key,
 )
+from .card import write_card
 from .summary import IDENTITY_SCHEME
 
 GATES = ("prompts", "generations", "training_samples")
@@ -474,6 +475,7 @@ def _assemble(
         "summary": summary,
         **gate_fields,
     }
+    manifest["card"] = write_card(data, staging, manifest)  # README.md, the Hugging Face dataset card
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str)
     if data.is_local:
         (staging / "manifest.json").local_path.write_text(body)

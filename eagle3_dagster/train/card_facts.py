@@ -1,0 +1,182 @@
+"""The figures a snapshot's data card states, read from the data dir and the snapshot's own tables.
+
+Plain functions, no Dagster: every figure is measured from a file (the snapshot's Parquet tables, the
+sources' counts.json, the prompts table, the tokenize rejects, the stored gate results, the generation
+errors), never taken from what a caller says. Figures about stages are for the shards the snapshot
+includes; the ingest figures (read, rejected, duplicates) are the sources' own, over every shard.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ..storage import DataPath
+
+ROW_GATES = ("prompts", "generations", "training_samples")
+# what the card says about the model and the server, per distinct value in the snapshot's rows
+PROVENANCE_COLUMNS = ("model_revision", "template_hash", "tokenizer_fingerprint", "sampling_hash")
+
+
+@dataclass
+class SourceCounts:
+    """One source's figures: ingest (every shard) and the published shards' stages."""
+
+    read: int | None = None  # None: no counts.json (the source was not ingested into this data dir)
+    accepted: int | None = None
+    rejected: int | None = None
+    duplicates: int | None = None  # the same prompt earlier in this source
+    cross_source_duplicates: int | None = None  # the same prompt already in an earlier source
+    sampled_out: int | None = None
+    eval_overlap: int = 0
+    prompts: int = 0  # unique prompts in the snapshot's shards
+    tokenize_rejected: int = 0
+    gate_quarantined: int = 0  # rows the row-level gates quarantined (prompts, generations, training_samples)
+    generation_failed: int = 0  # requests that failed for good (generations errors.parquet)
+    rows: int = 0  # training rows in the snapshot
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class GateFacts:
+    """One row-level gate over the snapshot's shards."""
+
+    gate: str
+    shards_passed: int = 0
+    rows_checked: int = 0
+    rows_quarantined: int = 0
+    suites: list[str] = field(default_factory=list)  # suite_sha256 values seen
+
+
+def _json(path: DataPath) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        d = json.loads(path.read_text())
+    except ValueError:
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _parquet(path: DataPath) -> pq.ParquetFile:
+    return pq.ParquetFile(path.path if path.is_local else path.open_input_file())
+
+
+def table_columns(path: DataPath) -> tuple[str, ...]:
+    """A Parquet table's column names, in order."""
+    return tuple(_parquet(path).schema_arrow.names)
+
+
+def _column(path: DataPath, names: Sequence[str]) -> dict[str, list[Any]]:
+    """Only `names` of one Parquet file (those it has), as Python lists."""
+    pf = _parquet(path)
+    have = [n for n in names if n in pf.schema_arrow.names]
+    return pf.read(columns=have).to_pydict() if have else {}
+
+
+def table_provenance(tables: Iterable[DataPath]) -> tuple[Counter[str], dict[str, Counter[str]]]:
+    """(rows per source, {provenance column: rows per value}) over the snapshot's shard tables."""
+    rows: Counter[str] = Counter()
+    values: dict[str, Counter[str]] = {c: Counter() for c in PROVENANCE_COLUMNS}
+    for t in tables:
+        cols = _column(t, ("source", *PROVENANCE_COLUMNS))
+        rows.update(str(s) for s in cols.get("source", []))
+        for c in PROVENANCE_COLUMNS:
+            values[c].update(str(v) for v in cols.get(c, []) if v is not None)
+    return rows, values
+
+
+def _prompt_sources(data: DataPath, shards: set[int]) -> tuple[Counter[str], Counter[str], dict[str, str]]:
+    """(unique prompts per source over every shard, the same in `shards`, prompt_id -> source in `shards`)."""
+    f = data / "prompts" / "prompts.parquet"
+    every: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    owner: dict[str, str] = {}
+    if not f.exists():
+        return every, inside, owner
+    cols = _column(f, ("prompt_id", "source", "shard"))
+    for pid, src, shard in zip(cols["prompt_id"], cols["source"], cols["shard"]):
+        every[src] += 1
+        if shard in shards:
+            inside[src] += 1
+            owner[pid] = src
+    return every, inside, owner
+
+
+def _ingest_counts(data: DataPath, name: str, every_prompt: Counter[str], eval_overlap: int) -> SourceCounts:
+    c = SourceCounts(eval_overlap=eval_overlap)
+    counts = _json(data / "sources" / name / "counts.json")
+    if counts is None:
+        return c
+    c.read, c.accepted = int(counts.get("read", 0)), int(counts.get("accepted", 0))
+    c.rejected, c.sampled_out = int(counts.get("rejected", 0)), int(counts.get("sampled_out", 0))
+    # accepted = kept in prompts + quarantined as eval overlap + already in an earlier source
+    c.duplicates = int(counts.get("duplicates", 0))
+    c.cross_source_duplicates = c.accepted - every_prompt.get(name, 0) - eval_overlap
+    return c
+
+
+def _stage_counts(data: DataPath, shards: Sequence[int], owner: dict[str, str], by: dict[str, SourceCounts]) -> None:
+    """Tokenize rejects, gate quarantines and failed requests of the snapshot's shards, per source."""
+    for k in shards:
+        key = f"{k:04d}"
+        rej = data / "tokenized_prompts" / f"shard={key}" / "rejects.parquet"
+        if rej.exists():
+            for src in _column(rej, ("source",)).get("source", []):
+                by.setdefault(str(src), SourceCounts()).tokenize_rejected += 1
+        for g in ROW_GATES:
+            res = _json(data / "gates" / g / f"shard={key}.json") or {}
+            for src, pair in (res.get("by_source") or {}).items():
+                by.setdefault(str(src), SourceCounts()).gate_quarantined += int(pair[1])
+        errors = data / "generations" / f"shard={key}" / "errors.parquet"
+        if errors.exists():
+            for pid in _column(errors, ("prompt_id",)).get("prompt_id", []):
+                by.setdefault(owner.get(pid, "(unknown source)"), SourceCounts()).generation_failed += 1
+
+
+def source_counts(
+    data: DataPath, names: Sequence[str], shards: Sequence[int], rows_by_source: Counter[str]
+) -> dict[str, SourceCounts]:
+    """Every source's figures (the configured `names` and any other source the rows name), by name."""
+    every, inside, owner = _prompt_sources(data, set(shards))
+    decon = _json(data / "prompts" / "decontamination.json") or {}
+    overlap = decon.get("eval_overlap_by_training_source") or {}
+    by: dict[str, SourceCounts] = {}
+    for name in dict.fromkeys([*names, *sorted(rows_by_source), *sorted(inside)]):
+        by[name] = _ingest_counts(data, name, every, int(overlap.get(name, 0)))
+    _stage_counts(data, shards, owner, by)
+    for name, c in by.items():
+        c.prompts = inside.get(name, 0)
+        c.rows = rows_by_source.get(name, 0)
+    return by
+
+
+def gate_facts(data: DataPath, shards: Sequence[int]) -> list[GateFacts]:
+    """What each row-level gate decided over the snapshot's shards (its stored results)."""
+    out = []
+    for g in ROW_GATES:
+        f = GateFacts(g)
+        for k in shards:
+            res = _json(data / "gates" / g / f"shard={k:04d}.json")
+            if res is None:
+                continue
+            f.shards_passed += bool(res.get("success"))
+            f.rows_checked += int(res.get("n_rows") or 0)
+            f.rows_quarantined += int(res.get("n_row_failures") or 0)
+            sha = res.get("suite_sha256")
+            if sha and sha not in f.suites:
+                f.suites.append(str(sha))
+        out.append(f)
+    return out
+
+
+def weight_versions(values: dict[str, Counter[str]]) -> list[str]:
+    """The weight versions the rows' model revisions name (`model_path@weight_version`)."""
+    return sorted({v.rsplit("@", 1)[1] for v in values.get("model_revision", {}) if "@" in v})

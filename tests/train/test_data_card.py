@@ -1,0 +1,243 @@
+"""A snapshot folder is a Hugging Face dataset folder: its README.md card says true things about it.
+
+The card of a real published snapshot (the graph on a real Dagster instance, the simulator over HTTP,
+the real Kimi tokenizer, the project's demo source) is checked against the snapshot's own files: the
+YAML header's licences against the source YAML, its configs against the Parquet files, the body's
+figures against the tables; and the real `datasets` library loads the folder to exactly those rows.
+In-process: a source without a licence is written `unknown` and named in a WARNING; licences and
+names from user YAML cannot break the header or inject Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from graph_helpers import graph_resources
+from test_train_snapshot import _gates, _write_shard
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.definitions import defs
+from eagle3_dagster.ingest import load_source_specs
+from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.sim.process import start_simulator
+from eagle3_dagster.train.export import EXPORTERS
+from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
+
+
+def _header_and_body(card: str) -> tuple[dict, str]:
+    """The YAML front matter (between the first two `---` lines) and the Markdown after it."""
+    m = re.match(r"\A---\n(.*?)\n---\n(.*)\Z", card, re.DOTALL)
+    assert m, card[:300]
+    return yaml.safe_load(m.group(1)), m.group(2)
+
+
+def _table(body: str, heading: str) -> list[dict[str, str]]:
+    """The first Markdown table under `## heading`, as row dicts."""
+    section = body.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("|")]
+    cells = [[c.strip() for c in re.split(r"(?<!\\)\|", ln)[1:-1]] for ln in lines]
+    return [dict(zip(cells[0], row)) for row in cells[2:]]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, kimi_profile):
+    """Two shards of the demo source generated, gated and published: the snapshot folder and its data dir."""
+    data = tmp_path_factory.mktemp("card") / "data"
+    with dg.instance_for_test() as instance, start_simulator() as sim:
+        res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=512)
+        out = materialize_graph(defs, instance, shards=["0000", "0001"], resources=res, run_publish=True)
+        assert out.success, out
+    version = (data / "snapshots" / "LATEST").read_text().strip()
+    return data, data / "snapshots" / version
+
+
+@pytest.mark.integration
+def test_card_header_and_figures_are_the_snapshots_own(published):
+    data, snap = published
+    manifest = json.loads((snap / "manifest.json").read_text())
+    card = (snap / "README.md").read_text()
+    assert manifest["card"] == {"file": "README.md", "sha256": sha256_file(snap / "README.md"), "warnings": []}
+    header, body = _header_and_body(card)
+    assert {"license", "license_name", "license_details", "size_categories", "task_categories", "tags"} <= set(header)
+    assert {"configs", "pretty_name"} <= set(header)
+    # the demo source's licence is free text (not a Hub id): `other`, its text under license_details
+    (demo,) = [s for s in load_source_specs(PROJECT_ROOT / "assets" / "sources") if s.name == "demo"]
+    assert header["license"] == "other" and header["license_details"] == f"demo: {demo.licence}"
+    assert header["language"] == demo.language == ["en"]
+    assert header["size_categories"] == ["n<1K"] and "text-generation" in header["task_categories"]
+    assert {"eagle3", "speculative-decoding", "kimi-k2.5"} <= set(header["tags"])
+    tables = sorted(p.relative_to(snap).as_posix() for p in (snap / "training_samples").glob("*.parquet"))
+    assert len(tables) == 2
+    assert header["configs"] == [
+        {"config_name": "training_samples", "default": True, "data_files": [{"split": "train", "path": tables}]}
+    ]
+    rows = pl.concat([pl.read_parquet(snap / t) for t in tables])
+    counts = {r["source"]: r for r in _table(body, "Counts")}
+    ingest = json.loads((data / "sources" / "demo" / "counts.json").read_text())
+    assert int(counts["demo"]["rows"]) == rows.height == manifest["rows"] > 0
+    for key, label in (("read", "read"), ("rejected", "rejected at ingest"), ("duplicates", "duplicates")):
+        assert int(counts["demo"][label]) == ingest[key], key
+    assert int(counts["demo"]["accepted"]) == ingest["accepted"] == ingest["read"] - 1  # the demo's one duplicate
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard").is_in([0, 1]))
+    assert int(counts["demo"]["prompts in the snapshot's shards"]) == prompts.height
+    assert f"Prompts in: {ingest['read']} read; rows: {rows.height};" in body
+    for column in ("model_revision", "template_hash", "sampling_hash", "tokenizer_fingerprint"):
+        for value, n in rows[column].value_counts().iter_rows():
+            assert f"`{value}` ({n} rows)" in body, (column, value)
+    assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
+    sampling = manifest["config"]["sampling"]  # the profile's, as the run sent them (max_new_tokens: the run's)
+    assert sampling and f"max_new_tokens={manifest['config']['max_new_tokens']};" in body
+    for key, value in sampling.items():
+        assert (key == "max_new_tokens") != (f"{key.replace('_', chr(92) + '_')}={value}" in body), key
+    gates = {r["gate"]: r for r in _table(body, "Gates passed")}
+    assert [gates[g]["shards passed"] for g in ("prompts", "generations", "training_samples")] == ["2/2"] * 3
+    tg = gates["training_samples"]
+    assert int(tg["rows checked"]) - int(tg["rows quarantined"]) == rows.height
+    assert gates["publish"]["shards passed"] == "snapshot passed when written"
+    assert _table(body, "Sources")[0]["licence"] == demo.licence
+    assert f'datasets.load_dataset("snapshots/{snap.name}")' in body
+
+
+@pytest.mark.integration
+def test_snapshot_folder_loads_with_datasets_as_its_tables(published, tmp_path, monkeypatch):
+    _, snap = published
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    ds = datasets.load_dataset(str(snap), cache_dir=str(tmp_path / "cache"))
+    named = datasets.load_dataset(str(snap), "training_samples", cache_dir=str(tmp_path / "cache"))
+    assert list(ds) == list(named) == ["train"] and named["train"].num_rows == ds["train"].num_rows
+    expected = pa.concat_tables(pq.read_table(p) for p in sorted((snap / "training_samples").glob("*.parquet")))
+    assert ds["train"].column_names == expected.column_names
+    assert ds["train"].to_list() == expected.to_pylist()
+
+
+def test_a_source_without_a_licence_is_unknown_and_named_in_a_warning(tmp_path, caplog):
+    _write_shard(tmp_path, 0, 3)
+    sources = [{"name": "demo", "licence": "", "origin": "data/x.jsonl", "description": "", "role": "train"}]
+    with caplog.at_level(logging.WARNING, logger="eagle3_dagster.train.card"):
+        snap = build_snapshot(tmp_path, [0], _gates(), config={"sources": sources}, exporters=EXPORTERS)
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "'demo'" in r.getMessage()]
+    assert warned and "states no licence" in warned[0].getMessage() and "unknown" in warned[0].getMessage()
+    header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    assert header["license"] == "unknown" and "license_details" not in header and "language" not in header
+    assert _table(body, "Sources")[0]["licence"] == "unknown"
+    assert "**Warning:** source 'demo' states no licence" in body
+    assert snap.manifest["card"]["warnings"] == [warned[0].getMessage().split(": ", 1)[1]]
+
+
+def test_licences_from_user_yaml_cannot_break_the_header_or_the_body(tmp_path):
+    _write_shard(tmp_path, 0, 2, source="a")
+    _write_shard(tmp_path, 1, 3, source="b")
+    evil = 'MIT\n---\nlicense: apache-2.0 # "x" | <script>alert(1)</script> [l](http://e)'
+    sources = [
+        {"name": "a", "licence": "Apache-2.0", "origin": "a.jsonl", "language": ["en"], "role": "train"},
+        {"name": "b", "licence": evil, "origin": "s3://bucket/b.jsonl", "description": "*x*", "language": ["zh", "en"]},
+    ]
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), config={"profile": "p", "sources": sources})
+    card = (Path(snap.path) / "README.md").read_text()
+    assert card.count("\n---\n") == 1 and card.startswith("---\n")
+    header, body = _header_and_body(card)
+    assert header["license"] == ["apache-2.0", "other"] and header["language"] == ["en", "zh"]
+    assert header["license_name"] == "b-licence"
+    assert header["license_details"] == "b: " + " ".join(evil.split())
+    assert "<script>" not in body and "[l](http" not in body
+    by_source = {r["source"]: r for r in _table(body, "Sources")}
+    assert by_source["a"]["licence"] == "Apache-2.0" and by_source["b"]["description"] == r"\*x\*"
+    assert [int(r["rows"]) for r in _table(body, "Counts")] == [2, 3]
+
+
+def test_the_same_snapshot_built_again_has_the_same_card(tmp_path):
+    """No timestamp in the card: rebuilding identical content (another day) gives identical bytes."""
+    import datetime as dt
+
+    _write_shard(tmp_path, 0, 3)
+    sources = [{"name": "demo", "licence": "CC0-1.0", "origin": "d.jsonl", "description": "", "role": "train"}]
+    first = build_snapshot(tmp_path, [0], _gates(), config={"sources": sources})
+    card = (Path(first.path) / "README.md").read_bytes()
+    (Path(first.path) / "manifest.json").unlink()  # force a rebuild of the same content
+    again = build_snapshot(
+        tmp_path, [0], _gates(), config={"sources": sources}, now=dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    )
+    assert again.created and again.version == first.version
+    assert (Path(again.path) / "README.md").read_bytes() == card
+    assert _header_and_body(card.decode())[0]["license"] == "cc0-1.0"
+
+
+def test_a_held_back_snapshot_published_later_keeps_a_true_card(tmp_path):
+    """The drift policy holds a snapshot back, a later publish of the same content publishes it: the card
+    written the first time must not still say it was held back (it leaves that to the manifest)."""
+    from types import SimpleNamespace
+
+    _write_shard(tmp_path, 0, 3)
+
+    def judge(publish: bool):
+        gate = {"success": True, "suite_sha256": "s1", "outcomes": []}
+        drift = {"status": "ok" if publish else "drifted", "policy": "hold"}
+        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
+        return lambda info: SimpleNamespace(
+            publish=publish, reasons=reasons, publish_gate=gate, drift=drift, to_json=lambda: {"publish": publish}
+        )
+
+    held = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(False))
+    card = (Path(held.path) / "README.md").read_bytes()
+    assert not held.published and held.manifest["published"] is False
+    later = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(True))
+    assert later.published and not later.created and later.manifest["published"] is True
+    assert (Path(later.path) / "README.md").read_bytes() == card
+    text = card.decode()
+    assert "drifted against" not in text and "Not published" not in text
+    assert "| publish | `s1` | snapshot passed when written |" in text
+
+
+def test_a_source_language_must_be_iso_codes(tmp_path):
+    from eagle3_dagster.ingest.errors import SourceSpecError
+    from eagle3_dagster.ingest.spec import spec_from_dict
+
+    ok = spec_from_dict({"path": "x.jsonl", "language": "pt-BR"}, source="s.yaml", default_name="s", base_dir=tmp_path)
+    assert ok.language == ["pt-BR"]
+    with pytest.raises(SourceSpecError, match="s.yaml: .*field 'language': must be an ISO 639 code"):
+        spec_from_dict(
+            {"path": "x.jsonl", "language": ["English"]}, source="s.yaml", default_name="s", base_dir=tmp_path
+        )
+
+
+def test_tables_with_other_columns_get_a_config_each_that_datasets_loads(tmp_path, monkeypatch):
+    """A multi-turn shard's table has two more columns (conversation_id, turn_index): `datasets` cannot
+    read it in one split with a final-turn table, so each column set is its own config, with a warning."""
+    _write_shard(tmp_path, 0, 2)
+    _write_shard(tmp_path, 1, 3)
+    f = tmp_path / "training_samples" / "shard=0001" / "part-0000.parquet"
+    t = pq.read_table(f)
+    t = t.append_column("conversation_id", pa.array(["c"] * 3)).append_column(
+        "turn_index", pa.array([1, 2, 3], pa.int32())
+    )
+    pq.write_table(t, f)
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), config={})
+    header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    assert [(c["config_name"], c["data_files"][0]["path"]) for c in header["configs"]] == [
+        ("training_samples", ["training_samples/shard=0000.parquet"]),
+        ("training_samples_2", ["training_samples/shard=0001.parquet"]),
+    ]
+    assert any("conversation_id, turn_index" in w for w in snap.manifest["card"]["warnings"])
+    assert f'datasets.load_dataset("snapshots/{snap.version}", "training_samples_2")' in body
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    cache = str(tmp_path / "cache")
+    first = datasets.load_dataset(str(snap.path), cache_dir=cache)["train"]
+    second = datasets.load_dataset(str(snap.path), "training_samples_2", cache_dir=cache)["train"]
+    assert (first.num_rows, second.num_rows) == (2, 3) and second.column_names[-2:] == ["conversation_id", "turn_index"]
