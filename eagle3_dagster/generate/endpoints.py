@@ -40,6 +40,7 @@ from .endpoint_info import (
     EndpointRefusedError,
     ModelRevisionError,
     NoEndpointError,
+    auth_refused,
     context_length_of,
     describe_error,
     display_url,
@@ -50,6 +51,7 @@ from .endpoint_info import (
     parse_version,
     preferred_params_of,
     router_window,
+    server_said,
     stream_mode_of,
     worker_url,
     workers_listed,
@@ -139,11 +141,11 @@ class EndpointPool:
         except httpx.HTTPError as e:
             return None, describe_error(e, path, self.health_timeout_s)
         if r.status_code in (401, 403):
-            raise AuthError(f"{ep.name}{path} answered {r.status_code}: the API key (env var) is missing or wrong")
+            raise auth_refused(f"{ep.name}{path}", r.status_code, ep.url, self._headers)
         ctype = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
         if r.status_code != 200:
             # The answer's own words (a router's 500 `call_upstream_request_error` names the dead worker).
-            said = " ".join(r.text.split())[:300]
+            said = server_said(r, 300)
             return None, f"{path} answered {r.status_code} ({ctype})" + (f": {said}" if said else "")
         try:
             data = r.json()
@@ -162,7 +164,7 @@ class EndpointPool:
                     ep.kind = "router"
                     if r.status_code == 503:
                         ep.health_503 += 1
-                        said = " ".join(r.text.split())[:200]  # 0.3.2: {"status":"not ready","reason":...}
+                        said = server_said(r, 200)  # 0.3.2: {"status":"not ready","reason":...}
                         ep.state = "router has no ready worker (/readiness 503)" + (f": {said}" if said else "")
                         return False
                     return True

@@ -1,0 +1,53 @@
+"""secret.redact: the one function every server text and URL-bearing exception text goes through."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from eagle3_dagster.generate.client import _error_message, safe_message
+from eagle3_dagster.generate.endpoint_info import describe_error, display_url
+from eagle3_dagster.secret import REDACTED, RedactingFilter, Secret, redact
+
+
+def test_a_settings_secret_is_redacted_wherever_it_appears():
+    Secret("e3-unit-key-9f8e7d")  # the settings hand the key over as a Secret: that registers it
+    text = "echo: e3-unit-key-9f8e7d, url-encoded e3-unit-key-9f8e7d too"
+    assert "e3-unit-key-9f8e7d" not in redact(text)
+    assert redact(text).count(REDACTED) == 2
+
+
+def test_key_like_patterns_are_redacted_and_the_rest_kept():
+    cases = {
+        "{'authorization': 'Bearer abc.def-123', 'host': 'h:1'}": "{'authorization': 'Bearer [redacted]', 'host': 'h:1'}",
+        "Authorization: Basic Ym9iOmh1bnRlcjI=": "Authorization: Basic [redacted]",
+        "GET http://bob:hunter2@gw:8080/x failed": "GET http://bob:[redacted]@gw:8080/x failed",
+        '{"api_key": "zz9", "n": 1}': '{"api_key": "[redacted]", "n": 1}',
+        "url?api-key=abc&access_token=def&x=1": "url?api-key=[redacted]&access_token=[redacted]&x=1",
+        "key sk-abcdefghijkl here": "key [redacted] here",
+        "completion_tokens: 5, max_new_tokens=7": "completion_tokens: 5, max_new_tokens=7",
+    }
+    for raw, want in cases.items():
+        assert redact(raw) == want, raw
+
+
+def test_server_error_bodies_are_redacted_where_they_enter():
+    body = {"object": "error", "message": "bad request, headers={'authorization': 'Bearer q-secret-77'}", "code": 400}
+    assert "q-secret-77" not in _error_message(json.dumps(body).encode())
+    assert "q-secret-77" not in _error_message(b"proxy said: Authorization: Bearer q-secret-77")
+    assert "q-secret-77" not in safe_message("token=q-secret-77")
+
+
+def test_urls_never_show_their_credentials():
+    assert display_url("http://bob:hunter2@gw:8080/v1") == "http://gw:8080/v1"
+    assert "s3cr3t" not in display_url("http://gw:8080/v1?api_key=s3cr3t")
+    err = RuntimeError("cannot reach http://bob:hunter2@gw:8080/health")
+    assert "hunter2" not in describe_error(err, "/health", 1.0)
+
+
+def test_the_logging_filter_redacts_formatted_records():
+    rec = logging.LogRecord(
+        "eagle3_dagster.generate", logging.WARNING, __file__, 1, "said %s", ("Bearer xyz-99",), None
+    )
+    RedactingFilter().filter(rec)
+    assert rec.getMessage() == "said Bearer [redacted]"
