@@ -1,12 +1,14 @@
 """A server that quotes our request back (a gateway's 400, a 200 {"error": ...}, a stream's error or
 abort chunk, all listing the headers with `Authorization: Bearer <key>`) never gets the key stored or
 printed: not on the console, not in errors.parquet, the gate JSON, the HTML report, compute logs or the
-Dagster event log. Real simulator with an API key, real generate steps through Dagster.
+Dagster event log. Nor does the password of an endpoint URL's `user:password@`. Real simulator, real
+generate steps through Dagster.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -15,9 +17,12 @@ import polars as pl
 import pytest
 from dagster import serialize_value
 from graph_helpers import graph_resources
+from proc_helpers import EAGLE3, command_env
 from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 
+from eagle3_dagster.config import Settings
 from eagle3_dagster.definitions import defs
+from eagle3_dagster.orchestration.resources import resources_from_settings
 from eagle3_dagster.orchestration.run import materialize_graph
 
 pytestmark = pytest.mark.integration
@@ -84,3 +89,47 @@ def test_request_quoting_errors_never_store_or_print_the_key(tmp_path, monkeypat
     assert not [d for d in errors["detail"] if key in d]
     assert not [p for p in gate_files if key in json.dumps(json.loads(p.read_text()))]
 
+
+def test_url_credentials_never_reach_the_run_records_or_files(tmp_path, monkeypatch, capfd):
+    password = f"pw-{uuid.uuid4().hex}"
+    home, data = tmp_path / "dagster_home", tmp_path / "data"
+    home.mkdir()
+    sim = Sim(log_path=tmp_path / "sim.log")  # no key: the URL's user info is the only credential
+    try:
+        url = sim.url.replace("http://", f"http://bob:{password}@")
+        monkeypatch.setenv("EAGLE3_SGLANG_URL", url)
+        sim.faults(quote_headers=1)  # one 400 quoting the headers, the Basic credentials among them
+        res = {
+            "pipeline": graph_resources(data, str(KIMI_TOKENIZER_DIR), url, max_new_tokens=256)["pipeline"],
+            "sglang": resources_from_settings(Settings.from_env({"EAGLE3_SGLANG_URL": url}))["sglang"],
+        }
+        with dg.instance_for_test(temp_dir=str(home)) as instance:
+            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            out = materialize_graph(defs, instance, shards=["0000"], resources=res, run_ingest=False)
+            runs = instance.get_runs()
+            records = [serialize_value(r) for r in runs] + [
+                serialize_value(rec) for run in runs for rec in instance.all_logs(run.run_id)
+            ]
+            # job snapshots are stored compressed: read them back (resource config defaults live there)
+            records += [serialize_value(instance.get_job_snapshot(r.job_snapshot_id)) for r in runs]
+        served = sim.requests()
+    finally:
+        sim.sp.stop()
+    console = capfd.readouterr()
+
+    assert out.shards[0].shard == "0000" and served > 1  # the run went through the URL with credentials
+    assert any(sim.url.removeprefix("http://") in r for r in records)  # the endpoint is named, without user info
+    assert password not in console.out + console.err, "URL password printed"
+    assert not [r for r in records if password in r], "URL password in run config or the event log"
+    assert not [str(p) for p, b in _file_texts(tmp_path).items() if password.encode() in b]
+
+
+def test_eagle3_check_refuses_url_credentials_next_to_the_api_key(tmp_path):
+    env = command_env(tmp_path)
+    env.update(EAGLE3_SGLANG_URL="http://bob:hunter2-check@127.0.0.1:9", SGLANG_API_KEY="e3-check-key-77")
+    r = subprocess.run([EAGLE3, "check"], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = r.stderr.strip()
+    assert line.startswith("eagle3 check: error: EAGLE3_SGLANG_URL carries credentials"), line
+    assert "SGLANG_API_KEY is set" in line and "http://127.0.0.1:9" in line
+    assert "hunter2-check" not in r.stdout + r.stderr and "e3-check-key-77" not in r.stdout + r.stderr
