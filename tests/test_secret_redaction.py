@@ -6,7 +6,7 @@ import json
 import logging
 
 from eagle3_dagster.generate.client import _error_message, safe_message
-from eagle3_dagster.generate.endpoint_info import describe_error, display_url
+from eagle3_dagster.generate.endpoint_info import describe_error, display_url, model_revision_of
 from eagle3_dagster.secret import REDACTED, RedactingFilter, Secret, redact
 
 
@@ -51,3 +51,9 @@ def test_the_logging_filter_redacts_formatted_records():
     )
     RedactingFilter().filter(rec)
     assert rec.getMessage() == "said Bearer [redacted]"
+
+
+def test_a_model_revision_never_carries_a_model_uri_password():
+    info = {"model_path": "s3://reader:pw-77x@bucket/kimi", "weight_version": "v3"}
+    assert model_revision_of(info) == "s3://reader:[redacted]@bucket/kimi@v3"
+    assert model_revision_of({"model_path": "moonshotai/Kimi-K2.5"}) == "moonshotai/Kimi-K2.5@default"

@@ -212,9 +212,11 @@ class Endpoint:
 
 
 def model_revision_of(info: dict[str, Any]) -> str:
+    """`<model_path>@<weight_version>`, redacted: a model path may be a URI with credentials, and the
+    revision is stored in every row and named in logs and metadata."""
     path = str(info.get("model_path") or info.get("served_model_name") or "unknown-model")
     wv = info.get("weight_version")
-    return f"{path}@{wv if wv is not None else 'default'}"
+    return redact(f"{path}@{wv if wv is not None else 'default'}")
 
 
 def stream_mode_of(info: dict[str, Any]) -> bool | None:
