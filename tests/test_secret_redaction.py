@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import logging
 
-from eagle3_dagster.generate.client import _error_message, safe_message
-from eagle3_dagster.generate.endpoint_info import describe_error, display_url, model_revision_of
+from eagle3_dagster.generate.endpoint_info import (
+    describe_error,
+    display_url,
+    error_message,
+    model_revision_of,
+    safe_message,
+)
 from eagle3_dagster.secret import REDACTED, RedactingFilter, Secret, redact
 
 
@@ -33,9 +38,14 @@ def test_key_like_patterns_are_redacted_and_the_rest_kept():
 
 def test_server_error_bodies_are_redacted_where_they_enter():
     body = {"object": "error", "message": "bad request, headers={'authorization': 'Bearer q-secret-77'}", "code": 400}
-    assert "q-secret-77" not in _error_message(json.dumps(body).encode())
-    assert "q-secret-77" not in _error_message(b"proxy said: Authorization: Bearer q-secret-77")
+    assert "q-secret-77" not in error_message(json.dumps(body).encode())
+    assert "q-secret-77" not in error_message(b"proxy said: Authorization: Bearer q-secret-77")
     assert "q-secret-77" not in safe_message("token=q-secret-77")
+    # a long quote: the key straddles the 1000-character cut, and no part of it survives
+    Secret("straddling-key-0123456789")
+    long_body = ("x" * 990 + " straddling-key-0123456789 tail").encode()
+    kept = error_message(long_body)
+    assert len(kept) <= 1000 and "straddling" not in kept and "0123456789" not in kept
 
 
 def test_urls_never_show_their_credentials():

@@ -30,6 +30,7 @@ import httpx
 
 from ..secret import redact
 from .endpoint_info import auth_refused
+from .endpoint_info import error_message as _error_message
 from .endpoints import Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
 from .report import RunStats
 
@@ -78,35 +79,6 @@ class _Final(Exception):
         self.reason = reason
         self.status = status
         self.detail = detail
-
-
-def _error_message(body: bytes) -> str:
-    """The server's message from any of the §4.1 error shapes, else the raw text (truncated), redacted:
-    gateways and validation errors quote the request back, Authorization header included."""
-    return redact(_error_text(body))
-
-
-def _error_text(body: bytes) -> str:
-    text = body.decode("utf-8", "replace")
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return text[:1000]
-    if isinstance(d, dict):
-        err = d.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:1000]
-        if isinstance(err, str):
-            return err[:1000]
-        if "message" in d:
-            return str(d["message"])[:1000]
-    return text[:1000]
-
-
-def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
-    """A server's message fit for logs and error rows: secrets redacted (secret.redact), one line, truncated."""
-    msg = " ".join(redact(msg, secrets=secrets).split())
-    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
 
 
 def not_a_result(data: Any) -> str | None:

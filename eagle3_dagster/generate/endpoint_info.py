@@ -119,6 +119,39 @@ def preferred_params_of(info: dict[str, Any]) -> dict[str, Any]:
     return dict(raw) if isinstance(raw, dict) else {"<unparsed>": raw}
 
 
+def error_message(body: bytes) -> str:
+    """The server's message from any of the §4.1 error shapes, else the raw text, redacted, then cut to
+    1000 characters (cut after: a key cut in two would no longer be recognised): gateways and validation
+    errors quote the request back, Authorization header included."""
+    return redact(_error_text(body[:MAX_ERROR_BODY]))[:1000]
+
+
+MAX_ERROR_BODY = 20_000  # bytes of an error body read for its message (only the first 1000 chars are kept)
+
+
+def _error_text(body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(d, dict):
+        err = d.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if "message" in d:
+            return str(d["message"])
+    return text
+
+
+def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """A server's message fit for logs and error rows: secrets redacted (secret.redact), one line, truncated."""
+    msg = " ".join(redact(msg, secrets=secrets).split())
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
 def server_said(r: httpx.Response, limit: int = 300) -> str:
     """A response body's text as one line, for a message: redacted (servers quote requests back), then cut."""
     return redact(" ".join(r.text.split()))[:limit]
