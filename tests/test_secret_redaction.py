@@ -45,7 +45,7 @@ def test_server_error_bodies_are_redacted_where_they_enter():
     Secret("straddling-key-0123456789")
     long_body = ("x" * 990 + " straddling-key-0123456789 tail").encode()
     kept = error_message(long_body)
-    assert len(kept) <= 1000 and "straddling" not in kept and "0123456789" not in kept
+    assert len(kept) <= 1000 and "straddl" not in kept
 
 
 def test_urls_never_show_their_credentials():
