@@ -32,8 +32,12 @@ _PATTERNS = (
     re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/?#@\"']*:)[^\s/?#@\"']+(?=@)"),
     # key=value / "key": "value" pairs whose name says credential
     re.compile(
-        r"(?i)(\b[\w-]*(?:api[_-]?key|token|password|passwd|secret|authorization)[\"']?\s*[:=]\s*[\"']?)"
-        r"(?!\[redacted\])(?!(?:bearer|basic)\s)[^\s\"',;&}]+"
+        r"(?i)(\b[\w-]*(?:api[_-]?key|token|password|passwd|secret)[\"']?\s*[:=]\s*[\"']?)"
+        r"(?!\[redacted\])[^\s\"',;&}]+"
+    ),
+    # any other Authorization scheme ("Token x", "ApiKey x"): the whole value, up to the quote or line end
+    re.compile(
+        r"(?i)(\b[\w-]*authorization[\"']?\s*[:=]\s*[\"']?)(?!\[redacted\])(?!(?:bearer|basic)\s)[^\s\"'][^\"'\r\n,;}]*"
     ),
     # OpenAI-style keys anywhere
     re.compile(r"()\bsk-[A-Za-z0-9_-]{6,}"),

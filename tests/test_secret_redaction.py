@@ -30,6 +30,8 @@ def test_key_like_patterns_are_redacted_and_the_rest_kept():
         '{"api_key": "zz9", "n": 1}': '{"api_key": "[redacted]", "n": 1}',
         "url?api-key=abc&access_token=def&x=1": "url?api-key=[redacted]&access_token=[redacted]&x=1",
         "key sk-abcdefghijkl here": "key [redacted] here",
+        "Authorization: Token abc123 def\nnext": "Authorization: [redacted]\nnext",
+        "{'x-api-key': 'k-1', 'authorization': 'ApiKey zz top'}": "{'x-api-key': '[redacted]', 'authorization': '[redacted]'}",
         "completion_tokens: 5, max_new_tokens=7": "completion_tokens: 5, max_new_tokens=7",
     }
     for raw, want in cases.items():
