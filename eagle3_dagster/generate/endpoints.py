@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ..secret import redact
 from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
@@ -212,6 +213,7 @@ class EndpointPool:
             ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
+        why = redact(why)  # it quotes what /server_info and /model_info said (versions, server-side defaults)
         ep.refused = why
         ep.state = f"refused: {why}"
         log.error("endpoint %s refused for this run: %s", ep.name, why)

@@ -1,6 +1,7 @@
 """Credentials in the endpoint URL (`http://user:pass@host`): httpx sends them as Basic auth, which replaces
 the SGLANG_API_KEY Bearer key. The combination is refused (settings, run start); alone, a 401 names the
-credential that was sent; the password is never printed or stored."""
+credential that was sent; the password is never printed or stored. What a server says about itself
+(a refusal quoting its defaults) is redacted the same way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gen_helpers import make_config, make_prompts
 
 from eagle3_dagster.config import Settings, SettingsError
 from eagle3_dagster.generate import AuthError, generate_shard
+from eagle3_dagster.generate.endpoints import EndpointRefusedError
 from eagle3_dagster.generate.store import read_generation_errors
 from eagle3_dagster.orchestration.resources import resources_from_settings
 from eagle3_dagster.secret import Secret
@@ -87,3 +89,14 @@ def test_url_credentials_never_printed_or_stored(start_sim, tmp_path: Path, capl
     assert not [t for t in texts if PASSWORD in t or "Ym9iOmh1bnRlcjItdXJsLXB3" in t], (
         "URL password (or its Basic form)"
     )
+
+
+@pytest.mark.integration
+def test_a_refusal_quoting_server_defaults_never_shows_a_credential(start_sim, tmp_path: Path):
+    sim = start_sim()
+    # server-side defaults the client does not send: the endpoint is refused, quoting them
+    sim.faults(preferred_sampling_params={"custom_params": {"api_key": "psp-secret-31"}})
+    with pytest.raises(EndpointRefusedError) as ei:
+        generate_shard(make_prompts(2), tmp_path / "s", make_config(sim.url, wait_for_endpoint_s=5))
+    assert "custom_params" in str(ei.value) and "[redacted]" in str(ei.value)
+    assert "psp-secret-31" not in str(ei.value)
