@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from .secret import Secret
 from .storage import DataPath, data_root
-from .urls import parse_endpoint_urls, redact_url
+from .urls import credentials_conflict, parse_endpoint_urls, redact_url
 
 # The project root is the folder holding pyproject.toml; defaults are relative to it so
 # `make demo` works from a fresh clone without any configuration.
@@ -364,6 +364,9 @@ class Settings:
             ),
             sglang_api_key=get(API_KEY_ENV, Secret, None),  # never echoed in a message, not even when bad
         )
+        conflict = credentials_conflict(urls, "EAGLE3_SGLANG_URL") if values["sglang_api_key"] else None
+        if conflict:
+            problems.append(conflict)
         if problems:
             raise SettingsError(problems)
         return cls(**values)

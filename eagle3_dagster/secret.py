@@ -1,12 +1,47 @@
-"""A secret value (the SGLang API key) that does not print itself.
+"""Secrets: a value that does not print itself, and the one function that removes secrets from text.
 
 The settings module (config.py) reads the key from the environment once and hands it over as a
 `Secret`; code that needs the value calls `reveal()` at the one place it is used (the Authorization
 header). `repr`/`str`/f-strings show `Secret('***')`, so a config, a log line, metadata or run
 config that contains the object never contains the key.
+
+Servers quote requests back (a gateway's 4xx, a validation error listing the headers): any text a
+server sends, and any exception text that may hold a URL, goes through `redact` where it enters the
+program, before it can reach a log line, an error row, metadata or a report. `redact` removes every
+secret value this process holds (each `Secret` registers its value when it is made) and the key-like
+patterns: bearer/basic credentials, `user:password@` in URLs, `api_key=`/`token:`-style pairs, `sk-` keys.
+`RedactingFilter` applies it to log records as well (belt and braces, not instead): on the project's
+handlers, and on the HTTP library's loggers, whose INFO line names each request's URL as given (with
+any `user:password@`).
 """
 
 from __future__ import annotations
+
+import logging
+import re
+from urllib.parse import quote
+
+REDACTED = "[redacted]"
+_MIN_SECRET_LEN = 4  # shorter values would mangle ordinary text; the patterns still catch them in headers
+_KNOWN: set[str] = set()
+
+_PATTERNS = (
+    # Authorization header values: "Bearer <key>", "Basic <base64>"
+    re.compile(r"(?i)(\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=:-]+"),
+    # URL user info: scheme://user:password@host -> scheme://user:[redacted]@host
+    re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s:/?#@\"']*:)[^\s/?#@\"']+(?=@)"),
+    # key=value / "key": "value" pairs whose name says credential
+    re.compile(
+        r"(?i)(\b[\w-]*(?:api[_-]?key|token|password|passwd|secret)[\"']?\s*[:=]\s*[\"']?)"
+        r"(?!\[redacted\])[^\s\"',;&}]+"
+    ),
+    # any other Authorization scheme ("Token x", "ApiKey x"): the whole value, up to the quote or line end
+    re.compile(
+        r"(?i)(\b[\w-]*authorization[\"']?\s*[:=]\s*[\"']?)(?!\[redacted\])(?!(?:bearer|basic)\s)[^\s\"'][^\"'\r\n,;}]*"
+    ),
+    # OpenAI-style keys anywhere
+    re.compile(r"()\bsk-[A-Za-z0-9_-]{6,}"),
+)
 
 
 class Secret:
@@ -16,6 +51,7 @@ class Secret:
         if not isinstance(value, str) or not value:
             raise ValueError("a Secret needs a non-empty string")
         self._value = value
+        register_secret(value)
 
     def reveal(self) -> str:
         """The value itself: only where it is sent, never into logs, metadata or data."""
@@ -31,3 +67,43 @@ class Secret:
 
     def __hash__(self) -> int:
         return hash((Secret, self._value))
+
+
+def register_secret(value: str | None) -> None:
+    """Make `redact` remove `value` (and its URL-encoded form) from any text in this process."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        _KNOWN.add(value)
+        _KNOWN.add(quote(value, safe=""))
+
+
+def redact(text: str, *, secrets: tuple[str, ...] = ()) -> str:
+    """`text` without any known secret value (registered, or passed in `secrets`) or key-like string."""
+    if not text:
+        return text
+    for sec in sorted(_KNOWN.union(s for s in secrets if s and len(s) >= _MIN_SECRET_LEN), key=len, reverse=True):
+        text = text.replace(sec, REDACTED)
+    for pat in _PATTERNS:
+        text = pat.sub(lambda m: m.group(1) + REDACTED, text)
+    return text
+
+
+class RedactingFilter(logging.Filter):
+    """Redacts a record's message (arguments included) before a handler formats it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        clean = redact(msg)
+        if clean != msg:
+            record.msg, record.args = clean, None
+        return True
+
+
+HTTP_LIBRARY_LOGGERS = ("httpx", "httpcore")
+
+
+def redact_http_library_logs() -> None:
+    """Put a RedactingFilter on the HTTP library's loggers (once): their records name request URLs."""
+    for name in HTTP_LIBRARY_LOGGERS:
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, RedactingFilter) for f in lg.filters):
+            lg.addFilter(RedactingFilter())

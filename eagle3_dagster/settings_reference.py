@@ -33,7 +33,9 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
         "EAGLE3_SGLANG_URL",
         "sglang_urls",
         "simulator (demo) / `http://127.0.0.1:30000`",
-        "SGLang server(s) or an sglang-router, comma-separated `http(s)://host:port` URLs",
+        "SGLang server(s) or an sglang-router, comma-separated `http(s)://host:port` URLs; a "
+        "`user:password@` is sent as Basic auth (never printed: refused next to `SGLANG_API_KEY`, which it "
+        "would replace, and then not bound into run config)",
         "`sglang.urls`",
     ),
     SettingDoc(
@@ -41,7 +43,7 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
         "sglang_api_key",
         "unset",
         "bearer key for the server; read by the settings module only and handed to the client as a masked "
-        "`Secret`: never in logs, metadata, run config or data",
+        "`Secret`: never in logs, metadata, run config or data (server texts quoting it are redacted)",
         "never (a secret: the environment of the run only)",
     ),
     SettingDoc(

@@ -11,7 +11,9 @@ are dropped; anything else raises ValueError naming where the list came from and
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from .secret import register_secret
 
 
 def redact_url(raw: str) -> str:
@@ -25,6 +27,27 @@ def redact_url(raw: str) -> str:
         return raw.split("://", 1)[0] + "://<unparsable>"
     host = parts.hostname or ""
     return f"{parts.scheme}://{host}{':' + str(port) if port else ''}{parts.path}"
+
+
+def has_credentials(url: str) -> bool:
+    """Whether the URL carries a `user[:password]@` part (httpx would send it as Basic auth)."""
+    try:
+        p = urlsplit(url)
+    except ValueError:
+        return False
+    return bool(p.username or p.password)
+
+
+def credentials_conflict(urls: Iterable[str], source: str) -> str | None:
+    """The settings problem of endpoint URLs with user info next to SGLANG_API_KEY, or None."""
+    with_creds = [redact_url(u) for u in urls if has_credentials(u)]
+    if not with_creds:
+        return None
+    return (
+        f"{source} carries credentials (user:password@ in {', '.join(with_creds)}) and SGLANG_API_KEY is set: "
+        "only one can be sent (the URL's user info becomes Basic auth and replaces the Bearer key); "
+        f"drop the user info from {source} or unset SGLANG_API_KEY"
+    )
 
 
 def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint list") -> tuple[str, ...]:
@@ -42,4 +65,7 @@ def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint l
             ok = False
         if not ok:
             raise ValueError(f"{source} must be comma-separated http(s)://host:port URLs, got {redact_url(u)!r}")
+        if parts.password:
+            register_secret(parts.password)  # redacted from any text this process stores or prints
+            register_secret(unquote(parts.password))
     return urls

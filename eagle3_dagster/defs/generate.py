@@ -48,6 +48,7 @@ from ..quality import generation_features, histograms_markdown, sample_preview_m
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
+from ..secret import RedactingFilter
 from ..stopping import StopRequested
 from ..storage import as_data_path, parse_shard_key, shard_dir
 from .common import ASSET_GROUP, STAGE_TAG
@@ -71,6 +72,7 @@ class _ToDagsterLog(logging.Handler):
     def __init__(self, context: dg.AssetExecutionContext) -> None:
         super().__init__(logging.INFO)
         self.context = context
+        self.addFilter(RedactingFilter())  # the client redacts server text where it enters; this catches the rest
 
     def emit(self, record: logging.LogRecord) -> None:
         try:

@@ -15,6 +15,7 @@ client (one request with retries, integrity checks), inputs (which rows to send)
 chunks, lock, resume), report (progress and metadata), shard (the run).
 """
 
+from ..secret import redact_http_library_logs
 from .client import integrity_violations
 from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
 from .endpoints import AuthError, ModelRevisionError, NoEndpointError
@@ -22,6 +23,8 @@ from .inputs import InputChangedError, TokenizedSource
 from .report import ProgressReport, ShardReport
 from .shard import generate_shard, generate_shard_async
 from .store import ShardBusyError, StoreWriteError, read_generation_errors, read_generations
+
+redact_http_library_logs()  # httpx logs every request's URL, user:password@ included
 
 __all__ = [
     "AuthError",

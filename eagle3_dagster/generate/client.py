@@ -23,13 +23,15 @@ import asyncio
 import itertools
 import json
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .endpoints import AuthError, Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
+from ..secret import redact
+from .endpoint_info import auth_refused
+from .endpoint_info import error_message as _error_message
+from .endpoints import Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
 from .report import RunStats
 
 log = logging.getLogger(__name__)
@@ -77,39 +79,6 @@ class _Final(Exception):
         self.reason = reason
         self.status = status
         self.detail = detail
-
-
-def _error_message(body: bytes) -> str:
-    """The server's message from any of the §4.1 error shapes, else the raw text (truncated)."""
-    text = body.decode("utf-8", "replace")
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return text[:1000]
-    if isinstance(d, dict):
-        err = d.get("error")
-        if isinstance(err, dict) and "message" in err:
-            return str(err["message"])[:1000]
-        if isinstance(err, str):
-            return err[:1000]
-        if "message" in d:
-            return str(d["message"])[:1000]
-    return text[:1000]
-
-
-_SECRETISH = re.compile(
-    r"(?i)(bearer\s+)\S+|\b(sk-[A-Za-z0-9_-]{6,})|((?:api[_-]?key|token|password|secret)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"
-)
-
-
-def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
-    """A server's message fit for logs and error rows: known secrets and key-like strings removed, truncated."""
-    for sec in secrets:
-        if sec and len(sec) >= 4:
-            msg = msg.replace(sec, "[redacted]")
-    msg = _SECRETISH.sub(lambda m: (m.group(1) or m.group(3) or "") + "[redacted]", msg)
-    msg = " ".join(msg.split())
-    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
 
 
 def not_a_result(data: Any) -> str | None:
@@ -407,6 +376,8 @@ async def _attempt(
                         "bad_body", 200, f"{ep.name}: 200 with a body that is not JSON ({ctype})", breaker=True
                     ) from None
             why = not_a_result(data)
+            if why is not None:
+                why = redact(why)  # the server's own words (an error body, a stream error chunk)
             if (
                 why is not None
                 and stream is not None
@@ -432,7 +403,7 @@ async def _attempt(
             return data, ep, loop.time() - t0
         msg = _error_message(raw)
         if st in (401, 403):
-            raise AuthError(f"{ep.name}/generate answered {st}: the API key (env var) is missing or wrong")
+            raise auth_refused(f"{ep.name}/generate", st, ep.url, headers)
         if st == 400 and "Duplicate request ID" in msg:
             # A rid of ours still in flight server-side (a killed earlier run): retry with a fresh rid.
             raise _Retry("duplicate_rid", st, msg, breaker=False)
@@ -582,7 +553,8 @@ async def generate_one(
             # An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream
             # whose last chunk was dropped) or an aborted one is partial: retried, never stored as a trace.
             code = None if unfinished else fr.get("status_code")
-            msg = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
+            said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
+            msg = redact(said)  # an abort message is the server's text (it may quote the request)
             if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
                 return Outcome(
                     None, ep.name, rid, lat, reason=f"abort_{code}", status=code, detail=msg, attempts=attempt + 1

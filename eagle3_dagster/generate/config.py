@@ -14,7 +14,7 @@ from typing import Any
 
 from ..profiles import ModelProfile
 from ..secret import Secret
-from ..urls import parse_endpoint_urls
+from ..urls import credentials_conflict, parse_endpoint_urls
 from .run_wait import EndpointWaitRecord
 
 
@@ -90,6 +90,9 @@ class GenerationConfig:
         if not eps:
             raise ValueError("GenerationConfig.endpoints is empty: set EAGLE3_SGLANG_URL or pass endpoints")
         object.__setattr__(self, "endpoints", eps)
+        conflict = credentials_conflict(eps, "the endpoint URLs (EAGLE3_SGLANG_URL / sglang resource `urls`)")
+        if self.api_key is not None and conflict:
+            raise ValueError(conflict)
         object.__setattr__(self, "stop_token_ids", tuple(int(x) for x in self.stop_token_ids))
         if self.max_new_tokens is None or int(self.max_new_tokens) < 1:
             raise ValueError(f"max_new_tokens must be an explicit positive int, got {self.max_new_tokens!r}")

@@ -10,11 +10,14 @@ import errno
 import json
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from ..secret import redact
 
 
 class NoEndpointError(RuntimeError):
@@ -23,6 +26,39 @@ class NoEndpointError(RuntimeError):
 
 class AuthError(RuntimeError):
     """The server refused the API key (401/403). The key itself is never part of the message."""
+
+
+def url_credentials(url: str) -> str | None:
+    """The user name of a URL's `user:password@` part ("" when only a password), or None when it has none."""
+    try:
+        p = urlsplit(url)
+    except ValueError:
+        return None
+    return (p.username or "") if (p.username or p.password) else None
+
+
+def auth_refused(where: str, status: int, url: str, headers: Mapping[str, str]) -> AuthError:
+    """The 401/403 error, naming the credential that was actually sent (never its value).
+
+    httpx turns a URL's `user:password@` into Basic auth and that replaces any Authorization header,
+    so with user info in the URL the Bearer key (SGLANG_API_KEY) never reaches the server.
+    """
+    user = url_credentials(url)
+    if user is not None:
+        sent = (
+            f"the Basic credentials of the endpoint URL's user info (user {user!r}, password not shown) were sent"
+            + (
+                ", in place of the SGLANG_API_KEY Bearer key"
+                if any(k.lower() == "authorization" for k in headers)
+                else ""
+            )
+            + ": check that user and password, or drop them from the URL and set SGLANG_API_KEY"
+        )
+    elif any(k.lower() == "authorization" for k in headers):
+        sent = "the Bearer key from SGLANG_API_KEY was sent and refused: it is wrong for this server"
+    else:
+        sent = "no credential was sent (SGLANG_API_KEY is not set, the URL has no user info): the server wants one"
+    return AuthError(f"{where} answered {status}: {sent}")
 
 
 class ModelRevisionError(RuntimeError):
@@ -83,8 +119,50 @@ def preferred_params_of(info: dict[str, Any]) -> dict[str, Any]:
     return dict(raw) if isinstance(raw, dict) else {"<unparsed>": raw}
 
 
+def error_message(body: bytes) -> str:
+    """The server's message from any of the §4.1 error shapes, else the raw text, redacted, then cut to
+    1000 characters (cut after: a key cut in two would no longer be recognised): gateways and validation
+    errors quote the request back, Authorization header included."""
+    return redact(_error_text(body[:MAX_ERROR_BODY]))[:1000]
+
+
+MAX_ERROR_BODY = 20_000  # bytes of an error body read for its message (only the first 1000 chars are kept)
+
+
+def _error_text(body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(d, dict):
+        err = d.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if "message" in d:
+            return str(d["message"])
+    return text
+
+
+def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
+    """A server's message fit for logs and error rows: secrets redacted (secret.redact), one line, truncated."""
+    msg = " ".join(redact(msg, secrets=secrets).split())
+    return msg if len(msg) <= limit else msg[: limit - 1] + "…"
+
+
+def server_said(r: httpx.Response, limit: int = 300) -> str:
+    """A response body's text as one line, for a message: redacted (servers quote requests back), then cut."""
+    return redact(" ".join(r.text.split()))[:limit]
+
+
 def describe_error(e: BaseException, path: str, timeout: float) -> str:
-    """A transport error as a person reads it."""
+    """A transport error as a person reads it (redacted: an exception's text may carry a URL with credentials)."""
+    return redact(_describe_error(e, path, timeout))
+
+
+def _describe_error(e: BaseException, path: str, timeout: float) -> str:
     if isinstance(e, httpx.ConnectError):
         cause: BaseException | None = e
         while cause is not None:
@@ -105,14 +183,18 @@ def describe_error(e: BaseException, path: str, timeout: float) -> str:
 
 
 def display_url(url: str) -> str:
-    """The URL without any user:password part, for logs and metadata."""
-    p = urlsplit(url)
-    if p.username or p.password:
+    """The URL without any user:password part (and credential-like query values redacted), for logs and metadata."""
+    try:
+        p = urlsplit(url)
+        has_userinfo = bool(p.username or p.password)
+    except ValueError:
+        return redact(url)
+    if has_userinfo:
         host = p.hostname or ""
         if p.port:
             host = f"{host}:{p.port}"
-        return urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
-    return url
+        url = urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
+    return redact(url)
 
 
 @dataclass
@@ -163,9 +245,11 @@ class Endpoint:
 
 
 def model_revision_of(info: dict[str, Any]) -> str:
+    """`<model_path>@<weight_version>`, redacted: a model path may be a URI with credentials, and the
+    revision is stored in every row and named in logs and metadata."""
     path = str(info.get("model_path") or info.get("served_model_name") or "unknown-model")
     wv = info.get("weight_version")
-    return f"{path}@{wv if wv is not None else 'default'}"
+    return redact(f"{path}@{wv if wv is not None else 'default'}")
 
 
 def stream_mode_of(info: dict[str, Any]) -> bool | None:

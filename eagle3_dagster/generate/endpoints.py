@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ..secret import redact
 from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
@@ -40,6 +41,7 @@ from .endpoint_info import (
     EndpointRefusedError,
     ModelRevisionError,
     NoEndpointError,
+    auth_refused,
     context_length_of,
     describe_error,
     display_url,
@@ -50,6 +52,7 @@ from .endpoint_info import (
     parse_version,
     preferred_params_of,
     router_window,
+    server_said,
     stream_mode_of,
     worker_url,
     workers_listed,
@@ -139,11 +142,11 @@ class EndpointPool:
         except httpx.HTTPError as e:
             return None, describe_error(e, path, self.health_timeout_s)
         if r.status_code in (401, 403):
-            raise AuthError(f"{ep.name}{path} answered {r.status_code}: the API key (env var) is missing or wrong")
+            raise auth_refused(f"{ep.name}{path}", r.status_code, ep.url, self._headers)
         ctype = r.headers.get("content-type", "").split(";")[0].strip() or "no content type"
         if r.status_code != 200:
             # The answer's own words (a router's 500 `call_upstream_request_error` names the dead worker).
-            said = " ".join(r.text.split())[:300]
+            said = server_said(r, 300)
             return None, f"{path} answered {r.status_code} ({ctype})" + (f": {said}" if said else "")
         try:
             data = r.json()
@@ -162,7 +165,7 @@ class EndpointPool:
                     ep.kind = "router"
                     if r.status_code == 503:
                         ep.health_503 += 1
-                        said = " ".join(r.text.split())[:200]  # 0.3.2: {"status":"not ready","reason":...}
+                        said = server_said(r, 200)  # 0.3.2: {"status":"not ready","reason":...}
                         ep.state = "router has no ready worker (/readiness 503)" + (f": {said}" if said else "")
                         return False
                     return True
@@ -210,6 +213,7 @@ class EndpointPool:
             ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
+        why = redact(why)  # it quotes what /server_info and /model_info said (versions, server-side defaults)
         ep.refused = why
         ep.state = f"refused: {why}"
         log.error("endpoint %s refused for this run: %s", ep.name, why)

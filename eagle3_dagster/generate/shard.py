@@ -37,10 +37,10 @@ from .client import (
     answer_weight_versions,
     generate_one,
     integrity_violations,
-    safe_message,
 )
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
+from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir

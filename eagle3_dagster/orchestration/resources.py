@@ -20,7 +20,7 @@ from ..config import Settings, settings, work_dir_for
 from ..profiles import ModelProfile, resolve_profile
 from ..quality.request_failures import DEFAULT_MAX_FAILED_RATE
 from ..storage import DataPath, data_root
-from ..urls import parse_endpoint_urls
+from ..urls import has_credentials, parse_endpoint_urls
 
 
 class PipelineSettings(dg.ConfigurableResource):
@@ -121,6 +121,14 @@ def _data_dir_value(s: Settings) -> str:
     return str(s.data_dir.local_path) if s.data_dir.is_local else s.data_dir.root.uri
 
 
+def _urls_value(s: Settings) -> str | None:
+    """EAGLE3_SGLANG_URL as a resource value; None (the step reads the setting itself) when a URL carries
+    user:password: resource values are run config, stored in the event log for anyone to read."""
+    if not s.sglang_url_configured or any(has_credentials(u) for u in s.sglang_urls):
+        return None
+    return ",".join(s.sglang_urls)
+
+
 def resources_from_settings(s: Settings) -> dict[str, dg.ConfigurableResource]:
     """The `pipeline` and `sglang` resources with the deployment's settings bound (the one place).
 
@@ -137,7 +145,7 @@ def resources_from_settings(s: Settings) -> dict[str, dg.ConfigurableResource]:
             tokenizer=s.tokenizer_override,
         ),
         "sglang": SGLangFleet(
-            urls=",".join(s.sglang_urls) if s.sglang_url_configured else None,
+            urls=_urls_value(s),
             wait_for_endpoint_s=s.endpoint_wait_s,
             stream=s.stream,
             stall_timeout_s=s.stall_timeout_s,

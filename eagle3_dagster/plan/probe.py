@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from ..generate.endpoint_info import context_length_of, display_url, model_revision_of
+from ..generate.endpoint_info import context_length_of, display_url, model_revision_of, server_said
+from ..secret import redact
 
 
 class ProbeError(RuntimeError):
@@ -54,7 +55,7 @@ async def _revision(client: httpx.AsyncClient, url: str, name: str, headers: dic
         try:
             info = await client.get(url + path, headers=headers)
         except httpx.HTTPError as e:
-            raise ProbeError(f"probe of {name}: {path}: {type(e).__name__}: {e}") from None
+            raise ProbeError(redact(f"probe of {name}: {path}: {type(e).__name__}: {e}")) from None
         if info.status_code == 200:
             try:
                 return model_revision_of(info.json())
@@ -91,9 +92,9 @@ async def _probe_one(
         try:
             r = await client.post(url + "/generate", json=body, headers=headers)
         except httpx.HTTPError as e:
-            raise ProbeError(f"probe of {name}: /generate: {type(e).__name__}: {e}") from None
+            raise ProbeError(redact(f"probe of {name}: /generate: {type(e).__name__}: {e}")) from None
         if r.status_code != 200:
-            raise ProbeError(f"probe of {name}: /generate answered {r.status_code}: {' '.join(r.text[:200].split())}")
+            raise ProbeError(f"probe of {name}: /generate answered {r.status_code}: {server_said(r, 200)}")
         try:
             data = r.json()
         except ValueError:

@@ -17,6 +17,13 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
                                       finish_reason is null and that holds half the output ids (a proxy's
                                       snapshot of a running request); a stream: its final chunk is not sent
+     "quote_headers": N,              next N /generate calls fail with a message quoting the request's
+     "quote_headers_as": [...],       headers, Authorization included (as gateways and validation errors
+                                      do), in the shapes listed, taken in turn: "http_400" (HTTP 400; in a
+                                      stream the 200 error chunk with code 400), "error_body" (200
+                                      {"error": ...}; in a stream the error chunk without a code) and
+                                      "abort" (a stream's abort chunk, finish_reason.message and
+                                      status_code 400; HTTP 400 without streaming, as SGLang's scheduler)
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -41,6 +48,7 @@ HTML_PAGE = (
     b"<!DOCTYPE html><html><head><title>Welcome</title></head><body><h1>It works!</h1>"
     b"<p>This is not the service you are looking for.</p></body></html>"
 )
+QUOTE_SHAPES = ("http_400", "error_body", "abort")
 ERROR_BODY_MESSAGE = (
     "The scheduler did not return an output for this request (detokenizer timeout). Please retry later."
 )
@@ -55,6 +63,8 @@ class FleetFaults:
     out_of_vocab: int = 0
     stale_answer: int = 0
     unfinished: int = 0
+    quote_headers: int = 0
+    quote_headers_as: list[str] = field(default_factory=lambda: ["http_400"])
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -93,6 +103,13 @@ class FleetFaults:
     def take_unfinished(self) -> bool:
         return self._take("unfinished")
 
+    def take_quote_headers(self) -> str | None:
+        """The shape of this request's header-quoting error, or None (shapes taken in turn)."""
+        if not self._take("quote_headers"):
+            return None
+        n = self.injected["quote_headers"] - 1
+        return self.quote_headers_as[n % len(self.quote_headers_as)]
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -117,6 +134,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "out_of_vocab",
         "stale_answer",
         "unfinished",
+        "quote_headers",
         "weight_version_after",
     ):
         if k in body:
@@ -124,6 +142,12 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
             if v < 0:
                 raise ValueError(f"{k} must be >= 0")
             setattr(ff, k, v)
+    if "quote_headers_as" in body:
+        v = body.pop("quote_headers_as")
+        shapes = [v] if isinstance(v, str) else v
+        if not isinstance(shapes, list) or not shapes or any(x not in QUOTE_SHAPES for x in shapes):
+            raise ValueError(f"quote_headers_as must be one or a list of {', '.join(QUOTE_SHAPES)}")
+        ff.quote_headers_as = list(shapes)
     if "weight_version" in body:
         ff.weight_version = str(body.pop("weight_version"))
     if "next_weight_version" in body:
@@ -184,9 +208,15 @@ def html_middleware(get_faults: Any) -> Any:
     return mw
 
 
-def error_body_response(stream: bool) -> bytes:
+def quoted_request(request: web.Request) -> str:
+    """A refusal that quotes the request's headers back, as a gateway or a validation error does."""
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    return f"Request rejected by the gateway: {request.method} {request.path} headers={headers!r}"
+
+
+def error_body_response(stream: bool, message: str = ERROR_BODY_MESSAGE) -> bytes:
     """The payload of a 200 that is not a result."""
-    err = {"error": {"message": ERROR_BODY_MESSAGE}}
+    err = {"error": {"message": message}}
     if stream:
         return f"data: {json.dumps(err, separators=(',', ':'))}\n\ndata: [DONE]\n\n".encode()
     return json.dumps(err, separators=(",", ":")).encode()

@@ -100,6 +100,9 @@ class GenerateRoutes:
             return resp
         for it in parsed.items:
             sim.stats.bump(sim.stats.rid_counts, it.rid)
+        quoted = await self._quoted_refusal(request, stream)
+        if isinstance(quoted, web.StreamResponse):
+            return quoted
         if sim.fleet.take_error_body():  # HTTP 200 that is not a result
             payload = FF.error_body_response(stream)
             return web.Response(
@@ -112,7 +115,7 @@ class GenerateRoutes:
                     sim.trie.match_and_insert(it.input_ids)
 
         # Scheduler prompt-length check and queue limit: 400 / 503 non-stream, abort chunks in a stream.
-        sched_err: P.SimError | None = None
+        sched_err: P.SimError | None = quoted  # fleet fault quote_headers "abort": a stream's abort chunk
         try:
             for it in parsed.items:
                 P.scheduler_check(it, sim.max_req_input_len)
@@ -151,6 +154,25 @@ class GenerateRoutes:
         if reset or crash:
             return await self._send_partial(request, 200, "application/json", payload, crash=crash)
         return web.Response(body=payload, status=200, content_type="application/json")
+
+    async def _quoted_refusal(self, request: web.Request, stream: bool) -> web.StreamResponse | P.SimError | None:
+        """Fleet fault quote_headers: an answer (or, for a stream's abort, the error) quoting the headers."""
+        shape = self.sim.fleet.take_quote_headers()
+        if shape is None:
+            return None
+        message = FF.quoted_request(request)
+        if shape == "error_body":
+            ctype = "text/event-stream" if stream else "application/json"
+            return web.Response(body=FF.error_body_response(stream, message), status=200, content_type=ctype)
+        err = P.SimError(400, message, "value")
+        if not stream:
+            return self._error(err)
+        if shape == "abort":
+            return err
+        resp = await self._open_stream(request)
+        await resp.write(sse(stream_error_chunk(err, self.sim.version)))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
 
     def _validate(self, body: dict[str, Any]) -> P.Parsed:
         sim = self.sim

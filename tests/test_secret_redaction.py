@@ -1,0 +1,71 @@
+"""secret.redact: the one function every server text and URL-bearing exception text goes through."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from eagle3_dagster.generate.endpoint_info import (
+    describe_error,
+    display_url,
+    error_message,
+    model_revision_of,
+    safe_message,
+)
+from eagle3_dagster.secret import REDACTED, RedactingFilter, Secret, redact
+
+
+def test_a_settings_secret_is_redacted_wherever_it_appears():
+    Secret("e3-unit-key-9f8e7d")  # the settings hand the key over as a Secret: that registers it
+    text = "echo: e3-unit-key-9f8e7d, url-encoded e3-unit-key-9f8e7d too"
+    assert "e3-unit-key-9f8e7d" not in redact(text)
+    assert redact(text).count(REDACTED) == 2
+
+
+def test_key_like_patterns_are_redacted_and_the_rest_kept():
+    cases = {
+        "{'authorization': 'Bearer abc.def-123', 'host': 'h:1'}": "{'authorization': 'Bearer [redacted]', 'host': 'h:1'}",
+        "Authorization: Basic Ym9iOmh1bnRlcjI=": "Authorization: Basic [redacted]",
+        "GET http://bob:hunter2@gw:8080/x failed": "GET http://bob:[redacted]@gw:8080/x failed",
+        '{"api_key": "zz9", "n": 1}': '{"api_key": "[redacted]", "n": 1}',
+        "url?api-key=abc&access_token=def&x=1": "url?api-key=[redacted]&access_token=[redacted]&x=1",
+        "key sk-abcdefghijkl here": "key [redacted] here",
+        "Authorization: Token abc123 def\nnext": "Authorization: [redacted]\nnext",
+        "{'x-api-key': 'k-1', 'authorization': 'ApiKey zz top'}": "{'x-api-key': '[redacted]', 'authorization': '[redacted]'}",
+        "completion_tokens: 5, max_new_tokens=7": "completion_tokens: 5, max_new_tokens=7",
+    }
+    for raw, want in cases.items():
+        assert redact(raw) == want, raw
+
+
+def test_server_error_bodies_are_redacted_where_they_enter():
+    body = {"object": "error", "message": "bad request, headers={'authorization': 'Bearer q-secret-77'}", "code": 400}
+    assert "q-secret-77" not in error_message(json.dumps(body).encode())
+    assert "q-secret-77" not in error_message(b"proxy said: Authorization: Bearer q-secret-77")
+    assert "q-secret-77" not in safe_message("token=q-secret-77")
+    # a long quote: the key straddles the 1000-character cut, and no part of it survives
+    Secret("straddling-key-0123456789")
+    long_body = ("x" * 990 + " straddling-key-0123456789 tail").encode()
+    kept = error_message(long_body)
+    assert len(kept) <= 1000 and "straddl" not in kept
+
+
+def test_urls_never_show_their_credentials():
+    assert display_url("http://bob:hunter2@gw:8080/v1") == "http://gw:8080/v1"
+    assert "s3cr3t" not in display_url("http://gw:8080/v1?api_key=s3cr3t")
+    err = RuntimeError("cannot reach http://bob:hunter2@gw:8080/health")
+    assert "hunter2" not in describe_error(err, "/health", 1.0)
+
+
+def test_the_logging_filter_redacts_formatted_records():
+    rec = logging.LogRecord(
+        "eagle3_dagster.generate", logging.WARNING, __file__, 1, "said %s", ("Bearer xyz-99",), None
+    )
+    RedactingFilter().filter(rec)
+    assert rec.getMessage() == "said Bearer [redacted]"
+
+
+def test_a_model_revision_never_carries_a_model_uri_password():
+    info = {"model_path": "s3://reader:pw-77x@bucket/kimi", "weight_version": "v3"}
+    assert model_revision_of(info) == "s3://reader:[redacted]@bucket/kimi@v3"
+    assert model_revision_of({"model_path": "moonshotai/Kimi-K2.5"}) == "moonshotai/Kimi-K2.5@default"
