@@ -242,10 +242,13 @@ def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict
     return out
 
 
-def warnings_line(warned: dict[str, list[str]], failures: dict[str, dict[str, tuple[int, str]]]) -> str:
-    """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason.
+def warnings_line(
+    warned: dict[str, list[str]], failures: dict[str, dict[str, tuple[int, str]]], logged: int = 0
+) -> str:
+    """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason,
+    then how many warnings the runs logged (each is a `warning:` line below the summary).
 
-    Never `none` while a request of a shard failed permanently.
+    Never `none` while a request of a shard failed permanently or a run logged a warning.
     """
     from .generate.report import failures_text
 
@@ -253,6 +256,8 @@ def warnings_line(warned: dict[str, list[str]], failures: dict[str, dict[str, tu
     for key, by_reason in sorted(failures.items()):
         n = sum(c for c, _ in by_reason.values())
         parts.append(f"generations shard {key}: {n:,} request(s) failed permanently: {failures_text(by_reason)}")
+    if logged:
+        parts.append(f"{logged} warning(s) logged by the runs (the `warning:` lines below)")
     return "warnings:   " + ("; ".join(parts) if parts else "none")
 
 
@@ -309,7 +314,8 @@ def summarize(outcome, data_dir: DataPath) -> str:
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
                 warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
-    lines.append(warnings_line(warned, request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])))
+    failures = request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])
+    lines.append(warnings_line(warned, failures, len(getattr(outcome, "logged_warnings", []))))
     snap = outcome.snapshot_version
     from .quality.report_html import default_report_path
 
@@ -327,19 +333,36 @@ def summarize(outcome, data_dir: DataPath) -> str:
         *_text_exact_line(data_dir, snap),
         *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
-        f"report:     {report if report.exists() else 'not written'}"
-        + (
-            "  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
-            if report.exists()
-            else ""
-        ),
+        _report_line(report, getattr(outcome, "report_error", None)),
         f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
-    lines.append(
-        f"result:     {'STOPPED (rerun to resume)' if getattr(outcome, 'stopped', False) else 'SUCCESS' if outcome.success else 'FAILED'}"
-    )
+    lines.append(f"result:     {result_word(outcome)}")
     return "\n".join(lines)
+
+
+def _report_line(report: Path, error: str | None) -> str:
+    if error:
+        old = f"; {report} is an earlier run's and does not show this one" if report.exists() else ""
+        return f"report:     NOT written by this run ({error}){old}"
+    if not report.exists():
+        return "report:     not written"
+    return (
+        f"report:     {report}  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, "
+        "snapshots; `eagle3 report` rebuilds it)"
+    )
+
+
+def result_word(outcome) -> str:
+    """STOPPED, SUCCESS, FAILED; a run whose data steps succeeded but whose quality report was not written
+    is not a SUCCESS either."""
+    if getattr(outcome, "stopped", False):
+        return "STOPPED (rerun to resume)"
+    if outcome.success:
+        return "SUCCESS"
+    if getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
+        return "FAILED: the quality report was not written (the data steps succeeded)"
+    return "FAILED"
 
 
 def _publish_lines(outcome) -> list[str]:
@@ -386,6 +409,11 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
         out.append(
             f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
             "lists every failed expectation; fix the cause, then rerun `make demo`"
+        )
+    elif getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
+        out.append(
+            "next:       the data steps succeeded but the quality report was not written (warning above): "
+            "free the disk or fix the report folder, then `eagle3 report` rebuilds it"
         )
     elif not outcome.success:
         out.append(
@@ -510,6 +538,7 @@ def _main_locked(args: argparse.Namespace) -> int:
                 "ingest_errors": outcome.ingest_errors,
                 "publish_errors": outcome.publish_errors,
                 "warnings": outcome.warnings,
+                "report_error": outcome.report_error,
             },
             indent=2,
         )

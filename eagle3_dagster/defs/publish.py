@@ -6,14 +6,14 @@ The nightly schedule, the sensors and the jobs that run this asset live in defs/
 import dagster as dg
 
 from ..config import settings
-from ..orchestration.gates import refresh_quality_report, report_metadata
+from ..orchestration.gates import REPORT_WRITTEN, refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..storage import DataDirLocked
 from ..train.export import SPECFORGE_FILE, exporters_for
-from ..train.snapshot import build_snapshot
+from ..train.snapshot import GATES, build_snapshot
 from ..train.summary import headline
 from .common import ASSET_GROUP, STAGE_TAG
 
@@ -102,8 +102,13 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
-    if excluded:
-        context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
+    # a shard that never ran (no gate result at all) is not news; one that ran and is left out is a warning
+    never_ran = sorted(k for k, r in excluded.items() if r == f"no {GATES[0]} gate result")
+    if never_ran:
+        context.log.info(f"shards never run, not in snapshot {snap.version}: {', '.join(never_ran)}")
+    left_out = {k: r for k, r in excluded.items() if k not in never_ran}
+    if left_out:
+        context.log.warning(f"shards left out of snapshot {snap.version}: {left_out}")
     verdict = snap.verdict
     drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
     if verdict is None:
@@ -113,7 +118,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
     report = refresh_quality_report(context, pipeline, profile.name)
     if report is not None:
-        context.log.info(f"quality report: {report}")
+        context.log.info(f"{REPORT_WRITTEN}{report}")
     checks = snapshot_check_results(snap, verdict, report)
     if not snap.published:
         why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
