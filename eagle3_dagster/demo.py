@@ -18,9 +18,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .demo_stop import StopOnSignal, stopped_line
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
@@ -117,77 +117,6 @@ def sglang_endpoint(s: Settings, extra_sim_args: list[str] | None = None) -> Ite
         yield sim.url
     finally:
         sim.stop(timeout=5)
-
-
-class StopOnSignal:
-    """SIGINT (Ctrl-C) and SIGTERM: stop everything within seconds, in order.
-
-    The graph runs on a worker thread (`run`), so the signals stay here on the main thread (Dagster
-    installs its own handlers only on the main thread). The first signal marks this process's
-    running Dagster run CANCELING and asks every stage to stop (stopping.request_stop: the generation
-    client aborts its in-flight requests and stores what was answered); no further run starts; the
-    simulator is stopped on the way out. A second signal stops waiting for the cleanup.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.instance: Any = None
-        self._old: dict[int, Any] = {}
-        self._tty_err = 2
-
-    def __call__(self, signo: int, frame: Any) -> None:
-        from . import stopping
-
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        name = signal.Signals(signo).name
-        # os.write on the terminal's stderr saved at start: a signal handler must not wait on (or re-enter)
-        # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
-        os.write(
-            self._tty_err,
-            f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
-            "resumes). Again to stop waiting for the cleanup.\n".encode(),
-        )
-        if self.instance is not None:
-            try:
-                from .orchestration.run import cancel_own_runs
-
-                cancel_own_runs(self.instance)
-            except Exception as e:
-                print(f"[demo] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
-        stopping.request_stop(f"{name} received")
-
-    def run(self, fn: Any) -> Any:
-        """fn() on a worker thread; this (main) thread waits, handling the signals."""
-        import threading
-
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["v"] = fn()
-            except BaseException as e:
-                box["e"] = e
-
-        th = threading.Thread(target=target, name="eagle3-graph", daemon=True)
-        th.start()
-        while th.is_alive():
-            th.join(0.2)
-        if "e" in box:
-            raise box["e"]
-        return box["v"]
-
-    def __enter__(self) -> StopOnSignal:
-        self._tty_err = os.dup(2)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, h in self._old.items():
-            signal.signal(sig, h)
-        os.close(self._tty_err)
 
 
 def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
@@ -324,6 +253,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
+        + _not_latest(data_dir, snap)
         + (
             " (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
             "exports/conversations.jsonl)"
@@ -339,6 +269,14 @@ def summarize(outcome, data_dir: DataPath) -> str:
     lines += problem_lines(outcome, s, report)
     lines.append(f"result:     {result_word(outcome)}")
     return "\n".join(lines)
+
+
+def _not_latest(data_dir: DataPath, snap: str | None) -> str:
+    """A snapshot that LATEST does not name is marked: it is not the published one."""
+    from .train.snapshot import read_latest
+
+    latest = read_latest(data_dir / "snapshots") if snap else None
+    return f" -- NOT published (LATEST is {latest or 'none'})" if snap and latest != snap else ""
 
 
 def _report_line(report: Path, error: str | None) -> str:
@@ -521,12 +459,7 @@ def _main_locked(args: argparse.Namespace) -> int:
             )
             return 130
     if outcome.stopped:
-        print(
-            "[demo] stopped: the interrupted run is marked canceled, no further run started; rerun "
-            "`eagle3 demo` to resume",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(stopped_line(outcome), file=sys.stderr, flush=True)
         return 130
     print(summarize(outcome, s.data_dir), flush=True)
     summary_path = s.data_dir / "demo_summary.json"

@@ -11,6 +11,7 @@ from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
+from ..stopping import StopRequested
 from ..storage import DataDirLocked
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import GATES, build_snapshot
@@ -100,6 +101,8 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
+    except StopRequested as e:  # Ctrl-C / SIGTERM before the LATEST switch: honoured, not retried
+        raise dg.Failure(description=f"training_dataset: {e}", allow_retries=False) from None
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     # a shard that never ran (no gate result at all) is not news; one that ran and is left out is a warning

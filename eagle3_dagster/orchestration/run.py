@@ -357,6 +357,7 @@ def materialize_graph(
             outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
         outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
         outcome.note_logs(instance, r.run_id, "publish")
+        outcome.stopped = stop()  # a stop during publish: honoured before LATEST moved, or came after it
         for mev in r.get_asset_materialization_events():
             version = mev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)
