@@ -18,9 +18,9 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .demo_stop import StopOnSignal, stopped_line
 from .orchestration.checks_column import checks_column
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
@@ -123,77 +123,6 @@ def sglang_endpoint(s: Settings, extra_sim_args: list[str] | None = None) -> Ite
         sim.stop(timeout=5)
 
 
-class StopOnSignal:
-    """SIGINT (Ctrl-C) and SIGTERM: stop everything within seconds, in order.
-
-    The graph runs on a worker thread (`run`), so the signals stay here on the main thread (Dagster
-    installs its own handlers only on the main thread). The first signal marks this process's
-    running Dagster run CANCELING and asks every stage to stop (stopping.request_stop: the generation
-    client aborts its in-flight requests and stores what was answered); no further run starts; the
-    simulator is stopped on the way out. A second signal stops waiting for the cleanup.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.instance: Any = None
-        self._old: dict[int, Any] = {}
-        self._tty_err = 2
-
-    def __call__(self, signo: int, frame: Any) -> None:
-        from . import stopping
-
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        name = signal.Signals(signo).name
-        # os.write on the terminal's stderr saved at start: a signal handler must not wait on (or re-enter)
-        # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
-        os.write(
-            self._tty_err,
-            f"\n[demo] {name}: stopping (the current run is canceled, no further run starts; a rerun "
-            "resumes). Again to stop waiting for the cleanup.\n".encode(),
-        )
-        if self.instance is not None:
-            try:
-                from .orchestration.run import cancel_own_runs
-
-                cancel_own_runs(self.instance)
-            except Exception as e:
-                print(f"[demo] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
-        stopping.request_stop(f"{name} received")
-
-    def run(self, fn: Any) -> Any:
-        """fn() on a worker thread; this (main) thread waits, handling the signals."""
-        import threading
-
-        box: dict[str, Any] = {}
-
-        def target() -> None:
-            try:
-                box["v"] = fn()
-            except BaseException as e:
-                box["e"] = e
-
-        th = threading.Thread(target=target, name="eagle3-graph", daemon=True)
-        th.start()
-        while th.is_alive():
-            th.join(0.2)
-        if "e" in box:
-            raise box["e"]
-        return box["v"]
-
-    def __enter__(self) -> StopOnSignal:
-        self._tty_err = os.dup(2)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            self._old[sig] = signal.signal(sig, self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, h in self._old.items():
-            signal.signal(sig, h)
-        os.close(self._tty_err)
-
-
 def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
     return sum(parquet_num_rows(f) for f in folder.glob(pattern))
 
@@ -246,10 +175,13 @@ def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict
     return out
 
 
-def warnings_line(warned: dict[str, list[str]], failures: dict[str, dict[str, tuple[int, str]]]) -> str:
-    """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason.
+def warnings_line(
+    warned: dict[str, list[str]], failures: dict[str, dict[str, tuple[int, str]]], logged: int = 0
+) -> str:
+    """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason,
+    then how many warnings the runs logged (each is a `warning:` line below the summary).
 
-    Never `none` while a request of a shard failed permanently.
+    Never `none` while a request of a shard failed permanently or a run logged a warning.
     """
     from .generate.report import failures_text
 
@@ -257,6 +189,8 @@ def warnings_line(warned: dict[str, list[str]], failures: dict[str, dict[str, tu
     for key, by_reason in sorted(failures.items()):
         n = sum(c for c, _ in by_reason.values())
         parts.append(f"generations shard {key}: {n:,} request(s) failed permanently: {failures_text(by_reason)}")
+    if logged:
+        parts.append(f"{logged} warning(s) logged by the runs (the `warning:` lines below)")
     return "warnings:   " + ("; ".join(parts) if parts else "none")
 
 
@@ -313,7 +247,8 @@ def summarize(outcome, data_dir: DataPath) -> str:
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
                 warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
-    lines.append(warnings_line(warned, request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])))
+    failures = request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])
+    lines.append(warnings_line(warned, failures, len(getattr(outcome, "logged_warnings", []))))
     snap = outcome.snapshot_version
     from .quality.report_html import default_report_path
 
@@ -322,6 +257,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
+        + _not_latest(data_dir, snap)
         + (
             " (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
             "exports/conversations.jsonl)"
@@ -331,19 +267,44 @@ def summarize(outcome, data_dir: DataPath) -> str:
         *_text_exact_line(data_dir, snap),
         *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
-        f"report:     {report if report.exists() else 'not written'}"
-        + (
-            "  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, snapshots; `eagle3 report` rebuilds it)"
-            if report.exists()
-            else ""
-        ),
+        _report_line(report, getattr(outcome, "report_error", None)),
         f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
-    lines.append(
-        f"result:     {'STOPPED (rerun to resume)' if getattr(outcome, 'stopped', False) else 'SUCCESS' if outcome.success else 'FAILED'}"
-    )
+    lines.append(f"result:     {result_word(outcome)}")
     return "\n".join(lines)
+
+
+def _not_latest(data_dir: DataPath, snap: str | None) -> str:
+    """A snapshot that LATEST does not name is marked: it is not the published one."""
+    from .train.snapshot import read_latest
+
+    latest = read_latest(data_dir / "snapshots") if snap else None
+    return f" -- NOT published (LATEST is {latest or 'none'})" if snap and latest != snap else ""
+
+
+def _report_line(report: Path, error: str | None) -> str:
+    if error:
+        old = f"; {report} is an earlier run's and does not show this one" if report.exists() else ""
+        return f"report:     NOT written by this run ({error}){old}"
+    if not report.exists():
+        return "report:     not written"
+    return (
+        f"report:     {report}  (offline HTML: publish/drift, charts, shards x gates, failures, quarantine, "
+        "snapshots; `eagle3 report` rebuilds it)"
+    )
+
+
+def result_word(outcome) -> str:
+    """STOPPED, SUCCESS, FAILED; a run whose data steps succeeded but whose quality report was not written
+    is not a SUCCESS either."""
+    if getattr(outcome, "stopped", False):
+        return "STOPPED (rerun to resume)"
+    if outcome.success:
+        return "SUCCESS"
+    if getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
+        return "FAILED: the quality report was not written (the data steps succeeded)"
+    return "FAILED"
 
 
 def _publish_lines(outcome) -> list[str]:
@@ -390,6 +351,11 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
         out.append(
             f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
             "lists every failed expectation; fix the cause, then rerun `make demo`"
+        )
+    elif getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
+        out.append(
+            "next:       the data steps succeeded but the quality report was not written (warning above): "
+            "free the disk or fix the report folder, then `eagle3 report` rebuilds it"
         )
     elif not outcome.success:
         out.append(
@@ -497,12 +463,7 @@ def _main_locked(args: argparse.Namespace) -> int:
             )
             return 130
     if outcome.stopped:
-        print(
-            "[demo] stopped: the interrupted run is marked canceled, no further run started; rerun "
-            "`eagle3 demo` to resume",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(stopped_line(outcome), file=sys.stderr, flush=True)
         return 130
     print(summarize(outcome, s.data_dir), flush=True)
     summary_path = s.data_dir / "demo_summary.json"
@@ -514,6 +475,7 @@ def _main_locked(args: argparse.Namespace) -> int:
                 "ingest_errors": outcome.ingest_errors,
                 "publish_errors": outcome.publish_errors,
                 "warnings": outcome.warnings,
+                "report_error": outcome.report_error,
             },
             indent=2,
         )

@@ -7,15 +7,16 @@ import dagster as dg
 
 from ..config import settings
 from ..ingest import load_source_specs
-from ..orchestration.gates import refresh_quality_report, report_metadata
+from ..orchestration.gates import REPORT_WRITTEN, refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
 from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
+from ..stopping import StopRequested
 from ..storage import DataDirLocked
 from ..train.card import CARD_FILE, card_config
 from ..train.export import SPECFORGE_FILE, exporters_for
-from ..train.snapshot import build_snapshot
+from ..train.snapshot import GATES, build_snapshot
 from ..train.summary import headline
 from .common import ASSET_GROUP, STAGE_TAG
 
@@ -104,10 +105,17 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
+    except StopRequested as e:  # Ctrl-C / SIGTERM before the LATEST switch: honoured, not retried
+        raise dg.Failure(description=f"training_dataset: {e}", allow_retries=False) from None
     excluded = {d.shard: d.reason for d in snap.shards if not d.included}
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
-    if excluded:
-        context.log.warning(f"shards left out of snapshot {snap.version}: {excluded}")
+    # a shard that never ran (no gate result at all) is not news; one that ran and is left out is a warning
+    never_ran = sorted(k for k, r in excluded.items() if r == f"no {GATES[0]} gate result")
+    if never_ran:
+        context.log.info(f"shards never run, not in snapshot {snap.version}: {', '.join(never_ran)}")
+    left_out = {k: r for k, r in excluded.items() if k not in never_ran}
+    if left_out:
+        context.log.warning(f"shards left out of snapshot {snap.version}: {left_out}")
     for problem in (snap.manifest.get("card") or {}).get("warnings", []):  # e.g. a source without a licence
         context.log.warning(f"data card of snapshot {snap.version}: {problem}")
     verdict = snap.verdict
@@ -122,7 +130,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
     report = refresh_quality_report(context, pipeline, profile.name)
     if report is not None:
-        context.log.info(f"quality report: {report}")
+        context.log.info(f"{REPORT_WRITTEN}{report}")
     checks = snapshot_check_results(snap, verdict, report)
     if not snap.published:
         why = "; ".join(verdict.reasons if verdict is not None else ["not published"])

@@ -43,6 +43,8 @@ class ShardReport:
     failure_details: dict[str, str] = field(default_factory=dict)
     # reason -> {retried, came_back, failed_again, not_sent}: an earlier run's failures this run sent again
     previous_failures: dict[str, dict[str, int]] = field(default_factory=dict)
+    # stored answers the last gate quarantined for a server fault (generate/requeue.py), taken out and sent again
+    quarantined_retried: int = 0
     finish_reasons: dict[str, int] = field(default_factory=dict)
     samples_per_s: float = 0.0
     output_tokens_per_s: float = 0.0

@@ -45,6 +45,7 @@ from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
+from .requeue import requeue_quarantined
 from .retried import PreviousFailures, write_retried
 from .rows import error_row, is_permanent_reason, result_row
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors, stored_sample_ids
@@ -179,6 +180,9 @@ async def _generate_shard(
             prior = prior.clear()
         else:
             prior = prior.filter(pl.col("reason").map_elements(is_permanent_reason, return_dtype=pl.Boolean))
+        # quarantined answers a fixed server would answer differently: out of the store, so sent again below
+        requeued = await asyncio.to_thread(requeue_quarantined, store)
+        report.quarantined_retried = len(requeued)
         plan = await asyncio.to_thread(
             plan_shard,
             tokenized,
@@ -208,6 +212,7 @@ async def _generate_shard(
             )
         carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
         previous = PreviousFailures.from_errors(prior_all, carried.get_column("sample_id").to_list())
+        previous = PreviousFailures({**previous.reasons, **requeued})
         write_retried(out_dir, "", {})  # a run that does not finish leaves no outcome of an earlier one
         report.requested = plan.requested
         report.duplicates_in_input = plan.rows - plan.excluded - plan.requested

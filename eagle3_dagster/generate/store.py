@@ -72,6 +72,7 @@ PART_GLOB = "part-*.parquet"
 COMPACTED_GLOB = "part-*.compacted.parquet"
 COMPACTED_FROM = b"eagle3.compacted_from"  # footer key: JSON list of the chunk names a compacted chunk replaces
 ERRORS_FILE = "errors.parquet"
+SUPERSEDED_PREFIX = "superseded-"  # stored rows replaced by a retry (requeue.py): kept, never read as samples
 COUNT_BATCH_ROWS = 2048  # rows decoded at a time by count_current_samples
 _PART_NS = re.compile(r"^part-([0-9]{20})-")
 
@@ -279,6 +280,36 @@ class ShardStore:
         log.info("%s: compacted %d chunks into %s (%d rows)", self.out_dir, len(files), path.name, rows)
         return len(files)
 
+    def supersede(self, sample_ids: Iterable[str]) -> int:
+        """Take the stored rows of `sample_ids` out of the shard; returns how many rows were taken out.
+
+        Call with the lock held, before planning a run: those samples then count as not stored and are sent
+        again. The rows are first written whole to superseded-<ns>.parquet (kept beside the chunks, never
+        read as samples), then every chunk is rewritten without them as one compacted chunk (the same
+        crash-safe steps as compact(): a crash in between leaves either the old chunks, which the next
+        open removes, or the new one)."""
+        wanted = pl.Series("sample_id", sorted(set(sample_ids)), dtype=pl.String)
+        files = chunk_files(self.out_dir)
+        if not files or wanted.len() == 0:
+            return 0
+        old = [f.select(self.schema.names).to_arrow() for f in iter_generations(self.out_dir, only=wanted)]
+        n_old = sum(t.num_rows for t in old)
+        if n_old == 0:
+            return 0
+        archive = self.out_dir / f"{SUPERSEDED_PREFIX}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        self._write(pa.concat_tables([t.cast(self.schema) for t in old]), archive)
+        names = [f.name for f in files]
+        ns = max([time.time_ns(), *[int(m.group(1)) + 1 for n in names if (m := _PART_NS.match(n))]])
+        path = self.out_dir / f"part-{ns:020d}-{uuid.uuid4().hex[:8]}.compacted.parquet"
+        rows = self._write_with(lambda: write_compacted(files, path, self.schema, exclude=wanted), path)
+        if parquet_num_rows(path) != rows:
+            raise StoreWriteError(f"rewritten chunk {path} does not hold the {rows} rows written")
+        self._delete_chunks(files)
+        log.info(
+            "%s: %d stored row(s) superseded (kept in %s), to be generated again", self.out_dir, n_old, archive.name
+        )
+        return n_old
+
     def finish_compaction(self) -> int:
         """Delete chunks a compacted chunk replaced but a crash left behind; returns how many."""
         present = {f.name: f for f in chunk_files(self.out_dir)}
@@ -349,9 +380,14 @@ def iter_generations(
         offset += n
 
 
-def _winning_parts(files: list[DataPath], schema: pa.Schema = schemas.GENERATIONS) -> Iterator[pa.Table]:
-    """Each chunk's winning rows as a `schema` table, one chunk in memory at a time."""
-    counts, keep, _ = _winners(files)
+def _winning_parts(
+    files: list[DataPath], schema: pa.Schema = schemas.GENERATIONS, exclude: pl.Series | None = None
+) -> Iterator[pa.Table]:
+    """Each chunk's winning rows (minus every row of the sample_ids in `exclude`) as a `schema` table, one
+    chunk in memory at a time."""
+    counts, keep, ids = _winners(files)
+    if exclude is not None:
+        keep &= ~ids.is_in(exclude.cast(pl.String).implode()).to_numpy()
     offset = 0
     for f, n in zip(files, counts):
         t = parquet_file(f).read()
@@ -362,7 +398,9 @@ def _winning_parts(files: list[DataPath], schema: pa.Schema = schemas.GENERATION
         offset += n
 
 
-def write_compacted(files: list[DataPath], path: DataPath, schema: pa.Schema = schemas.GENERATIONS) -> int:
+def write_compacted(
+    files: list[DataPath], path: DataPath, schema: pa.Schema = schemas.GENERATIONS, exclude: pl.Series | None = None
+) -> int:
     """Write the rows `read_generations` returns for these chunks, in its order, to `path` streamed (ParquetSink: appears only when complete), its footer
     naming the chunks it replaces; returns the rows written. Peak memory: one chunk, not the shard."""
     meta = dict(schema.metadata or {})
@@ -370,7 +408,7 @@ def write_compacted(files: list[DataPath], path: DataPath, schema: pa.Schema = s
     sink = ParquetSink(path, schema.with_metadata(meta))
     rows = 0
     try:
-        for part in _winning_parts(files, schema):
+        for part in _winning_parts(files, schema, exclude):
             sink.write_table(part.replace_schema_metadata(meta))
             rows += part.num_rows
         sink.commit()

@@ -138,6 +138,12 @@ def _rate(o: Any, n_rows: int | None) -> str:
     return "empty" if n_rows == 0 else "skipped"
 
 
+# the start of the warning a failed report write logs: the run driver (run.py) reads it back, so the
+# summary names the failure instead of pointing at the report an earlier run left
+REPORT_NOT_WRITTEN = "quality report not written"
+REPORT_WRITTEN = "quality report: "
+
+
 def refresh_quality_report(
     context: Any, pipeline: Any, profile_name: str | None = None, shard: int | None = None
 ) -> Path | None:
@@ -158,7 +164,7 @@ def refresh_quality_report(
             )
         return write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
     except Exception as e:
-        context.log.warning(f"quality report not written: {type(e).__name__}: {e}")
+        context.log.warning(f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}")
         return None
 
 

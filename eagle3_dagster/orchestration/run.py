@@ -6,6 +6,7 @@ its real checks and a real instance (runs show up in the UI afterwards).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import socket
@@ -19,6 +20,7 @@ import psutil
 
 from ..config import PartitionKeyError
 from ..defs.common import stage_assets
+from .gates import REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
@@ -150,9 +152,18 @@ class GraphOutcome:
     ingest_errors: list[str] = field(default_factory=list)
     publish_failed_checks: dict[str, str] = field(default_factory=dict)
     publish_errors: list[str] = field(default_factory=list)
+    # WARNING lines the runs' steps logged ("<run>: <message>"), in run order, at most MAX_LOGGED a run
+    logged_warnings: list[str] = field(default_factory=list)
+    # the quality report's last write failed (the warning's text): the report on disk is an earlier run's
+    report_error: str | None = None
 
     @property
     def success(self) -> bool:
+        """The data steps succeeded (data_success) and the quality report was written."""
+        return self.data_success and self.report_error is None
+
+    @property
+    def data_success(self) -> bool:
         """Every run succeeded and no ERROR-severity check failed anywhere (ingest, shards, publish)."""
         no_errors = "ERROR" not in (*self.ingest_failed_checks.values(), *self.publish_failed_checks.values())
         return (
@@ -169,7 +180,40 @@ class GraphOutcome:
         out = [c for c, sev in self.ingest_failed_checks.items() if sev == "WARN"]
         out += [f"shard {s.shard} {c}" for s in self.shards for c, sev in s.failed_checks.items() if sev == "WARN"]
         out += [c for c, sev in self.publish_failed_checks.items() if sev == "WARN"]
-        return out
+        return out + self.logged_warnings
+
+    def note_logs(self, instance: dg.DagsterInstance, run_id: str, what: str) -> None:
+        """Take in one run's logged warnings and what became of its quality report writes."""
+        warnings, report = run_log_warnings(instance, run_id, what)
+        self.logged_warnings += warnings
+        if report is not None:
+            self.report_error = report or None
+
+
+MAX_LOGGED = 10  # warnings a run contributes to the summary; the rest are counted, in the run's log
+
+
+def run_log_warnings(instance: dg.DagsterInstance, run_id: str, what: str) -> tuple[list[str], str | None]:
+    """The WARNING lines the steps of a run logged (not Dagster's own events), distinct, in order, as
+    "<what>: <first line>"; and the run's last quality-report outcome: the failure, "" (written) or None."""
+    seen: dict[str, None] = {}
+    report: str | None = None
+    for rec in instance.all_logs(run_id):
+        if rec.dagster_event is not None or not rec.user_message:
+            continue
+        level = rec.level if isinstance(rec.level, int) else logging.getLevelName(str(rec.level))
+        msg = rec.user_message.strip().splitlines()[0]
+        if msg.startswith(REPORT_WRITTEN):
+            report = ""
+        if level != logging.WARNING:
+            continue
+        if msg.startswith(REPORT_NOT_WRITTEN):
+            report = msg
+        seen.setdefault(msg, None)
+    lines = [f"{what}: {m}" for m in list(seen)[:MAX_LOGGED]]
+    if len(seen) > MAX_LOGGED:
+        lines.append(f"{what}: {len(seen) - MAX_LOGGED} more distinct warning(s) in run {run_id} (`make ui`)")
+    return lines, report
 
 
 def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
@@ -243,12 +287,18 @@ def materialize_graph(
         )
         ingest_ok, ingest_run = r.success, r.run_id
         ingest_checks, ingest_errors = _failed_checks(r), _errors(r)
-        if not r.success:
-            return GraphOutcome(
-                False, r.run_id, [], reaped_runs=reaped, ingest_failed_checks=ingest_checks, ingest_errors=ingest_errors
+        if not r.success or stop():
+            early = GraphOutcome(
+                False,
+                r.run_id,
+                [],
+                reaped_runs=reaped,
+                ingest_failed_checks={} if r.success else ingest_checks,
+                ingest_errors=[] if r.success else ingest_errors,
+                stopped=r.success,
             )
-        if stop():
-            return GraphOutcome(False, r.run_id, [], reaped_runs=reaped, stopped=True)
+            early.note_logs(instance, r.run_id, "ingest")
+            return early
     else:
         ingest_checks, ingest_errors = {}, []
     outcomes = []
@@ -287,6 +337,10 @@ def materialize_graph(
         ingest_failed_checks=ingest_checks,
         ingest_errors=ingest_errors,
     )
+    if ingest_run:
+        outcome.note_logs(instance, ingest_run, "ingest")
+    for sh in outcomes:
+        outcome.note_logs(instance, sh.run_id, f"shard {sh.shard}")
     if run_publish and not outcome.stopped:
         r = dg.materialize(
             assets,
@@ -302,6 +356,8 @@ def materialize_graph(
         for ev in r.get_asset_check_evaluations():
             outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
         outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
+        outcome.note_logs(instance, r.run_id, "publish")
+        outcome.stopped = stop()  # a stop during publish: honoured before LATEST moved, or came after it
         for mev in r.get_asset_materialization_events():
             version = mev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)

@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
+from ..train.snapshot import unpublished_versions
 from ..train.summary import SUMMARY_FILE
 from .gate import read_gate_result
 from .report_decontamination import collect_decontamination
@@ -103,6 +104,8 @@ class SnapshotView:
     shards: list[dict[str, Any]]  # {shard, included, reason, rows}
     published: bool = True
     drift_status: str = "none"
+    # complete, not held back, but LATEST was never switched to it (a publish stopped or killed before that)
+    unpublished: bool = False
     summary: dict[str, Any] | None = None
 
 
@@ -439,6 +442,9 @@ def collect_snapshots(data: DataPath) -> list[SnapshotView]:
                 summary=man.get("summary"),
             )
         )
+    never = unpublished_versions(root)
+    for v in out:
+        v.unpublished = v.version in never
     return sorted(out, key=lambda s: (s.created_at, s.version), reverse=True)
 
 

@@ -291,6 +291,8 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
         inc = [x for x in s.shards if x["included"]]
         exc = [x for x in s.shards if not x["included"]]
         marks = (" (LATEST)" if s.latest else "") + ("" if s.published else " — held back, not published")
+        if s.unpublished:
+            marks += " — NOT published: LATEST was never switched to it (a publish stopped or killed before that; a rerun publishes it)"
         if s.drift_status not in ("none", "ok"):
             marks += f" — drift {s.drift_status}"
         h.append(f"<h3>snapshot <code>{_e(s.version)}</code>{_e(marks)}</h3>")

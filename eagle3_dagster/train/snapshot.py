@@ -39,12 +39,14 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from ..stopping import StopRequested, stop_reason, stop_requested
 from ..storage import (
     DataDirLock,
     DataPath,
@@ -242,9 +244,12 @@ def build_snapshot(
     if warning:
         (on_wait or log.warning)(warning)
     with lock:
+        locked_at = time.time()
         removed_staging = remove_dead_staging(as_data_path(data_dir) / "snapshots")
         for name in removed_staging:
             (on_wait or log.warning)(f"removed staging folder {name} of an earlier publish that did not finish")
+        for name in remove_stale_latest_tmp(as_data_path(data_dir) / "snapshots", before=locked_at):
+            (on_wait or log.warning)(f"removed {name}, left by an earlier publish killed while writing LATEST")
         result = _build_snapshot_locked(
             data_dir,
             shard_ids,
@@ -272,6 +277,54 @@ def remove_dead_staging(root: PathLike) -> list[str]:
             d.rmtree()
             removed.append(d.name)
     return removed
+
+
+def remove_stale_latest_tmp(root: PathLike, *, before: float) -> list[str]:
+    """Delete the `.LATEST.*.tmp` files a publisher killed while writing LATEST left behind (call only while
+    holding the publish lock; only files older than `before`, when the lock was taken: no live writer's)."""
+    root = as_data_path(root)
+    if not root.is_local or not root.exists():
+        return []  # object storage writes LATEST in one put: no temp object
+    removed = []
+    for f in root.glob(".LATEST.*.tmp"):
+        try:
+            if f.local_path.stat().st_mtime < before:
+                f.unlink(missing_ok=True)
+                removed.append(f.name)
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+def unpublished_versions(root: PathLike) -> set[str]:
+    """Complete snapshots LATEST was never switched to: built after LATEST's snapshot (all of them when
+    there is no LATEST), not held back on purpose (manifest `published: false` says that itself). A
+    publish stopped or killed between the snapshot's rename and the LATEST write leaves one."""
+    root = as_data_path(root)
+    latest = read_latest(root)
+    snaps = list_snapshots(root)
+    after = next((c for v, c in snaps if v == latest), "") if latest else ""
+    out = set()
+    for version, created in snaps:
+        if version == latest or (latest and created <= after):
+            continue
+        man = read_manifest(root, version) or {}
+        if man.get("published", True) is not False:
+            out.add(version)
+    return out
+
+
+def _refuse_if_stopped(root: DataPath, version: str, attempt: dict[str, Any], attempt_file: DataPath) -> None:
+    """Called just before LATEST -> version, the publish's commit point. A stop requested by then is honoured:
+    the snapshot stays complete but unpublished (a rerun publishes it), and StopRequested says so."""
+    if stop_requested():
+        latest = read_latest(root)
+        attempt.update(published=False, stopped=stop_reason() or "stop requested")
+        attempt_file.write_text(json.dumps(attempt, indent=1, default=str))
+        raise StopRequested(
+            f"stopped before LATEST was switched ({stop_reason() or 'stop requested'}): snapshot {version} is "
+            f"complete but NOT published, LATEST stays {latest or '(none)'}; a rerun publishes it"
+        )
 
 
 def _build_snapshot_locked(
@@ -381,11 +434,12 @@ def _build_snapshot_locked(
         manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
     manifest = json.loads(manifest_path.read_text())
     if published:
+        _refuse_if_stopped(root, version, attempt, attempt_file)
         manifest = stamp_published_at(
             root, manifest_path, manifest, same_as_latest=latest == version, now=str(attempt["at"])
         )
         attempt["published_at"] = manifest["published_at"]
-        (root / "LATEST").write_text(version + "\n")
+        (root / "LATEST").write_text(version + "\n")  # the publish's commit point
     if verdict is None and judge is not None:
         # the same content as LATEST: nothing new was judged; what was decided when it was published holds
         attempt["verdict"] = {
