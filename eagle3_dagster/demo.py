@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .config import PROJECT_ROOT, Settings, child_process_env, interactive_endpoint_wait_s, settings
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 
@@ -381,6 +381,8 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
             f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
             "`allow_empty: true` makes an empty source a warning), then rerun `make demo`"
         )
+    elif endpoint := endpoint_advice([e for sh in outcome.shards for e in sh.errors]):
+        out.append(f"next:       {endpoint}, then rerun `make demo`")
     elif any(not sh.ok for sh in outcome.shards):
         bad = next(sh.shard for sh in outcome.shards if not sh.ok)
         out.append(
@@ -398,6 +400,18 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
             "(source YAML `max_reject_rate` sets the reject-rate threshold)"
         )
     return out
+
+
+def endpoint_advice(errors: list[str]) -> str | None:
+    """What to do when a shard failed because of its SGLang endpoint (not its data); None otherwise."""
+    if any("AuthError" in e for e in errors):
+        return "the SGLang server refused the API key: set SGLANG_API_KEY to the server's --api-key"
+    if any(k in e for e in errors for k in ("NoEndpointError", "EndpointRefusedError", "ModelRevisionError")):
+        return (
+            "the SGLang endpoint named above did not serve the run: fix EAGLE3_SGLANG_URL (`eagle3 check` probes "
+            "it; unset, `eagle3 demo` starts its own simulator)"
+        )
+    return None
 
 
 def _big_shard(n: int) -> None:
@@ -474,7 +488,8 @@ def _main_locked(args: argparse.Namespace) -> int:
                 stopper.instance = instance
                 # the URL (a configured fleet or the simulator just started) reaches every run as the
                 # `sglang` resource, not through the process environment
-                fleet = {"sglang": SGLangFleet(urls=url)}
+                # and an interactive run names a dead endpoint within seconds (the nightly waits longer)
+                fleet = {"sglang": SGLangFleet(urls=url, wait_for_endpoint_s=interactive_endpoint_wait_s(s))}
                 outcome = stopper.run(
                     lambda: materialize_graph(
                         defs,
