@@ -16,6 +16,7 @@ A bad setting, source YAML or shard key ends any command with one line per probl
 
 from __future__ import annotations
 
+import errno
 import re
 import sys
 from collections.abc import Callable
@@ -151,6 +152,12 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+# OSErrors that mean "this folder cannot be written": a condition the user fixes, not a bug to trace
+UNWRITABLE_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST}
+)
+
+
 def _one_line(e: Exception) -> str:
     """The line of an error that says why: a simulator's failure carries its log's tail, whose last
     ERROR line names the cause (e.g. the TokenizerLoadError); anything else is its first line."""
@@ -184,6 +191,18 @@ def main(argv: list[str] | None = None) -> int:
             "point it at a local tokenizer folder",
             file=sys.stderr,
         )
+        return 2
+    except OSError as e:
+        if e.errno not in UNWRITABLE_ERRNOS:
+            raise
+        # a data/work dir that cannot be written (read-only, full, a file in the way): one line, the fix
+        print(
+            f"eagle3 {cmd}: error: cannot write {e.filename or 'a file'}: {e.strerror}; EAGLE3_DATA_DIR and "
+            "EAGLE3_WORK_DIR must be folders you can write to, with free space (`eagle3 check` tests them)",
+            file=sys.stderr,
+        )
+        if cmd == "demo":
+            print("next:       fix the folder named above, then rerun `make demo`\nresult:     FAILED", flush=True)
         return 2
     except (SettingsError, SourceSpecError, PartitionKeyError) as e:
         # a configuration mistake: one readable line per problem, no traceback

@@ -21,8 +21,12 @@ def one_line_error(message: str) -> str:
     head, sep, rest = message.partition("\n\n")
     if not sep or TRACE_MARK not in rest:
         return message
-    first = next((ln.strip() for ln in rest.splitlines() if ln.strip()), "")
-    # "dagster._core.definitions.events.Failure: why" -> "Failure: why"
+    lines = [ln.strip() for ln in rest.splitlines()]
+    # the error, or its root cause: Dagster wraps an unexpected exception ("Error occurred while executing op")
+    heads = [next((ln for ln in lines if ln), "")]
+    heads += [lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.endswith("caused by the following exception:")]
+    first = heads[-1]
+    # "eagle3_dagster.ingest.errors.IngestFileError: why" -> "IngestFileError: why"
     cls, colon, why = first.partition(": ")
     short = f"{cls.rsplit('.', 1)[-1]}{colon}{why}" if colon else first
     return f"{head} {short} (stack trace in the run's event log)"
