@@ -39,6 +39,10 @@ PID_STARTED_TAG = "eagle3/pid_started"
 GRAPH_RUN_TAG = "eagle3/graph_run"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on every run of a backfill
 PARENT_RUN_TAG = "dagster/parent_run_id"  # set on a re-execution (which inherits its parent's tags)
+# The UI lists a job's runs by job name AND this tag (its code location, as workspace.yaml's entry is named:
+# "<repository>@<module>:<attribute>"); a run executed in process carries it only when given.
+REPOSITORY_LABEL_TAG = ".dagster/repository"
+UI_REPOSITORY_LABEL = "__repository__@eagle3_dagster.definitions:defs"
 
 
 def graph_run_key(tags: Mapping[str, str], run_id: str) -> str:
@@ -241,7 +245,7 @@ def run_named_job(
         instance=instance,
         partition_key=partition_key,
         raise_on_error=False,
-        tags=dict(tags),
+        tags={**tags, REPOSITORY_LABEL_TAG: UI_REPOSITORY_LABEL},
         resources=dict(resources or {}),
     )
 
