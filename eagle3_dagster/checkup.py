@@ -11,11 +11,15 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .generate.fleet_capacity import EndpointCapacity
 from .ingest.errors import IngestFileError
 from .ingest.remote import is_remote
 from .ingest.spec import SourceSpec, read_source_specs
+
+if TYPE_CHECKING:
+    from .config import Settings
 
 
 def source_problems(sources_dir: Path) -> tuple[list[SourceSpec], list[str]]:
@@ -76,3 +80,14 @@ def endpoint_problems(fleet: Sequence[EndpointCapacity]) -> list[str]:
             fix = "no server there: start it, or fix EAGLE3_SGLANG_URL (unset, `eagle3 demo` starts its own simulator)"
         out.append(f"EAGLE3_SGLANG_URL {c.endpoint}: {c.why}; {fix} (`eagle3 check --offline` skips this probe)")
     return out
+
+
+def dead_endpoint_lines(s: Settings) -> list[str]:
+    """At the start of an interactive run: a line per configured endpoint that does not answer as SGLang
+    (3 s a probe), so a wrong EAGLE3_SGLANG_URL is named before ingest and tokenize have run."""
+    from .generate.fleet_capacity import probe_fleet
+
+    if not s.sglang_url_configured:
+        return []
+    headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
+    return endpoint_problems(probe_fleet(s.sglang_urls, headers=headers))

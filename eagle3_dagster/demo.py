@@ -475,6 +475,10 @@ def _main_locked(args: argparse.Namespace) -> int:
 
     load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
     home = ensure_dagster_home(s.dagster_home)
+    from .checkup import dead_endpoint_lines
+
+    for line in dead_endpoint_lines(s):  # named now, not after ingest and tokenize; a cached shard needs no server
+        print(f"[demo] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails", flush=True)
     import dagster as dg
 
     from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem

@@ -47,6 +47,11 @@ def test_a_dead_url_costs_nothing_when_cached_and_seconds_otherwise(tmp_path: Pa
     out = fresh.stdout + fresh.stderr
     assert took < 90, f"{took:.0f}s to name a dead endpoint:\n{out[-3000:]}"
     assert fresh.returncode != 0
+    # named before any work (ingest, tokenize), then again by the shard that needed it
+    assert fresh.stdout.splitlines()[0] == (
+        f"[demo] warning: EAGLE3_SGLANG_URL {dead}: connection refused; no server there: start it, or fix "
+        "EAGLE3_SGLANG_URL (unset, `eagle3 demo` starts its own simulator); a shard with prompts to send fails"
+    ), fresh.stdout[:2000]
     assert "Traceback" not in out and "Stack Trace" not in out, out[-5000:]
     named = [ln for ln in out.splitlines() if ln.startswith("error:") and f"{dead}: connection refused" in ln]
     assert named, out[-3000:]
