@@ -41,3 +41,11 @@ def test_a_shard_with_one_new_prompt_still_asks_the_server(tmp_path: Path, start
     dead = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(NoEndpointError, match=r"connection refused"):
         generate_shard(make_prompts(7), out, make_config(dead, wait_for_endpoint_s=1.0))
+
+
+def test_a_shard_without_prompts_never_contacts_the_endpoint(tmp_path: Path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    t0 = time.monotonic()
+    rep = generate_shard(make_prompts(1).clear(), tmp_path / "gen", make_config(dead, wait_for_endpoint_s=120.0))
+    assert time.monotonic() - t0 < 30
+    assert (rep.requested, rep.succeeded, rep.failed) == (0, 0, 0)
