@@ -8,7 +8,8 @@
     eagle3 ui                           the Dagster UI on 127.0.0.1:3000 with a simulator behind it
     eagle3 plan [--tokens-per-s-per-server X] [--servers N]
                                         before a run: prompts, tokens, cached requests, ETA, GPU-hours, disk
-    eagle3 check                        validate every EAGLE3_* setting and source YAML, create the instance
+    eagle3 check [--offline]            validate settings, source YAMLs and files, the data dir and (unless
+                                        --offline) the SGLang endpoints; create the instance
 
 A bad setting, source YAML or shard key ends any command with one line per problem and exit code 2.
 """
@@ -16,6 +17,7 @@ A bad setting, source YAML or shard key ends any command with one line per probl
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import sys
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .config import Settings
+    from .generate.fleet_capacity import EndpointCapacity
     from .orchestration.pools import PoolSizing
 
 
@@ -69,25 +72,36 @@ def _plan(argv: list[str]) -> int:
 
 
 def _check(argv: list[str]) -> int:
-    """Validate settings + source YAMLs and create the Dagster instance (make instance runs this).
+    """Validate settings, source YAMLs and files, the data dir and the endpoints; create the Dagster instance
+    (make instance runs this). Every problem is one line; any problem: exit 2 and no instance written.
 
     The instance's `sglang` pool and run queue are sized from the fleet (orchestration/pools.py):
     each configured endpoint's max_running_requests from /server_info (a router: its workers', one line
-    each router), and the prompts per shard of the last ingest when there is one. An endpoint that does
-    not answer is named, not fatal.
+    each router), and the prompts per shard of the last ingest when there is one. `--offline` skips the
+    endpoint probe (the pool is then sized as for an unknown fleet).
     """
+    from .checkup import endpoint_problems, source_problems, writable_dir_problem
     from .config import settings
     from .demo import ensure_dagster_home, instance_yaml
-    from .ingest import load_source_specs
 
-    _check_parser().parse_args(argv)  # --help prints what check does; anything else is exit code 2
+    args = _check_parser().parse_args(argv)  # --help prints what check does; an unknown argument is exit code 2
     s = settings()
-    specs = load_source_specs(s.sources_dir)
-    sizing, routers = _fleet_pool_sizing(s)
+    specs, problems = source_problems(s.sources_dir)
+    dirs = [("EAGLE3_DATA_DIR", s.data_dir.local_path)] if s.data_dir.is_local else []
+    dirs += [("EAGLE3_WORK_DIR", s.work_dir)] if s.work_dir not in [d for _, d in dirs] else []
+    problems += [p for name, d in dirs if (p := writable_dir_problem(name, d))]
+    sizing, routers, fleet = _fleet_pool_sizing(s, probe=not args.offline)
+    problems += endpoint_problems(fleet)
+    if problems:
+        for line in problems:
+            print(f"eagle3 check: error: {line}", file=sys.stderr)
+        print(f"eagle3 check: {len(problems)} problem(s); nothing was written", file=sys.stderr)
+        return 2
     home = ensure_dagster_home(instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs))
+    probed = "endpoints not probed (--offline)" if args.offline and s.sglang_url_configured else ""
     print(
         f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
-        f"{len(specs)} source(s) OK; instance ready at {home}"
+        f"{len(specs)} source(s) OK; instance ready at {home}" + (f"; {probed}" if probed else "")
     )
     for line in routers:
         print(f"eagle3 check: {line}")
@@ -97,28 +111,35 @@ def _check(argv: list[str]) -> int:
 
 
 def _check_parser() -> argparse.ArgumentParser:
-    return argparse.ArgumentParser(
+    ap = argparse.ArgumentParser(
         prog="eagle3 check",
-        description="Validate every EAGLE3_* setting and every source YAML (one line per problem, exit code 2), "
-        "then create or update the Dagster instance in DAGSTER_HOME, its `sglang` pool and run queue sized "
-        "from the fleet: each EAGLE3_SGLANG_URL endpoint's max_running_requests (an endpoint that does not "
-        "answer is named, not fatal) and the prompts per shard of the last ingest. Takes no arguments; "
-        "nothing is run.",
+        description="Validate every EAGLE3_* setting and every source YAML (each missing source file, an "
+        "unwritable data or work dir, and each configured SGLang endpoint that does not answer as SGLang too: "
+        "one line per problem, exit code 2, nothing written), then create or update the Dagster instance in "
+        "DAGSTER_HOME, its `sglang` pool and run queue sized from the fleet: each EAGLE3_SGLANG_URL endpoint's "
+        "max_running_requests and the prompts per shard of the last ingest. Nothing is run.",
     )
+    ap.add_argument("--offline", action="store_true", help="do not probe the SGLang endpoints")
+    return ap
 
 
-def _fleet_pool_sizing(s: Settings) -> tuple[PoolSizing, list[str]]:
-    """PoolSizing from the configured endpoints (probed) and the last ingest's prompts per shard, and a
-    line per router endpoint: its workers, their slots, and any worker counted as the mean."""
+def _fleet_pool_sizing(s: Settings, *, probe: bool = True) -> tuple[PoolSizing, list[str], list[EndpointCapacity]]:
+    """PoolSizing from the configured endpoints (probed unless `probe` is false) and the last ingest's
+    prompts per shard, a line per router endpoint (its workers, their slots, any worker counted as the
+    mean), and what each endpoint answered."""
+    from .generate.endpoint_info import display_url
     from .generate.fleet_capacity import probe_fleet
     from .orchestration.pools import size_pools
     from .storage import parquet_num_rows
 
     routers: list[str] = []
-    if s.sglang_url_configured:
+    fleet: list[EndpointCapacity] = []
+    if s.sglang_url_configured and not probe:
+        capacity: dict[str, int | None] = {display_url(u): None for u in s.sglang_urls}  # no credentials
+    elif s.sglang_url_configured:
         headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
         fleet = probe_fleet(s.sglang_urls, headers=headers)
-        capacity: dict[str, int | None] = {c.endpoint: c.slots for c in fleet}
+        capacity = {c.endpoint: c.slots for c in fleet}
         routers = [c.describe() for c in fleet if c.workers is not None]
     else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
         capacity = {"the simulator eagle3 demo/ui starts": None}
@@ -126,7 +147,7 @@ def _fleet_pool_sizing(s: Settings) -> tuple[PoolSizing, list[str]]:
     per_shard = None
     if prompts.exists():
         per_shard = max(1, parquet_num_rows(prompts) // s.n_shards)
-    return size_pools(capacity, shard_requests=per_shard), routers
+    return size_pools(capacity, shard_requests=per_shard), routers, fleet
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -139,6 +160,12 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plan": _plan,
     "check": _check,
 }
+
+
+# OSErrors that mean "this folder cannot be written": a condition the user fixes, not a bug to trace
+UNWRITABLE_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.ENOTDIR, errno.EEXIST}
+)
 
 
 def _one_line(e: Exception) -> str:
@@ -174,6 +201,18 @@ def main(argv: list[str] | None = None) -> int:
             "point it at a local tokenizer folder",
             file=sys.stderr,
         )
+        return 2
+    except OSError as e:
+        if e.errno not in UNWRITABLE_ERRNOS:
+            raise
+        # a data/work dir that cannot be written (read-only, full, a file in the way): one line, the fix
+        print(
+            f"eagle3 {cmd}: error: cannot write {e.filename or 'a file'}: {e.strerror}; EAGLE3_DATA_DIR and "
+            "EAGLE3_WORK_DIR must be folders you can write to, with free space (`eagle3 check` tests them)",
+            file=sys.stderr,
+        )
+        if cmd == "demo":
+            print("next:       fix the folder named above, then rerun `make demo`\nresult:     FAILED", flush=True)
         return 2
     except (SettingsError, SourceSpecError, PartitionKeyError) as e:
         # a configuration mistake: one readable line per problem, no traceback

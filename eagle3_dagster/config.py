@@ -405,6 +405,17 @@ def settings() -> Settings:
     return Settings.from_env(os.environ)
 
 
+# An interactive run (`eagle3 demo`) names a dead endpoint within seconds; the nightly and the runs the UI
+# launches wait the long default (a fleet restarting overnight), which EAGLE3_ENDPOINT_WAIT_S sets for both.
+INTERACTIVE_ENDPOINT_WAIT_S = 15.0
+
+
+def interactive_endpoint_wait_s(s: Settings | None = None) -> float:
+    """EAGLE3_ENDPOINT_WAIT_S when set, else the short wait of an interactive run."""
+    s = s or settings()
+    return s.endpoint_wait_s if s.endpoint_wait_s is not None else INTERACTIVE_ENDPOINT_WAIT_S
+
+
 def child_process_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment for a child process (`dagster dev` under `eagle3 ui`): ours with `extra` on top.
 
@@ -434,7 +445,8 @@ def gx_keep_validations() -> int:
 def generation_env(s: Settings | None = None) -> dict[str, object]:
     """GenerationConfig overrides from the settings (only those that are set):
 
-    EAGLE3_ENDPOINT_WAIT_S   seconds a generations step waits for a routable endpoint, once (default 600)
+    EAGLE3_ENDPOINT_WAIT_S   seconds a generations step waits for a routable endpoint, once (default 600;
+                             `eagle3 demo`: 15)
     EAGLE3_STREAM            stream /generate (SSE, stall detection); 0 for one JSON answer (default 1)
     EAGLE3_STALL_TIMEOUT_S   silence between stream chunks that counts as a stall (default 300)
     EAGLE3_ALLOW_OLD_SGLANG  1: accept servers older than 0.5.9 (default: refused)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .config import PROJECT_ROOT, Settings, child_process_env, settings
+from .config import PROJECT_ROOT, Settings, child_process_env, interactive_endpoint_wait_s, settings
 from .demo_stop import StopOnSignal, stopped_line
 from .orchestration.checks_column import checks_column
 from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
@@ -346,6 +346,8 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
             f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
             "`allow_empty: true` makes an empty source a warning), then rerun `make demo`"
         )
+    elif endpoint := endpoint_advice([e for sh in outcome.shards for e in sh.errors]):
+        out.append(f"next:       {endpoint}, then rerun `make demo`")
     elif any(not sh.ok for sh in outcome.shards):
         bad = next(sh.shard for sh in outcome.shards if not sh.ok)
         out.append(
@@ -368,6 +370,18 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
             "(source YAML `max_reject_rate` sets the reject-rate threshold)"
         )
     return out
+
+
+def endpoint_advice(errors: list[str]) -> str | None:
+    """What to do when a shard failed because of its SGLang endpoint (not its data); None otherwise."""
+    if any("AuthError" in e for e in errors):
+        return "the SGLang server refused the API key: set SGLANG_API_KEY to the server's --api-key"
+    if any(k in e for e in errors for k in ("NoEndpointError", "EndpointRefusedError", "ModelRevisionError")):
+        return (
+            "the SGLang endpoint named above did not serve the run: fix EAGLE3_SGLANG_URL (`eagle3 check` probes "
+            "it; unset, `eagle3 demo` starts its own simulator)"
+        )
+    return None
 
 
 def _big_shard(n: int) -> None:
@@ -431,6 +445,10 @@ def _main_locked(args: argparse.Namespace) -> int:
 
     load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
     home = ensure_dagster_home(s.dagster_home)
+    from .checkup import dead_endpoint_lines
+
+    for line in dead_endpoint_lines(s):  # named now, not after ingest and tokenize; a cached shard needs no server
+        print(f"[demo] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails", flush=True)
     import dagster as dg
 
     from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
@@ -444,7 +462,8 @@ def _main_locked(args: argparse.Namespace) -> int:
                 stopper.instance = instance
                 # the URL (a configured fleet or the simulator just started) reaches every run as the
                 # `sglang` resource, not through the process environment
-                fleet = {"sglang": SGLangFleet(urls=url)}
+                # and an interactive run names a dead endpoint within seconds (the nightly waits longer)
+                fleet = {"sglang": SGLangFleet(urls=url, wait_for_endpoint_s=interactive_endpoint_wait_s(s))}
                 outcome = stopper.run(
                     lambda: materialize_graph(
                         defs,

@@ -98,7 +98,7 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
     SettingDoc(
         "EAGLE3_ENDPOINT_WAIT_S",
         "endpoint_wait_s",
-        "`600`",
+        "`600` (the nightly, runs launched from the UI); `15` for `eagle3 demo`",
         "how long the `generations` steps wait for a routable endpoint — once per graph run (a demo, a "
         "nightly, a backfill): when it runs out in one shard, the run's other shards fail at once with the same "
         "line (generate/run_wait.py); every endpoint and its state (`connection refused`, `not an SGLang "

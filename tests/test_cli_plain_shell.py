@@ -115,3 +115,37 @@ def test_check_with_an_unknown_argument_is_a_usage_error(tmp_path: Path) -> None
         timeout=120,
     )
     assert r.returncode == 2 and "unrecognized arguments: --nope" in r.stderr, r.stderr
+
+
+def test_the_simulator_starts_from_a_plain_shell(tmp_path: Path) -> None:
+    """`eagle3-sim --port P` as the Makefile's backfill hint says, without the Makefile's variables."""
+    import time
+
+    import httpx
+
+    from eagle3_dagster.sim.process import free_port
+
+    port = free_port()
+    log = (tmp_path / "sim.log").open("wb")
+    proc = subprocess.Popen(
+        [str(EAGLE3.with_name("eagle3-sim")), "--port", str(port)],
+        cwd=tmp_path,
+        env=plain_shell_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        assert proc.poll() is None, (tmp_path / "sim.log").read_text()[-2000:]
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()

@@ -29,6 +29,7 @@ from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
 from .answer_checks import RID_MISMATCH, reject_foreign_answer
+from .cached_only import cached_only_report
 from .client import (
     NAN_FINISH,
     Outcome,
@@ -145,6 +146,11 @@ async def _generate_shard(
         store.open()  # the shard's lock first: a second process on the same shard stops here
         if turn_store is not None:
             turn_store.open()
+        cached = await asyncio.to_thread(
+            cached_only_report, tokenized, out_dir, config, has_turns=turn_store is not None
+        )
+        if cached is not None:  # nothing to send: the endpoint is neither waited for nor contacted
+            return cached
         await pool.start(configured_revision=config.model_revision)
         revision = pool.model_revision or "unknown"
         s_hash = sampling_hash(config)

@@ -96,9 +96,9 @@ class SourceSpec:
         return self.regenerate == "all_turns"
 
     def __post_init__(self) -> None:
-        problem = _validate(self)
-        if problem:
-            raise SourceSpecError(f"source {self.name!r}: {problem}")
+        problems = _validate(self)
+        if problems:  # one line per problem, each naming the source
+            raise SourceSpecError("\n".join(f"source {self.name!r}: {p}" for p in problems))
 
     def files(self) -> list[SourceFile]:
         """The data files this source reads, sorted; raises IngestFileError when none match.
@@ -133,77 +133,86 @@ class SourceSpec:
         return p if p.is_absolute() else (self.base_dir or Path.cwd()) / p
 
 
-def _validate(spec: SourceSpec) -> str | None:
+def _validate(spec: SourceSpec) -> list[str]:
+    """Every problem of the spec, one line each (empty: valid)."""
+    out: list[str] = []
     if not isinstance(spec.name, str) or not _NAME.match(spec.name):
-        return "name must be letters, digits, '_', '-' or '.', starting with a letter or digit"
+        out.append("name must be letters, digits, '_', '-' or '.', starting with a letter or digit")
     if not isinstance(spec.path, str) or not spec.path.strip():
-        return "path must be a non-empty string"
-    if is_uri(spec.path):
-        problem = validate_source_uri(spec.path)
-        if problem:
-            return problem
+        out.append("path must be a non-empty string")
+    elif is_uri(spec.path) and (problem := validate_source_uri(spec.path)):
+        out.append(problem)
     if spec.format not in FORMAT_ALIASES:
-        return f"format {spec.format!r} is not one of {', '.join(sorted(FORMAT_ALIASES))}"
+        out.append(f"format {spec.format!r} is not one of {', '.join(sorted(FORMAT_ALIASES))}")
     if spec.prompt_rule not in PROMPT_RULES:
-        return f"prompt_rule {spec.prompt_rule!r} is not one of {', '.join(PROMPT_RULES)}"
+        out.append(f"prompt_rule {spec.prompt_rule!r} is not one of {', '.join(PROMPT_RULES)}")
     if not isinstance(spec.field_map, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in spec.field_map.items()
     ):
-        return "field_map must map field names (strings) to field names (strings)"
-    unknown = sorted(set(spec.field_map) - set(FIELD_NAMES))
-    if unknown:
-        return f"field_map has unknown canonical field(s) {', '.join(unknown)}; known: {', '.join(FIELD_NAMES)}"
+        out.append("field_map must map field names (strings) to field names (strings)")
+    elif unknown := sorted(set(spec.field_map) - set(FIELD_NAMES)):
+        out.append(f"field_map has unknown canonical field(s) {', '.join(unknown)}; known: {', '.join(FIELD_NAMES)}")
     if spec.limit is not None and (not _is_int(spec.limit) or spec.limit < 1):
-        return f"limit must be a positive integer, got {spec.limit!r}"
-    if spec.sample_fraction is not None:
-        if (
-            isinstance(spec.sample_fraction, bool)
-            or not isinstance(spec.sample_fraction, (int, float))
-            or not 0 < spec.sample_fraction <= 1
-        ):
-            return f"sample_fraction must be a number in (0, 1], got {spec.sample_fraction!r}"
+        out.append(f"limit must be a positive integer, got {spec.limit!r}")
+    if spec.sample_fraction is not None and (
+        isinstance(spec.sample_fraction, bool)
+        or not isinstance(spec.sample_fraction, (int, float))
+        or not 0 < spec.sample_fraction <= 1
+    ):
+        out.append(f"sample_fraction must be a number in (0, 1], got {spec.sample_fraction!r}")
     if not _is_int(spec.seed):
-        return f"seed must be an integer, got {spec.seed!r}"
+        out.append(f"seed must be an integer, got {spec.seed!r}")
     if not _is_int(spec.max_bytes) or spec.max_bytes < 2:
-        return f"max_bytes must be a positive integer, got {spec.max_bytes!r}"
+        out.append(f"max_bytes must be a positive integer, got {spec.max_bytes!r}")
     if not isinstance(spec.allow_empty, bool):
-        return f"allow_empty must be true or false, got {spec.allow_empty!r}"
+        out.append(f"allow_empty must be true or false, got {spec.allow_empty!r}")
     if (
         isinstance(spec.max_reject_rate, bool)
         or not isinstance(spec.max_reject_rate, (int, float))
         or not 0 <= spec.max_reject_rate <= 1
     ):
-        return f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}"
+        out.append(f"max_reject_rate must be a number in [0, 1], got {spec.max_reject_rate!r}")
     if not isinstance(spec.licence, str) or not isinstance(spec.description, str):
-        return "licence and description must be strings"
+        out.append("licence and description must be strings")
     if not isinstance(spec.language, list) or not all(isinstance(x, str) and _LANG.match(x) for x in spec.language):
-        return f"field 'language': must be an ISO 639 code (en, zh, pt-BR) or a list of them, got {spec.language!r}"
+        out.append(
+            f"field 'language': must be an ISO 639 code (en, zh, pt-BR) or a list of them, got {spec.language!r}"
+        )
+    return out + _turn_and_role_problems(spec)
+
+
+def _turn_and_role_problems(spec: SourceSpec) -> list[str]:
+    out: list[str] = []
     if spec.regenerate not in REGENERATE_MODES:
-        return f"field 'regenerate': {spec.regenerate!r} is not one of {', '.join(REGENERATE_MODES)}"
+        out.append(f"field 'regenerate': {spec.regenerate!r} is not one of {', '.join(REGENERATE_MODES)}")
     if spec.max_turns is not None and (not _is_int(spec.max_turns) or spec.max_turns < 1):
-        return f"field 'max_turns': must be a positive integer, got {spec.max_turns!r}"
+        out.append(f"field 'max_turns': must be a positive integer, got {spec.max_turns!r}")
     if spec.on_tool_mismatch not in TOOL_MISMATCH_POLICIES:
-        return f"field 'on_tool_mismatch': {spec.on_tool_mismatch!r} is not one of {', '.join(TOOL_MISMATCH_POLICIES)}"
+        out.append(
+            f"field 'on_tool_mismatch': {spec.on_tool_mismatch!r} is not one of {', '.join(TOOL_MISMATCH_POLICIES)}"
+        )
     if spec.control_text not in CONTROL_TEXT_POLICIES:
-        return f"field 'control_text': {spec.control_text!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
+        out.append(f"field 'control_text': {spec.control_text!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}")
     if spec.function_docs is not None:
         if not isinstance(spec.function_docs, str) or not spec.function_docs.strip():
-            return f"field 'function_docs': must be a folder path, got {spec.function_docs!r}"
-        if is_remote(spec.function_docs):
-            return f"field 'function_docs': {spec.function_docs!r} must be a local folder (BFCL multi_turn_func_doc/)"
-        if FORMAT_ALIASES[spec.format] not in ("bfcl", "auto"):
-            return f"field 'function_docs': only applies with format bfcl (or auto), not {spec.format!r}"
+            out.append(f"field 'function_docs': must be a folder path, got {spec.function_docs!r}")
+        elif is_remote(spec.function_docs):
+            out.append(
+                f"field 'function_docs': {spec.function_docs!r} must be a local folder (BFCL multi_turn_func_doc/)"
+            )
+        elif spec.format in FORMAT_ALIASES and FORMAT_ALIASES[spec.format] not in ("bfcl", "auto"):
+            out.append(f"field 'function_docs': only applies with format bfcl (or auto), not {spec.format!r}")
     if spec.regenerate != "all_turns" and (spec.max_turns is not None or spec.on_tool_mismatch != "end"):
-        return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
+        out.append("fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'")
     if spec.role not in SOURCE_ROLES:
-        return f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}"
+        out.append(f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}")
     if spec.overlap_threshold is not None:
         t = spec.overlap_threshold
         if spec.role != "eval":
-            return "field 'overlap_threshold' only applies with 'role: eval'"
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
-            return f"field 'overlap_threshold': must be a number in (0, 1], got {t!r}"
-    return None
+            out.append("field 'overlap_threshold' only applies with 'role: eval'")
+        elif isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+            out.append(f"field 'overlap_threshold': must be a number in (0, 1], got {t!r}")
+    return out
 
 
 def _is_int(v: Any) -> bool:
@@ -222,11 +231,14 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
         if "licence" in d:
             raise SourceSpecError(f"{source}: give either 'licence' or 'license', not both")
         d["licence"] = d.pop("license")
+    problems: list[str] = []
     unknown = sorted(str(k) for k in set(d) - _FIELDS)
     if unknown:
-        raise SourceSpecError(f"{source}: unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+        problems.append(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+        d = {k: v for k, v in d.items() if k in _FIELDS}
     if "path" not in d or d["path"] is None:
-        raise SourceSpecError(f"{source}: missing field 'path'")
+        problems.append("missing field 'path'")
+        d["path"] = "?"  # the other fields are still checked
     d.setdefault("name", default_name)
     d["field_map"] = d.get("field_map") or {}
     d["licence"] = "" if d.get("licence") is None else d["licence"]
@@ -236,9 +248,12 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
         if key in d and d[key] is None:
             del d[key]  # `regenerate:` with no value: the default
     try:
-        return SourceSpec(**d, base_dir=base_dir)
+        spec = SourceSpec(**d, base_dir=base_dir)
     except SourceSpecError as e:
-        raise SourceSpecError(f"{source}: {e}") from None
+        problems += str(e).splitlines()
+    if problems:
+        raise SourceSpecError("\n".join(f"{source}: {p}" for p in problems))
+    return spec
 
 
 def load_source_spec(path: Path) -> SourceSpec:
@@ -254,25 +269,31 @@ def load_source_spec(path: Path) -> SourceSpec:
 def load_source_specs(sources_dir: Path) -> list[SourceSpec]:
     """Every *.yaml / *.yml in the folder, sorted by file name. Names must be unique.
 
-    Every file is checked before raising: the SourceSpecError has one line per bad file.
+    Every file is checked before raising: the SourceSpecError has one line per problem.
     """
+    loaded, problems = read_source_specs(sources_dir)
+    if problems:
+        raise SourceSpecError("\n".join(problems))
+    return [spec for _, spec in loaded]
+
+
+def read_source_specs(sources_dir: Path) -> tuple[list[tuple[Path, SourceSpec]], list[str]]:
+    """(file, spec) of every valid source YAML and one line per problem of the others (never raises)."""
     if not sources_dir.is_dir():
-        raise SourceSpecError(f"sources folder not found: {sources_dir}")
+        return [], [f"sources folder not found: {sources_dir}"]
     files = sorted([*sources_dir.glob("*.yaml"), *sources_dir.glob("*.yml")])
-    specs: list[SourceSpec] = []
+    loaded: list[tuple[Path, SourceSpec]] = []
     seen: dict[str, Path] = {}
     problems: list[str] = []
     for f in files:
         try:
             spec = load_source_spec(f)
         except SourceSpecError as e:
-            problems.append(str(e))
+            problems += str(e).splitlines()
             continue
         if spec.name in seen:
             problems.append(f"{f}: field 'name': source name {spec.name!r} is already used by {seen[spec.name]}")
             continue
         seen[spec.name] = f
-        specs.append(spec)
-    if problems:
-        raise SourceSpecError("\n".join(problems))
-    return specs
+        loaded.append((f, spec))
+    return loaded, problems

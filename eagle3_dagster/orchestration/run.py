@@ -20,6 +20,7 @@ import psutil
 
 from ..config import PartitionKeyError
 from ..defs.common import stage_assets
+from .console import one_line_console_logger
 from .gates import REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .partitions import shard_partitions
 
@@ -40,6 +41,10 @@ PID_STARTED_TAG = "eagle3/pid_started"
 GRAPH_RUN_TAG = "eagle3/graph_run"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on every run of a backfill
 PARENT_RUN_TAG = "dagster/parent_run_id"  # set on a re-execution (which inherits its parent's tags)
+# The UI lists a job's runs by job name AND this tag (its code location, as workspace.yaml's entry is named:
+# "<repository>@<module>:<attribute>"); a run executed in process carries it only when given.
+REPOSITORY_LABEL_TAG = ".dagster/repository"
+UI_REPOSITORY_LABEL = "__repository__@eagle3_dagster.definitions:defs"
 
 
 def graph_run_key(tags: Mapping[str, str], run_id: str) -> str:
@@ -250,6 +255,45 @@ def _errors(result: dg.ExecuteInProcessResult) -> list[str]:
     return out
 
 
+def run_named_job(
+    defs: dg.Definitions,
+    job: str,
+    selection: dg.AssetSelection,
+    *,
+    instance: dg.DagsterInstance,
+    resources: Mapping[str, Any] | None,
+    partition_key: str | None,
+    run_config: Mapping[str, Any],
+    tags: Mapping[str, str],
+) -> dg.ExecuteInProcessResult:
+    """One run of the project's job `job` (ingest, shard_pipeline, publish), in this process: the UI's Jobs
+    and Runs pages show its history under that name. Definitions without that job (a test's own) get an
+    ad-hoc run of `selection`. The console shows one line per event, the stack traces stay in the event log."""
+    try:
+        job_def = defs.resolve_job_def(job)
+    except Exception:
+        res = {**(defs.resources or {}), **(resources or {})}
+        assets: list[Any] = list(defs.assets or [])
+        return dg.materialize(
+            assets,
+            selection=selection,
+            partition_key=partition_key,
+            instance=instance,
+            resources=res,
+            raise_on_error=False,
+            run_config=dict(run_config),
+            tags=dict(tags),
+        )
+    return job_def.with_logger_defs({"console": one_line_console_logger}).execute_in_process(
+        run_config=dict(run_config),
+        instance=instance,
+        partition_key=partition_key,
+        raise_on_error=False,
+        tags={**tags, REPOSITORY_LABEL_TAG: UI_REPOSITORY_LABEL},
+        resources=dict(resources or {}),
+    )
+
+
 def materialize_graph(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -269,22 +313,24 @@ def materialize_graph(
     """
     check_shard_keys(shards)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
-    assets: list[Any] = list(defs.assets or [])
-    res = dict(defs.resources or {})
-    res.update(resources or {})
     reaped = reap_dead_runs(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
-    ingest_ok, ingest_run = True, ""
-    if run_ingest:
-        r = dg.materialize(
-            assets,
-            selection=stage_assets("ingest"),
+
+    def run(job: str, selection: dg.AssetSelection, partition_key: str | None) -> dg.ExecuteInProcessResult:
+        return run_named_job(
+            defs,
+            job,
+            selection,
             instance=instance,
-            resources=res,
-            raise_on_error=False,
+            resources=resources,
+            partition_key=partition_key,
             run_config=run_config or QUIET,
             tags=tags,
         )
+
+    ingest_ok, ingest_run = True, ""
+    if run_ingest:
+        r = run("ingest", stage_assets("ingest"), None)
         ingest_ok, ingest_run = r.success, r.run_id
         ingest_checks, ingest_errors = _failed_checks(r), _errors(r)
         if not r.success or stop():
@@ -305,16 +351,7 @@ def materialize_graph(
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
         if stop():
             break
-        r = dg.materialize(
-            assets,
-            selection=dg.AssetSelection.assets(*SHARD_ASSETS),
-            partition_key=key,
-            instance=instance,
-            resources=res,
-            raise_on_error=False,
-            run_config=run_config or QUIET,
-            tags=tags,
-        )
+        r = run("shard_pipeline", dg.AssetSelection.assets(*SHARD_ASSETS), key)
         done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
         outcomes.append(
             ShardOutcome(
@@ -342,15 +379,7 @@ def materialize_graph(
     for sh in outcomes:
         outcome.note_logs(instance, sh.run_id, f"shard {sh.shard}")
     if run_publish and not outcome.stopped:
-        r = dg.materialize(
-            assets,
-            selection=["training_dataset"],
-            instance=instance,
-            resources=res,
-            raise_on_error=False,
-            run_config=run_config or QUIET,
-            tags=tags,
-        )
+        r = run("publish", dg.AssetSelection.assets("training_dataset"), None)
         outcome.publish_success = r.success
         outcome.publish_run_id = r.run_id
         for ev in r.get_asset_check_evaluations():

@@ -106,3 +106,31 @@ def plan_headlines(plan: dict[str, Any] | None, prompts: int) -> tuple[dict[str,
         "the sources changed since; run `eagle3 plan` again for a current estimate"
     )
     return {k: v for k, v in fields.items() if v is not None}, warning
+
+
+def last_measured_throughput(data: DataPath, plan: dict[str, Any] | None) -> tuple[float, int, str] | None:
+    """(output tokens/s per server, servers, basis) the last run measured, for a plan no server can probe.
+
+    The generations stored since the last plan, over the time they took and that plan's servers; else
+    that plan's own figure when it was probed (never one that was only declared). None: nothing measured.
+    """
+    if not plan:
+        return None
+    fleet = plan.get("fleet") or {}
+    servers = int(fleet.get("servers") or 0)
+    try:
+        since = dt.datetime.fromisoformat(str(plan["created_at"]))
+    except (KeyError, ValueError):
+        return None
+    gen = _generated_since(data, since) or {}
+    if servers and gen.get("requests") and gen.get("generate_s", 0) > 0 and gen.get("output_tokens"):
+        tps = gen["output_tokens"] / gen["generate_s"] / servers
+        basis = (
+            f"last measured: {gen['requests']:,} request(s), {gen['output_tokens']:,} output tokens in "
+            f"{gen['generate_s']:.0f} s on {servers} server(s) since the plan of {plan['created_at']}"
+        )
+        return tps, servers, basis
+    probed = fleet.get("tokens_per_s_per_server")
+    if servers and probed and str(fleet.get("throughput_basis", "")).startswith("probe"):
+        return float(probed), servers, f"last measured: the probe of the plan of {plan['created_at']}"
+    return None

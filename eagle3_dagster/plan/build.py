@@ -54,6 +54,7 @@ class Fleet:
     gpus_per_server: int = 8
     probe_requests: int = 8
     probe_max_new_tokens: int = 128
+    throughput_basis: str = "declared (--tokens-per-s-per-server)"  # what a given throughput comes from
 
 
 @dataclass
@@ -199,7 +200,7 @@ def build_plan(
     all_out = expect.expected(rows.frame["source"])
 
     if fleet.tokens_per_s_per_server is not None:
-        tps, basis = float(fleet.tokens_per_s_per_server), "declared (--tokens-per-s-per-server)"
+        tps, basis = float(fleet.tokens_per_s_per_server), fleet.throughput_basis
     else:
         tps = tokens_per_s_per_server(probes)
         basis = (

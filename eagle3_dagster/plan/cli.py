@@ -14,6 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..generate.config import GenerationConfig
+    from .build import Fleet
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +76,39 @@ def _positive(args: argparse.Namespace) -> list[str]:
     return problems
 
 
+def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> Fleet:
+    """The fleet as declared; with no throughput declared and no endpoint answering, the last measured one
+    (one line says so), else as declared (the probe then fails naming the endpoint)."""
+    from ..checkup import endpoint_problems
+    from ..generate.fleet_capacity import probe_fleet
+    from .actual import last_measured_throughput
+    from .build import Fleet, read_plan
+
+    fleet = Fleet(
+        tokens_per_s_per_server=args.tokens_per_s_per_server,
+        servers=args.servers,
+        gpus_per_server=args.gpus_per_server,
+        probe_requests=args.probe_requests,
+        probe_max_new_tokens=args.probe_max_new_tokens,
+    )
+    if args.tokens_per_s_per_server is not None:
+        return fleet
+    key = config.api_key.reveal() if config.api_key is not None else None
+    dead = endpoint_problems(probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {key}"} if key else None))
+    last = last_measured_throughput(s.data_dir, read_plan(s.data_dir)) if dead else None
+    if last is None:
+        return fleet
+    tps, servers, basis = last
+    print(
+        f"eagle3 plan: no endpoint answered ({dead[0].split('; ')[0]}); using the last measured throughput, "
+        f"{tps:,.1f} output tokens/s per server ({basis}); --tokens-per-s-per-server X to declare one",
+        file=sys.stderr,
+    )
+    fleet.tokens_per_s_per_server, fleet.throughput_basis = tps, basis
+    fleet.servers = args.servers or servers
+    return fleet
+
+
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     problems = _positive(args)
@@ -83,7 +122,7 @@ def main(argv: list[str]) -> int:
     from ..ingest.errors import IngestFileError
     from ..profiles import ProfileError, resolve_profile
     from ..tokenize import PromptRenderer
-    from .build import Fleet, build_plan, plan_table, write_plan
+    from .build import build_plan, plan_table, write_plan
     from .probe import ProbeError
 
     s = settings()
@@ -108,20 +147,14 @@ def main(argv: list[str]) -> int:
             config=config,
             n_shards=s.n_shards,
             control_text={spec.name: spec.control_text for spec in specs},
-            fleet=Fleet(
-                tokens_per_s_per_server=args.tokens_per_s_per_server,
-                servers=args.servers,
-                gpus_per_server=args.gpus_per_server,
-                probe_requests=args.probe_requests,
-                probe_max_new_tokens=args.probe_max_new_tokens,
-            ),
+            fleet=_fleet(args, s, config),
             model_revision=args.model_revision,
         )
     except ProbeError as e:
         print(f"eagle3 plan: error: {e}", file=sys.stderr)
         print(
             "eagle3 plan: start the servers named by EAGLE3_SGLANG_URL, or declare the throughput with "
-            "--tokens-per-s-per-server",
+            "--tokens-per-s-per-server X (no earlier run measured one)",
             file=sys.stderr,
         )
         return 2

@@ -192,6 +192,9 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from ..config import apply_project_env_defaults
+
+    apply_project_env_defaults()  # from a plain shell, as `eagle3`: the offline tokenizer under ../shared
     args = parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="[%(asctime)s] %(levelname)s sim: %(message)s"

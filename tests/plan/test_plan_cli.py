@@ -101,6 +101,20 @@ def test_plan_probes_the_fleet_and_matches_the_run(tmp_path, kimi_profile):
     page = write_report(data, tmp_path / "work").read_text()
     assert "Plan vs actual" in page and "requests generated" in page
 
+    # the servers are down and no throughput is given: the plan uses what the run just measured, saying so
+    r = _plan(_env(tmp_path, "http://127.0.0.1:9"), "--max-new-tokens", str(MAX_NEW))
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    [said] = r.stderr.strip().splitlines()
+    assert said.startswith(
+        "eagle3 plan: no endpoint answered (EAGLE3_SGLANG_URL http://127.0.0.1:9: connection refused); "
+        "using the last measured throughput, "
+    ), said
+    measured = json.loads((data / "plan" / "plan.json").read_text())["fleet"]
+    assert measured["throughput_basis"].startswith("last measured: ") and measured["servers"] == 1
+    assert measured["tokens_per_s_per_server"] == pytest.approx(
+        got["output tokens"][1] / got["generate time (s)"][1], rel=1e-6
+    )
+
     # the next night, nothing new: the servers are down, the throughput declared; the revision comes
     # from what is stored, and every request is cached; output tokens now from the published snapshot
     env = _env(tmp_path, "http://127.0.0.1:9")
@@ -122,7 +136,7 @@ def test_bad_settings_and_unreachable_endpoints_are_one_line(tmp_path):
     assert r.stderr.strip() == "eagle3 plan: error: --servers must be at least 1, got 0"
     r = _plan(env, "--max-new-tokens", "64")  # no throughput declared: the probe finds nobody
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert "probe of http://127.0.0.1:9: /model_info" in r.stderr and "--tokens-per-s-per-server" in r.stderr
+    assert "probe of http://127.0.0.1:9: /model_info" in r.stderr and "--tokens-per-s-per-server X" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 2
     r = _plan({**env, "EAGLE3_N_SHARDS": "0"}, "--tokens-per-s-per-server", "10")
     assert r.returncode == 2 and "EAGLE3_N_SHARDS" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,84 @@
+"""A shard whose every request is already stored needs no server.
+
+The cache key of a request holds the model revision, which normally comes from the endpoint's
+/model_info. When the revision is known without asking (pinned in the config, or the one the shard's
+newest stored chunk was generated with) and every prompt's key under it is stored (or failed
+permanently before and is not resent), the step has nothing to send: it must not wait for an endpoint
+that may be down, nor contact it. Anything else (a prompt not stored, all_turns conversations, prompts
+the server's context would have fitted) falls back to the normal path, which asks the server. A shard
+without prompts has nothing to send under any revision.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import polars as pl
+
+from ..storage import DataPath, as_data_path, parquet_file
+from .config import GenerationConfig, sampling_hash
+from .inputs import TokenizedSource, plan_shard, stored_keys
+from .report import ShardReport
+from .rows import is_permanent_reason
+from .store import StoreDir, read_generation_errors
+
+log = logging.getLogger(__name__)
+
+
+def stored_shard_revision(out_dir: DataPath) -> str | None:
+    """The model revision of the shard's newest stored chunk (what its last run generated with)."""
+    files = out_dir.glob("part-*.parquet")
+    if not files:
+        return None
+    revs = parquet_file(files[-1]).read(columns=["model_revision"]).column("model_revision").to_pylist()
+    return str(revs[-1]) if revs and revs[-1] else None
+
+
+def cached_only_report(
+    tokenized: TokenizedSource, out_dir: StoreDir, config: GenerationConfig, *, has_turns: bool
+) -> ShardReport | None:
+    """The shard's report when nothing is left to send under a revision known without the server; else None."""
+    out = as_data_path(out_dir)
+    revision = config.model_revision or stored_shard_revision(out)
+    if has_turns:
+        return None
+    prior = read_generation_errors(out)
+    if not config.retry_permanent_errors and prior.height:
+        prior = prior.filter(pl.col("reason").map_elements(is_permanent_reason, return_dtype=pl.Boolean))
+    else:
+        prior = prior.clear()
+    s_hash = sampling_hash(config)
+    plan = plan_shard(
+        tokenized,
+        model_revision=revision or "",
+        s_hash=s_hash,
+        regen_seed=config.regen_seed,
+        stored=stored_keys(out),
+        skip_ids=frozenset(prior.get_column("sample_id").to_list()),
+    )
+    if plan.pending or (not revision and plan.requested):  # no revision known: only an empty shard is done
+        return None
+    carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
+    report = ShardReport(
+        requested=plan.requested,
+        skipped_cached=plan.skipped_cached,
+        duplicates_in_input=plan.rows - plan.excluded - plan.requested,
+        model_revision=revision or "",
+        sampling_hash=s_hash,
+        carried_failed=carried.height,
+        failed=carried.height,
+    )
+    for reason in carried.get_column("reason").to_list():
+        report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
+    if not revision:
+        log.info("shard %s: no prompt to send: the endpoint was not contacted", out.name)
+        return report
+    log.info(
+        "shard %s: all %d requests already stored under revision %s (%s): nothing to send, the endpoint was "
+        "not contacted",
+        out.name,
+        plan.requested,
+        revision,
+        "pinned" if config.model_revision else "the shard's stored generations",
+    )
+    return report

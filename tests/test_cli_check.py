@@ -1,0 +1,91 @@
+"""`eagle3 check` from a plain shell: every problem of every source YAML, missing source files, an
+unwritable data dir and a dead endpoint, one line each naming file and field (or setting), exit 2."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.sim.process import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def _check(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3_dagster.cli", "check", *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    return r, time.monotonic() - t0
+
+
+def _setup(tmp_path: Path) -> tuple[dict[str, str], Path, str]:
+    src = tmp_path / "assets" / "sources"
+    src.mkdir(parents=True)
+    (tmp_path / "assets" / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
+    (src / "good.jsonl").write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    (src / "good.yaml").write_text("path: good.jsonl\n")
+    (src / "twobad.yaml").write_text("path: good.jsonl\nlimit: -1\nmax_reject_rate: 2\n")
+    (src / "gone.yaml").write_text("path: missing.jsonl\n")
+    (src / "nopath.yaml").write_text("fromat: openai\n")
+    (tmp_path / "a-file").write_text("not a folder\n")
+    dead = f"http://127.0.0.1:{free_port()}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_") or k == "EAGLE3_TOKENIZER"}
+    env.update(
+        DAGSTER_HOME=str(tmp_path / "home"),
+        EAGLE3_ASSETS_DIR=str(tmp_path / "assets"),
+        EAGLE3_DATA_DIR=str(tmp_path / "a-file" / "data"),
+        EAGLE3_WORK_DIR=str(tmp_path / "work"),
+        EAGLE3_SGLANG_URL=dead,
+        HF_HUB_OFFLINE="1",
+    )
+    return env, src, dead
+
+
+def test_check_names_every_problem_in_one_line_each(tmp_path: Path):
+    env, src, dead = _setup(tmp_path)
+    r, took = _check(env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr + r.stdout, r.stderr
+    errors = [ln.removeprefix("eagle3 check: error: ") for ln in r.stderr.splitlines() if " error: " in ln]
+    known = next(e.split("known: ")[1] for e in errors if "unknown field" in e)
+    assert sorted(errors) == sorted(
+        [
+            f"{src / 'gone.yaml'}: field 'path': file not found: {src / 'missing.jsonl'}",
+            f"{src / 'nopath.yaml'}: unknown field(s) fromat; known: {known}",
+            f"{src / 'nopath.yaml'}: missing field 'path'",
+            f"{src / 'twobad.yaml'}: source 'twobad': limit must be a positive integer, got -1",
+            f"{src / 'twobad.yaml'}: source 'twobad': max_reject_rate must be a number in [0, 1], got 2",
+            f"EAGLE3_DATA_DIR {tmp_path / 'a-file' / 'data'}: {tmp_path / 'a-file'} is a file, not a folder; "
+            "point EAGLE3_DATA_DIR at a folder you can write to",
+            f"EAGLE3_SGLANG_URL {dead}: connection refused; no server there: start it, or fix EAGLE3_SGLANG_URL "
+            "(unset, `eagle3 demo` starts its own simulator) (`eagle3 check --offline` skips this probe)",
+        ]
+    ), r.stderr
+    assert r.stderr.splitlines()[-1] == "eagle3 check: 7 problem(s); nothing was written"
+    assert not (tmp_path / "home").exists() and not (tmp_path / "work").exists()
+    assert took < 60
+
+    offline, _ = _check(env, "--offline")  # the same, without the endpoint probe
+    assert offline.returncode == 2 and "EAGLE3_SGLANG_URL" not in offline.stderr, offline.stderr
+    assert offline.stderr.splitlines()[-1] == "eagle3 check: 6 problem(s); nothing was written"
+
+
+def test_check_is_ok_once_everything_is_fixed_and_offline_says_it_did_not_probe(tmp_path: Path):
+    env, src, _ = _setup(tmp_path)
+    for name in ("twobad", "gone", "nopath"):
+        (src / f"{name}.yaml").unlink()
+    env["EAGLE3_DATA_DIR"] = str(tmp_path / "data")
+    r, _ = _check(env, "--offline")
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert "1 source(s) OK" in r.stdout and "endpoints not probed (--offline)" in r.stdout, r.stdout
