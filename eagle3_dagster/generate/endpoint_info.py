@@ -16,6 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from .drafter import DrafterIdentity
+
 
 class NoEndpointError(RuntimeError):
     """No endpoint became routable within the configured wait."""
@@ -145,6 +147,7 @@ class Endpoint:
     preferred_sampling_params: dict[str, Any] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
     worker_window: int | None = None  # a router's in-flight window from its workers
+    drafter: DrafterIdentity | None = None  # the speculative drafter it runs (a router: its workers', if one)
 
     @property
     def routable(self) -> bool:
