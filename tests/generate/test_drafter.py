@@ -40,7 +40,7 @@ def good_meta() -> dict[str, Any]:
 
 
 def test_identity_from_server_info_and_a_stable_short_id():
-    assert D == DrafterIdentity("EAGLE3", "lmsys/kimi-eagle3", None, 3, 1, 4)
+    assert DrafterIdentity("EAGLE3", "lmsys/kimi-eagle3", None, 3, 1, 4) == D
     assert D is not None and D.drafter_id == drafter_of(dict(INFO)).drafter_id  # type: ignore[union-attr]
     assert D.drafter_id.startswith("eagle3-") and len(D.drafter_id) == len("eagle3-") + 10
     other = drafter_of({**INFO, "speculative_num_draft_tokens": 8})
