@@ -10,8 +10,10 @@ import httpx
 import pytest
 from gen_helpers import Sim, as_map, make_config, make_prompts
 
+from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate import generate_shard, read_generations
 from eagle3_dagster.generate.drafter import METRIC_KEYS, ROW_COLUMNS, drafter_of
+from eagle3_dagster.quality import generation_features, run_gate
 
 pytestmark = pytest.mark.integration
 
@@ -127,7 +129,9 @@ def test_a_fleet_with_two_drafters_is_named_and_each_row_carries_its_own(
         ("negative", "negative"),
     ],
 )
-def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(spec_sim: Sim, prompts, tmp_path, kind, flag):
+def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(
+    spec_sim: Sim, prompts, tmp_path, kind, flag, kimi_profile
+):
     spec_sim.faults(clear=True)
     cfg = make_config(spec_sim.url, max_new_tokens=64, max_in_flight=1)
     generate_shard(prompts, tmp_path / "ref", cfg)
@@ -140,3 +144,15 @@ def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(spec_sim: Sim,
     assert len(flagged) == 3
     assert all(f"spec_metrics_inconsistent:{flag}" in r["integrity_violations"] for r in flagged)
     assert as_map(df) == reference  # the ids are kept as received
+    res = run_gate(
+        "generations",
+        generation_features(df, prompts, kimi_profile),
+        profile=kimi_profile,
+        expectations_dir=PROJECT_ROOT / "expectations",
+        context_dir=tmp_path / "gx",
+    )
+    outcome = next(o for o in res.outcomes if o.key == "spec_metrics_consistent")
+    assert (outcome.severity, outcome.unexpected_count, outcome.evaluated) == ("warning", 3, N)
+    name_to_key = {o.name: o.key for o in res.outcomes}
+    reasons = {r["row_id"]: {name_to_key[n] for n in r["reasons"]} for r in res.row_failures.iter_rows(named=True)}
+    assert not any("spec_metrics_consistent" in keys for keys in reasons.values())  # counted, never quarantines
