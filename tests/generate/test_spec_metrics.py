@@ -156,3 +156,20 @@ def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(
     name_to_key = {o.name: o.key for o in res.outcomes}
     reasons = {r["row_id"]: {name_to_key[n] for n in r["reasons"]} for r in res.row_failures.iter_rows(named=True)}
     assert not any("spec_metrics_consistent" in keys for keys in reasons.values())  # counted, never quarantines
+
+
+def test_every_turn_of_a_multi_turn_conversation_keeps_its_figures(spec_sim: Sim, tmp_path, datasets_dir, kimi_profile):
+    from multiturn_worker import run
+    from test_multiturn_resume import _inputs
+
+    from eagle3_dagster.generate.multiturn import read_turn_rows
+
+    spec_sim.faults(clear=True)
+    d = drafter_of(_info(spec_sim))
+    assert d is not None
+    data = tmp_path / "mt"
+    _inputs(data, datasets_dir, kimi_profile)
+    run(data, spec_sim.url, 2)
+    turns = read_turn_rows(data / "generations")
+    assert turns.height > 0 and turns["turn_index"].max() > 1  # type: ignore[operator]
+    _check_rows_hold_the_answers_figures(turns.to_dicts(), d.drafter_id)
