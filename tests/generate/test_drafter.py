@@ -122,3 +122,28 @@ def test_mixed_fleet_and_mixed_router_are_named(caplog: pytest.LogCaptureFixture
     with caplog.at_level(logging.WARNING):
         assert router_drafter("http://r", {"w1": D, "w2": other}) is None
     assert "w1" in caplog.text and "w2" in caplog.text and "http://r" in caplog.text
+
+
+def test_a_shard_with_chunks_from_before_the_spec_columns_still_reads_and_compacts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle3_dagster import schemas
+    from eagle3_dagster.generate.store import chunk_files, iter_generations, read_generations, write_compacted
+    from eagle3_dagster.storage import as_data_path
+
+    old = pa.schema([f for f in schemas.GENERATIONS if not f.name.startswith(("spec_", "drafter_id"))])
+    row = {**{f.name: None for f in schemas.GENERATIONS}, "prompt_id": "p", "output_ids": [1, 2]}
+    row["integrity_violations"] = []
+    pq.write_table(
+        pa.Table.from_pylist([{k: {**row, "sample_id": "a"}[k] for k in old.names}], schema=old),
+        tmp_path / "part-0001-a.parquet",
+    )
+    new = {**row, "sample_id": "b", "spec_accept_rate": 0.5, "drafter_id": "eagle3-x"}
+    pq.write_table(pa.Table.from_pylist([new], schema=schemas.GENERATIONS), tmp_path / "part-0002-b.parquet")
+    want = [{"sample_id": "a", "spec_accept_rate": None}, {"sample_id": "b", "spec_accept_rate": 0.5}]
+    assert read_generations(tmp_path).select("sample_id", "spec_accept_rate").to_dicts() == want
+    cols = ["sample_id", "spec_accept_rate"]
+    assert [r for b in iter_generations(tmp_path, columns=cols) for r in b.to_dicts()] == want
+    assert write_compacted(chunk_files(tmp_path), as_data_path(tmp_path / "compacted.parquet")) == 2
+    assert pq.read_table(tmp_path / "compacted.parquet").column("spec_accept_rate").to_pylist() == [None, 0.5]
