@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from .drafter import drafter_of, router_drafter, warn_mixed_fleet
+from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet
 from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
@@ -310,7 +310,7 @@ class EndpointPool:
             return
         capacities: list[int | None] = []  # per worker: its max_running_requests (None: not reachable / said)
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
-        drafters: dict[str, Any] = {}  # worker -> its drafter (not reachable: what the router itself says)
+        drafters: dict[str, DrafterIdentity | None] = {}  # worker -> its drafter (not reachable: what the router itself says)
         for w in workers:
             wurl = worker_url(w)
             winfo = None
