@@ -310,7 +310,8 @@ class EndpointPool:
             return
         capacities: list[int | None] = []  # per worker: its max_running_requests (None: not reachable / said)
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
-        drafters: dict[str, DrafterIdentity | None] = {}  # worker -> its drafter (not reachable: what the router itself says)
+        # worker -> its drafter (not reachable from here: what the router itself says)
+        drafters: dict[str, DrafterIdentity | None] = {}
         for w in workers:
             wurl = worker_url(w)
             winfo = None
