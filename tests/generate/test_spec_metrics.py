@@ -173,3 +173,37 @@ def test_every_turn_of_a_multi_turn_conversation_keeps_its_figures(spec_sim: Sim
     turns = read_turn_rows(data / "generations")
     assert turns.height > 0 and turns["turn_index"].max() > 1  # type: ignore[operator]
     _check_rows_hold_the_answers_figures(turns.to_dicts(), d.drafter_id)
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["one-drafter", "two-drafters"])
+def test_behind_the_real_router_rows_carry_the_workers_drafter_only_when_they_agree(
+    start_sim, prompts, tmp_path, caplog, same
+):
+    import importlib.util
+
+    if importlib.util.find_spec("sglang_router") is None:
+        pytest.skip("sglang_router is not installed (pip install -e '.[router]')")
+    from real_router import start_real_router
+
+    b = SPEC_A if same else ("--speculative-draft-model-path", "test/kimi-eagle3-b")
+    sims = [start_sim(*SPEC_A), start_sim(*b)]
+    p, url = start_real_router([s.url for s in sims], tmp_path / "router.log")
+    try:
+        caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+        rep = generate_shard(prompts, tmp_path / "s", make_config(url, max_new_tokens=48))
+    finally:
+        p.terminate()
+        p.wait(10)
+    assert rep.succeeded == N
+    df = read_generations(tmp_path / "s")
+    assert df["spec_verify_ct"].null_count() == 0  # the figures pass through the router
+    if same:
+        d = drafter_of(_info(sims[0]))
+        assert d is not None and set(df["drafter_id"]) == {d.drafter_id}
+        assert all(v == [] for v in df["integrity_violations"].to_list())
+    else:
+        # an answer does not say which worker served it: no drafter on the rows, and a warning naming both
+        [line] = [r.getMessage() for r in caplog.records if "workers run different drafters" in r.getMessage()]
+        assert all(s.url in line for s in sims) and "test/kimi-eagle3-b" in line
+        assert df["drafter_id"].null_count() == N
+        assert all("spec_metrics_inconsistent:no_drafter" in v for v in df["integrity_violations"].to_list())
