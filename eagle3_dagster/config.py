@@ -292,6 +292,9 @@ class Settings:
     context_overflow: str | None = None
     # TOKENIZERS_PARALLELISM (read by the `tokenizers` Rust library itself): threads over a batch encode/decode
     tokenizers_parallelism: bool = True
+    # EAGLE3_TRAIN_ACCEPTANCE: the training tables and the input_ids/loss_mask export carry each row's
+    # spec_accept_rate / spec_accept_length (train/samples.py ACCEPTANCE_COLUMNS)
+    train_acceptance: bool = False
     # SGLANG_API_KEY: the Bearer key, a Secret (repr/str masked) handed to GenerationConfig.api_key
     sglang_api_key: Secret | None = None
 
@@ -362,6 +365,7 @@ class Settings:
             tokenizers_parallelism=get(
                 TOKENIZERS_PARALLELISM_ENV, lambda r: _bool(TOKENIZERS_PARALLELISM_ENV, r), True
             ),
+            train_acceptance=get("EAGLE3_TRAIN_ACCEPTANCE", lambda r: _bool("EAGLE3_TRAIN_ACCEPTANCE", r), False),
             sglang_api_key=get(API_KEY_ENV, Secret, None),  # never echoed in a message, not even when bad
         )
         conflict = credentials_conflict(urls, "EAGLE3_SGLANG_URL") if values["sglang_api_key"] else None

@@ -92,6 +92,21 @@ GENERATIONS = pa.schema(
         ("sampling_hash", pa.string()),
         ("integrity_violations", pa.list_(pa.string())),
         ("generated_at", pa.timestamp("us", tz="UTC")),
+        # speculative decoding (generate/drafter.py): meta_info's figures as received, null when the
+        # server does not speculate, and the serving endpoint's drafter (its /server_info) as lineage
+        ("spec_accept_length", pa.float64()),  # completion_tokens / spec_verify_ct (bonus token included)
+        ("spec_accept_rate", pa.float64()),  # spec_num_correct_drafts / spec_num_proposed_drafts
+        ("spec_verify_ct", pa.int64()),
+        ("spec_num_correct_drafts", pa.int64()),
+        ("spec_num_proposed_drafts", pa.int64()),
+        ("spec_correct_drafts_histogram", pa.list_(pa.int64())),  # [k]: verify steps that accepted k drafts
+        ("drafter_id", pa.string()),  # DrafterIdentity.drafter_id: a digest of the six fields below
+        ("spec_algorithm", pa.string()),
+        ("spec_draft_model_path", pa.string()),
+        ("spec_draft_model_revision", pa.string()),
+        ("spec_num_steps", pa.int64()),
+        ("spec_eagle_topk", pa.int64()),
+        ("spec_num_draft_tokens", pa.int64()),
     ]
 )
 

@@ -228,6 +228,16 @@ SETTING_DOCS: tuple[SettingDoc, ...] = (
         RUN_START,
     ),
     SettingDoc(
+        "EAGLE3_TRAIN_ACCEPTANCE",
+        "train_acceptance",
+        "`0` (`False`)",
+        "`1`: the `training_samples` tables, the snapshot and the `input_ids` + `loss_mask` export "
+        "(`specforge_prompts.jsonl`) carry each row's `spec_accept_rate` and `spec_accept_length`: the "
+        "drafter's acceptance the speculating server reported when the row was generated (null where it did "
+        "not speculate), to weight or oversample the rows the drafter finds hard ([drafter](../drafter.md))",
+        RUN_START,
+    ),
+    SettingDoc(
         "DAGSTER_HOME",
         "dagster_home",
         "`./.dagster_home`",

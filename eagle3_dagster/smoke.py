@@ -13,7 +13,13 @@ the gates left out of the snapshot still shows what the server did:
 * `ideal_tokens_per_s`: the same tokens over the time the server had at least one of them running
   (the union of the requests' [generated_at - e2e_latency, generated_at]): the server-bound ideal;
 * `fraction_of_ideal`: the ratio, the quantity bench/generate.py reports against the simulator as
-  `server_bound_fraction` (where the simulator's own busy time is the ideal).
+  `server_bound_fraction` (where the simulator's own busy time is the ideal);
+* `spec_rows` / `spec_accept_length` / `spec_accept_rate` / `drafter_ids`: the generations that carry the
+  speculating server's figures (generate/drafter.py), their accept length (Σ completion tokens / Σ verify
+  steps) and rate, and the drafters that served them. With `--expect-drafter` (the lane started the server
+  with a draft model) every generation must carry them, else the line fails and names how many do not.
+
+    python -m eagle3_dagster.smoke DATA_DIR [--expect-drafter]
 """
 
 from __future__ import annotations
@@ -43,6 +49,10 @@ class SmokeSummary:
     ideal_tokens_per_s: float | None
     fraction_of_ideal: float | None
     failed_gates: list[str] = field(default_factory=list)  # "shard 0001 generations:think_end_present (ERROR)", ...
+    spec_rows: int = 0  # generations carrying speculative-decoding figures
+    spec_accept_length: float | None = None
+    spec_accept_rate: float | None = None
+    drafter_ids: list[str] = field(default_factory=list)
 
     def json_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -108,7 +118,21 @@ def _failed_gates(demo: dict[str, Any], manifest: dict[str, Any] | None) -> list
     return out
 
 
-def smoke_summary(data_dir: PathLike, think_end_id: int) -> SmokeSummary:
+def spec_figures(gens: pl.DataFrame) -> dict[str, Any]:
+    """The speculative-decoding part of the summary, from the generations' spec_* columns."""
+    if "spec_verify_ct" not in gens.columns or not gens.height:
+        return {"spec_rows": 0}
+    s = gens.filter(pl.col("spec_verify_ct").is_not_null())
+    vct, proposed = int(s["spec_verify_ct"].sum() or 0), int(s["spec_num_proposed_drafts"].sum() or 0)
+    return {
+        "spec_rows": s.height,
+        "spec_accept_length": round(int(s["completion_tokens"].sum() or 0) / vct, 4) if vct else None,
+        "spec_accept_rate": round(int(s["spec_num_correct_drafts"].sum() or 0) / proposed, 4) if proposed else None,
+        "drafter_ids": sorted(str(d) for d in s["drafter_id"].drop_nulls().unique().to_list()),
+    }
+
+
+def smoke_summary(data_dir: PathLike, think_end_id: int, *, expect_drafter: bool = False) -> SmokeSummary:
     """What one demo run against a real server gave (`think_end_id`: the profile's `</think>`); see the module
     docstring for each field."""
     data = as_data_path(data_dir)
@@ -128,6 +152,12 @@ def smoke_summary(data_dir: PathLike, think_end_id: int) -> SmokeSummary:
     failed = _failed_gates(demo, manifest)
     if not demo_file.exists():
         failed.append("no demo_summary.json: the demo did not finish")
+    spec = spec_figures(gens)
+    if expect_drafter and (not gens.height or spec["spec_rows"] < gens.height or not spec.get("drafter_ids")):
+        failed.append(
+            f"speculative decoding: {gens.height - spec['spec_rows']} of {gens.height} generations carry no spec_* "
+            f"figures, drafters named: {spec.get('drafter_ids') or 'none'} (the server was started with a draft model)"
+        )
     return SmokeSummary(
         success=bool(demo.get("success")) and manifest is not None and not failed,
         snapshot=version,
@@ -140,20 +170,25 @@ def smoke_summary(data_dir: PathLike, think_end_id: int) -> SmokeSummary:
         ideal_tokens_per_s=round(tokens / busy, 1) if busy > 0 else None,
         fraction_of_ideal=round(busy / span, 4) if span > 0 else None,
         failed_gates=failed,
+        **spec,
     )
 
 
 def main(argv: list[str]) -> int:
+    expect_drafter = "--expect-drafter" in argv
+    argv = [a for a in argv if a != "--expect-drafter"]
     if len(argv) != 1:
-        print("usage: python -m eagle3_dagster.smoke DATA_DIR", file=sys.stderr)
+        print("usage: python -m eagle3_dagster.smoke DATA_DIR [--expect-drafter]", file=sys.stderr)
         return 2
     from .config import settings
     from .profiles import resolve_profile
 
     s = settings()  # EAGLE3_MODEL / EAGLE3_ASSETS_DIR: the profile the demo ran with
     profile = resolve_profile(s.model, s.assets_dir / "models")
-    print(smoke_summary(argv[0], profile.think_end_id).json_line(), flush=True)
-    return 0
+    summary = smoke_summary(argv[0], profile.think_end_id, expect_drafter=expect_drafter)
+    print(summary.json_line(), flush=True)
+    # the draft model's figures missing is the lane's own failure (a failed gate is the demo's exit code)
+    return 3 if expect_drafter and any(g.startswith("speculative decoding") for g in summary.failed_gates) else 0
 
 
 if __name__ == "__main__":

@@ -122,10 +122,9 @@ def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
     assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
 
 
-@pytest.mark.integration
-def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
-    """Steps 3-6 of the script for real (server start, readiness wait, the demo, the JSON line, the stop), with a
-    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile)."""
+def _stand_in_env(tmp_path: Path) -> dict[str, str]:
+    """A fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile;
+    SGLang's --speculative-* flags passed through), and the script's environment around them."""
     fake_smi = tmp_path / "nvidia-smi"
     fake_smi.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)'\n")
     model = tmp_path / "Qwen3-stand-in"
@@ -142,32 +141,65 @@ def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(
         '  "-m pip") exit 0 ;;\n'  # the install: nothing to do
         '  "-c import sys, torch"*) exit 0 ;;\n'  # torch.cuda.is_available()
         '  "-m sglang.launch_server")\n'
-        "    shift 2; while [ $# -gt 0 ]; do case $1 in --model-path) m=$2;; --host) h=$2;; --port) p=$2;; esac; shift; done\n"
-        f'    exec {sim} --model qwen3 --tokenizer "$m" --host "$h" --port "$p" --log-level WARNING ;;\n'
+        "    spec=()\n"
+        "    shift 2; while [ $# -gt 0 ]; do case $1 in --model-path) m=$2;; --host) h=$2;; --port) p=$2;;\n"
+        "      --speculative-*) spec+=($1 $2);; esac; shift; done\n"
+        f'    exec {sim} --model qwen3 --tokenizer "$m" --host "$h" --port "$p" --log-level WARNING "${{spec[@]}}" ;;\n'
         "esac\n"
         "exit 9\n"
     )
     for f in (fake_smi, venv_bin / "python"):
         f.chmod(0o755)
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("EAGLE3_")}
     env.update(
         NVIDIA_SMI=str(fake_smi),
         EAGLE3_GPU_MODEL_PATH=str(model),
         GPU_VENV=str(tmp_path / "venv"),
         GPU_SMOKE_WORK=str(tmp_path / "work"),
-        GPU_SMOKE_PORT=str(port),
+        GPU_SMOKE_PORT=str(free_port()),
         GPU_SMOKE_BUDGET_S="400",
         PROJECT_PY=sys.executable,
     )
+    return env
+
+
+@pytest.mark.integration
+def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
+    """Steps 3-6 of the script for real (server start, readiness wait, the demo, the JSON line, the stop), with a
+    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile)."""
+    env = _stand_in_env(tmp_path)
+    port = int(env["GPU_SMOKE_PORT"])
     r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
     assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
     [line] = r.stdout.splitlines()
     summary = json.loads(line)
     assert summary["success"] and summary["failed_gates"] == [] and summary["rows"] == summary["generated"] > 10
     assert summary["think_end_present_rate"] == 1.0 and summary["finish_reasons"]
+    assert summary["spec_rows"] == 0 and summary["drafter_ids"] == []  # no draft model: no figures
     said = [ln for ln in r.stderr.splitlines() if " step " in ln]
     assert [ln.split("step ", 1)[1].split(":", 1)[0] for ln in said] == [f"{i}/6" for i in range(1, 7)], said
     # the server is stopped: nothing answers on its port any more
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+@pytest.mark.integration
+def test_with_a_draft_model_the_server_speculates_and_the_line_checks_the_figures_arrive(tmp_path: Path):
+    env = _stand_in_env(tmp_path)
+    draft = tmp_path / "Qwen3-EAGLE3-stand-in"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    env["EAGLE3_GPU_DRAFT_MODEL_PATH"] = str(draft)
+    r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
+    assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
+    assert "--speculative-draft-model-path" in r.stderr  # the flags the server got, said once
+    summary = json.loads(r.stdout.splitlines()[-1])
+    assert summary["success"] and summary["spec_rows"] == summary["generated"] > 10
+    assert len(summary["drafter_ids"]) == 1 and 1.0 < summary["spec_accept_length"] <= 4.0
+    # the check can fail: the same data dir judged as if its rows had come back without figures
+    data = tmp_path / "work" / "data"
+    for f in (data / "generations").glob("shard=*/part-*.parquet"):
+        t = pl.read_parquet(f).with_columns(pl.lit(None, pl.Int64).alias("spec_verify_ct"))
+        t.write_parquet(f)
+    s = smoke_summary(data, QWEN_THINK_END, expect_drafter=True)
+    assert not s.success and any(g.startswith("speculative decoding:") for g in s.failed_gates), s.failed_gates

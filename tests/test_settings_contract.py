@@ -65,6 +65,7 @@ def samples(tmp: Path) -> dict[str, str]:
         "EAGLE3_SNAPSHOT_RETENTION": "3",
         "EAGLE3_SENSOR_INTERVAL_S": "7",
         "EAGLE3_EXECUTOR": "in_process",
+        "EAGLE3_TRAIN_ACCEPTANCE": "1",
         "DAGSTER_HOME": str(tmp / "home"),
     }
 

@@ -45,6 +45,7 @@ from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_rend
 from ..orchestration.run import graph_run_key
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
+from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
@@ -221,6 +222,7 @@ def generations(
         ),
         preview=3,
     )
+    acceptance = shard_acceptance(out, active["sample_id"], features, turns)  # the drafter's figures, grouped
     _, result = gated_result(
         context,
         pipeline,
@@ -257,6 +259,7 @@ def generations(
         metadata={
             **to_metadata(report),
             "stored_samples": stored,
+            **{k: dg.MetadataValue.float(v) for k, v in acceptance_metadata(acceptance).items()},
             **({"turn_rows": dg.MetadataValue.json(turns_summary(turns))} if turns is not None else {}),
             "sample_preview": dg.MetadataValue.md(
                 sample_preview_markdown(preview_rows, prompts, renderer.tokenizer, profile, n=3)

@@ -8,7 +8,7 @@ from typing import Any, cast
 import dagster as dg
 import polars as pl
 
-from ..config import apply_tokenizers_parallelism
+from ..config import apply_tokenizers_parallelism, settings
 from ..generate.active import ActiveSamplesMissingError, read_active_samples
 from ..generate.inputs import iter_batches
 from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
@@ -23,7 +23,7 @@ from ..quality.features import available_source_shares, with_training_table_feat
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import parquet_file, parquet_num_rows, parse_shard_key, shard_dir
 from ..train.multiturn import rows_by_turn, with_turns
-from ..train.samples import TRAINING_INPUT_COLUMNS
+from ..train.samples import ACCEPTANCE_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
 from .common import ASSET_GROUP, STAGE_TAG
@@ -41,6 +41,11 @@ TOKEN_ROWS = {
 }
 PROMPT_ROWS = {"prompt_id": pl.String, "messages": pl.String, "tools": pl.String}
 _NO_SOURCES = pl.DataFrame(schema={"prompt_id": pl.String, "source": pl.String})
+
+
+def _table_schema(turns: bool, acceptance: bool) -> Any:
+    schema = TRAINING_SAMPLES_TURNS if turns else TRAINING_SAMPLES
+    return with_acceptance(schema) if acceptance else schema
 
 
 def shard_prompt_batches(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
@@ -100,8 +105,12 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     if turns.height:  # each turn's exact prompt ids and messages, looked up like the prompts'
         tt = turn_tokenized(turns, profile_name=profile.name, tokenizer_fingerprint=renderer.tokenizer_fingerprint)
         extra_tok, extra_prompts = [tt], [turn_prompt_rows(turns)]
+    acceptance = settings().train_acceptance  # EAGLE3_TRAIN_ACCEPTANCE: the per-row acceptance columns
     batches: Iterable[pl.DataFrame] = iter_generations(
-        gen_dir, only=active, batch_rows=GENERATION_BATCH_ROWS, columns=TRAINING_INPUT_COLUMNS
+        gen_dir,
+        only=active,
+        batch_rows=GENERATION_BATCH_ROWS,
+        columns=(*TRAINING_INPUT_COLUMNS, *(ACCEPTANCE_COLUMNS if acceptance else ())),
     )
     if turns.height:
         batches = itertools.chain(batches, [turn_generations(turns)])
@@ -134,7 +143,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             max_total_len=profile.max_train_len,
             spill_dir=pipeline.work_path,
             lineage=wt.lineage,
-            schema=TRAINING_SAMPLES if wt.lineage is None else TRAINING_SAMPLES_TURNS,
+            schema=_table_schema(wt.lineage is not None, acceptance),
         )
     counts, parse_counts = built.counts, built.parse_counts
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0

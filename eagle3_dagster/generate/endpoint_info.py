@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from ..secret import redact
+from .drafter import DrafterIdentity
 
 
 class NoEndpointError(RuntimeError):
@@ -227,6 +228,7 @@ class Endpoint:
     preferred_sampling_params: dict[str, Any] = field(default_factory=dict)
     workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
     worker_window: int | None = None  # a router's in-flight window from its workers
+    drafter: DrafterIdentity | None = None  # the speculative drafter it runs (a router: its workers', if one)
 
     @property
     def routable(self) -> bool:

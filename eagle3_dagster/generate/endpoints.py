@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from ..secret import redact
+from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet
 from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
@@ -272,6 +273,7 @@ class EndpointPool:
         info = ep.server_info
         ep.server_version = str(info.get("version") or "")
         ep.incremental_stream = stream_mode_of(info)
+        ep.drafter = drafter_of(info)
         v = parse_version(ep.server_version)
         if v is not None and v < MIN_SERVER_VERSION and not self.allow_old_server:
             self._refuse(
@@ -312,6 +314,8 @@ class EndpointPool:
             return
         capacities: list[int | None] = []  # per worker: its max_running_requests (None: not reachable / said)
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
+        # worker -> its drafter (not reachable from here: what the router itself says)
+        drafters: dict[str, DrafterIdentity | None] = {}
         for w in workers:
             wurl = worker_url(w)
             winfo = None
@@ -347,10 +351,12 @@ class EndpointPool:
                 )
             capacities.append(max_running_of(winfo) if winfo is not None else None)
             modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
+            drafters[display_url(wurl) or "?"] = drafter_of(winfo) if winfo is not None else ep.drafter
         # a worker not reachable from here counts with the mean of the reachable ones; none reachable: the
         # router's own /get_server_info, if it says (0.3.2's stub does not), for every worker
         ep.worker_window = router_window(capacities) or router_window([max_running_of(ep.server_info)] * len(workers))
         self._note_router_stream_mode(ep, modes)
+        ep.drafter = router_drafter(ep.name, drafters)
         guessed = sum(1 for c in capacities if not c)
         log.info(
             "router %s: %d worker(s), max_running_requests %s in total%s",
@@ -399,6 +405,7 @@ class EndpointPool:
         if not done and not any(ep.routable for ep in self.endpoints):
             log.warning("SGLang endpoints not answering yet after %.0fs: %s", time.monotonic() - t0, self.describe())
         await probes
+        warn_mixed_fleet({ep.name: ep.drafter for ep in self.endpoints if ep.server_info and not ep.refused})
         revs = {ep.name: ep.revision for ep in self.endpoints if ep.revision}
         if len(set(revs.values())) > 1:
             # Which one is "right" is not ours to guess: pin GenerationConfig.model_revision or fix the fleet.

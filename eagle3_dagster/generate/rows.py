@@ -7,13 +7,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .client import Outcome
+from .drafter import DrafterIdentity, spec_row_fields
 
 _INT32_MAX = 2**31 - 1
 
 
 def result_row(
-    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None, violations: list[str]
+    o: Outcome,
+    item: dict[str, Any],
+    *,
+    model_revision: str,
+    s_hash: str,
+    vocab_size: int | None,
+    violations: list[str],
+    drafter: DrafterIdentity | None = None,
 ) -> dict[str, Any]:
+    """`drafter`: what the serving endpoint's /server_info names (None: it does not speculate)."""
     data = o.response or {}
     meta = data.get("meta_info") or {}
     fr = meta.get("finish_reason")
@@ -46,6 +55,7 @@ def result_row(
         "sampling_hash": item.get("sampling_hash") or s_hash,  # a context-fitted row's: its lowered budget
         "integrity_violations": violations,
         "generated_at": datetime.now(UTC),
+        **spec_row_fields(meta, drafter, violations),
     }
 
 

@@ -41,6 +41,7 @@ from .client import (
 )
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
+from .drafter import serving_drafter
 from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
@@ -379,7 +380,13 @@ async def _generate_shard(
                 else:
                     viol = integrity_violations(o.response, max_new_tokens=int(row_sp["max_new_tokens"]))
                     row = result_row(
-                        o, item, model_revision=revision, s_hash=s_hash, vocab_size=config.vocab_size, violations=viol
+                        o,
+                        item,
+                        model_revision=revision,
+                        s_hash=s_hash,
+                        vocab_size=config.vocab_size,
+                        violations=viol,
+                        drafter=serving_drafter(pool.endpoints, o.endpoint),
                     )
                     if "turn_index" in item and driver is not None:
                         row.update(driver.row_extras(item))

@@ -370,14 +370,26 @@ def iter_generations(
     offset = 0
     for f, n in zip(files, counts):
         pos = offset
-        for rb in parquet_file(f).iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None):
+        pf = parquet_file(f)
+        # a chunk written before a column was added (the spec_* columns) has it null, not an error
+        have = [c for c in columns if c in pf.schema_arrow.names] if columns else None
+        for rb in pf.iter_batches(batch_size=batch_rows, columns=have):
             mask = keep[pos : pos + rb.num_rows]
             pos += rb.num_rows
             if mask.any():
-                yield cast(pl.DataFrame, pl.from_arrow(pa.Table.from_batches([rb]))).filter(pl.Series(mask))
+                df = cast(pl.DataFrame, pl.from_arrow(pa.Table.from_batches([rb]))).filter(pl.Series(mask))
+                yield _with_missing(df, columns)
         if pos != offset + n:
             raise StoreWriteError(f"{f} changed while it was read")
         offset += n
+
+
+def _with_missing(df: pl.DataFrame, columns: Sequence[str] | None) -> pl.DataFrame:
+    missing = [c for c in columns or () if c not in df.columns]
+    if not missing:
+        return df
+    empty = cast(pl.DataFrame, pl.from_arrow(schemas.GENERATIONS.empty_table()))
+    return df.with_columns(pl.lit(None, dtype=empty.schema[c]).alias(c) for c in missing).select(list(columns or ()))
 
 
 def _winning_parts(
@@ -393,6 +405,9 @@ def _winning_parts(
         t = parquet_file(f).read()
         if t.num_rows != n:
             raise StoreWriteError(f"{f} changed while it was compacted")
+        for fld in schema:
+            if fld.name not in t.column_names:  # a chunk written before the column was added: null there
+                t = t.append_column(fld.name, pa.nulls(t.num_rows, fld.type))
         t = t.select(schema.names).cast(schema).replace_schema_metadata(schema.metadata)
         yield t.filter(pa.array(keep[offset : offset + n]))
         offset += n

@@ -296,6 +296,21 @@ def output_lengths(ids: pl.Expr, profile: ModelProfile) -> list[pl.Expr]:
     ]
 
 
+def _spec_metrics_consistent(columns: list[str]) -> pl.Expr:
+    """False when the client flagged the row's speculative-decoding figures (generate/drafter.py:
+    `spec_metrics_inconsistent:*`), null for a row without any (the server does not speculate), else True."""
+    if "integrity_violations" not in columns or "spec_verify_ct" not in columns:
+        return pl.lit(None, pl.Boolean)
+    flagged = pl.col("integrity_violations").list.eval(pl.element().str.starts_with("spec_metrics_inconsistent"))
+    has_spec = (
+        pl.col("drafter_id").is_not_null()
+        | pl.col("spec_verify_ct").is_not_null()
+        | pl.col("spec_correct_drafts_histogram").is_not_null()
+    )
+    bad = flagged.list.any().fill_null(False)
+    return pl.when(bad).then(False).when(has_spec).then(True).otherwise(None)
+
+
 def generation_features(
     generations: pl.DataFrame,
     tokenized: pl.DataFrame | None,
@@ -355,6 +370,7 @@ def generation_features(
         ).alias("tool_call_count"),
         first_tool.alias("_first_tool"),
         last_is_stop.alias("_last_is_stop"),
+        _spec_metrics_consistent(generations.columns).alias("spec_metrics_consistent"),
     )
 
     # Echo: the output opens with the prompt's last `echo_window` ids (a client or server that

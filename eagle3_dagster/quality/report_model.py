@@ -25,6 +25,7 @@ import polars as pl
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
 from ..train.snapshot import unpublished_versions
 from ..train.summary import SUMMARY_FILE
+from .acceptance import collect_acceptance
 from .gate import read_gate_result
 from .report_decontamination import collect_decontamination
 from .retention import DOCS_INDEX
@@ -265,6 +266,7 @@ class ReportModel:
     sources: list[SourceView] = field(default_factory=list)
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
+    acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # the drafter's figures per shard
     decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
     plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
@@ -521,6 +523,7 @@ def assemble(
         sources=collect_sources(data),
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
+        acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
         plan=_plan_view(data),
     )

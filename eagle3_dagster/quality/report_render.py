@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from ..storage import PathLike
 from . import charts
+from .acceptance_report import acceptance_section
 from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .report_plan import plan_section
@@ -276,6 +277,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
         h.extend(shard_charts)
 
     h.extend(turns_section(model.turns))
+    h.extend(acceptance_section(model.acceptance))
 
     other = [f["other"] for f in frags if f["other"]]
     if other:

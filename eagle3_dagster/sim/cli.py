@@ -90,6 +90,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-keep-alive", type=float, default=5.0, help="idle keep-alive close (s), as uvicorn")
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--weight-version", default="default", help="reported weight_version (a new deployment)")
+    # speculative decoding, named as SGLang's server args (sim/speculative.py)
+    ap.add_argument(
+        "--speculative-algorithm", default=None, help="EAGLE3, EAGLE, ... (default with a draft model: EAGLE3)"
+    )
+    ap.add_argument("--speculative-draft-model-path", "--speculative-draft-model", default=None)
+    ap.add_argument("--speculative-draft-model-revision", default=None)
+    ap.add_argument("--speculative-num-steps", type=int, default=None)
+    ap.add_argument("--speculative-eagle-topk", type=int, default=None)
+    ap.add_argument("--speculative-num-draft-tokens", type=int, default=None)
     ap.add_argument(
         "--reasoning-scale",
         type=float,

@@ -17,6 +17,7 @@ from typing import Any
 from ..profiles import ModelProfile
 from . import fleet_faults as FF
 from . import protocol as P
+from . import speculative as SP
 from .cache import PrefixTrie
 from .deployment import Deployment
 from .faults import Faults
@@ -42,6 +43,7 @@ class Sim:
         self.tok = tokenizer
         self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
         self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
+        self.spec = SP.spec_config(args)  # --speculative-*: a drafter (sim/speculative.py)
         # --record-requests FILE: one JSON line per item run (sim/record.py), for tests
         self.recorder = RequestRecorder(args.record_requests) if getattr(args, "record_requests", None) else None
         # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
@@ -119,6 +121,7 @@ class Progress:
     sent_produced: int = 0  # tokens already streamed (incremental mode slices the per-token meta_info lists)
     # (weight_version, first token generated under it): SGLang 0.5.23's meta_info.weight_versions spans
     versions: list[tuple[str, int]] = field(default_factory=list)
+    spec_fault: str | None = None  # fleet fault spec_inconsistent: how this answer's spec figures are broken
 
 
 # SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
@@ -196,6 +199,7 @@ class Engine:
             )
             sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
             pr.versions = [(sim.fleet.weight_version, 0)]
+            pr.spec_fault = sim.fleet.take_spec_inconsistent()
             if sim.fleet.take_nan():
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
             if sim.fleet.take_out_of_vocab():
@@ -304,6 +308,8 @@ class Engine:
                     m[k] = m[k][since:]
         if final:
             m["e2e_latency"] = time.time() - pr.started
+            if sim.spec.on and not pr.queued_abort:
+                m.update(self.spec_meta(pr))
             if sim.version == P.V0_5_23:
                 # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
                 m["weight_versions"] = self.weight_version_spans(pr)
@@ -323,6 +329,14 @@ class Engine:
             for (v, start), end in zip(marks, ends)
             if start < n or start == 0
         ]
+
+    def spec_meta(self, pr: Progress) -> dict[str, Any]:
+        """tokenizer_manager._calculate_spec_decoding_metrics' keys for a finished request (sim/speculative.py)."""
+        sim = self.sim
+        ids = list(pr.produced)
+        strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
+        out = SP.meta_fields(sim.spec, sim.profile, ids, pr.item.input_ids, strings, pr.item.sampling.sampling_seed)
+        return SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
 
     def reasoning_tokens(self, ids: Sequence[int]) -> int:
         te = self.sim.profile.think_end_id

@@ -32,6 +32,9 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "html": true,                    every SGLang route answers 200 text/html: the URL points at some
                                       other web server (the /_sim/ routes keep working)
      "report_version": "0.5.2",       /server_info `version` (an old server)
+     "spec_inconsistent": N,          next N finished answers of a speculating simulator carry spec_* figures
+     "spec_inconsistent_kind": K,     that do not add up: K = accept_length (off by 0.5), partial (rate and
+                                      proposed missing), histogram (one step too many), negative (verify_ct)
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
                                           (and merge under each request)}
 """
@@ -71,6 +74,8 @@ class FleetFaults:
     html: bool = False
     report_version: str | None = None
     preferred_sampling_params: dict[str, Any] | None = None
+    spec_inconsistent: int = 0
+    spec_inconsistent_kind: str = "accept_length"
     injected: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -110,6 +115,10 @@ class FleetFaults:
         n = self.injected["quote_headers"] - 1
         return self.quote_headers_as[n % len(self.quote_headers_as)]
 
+    def take_spec_inconsistent(self) -> str | None:
+        """How this request's spec figures are to be broken (a speculating simulator), or None."""
+        return self.spec_inconsistent_kind if self._take("spec_inconsistent") else None
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -136,6 +145,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "unfinished",
         "quote_headers",
         "weight_version_after",
+        "spec_inconsistent",
     ):
         if k in body:
             v = int(body.pop(k) or 0)
@@ -155,6 +165,11 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         if v is not None and not str(v).strip():
             raise ValueError("next_weight_version must be a non-empty string or null")
         ff.next_weight_version = None if v is None else str(v)
+    if "spec_inconsistent_kind" in body:
+        kind = str(body.pop("spec_inconsistent_kind"))
+        if kind not in ("accept_length", "partial", "histogram", "negative"):
+            raise ValueError("spec_inconsistent_kind must be accept_length, partial, histogram or negative")
+        ff.spec_inconsistent_kind = kind
     if "html" in body:
         ff.html = bool(body.pop("html"))
     if "report_version" in body:

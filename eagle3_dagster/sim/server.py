@@ -189,6 +189,7 @@ class Handlers(GenerateRoutes):
             "schedule_policy": "fcfs",
             "max_total_num_tokens": sim.max_total_num_tokens,
             "max_req_input_len": sim.max_req_input_len,
+            **sim.spec.server_info(),
             "internal_states": [
                 {
                     "last_gen_throughput": 0.0 if not sim.running else 1000.0 / max(sim.faults.slow_tokens_ms, 1e-3),

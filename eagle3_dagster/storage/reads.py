@@ -37,6 +37,9 @@ def read_parquet(
     dps = [as_data_path(p) for p in items]
     if not dps:
         return pl.DataFrame()
+    if len(dps) > 1 and columns is None and n_rows is None and _column_sets_differ(dps):
+        # files written before a column was added to their table lack it: null there, not a schema error
+        return pl.concat([read_parquet(d) for d in dps], how="diagonal_relaxed")
     if all(d.is_local for d in dps):
         files = [d.path for d in dps]
         return pl.read_parquet(
@@ -54,6 +57,10 @@ def read_parquet(
         if left is not None and left <= 0:
             break
     return pl.concat(frames, how="vertical") if len(frames) > 1 else frames[0]
+
+
+def _column_sets_differ(dps: Sequence[DataPath]) -> bool:
+    return len({tuple(parquet_schema(d).names) for d in dps}) > 1
 
 
 def scan_parquet(paths: Sequence[PathLike], *, columns: Sequence[str] | None = None) -> pl.LazyFrame:

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 from ..storage import DataPath, PathLike, TextSink, as_data_path
 from .conversations import openai_tool_calls
+from .samples import ACCEPTANCE_COLUMNS
 
 SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
 PREFORMATTED_FILE = "exports/specforge_preformatted.jsonl"
@@ -56,8 +57,8 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
 }
 BATCH_ROWS = 256  # rows per batch read from a shard table (and per batched encode of the preformatted check)
 STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet file
-# absent from tables written before them: read as null
-OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content")
+# absent from tables written before them (or, the acceptance columns, without EAGLE3_TRAIN_ACCEPTANCE): read as null
+OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content", *ACCEPTANCE_COLUMNS)
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
     "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
@@ -172,15 +173,31 @@ class _Tally:
         self.max_total_len = max(self.max_total_len, int(r.get("total_len") or 0))
 
 
+def snapshot_has_acceptance(snapshot_dir: PathLike) -> bool:
+    """The snapshot's training tables carry the acceptance columns (built with EAGLE3_TRAIN_ACCEPTANCE)."""
+    return any(
+        ACCEPTANCE_COLUMNS[0] in stream_parquet_file(f).schema_arrow.names for f in snapshot_shard_files(snapshot_dir)
+    )
+
+
 def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
+    """`{"id", "input_ids", "loss_mask"}` a row; plus its acceptance figures (`spec_accept_rate`,
+    `spec_accept_length`, null where not speculated) when the tables carry them: extra keys both SpecForge's
+    and speculators' loaders leave alone."""
     snapshot_dir = as_data_path(snapshot_dir)
     tally = _Tally()
+    extra = list(ACCEPTANCE_COLUMNS) if snapshot_has_acceptance(snapshot_dir) else []
 
     def rows() -> Iterator[dict[str, Any]]:
-        columns = ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact", "control_text_in_content"]
-        for r in snapshot_rows(snapshot_dir, columns):
+        cols = ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact", "control_text_in_content", *extra]
+        for r in snapshot_rows(snapshot_dir, cols):
             tally.see(r)
-            yield {"id": r["sample_id"], "input_ids": r["input_ids"], "loss_mask": r["loss_mask"]}
+            yield {
+                "id": r["sample_id"],
+                "input_ids": r["input_ids"],
+                "loss_mask": r["loss_mask"],
+                **{c: r[c] for c in extra},
+            }
 
     n = _write_jsonl(snapshot_dir / SPECFORGE_FILE, rows())
     max_len = tally.max_total_len

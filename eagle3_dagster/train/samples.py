@@ -9,6 +9,7 @@ text does not re-encode to its ids (`text_exact = false`) is kept like any other
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 
 from ..schemas import TRAINING_SAMPLES
 from .conversations import CONVERSATIONS_SCHEMA
@@ -26,6 +27,16 @@ LINEAGE_FROM_GENERATIONS = (
 CONTROL_FLAG = "control_text_in_content"
 # the generations columns a training row is built from (the training step reads only these)
 TRAINING_INPUT_COLUMNS = ("sample_id", "prompt_id", "source", "output_ids", *LINEAGE_FROM_GENERATIONS)
+# EAGLE3_TRAIN_ACCEPTANCE: the drafter's acceptance on the row as the speculating server reported it when the
+# row was generated (generations table, generate/drafter.py; null when it did not speculate), so a trainer
+# can weight or oversample the rows the current drafter finds hard. Off by default: the tables and exports
+# keep their columns.
+ACCEPTANCE_COLUMNS = ("spec_accept_rate", "spec_accept_length")
+
+
+def with_acceptance(schema: pa.Schema) -> pa.Schema:
+    """A training table schema with the acceptance columns appended (EAGLE3_TRAIN_ACCEPTANCE)."""
+    return pa.schema([*schema, *(pa.field(c, pa.float64()) for c in ACCEPTANCE_COLUMNS)], metadata=schema.metadata)
 
 
 def build_training_samples(
@@ -35,6 +46,7 @@ def build_training_samples(
     exclude_sample_ids: set[str] | frozenset[str] = frozenset(),
     exclude_prompt_ids: set[str] | frozenset[str] = frozenset(),
     conversations: pl.DataFrame | None = None,
+    acceptance: bool = False,
 ) -> tuple[pl.DataFrame, dict[str, int]]:
     """Join generations to their prompts and build `input_ids` + `loss_mask`.
 
@@ -88,7 +100,13 @@ def build_training_samples(
         "text_exact",
         pl.col("text_mismatch_pos").cast(pl.Int32),
         pl.col(CONTROL_FLAG).cast(pl.Boolean),
+        *(_acceptance_exprs(joined.columns) if acceptance else ()),
     ).sort("sample_id")
     counts["samples"] = out.height
     assert counts["generations"] == counts["samples"] + counts["excluded"] + counts["missing_prompt"]
-    return out.select(TRAINING_SAMPLES.names), counts
+    return out.select(with_acceptance(TRAINING_SAMPLES).names if acceptance else TRAINING_SAMPLES.names), counts
+
+
+def _acceptance_exprs(columns: list[str]) -> list[pl.Expr]:
+    """The acceptance columns from the generations (null where a generations batch does not have them)."""
+    return [(pl.col(c) if c in columns else pl.lit(None)).cast(pl.Float64).alias(c) for c in ACCEPTANCE_COLUMNS]

@@ -23,7 +23,7 @@ from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, PathLike, write_frame_atomic
 from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
-from .samples import build_training_samples
+from .samples import ACCEPTANCE_COLUMNS, build_training_samples
 from .summary import sample_stats
 
 
@@ -94,6 +94,7 @@ def build_training_shard(
                 exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
                 exclude_prompt_ids=bad_prompt_ids,
                 conversations=conversations,
+                acceptance=ACCEPTANCE_COLUMNS[0] in schema.names,
             )
             _add(res.parse_counts, parse_counts)
             _add(res.counts, counts)

@@ -207,3 +207,40 @@ def derive(read: Any) -> ResponseShapes:
         logprob_top=frozenset(lp_top),
         incremental_keys=frozenset(inc_keys),
     )
+
+
+@dataclass(frozen=True)
+class SpecShapes:
+    """Speculative decoding as SGLang 0.5.23 reports it (tokenizer_manager._calculate_spec_decoding_metrics)."""
+
+    all_keys: frozenset[str]  # every meta_info key the function can set
+    with_drafts: frozenset[str]  # set together whenever drafts were proposed (the `num_proposed_drafts > 0` block)
+    histogram_key: str  # set (non-empty) beside them
+    only_when_finished: bool  # the call sits under `if state.finished:` in _handle_batch_output
+    server_args: frozenset[str]  # the speculative_* fields of ServerArgs' spec namespace (/server_info keys)
+
+
+def derive_spec(read: Any) -> SpecShapes:
+    tm = ast.parse(read("srt/managers/tokenizer_manager.py"))
+    fn = _function(tm, "_calculate_spec_decoding_metrics")
+    [drafts] = _under_if(fn, "num_proposed_drafts > 0")
+    direct = {
+        t.slice.value
+        for st in drafts.body
+        if isinstance(st, ast.Assign)
+        for t in st.targets
+        if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant)
+    }
+    hist = [k for k in _subscript_keys(fn, "meta_info") if k.endswith("histogram") and "correct_drafts" in k]
+    batch = _function(tm, "_handle_batch_output")
+    finished = any("_calculate_spec_decoding_metrics" in ast.unparse(b) for b in _under_if(batch, "state.finished"))
+    spec_ns = ast.parse(read("srt/arg_groups/fields/spec.py"))
+    args = {
+        n.target.id
+        for n in ast.walk(spec_ns)
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id.startswith("speculative_")
+    }
+    assert len(hist) == 1, f"not one correct-drafts histogram key: {hist}"
+    return SpecShapes(
+        frozenset(_subscript_keys(fn, "meta_info")), frozenset(direct), hist[0], finished, frozenset(args)
+    )

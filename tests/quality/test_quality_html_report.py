@@ -345,6 +345,8 @@ def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
     assert "kimi-k2.5" in visible and str(data) in visible
     assert visible.count("Data Docs") >= 3 and f"snapshot {out.snapshot_version} (LATEST)" in visible
     assert "all gates passed" in visible
+    # a server that does not speculate: no acceptance figures anywhere
+    assert "spec_accept_rate" not in meta["generations"] and "Drafter acceptance" not in visible
 
     # a pruned page loses its link (and only that one); `eagle3 report` rebuilds on demand
     m.shards[int(shard)].cells["prompts"].docs_page.unlink()
@@ -506,3 +508,22 @@ def test_report_lists_failed_requests_by_reason_with_prompt_ids(tmp_path):
     assert "failed requests (generations)" not in by_shard["0001"]
     html = render(m, work / "reports" / "index.html")
     assert "failed requests (generations)" in html and "prompt_too_long_for_server (e.g. p-0, p-1, p-2" in html
+
+
+@pytest.mark.integration
+def test_report_and_ui_show_where_the_drafter_is_weak(tmp_path, kimi_profile):
+    from eagle3_dagster.quality.acceptance import ACCEPTANCE_FILE
+
+    spec = ["--speculative-draft-model-path", "test/kimi-eagle3", "--speculative-num-draft-tokens", "4"]
+    data, shard, (out, meta) = _pipeline_run(tmp_path, kimi_profile, spec)
+    assert out.shards[0].success
+    md = meta["generations"]
+    for key in ("spec_rows", "spec_accept_length", "spec_accept_rate"):
+        assert isinstance(md[key], dg.FloatMetadataValue), key  # plotted across materializations
+    assert md["spec_rows"].value == md["stored_samples"].value
+    assert 1.0 < md["spec_accept_length"].value <= 4.0 and 0.0 < md["spec_accept_rate"].value < 1.0
+    summary = json.loads((data / "generations" / f"shard={shard}" / ACCEPTANCE_FILE).read_text())
+    assert summary["all"]["rows"] == md["spec_rows"].value and summary["by_source"] and summary["histogram"]
+    visible = rows_text(assert_offline((data / "reports" / "index.html").read_text(), data / "reports" / "index.html"))
+    for text in ("Drafter acceptance", "output length", "tool calls", "weakest prompts", "histogram"):
+        assert text in visible, text

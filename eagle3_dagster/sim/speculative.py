@@ -1,0 +1,207 @@
+"""The simulator's speculative decoding: a named drafter whose acceptance depends on what is generated.
+
+Started with SGLang's own server args (`--speculative-algorithm EAGLE3 --speculative-draft-model-path NAME
+--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`), the simulator
+reports them in /server_info (flat keys, null when not speculating, as SGLang's `resolved_dict()`) and adds
+to every finished answer the figures SGLang 0.5.23's `_calculate_spec_decoding_metrics` adds
+(tokenizer_manager.py): only on the finished output, only when there was at least one verify step.
+
+How a request's figures come about: the first output token comes from the prefill; then each verify step
+proposes `num_draft_tokens - 1` drafts and accepts a run of them (each draft with the probability its
+position's content gives, until the first miss), plus one bonus token. The probabilities make the figures
+worth reading: structured output (tool calls, code blocks) is easy to draft, prose less so, long reasoning
+gets harder as it goes on, later turns of a conversation are harder than first ones, and each drafter has
+its own quality (from its name). Deterministic per request: seeded from the prompt ids, the sampling seed
+and the drafter, never the rid (a retry reproduces the figures).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..profiles import ModelProfile
+
+METRIC_KEYS = (
+    "spec_accept_rate",
+    "spec_accept_length",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_verify_ct",
+    "spec_correct_drafts_histogram",
+)
+# How easy each kind of content is to draft (before the drafter's quality and the turn factor).
+P_TOOL_CALL = 0.93
+P_CODE = 0.88
+P_ANSWER = 0.62
+P_REASONING_START = 0.80
+P_REASONING_FLOOR = 0.50
+REASONING_DECAY_TOKENS = 1500.0
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """The speculative server args, as SGLang names them (None: not set)."""
+
+    algorithm: str | None = None
+    draft_model_path: str | None = None
+    draft_model_revision: str | None = None
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.algorithm is not None
+
+    def server_info(self) -> dict[str, Any]:
+        return {
+            "speculative_algorithm": self.algorithm,
+            "speculative_draft_model_path": self.draft_model_path,
+            "speculative_draft_model_revision": self.draft_model_revision,
+            "speculative_num_steps": self.num_steps,
+            "speculative_eagle_topk": self.eagle_topk,
+            "speculative_num_draft_tokens": self.num_draft_tokens,
+        }
+
+    def quality(self) -> float:
+        """A drafter's own quality in [0.80, 1.0], stable for its name and revision."""
+        h = hashlib.blake2b(f"{self.draft_model_path}@{self.draft_model_revision}".encode(), digest_size=4)
+        return 0.80 + 0.20 * (int.from_bytes(h.digest(), "little") % 1000) / 999
+
+
+def spec_config(args: Any) -> SpecConfig:
+    """From the simulator's command line. A draft model without an algorithm means EAGLE3 here (SGLang needs
+    `--speculative-algorithm`; the simulator takes the draft model as the sign). Unset counts get the values
+    SGLang picks for EAGLE-3 when it chooses them itself (3 steps, top-k 1, 4 draft tokens)."""
+    algo = getattr(args, "speculative_algorithm", None)
+    path = getattr(args, "speculative_draft_model_path", None)
+    if algo is None and path is None:
+        return SpecConfig()
+    steps = getattr(args, "speculative_num_steps", None) or 3
+    return SpecConfig(
+        algorithm=algo or "EAGLE3",
+        draft_model_path=path,
+        draft_model_revision=getattr(args, "speculative_draft_model_revision", None),
+        num_steps=steps,
+        eagle_topk=getattr(args, "speculative_eagle_topk", None) or 1,
+        num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None) or steps + 1,
+    )
+
+
+def _turn_factor(prompt_ids: Sequence[int], end_of_turn_id: int) -> float:
+    """Later turns are harder to draft: each finished message in the prompt beyond the first two costs 4%."""
+    finished = sum(1 for t in prompt_ids if t == end_of_turn_id)
+    return max(0.6, 0.96 ** max(0, finished - 2))
+
+
+def acceptance_probs(ids: Sequence[int], profile: ModelProfile, token_strings: Sequence[str]) -> list[float]:
+    """Per output position: the chance a draft of that token is accepted (before the drafter's quality)."""
+    # Kimi prompts end with <think>: the output starts in reasoning unless the think block was closed
+    reasoning = profile.think_end_id in ids
+    tc = profile.tool_call_ids
+    tool_ids = {v for v in (tc.section_begin, tc.call_begin) if v is not None}
+    in_code = tool = False
+    out: list[float] = []
+    for i, (t, s) in enumerate(zip(ids, token_strings, strict=True)):
+        if t == profile.think_end_id:
+            reasoning = False
+        tool = tool or t in tool_ids
+        if "``" in s:
+            in_code = not in_code
+        if tool:
+            p = P_TOOL_CALL
+        elif reasoning:
+            decay = math.exp(-i / REASONING_DECAY_TOKENS)
+            p = P_REASONING_FLOOR + (P_REASONING_START - P_REASONING_FLOOR) * decay
+        else:
+            p = P_CODE if in_code else P_ANSWER
+        out.append(p)
+    return out
+
+
+@dataclass(frozen=True)
+class SpecFigures:
+    verify_ct: int
+    correct: int
+    histogram: tuple[int, ...]
+
+
+def simulate(probs: Sequence[float], num_draft_tokens: int, rng: random.Random) -> SpecFigures:
+    """Verify steps over an output of len(probs) tokens: the first token is the prefill's, each step
+    accepts a run of drafts (stopping at the first rejected one or the output's end) plus the bonus."""
+    n = len(probs)
+    pos, steps, correct = 1, 0, 0
+    hist = [0] * max(1, num_draft_tokens)
+    while pos < n:
+        k = 0
+        while k < num_draft_tokens - 1 and pos + k + 1 < n and rng.random() < probs[pos + k]:
+            k += 1
+        hist[k] += 1
+        steps += 1
+        correct += k
+        pos += k + 1
+    while len(hist) > 1 and hist[-1] == 0:
+        hist.pop()  # SGLang's list grows only as far as the largest k seen
+    return SpecFigures(steps, correct, tuple(hist))
+
+
+def request_seed(prompt_ids: Sequence[int], sampling_seed: int | None, cfg: SpecConfig) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(",".join(map(str, prompt_ids)).encode())
+    h.update(f"|{sampling_seed}|{cfg.draft_model_path}@{cfg.draft_model_revision}|{cfg.eagle_topk}".encode())
+    return int.from_bytes(h.digest(), "little")
+
+
+def meta_fields(
+    cfg: SpecConfig,
+    profile: ModelProfile,
+    ids: Sequence[int],
+    prompt_ids: Sequence[int],
+    token_strings: Sequence[str],
+    sampling_seed: int | None,
+) -> dict[str, Any]:
+    """The spec keys of a finished answer's meta_info, as SGLang computes them (none without a verify step)."""
+    q = cfg.quality() * _turn_factor(prompt_ids, profile.end_of_turn_id)
+    topk = max(1, cfg.eagle_topk or 1)
+    probs = acceptance_probs(ids, profile, token_strings)
+    scaled = [1 - (1 - min(1.0, p * q)) ** (1 + 0.25 * (topk - 1)) for p in probs]
+    d = cfg.num_draft_tokens or 1
+    fig = simulate(scaled, d, random.Random(request_seed(prompt_ids, sampling_seed, cfg)))
+    if fig.verify_ct <= 0:
+        return {}
+    out: dict[str, Any] = {}
+    proposed = fig.verify_ct * (d - 1)
+    if proposed > 0:
+        out["spec_accept_rate"] = fig.correct / proposed
+        out["spec_accept_length"] = len(ids) / fig.verify_ct
+        out["spec_num_correct_drafts"] = fig.correct
+        out["spec_num_proposed_drafts"] = proposed
+        out["spec_verify_ct"] = fig.verify_ct
+    out["spec_correct_drafts_histogram"] = list(fig.histogram)
+    return out
+
+
+INCONSISTENT_KINDS = ("accept_length", "partial", "histogram", "negative")
+
+
+def make_inconsistent(fields: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The fleet fault spec_inconsistent: figures that do not add up, the way a broken server or proxy would
+    send them (the ids stay right)."""
+    out = dict(fields)
+    if not out:
+        return out
+    if kind == "partial":
+        out.pop("spec_accept_rate", None)
+        out.pop("spec_num_proposed_drafts", None)
+    elif kind == "histogram":
+        out["spec_correct_drafts_histogram"] = [*out["spec_correct_drafts_histogram"], 1]
+    elif kind == "negative":
+        out["spec_verify_ct"] = -int(out.get("spec_verify_ct", 1))
+    else:
+        out["spec_accept_length"] = float(out.get("spec_accept_length", 1.0)) + 0.5
+    return out

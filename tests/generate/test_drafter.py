@@ -1,0 +1,149 @@
+"""The drafter identity and the per-row speculative-decoding figures (generate/drafter.py), without a server."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from eagle3_dagster.generate.drafter import (
+    DrafterIdentity,
+    drafter_of,
+    router_drafter,
+    spec_row_fields,
+    warn_mixed_fleet,
+)
+
+INFO = {
+    "speculative_algorithm": "EAGLE3",
+    "speculative_draft_model_path": "lmsys/kimi-eagle3",
+    "speculative_draft_model_revision": None,
+    "speculative_num_steps": 3,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 4,
+}
+D = drafter_of(INFO)
+
+
+def good_meta() -> dict[str, Any]:
+    # 1 prefill token + 4 verify steps accepting 0, 1, 3, 3 drafts (+1 bonus each): 1 + 1 + 2 + 4 + 4 = 12
+    return {
+        "completion_tokens": 12,
+        "spec_accept_rate": 7 / 12,
+        "spec_accept_length": 12 / 4,
+        "spec_num_correct_drafts": 7,
+        "spec_num_proposed_drafts": 12,
+        "spec_verify_ct": 4,
+        "spec_correct_drafts_histogram": [1, 1, 0, 2],
+    }
+
+
+def test_identity_from_server_info_and_a_stable_short_id():
+    assert DrafterIdentity("EAGLE3", "lmsys/kimi-eagle3", None, 3, 1, 4) == D
+    assert D is not None and D.drafter_id == drafter_of(dict(INFO)).drafter_id  # type: ignore[union-attr]
+    assert D.drafter_id.startswith("eagle3-") and len(D.drafter_id) == len("eagle3-") + 10
+    other = drafter_of({**INFO, "speculative_num_draft_tokens": 8})
+    assert other is not None and other.drafter_id != D.drafter_id
+    assert drafter_of({"speculative_algorithm": None, "speculative_num_steps": None}) is None
+    assert drafter_of({}) is None
+
+
+def test_consistent_figures_are_stored_exactly_and_not_flagged():
+    viol: list[str] = []
+    row = spec_row_fields(good_meta(), D, viol)
+    assert viol == []
+    assert row["spec_accept_rate"] == 7 / 12 and row["spec_accept_length"] == 3.0
+    assert (row["spec_verify_ct"], row["spec_num_correct_drafts"], row["spec_num_proposed_drafts"]) == (4, 7, 12)
+    assert row["spec_correct_drafts_histogram"] == [1, 1, 0, 2]
+    assert row["drafter_id"] == D.drafter_id and row["spec_draft_model_path"] == "lmsys/kimi-eagle3"  # type: ignore[union-attr]
+    assert (row["spec_num_steps"], row["spec_eagle_topk"], row["spec_num_draft_tokens"]) == (3, 1, 4)
+
+
+def test_a_server_that_does_not_speculate_gives_null_columns():
+    viol: list[str] = []
+    row = spec_row_fields({"completion_tokens": 5}, None, viol)
+    assert viol == [] and all(v is None for v in row.values())
+
+
+@pytest.mark.parametrize(
+    ("change", "which"),
+    [
+        ({"spec_accept_length": 2.5}, "accept_length"),
+        ({"spec_accept_rate": 0.9}, "accept_rate"),
+        ({"spec_num_proposed_drafts": 16, "spec_accept_rate": 7 / 16}, "proposed"),
+        ({"spec_correct_drafts_histogram": [1, 1, 0, 1]}, "histogram_total"),
+        ({"spec_correct_drafts_histogram": [0, 3, 0, 1]}, "histogram_weighted"),
+        ({"spec_verify_ct": -4}, "negative"),
+        ({"spec_correct_drafts_histogram": [1, -1, 0, 2]}, "negative"),
+        ({"spec_verify_ct": "4"}, "type_spec_verify_ct"),
+    ],
+)
+def test_inconsistent_figures_are_flagged_and_still_stored(change: dict[str, Any], which: str):
+    viol: list[str] = []
+    row = spec_row_fields({**good_meta(), **change}, D, viol)
+    assert f"spec_metrics_inconsistent:{which}" in viol
+    key, value = next(iter(change.items()))
+    if which != "type_spec_verify_ct":
+        assert row[key] == value  # as received, never repaired
+    else:
+        assert row[key] is None  # a string cannot be an int64 without a cast: null, and named
+
+
+def test_some_fields_without_the_others_is_flagged_partial():
+    meta = good_meta()
+    del meta["spec_accept_rate"], meta["spec_num_proposed_drafts"]
+    viol: list[str] = []
+    row = spec_row_fields(meta, D, viol)
+    assert "spec_metrics_inconsistent:partial" in viol and row["spec_verify_ct"] == 4
+    # one draft token proposes nothing: SGLang then sends the histogram alone, which is not partial
+    one = drafter_of({**INFO, "speculative_num_draft_tokens": 1})
+    viol = []
+    spec_row_fields({"completion_tokens": 3, "spec_correct_drafts_histogram": [2]}, one, viol)
+    assert viol == []
+
+
+def test_figures_from_a_server_that_names_no_drafter_are_flagged():
+    viol: list[str] = []
+    spec_row_fields(good_meta(), None, viol)
+    assert viol == ["spec_metrics_inconsistent:no_drafter"]
+
+
+def test_mixed_fleet_and_mixed_router_are_named(caplog: pytest.LogCaptureFixture):
+    other = drafter_of({**INFO, "speculative_draft_model_path": "me/other-eagle3"})
+    with caplog.at_level(logging.WARNING):
+        assert not warn_mixed_fleet({"http://a": D, "http://b": D})
+        assert warn_mixed_fleet({"http://a": D, "http://b": other, "http://c": None})
+    line = caplog.records[-1].getMessage()
+    assert "http://a" in line and "http://b" in line and "me/other-eagle3" in line and "no speculative" in line
+    assert D is not None and D.drafter_id in line
+    assert router_drafter("r", {"w1": D, "w2": D}) == D
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert router_drafter("http://r", {"w1": D, "w2": other}) is None
+    assert "w1" in caplog.text and "w2" in caplog.text and "http://r" in caplog.text
+
+
+def test_a_shard_with_chunks_from_before_the_spec_columns_still_reads_and_compacts(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eagle3_dagster import schemas
+    from eagle3_dagster.generate.store import chunk_files, iter_generations, read_generations, write_compacted
+    from eagle3_dagster.storage import as_data_path
+
+    old = pa.schema([f for f in schemas.GENERATIONS if not f.name.startswith(("spec_", "drafter_id"))])
+    row = {**{f.name: None for f in schemas.GENERATIONS}, "prompt_id": "p", "output_ids": [1, 2]}
+    row["integrity_violations"] = []
+    pq.write_table(
+        pa.Table.from_pylist([{k: {**row, "sample_id": "a"}[k] for k in old.names}], schema=old),
+        tmp_path / "part-0001-a.parquet",
+    )
+    new = {**row, "sample_id": "b", "spec_accept_rate": 0.5, "drafter_id": "eagle3-x"}
+    pq.write_table(pa.Table.from_pylist([new], schema=schemas.GENERATIONS), tmp_path / "part-0002-b.parquet")
+    want = [{"sample_id": "a", "spec_accept_rate": None}, {"sample_id": "b", "spec_accept_rate": 0.5}]
+    assert read_generations(tmp_path).select("sample_id", "spec_accept_rate").to_dicts() == want
+    cols = ["sample_id", "spec_accept_rate"]
+    assert [r for b in iter_generations(tmp_path, columns=cols) for r in b.to_dicts()] == want
+    assert write_compacted(chunk_files(tmp_path), as_data_path(tmp_path / "compacted.parquet")) == 2
+    assert pq.read_table(tmp_path / "compacted.parquet").column("spec_accept_rate").to_pylist() == [None, 0.5]

@@ -1,0 +1,66 @@
+"""The simulator's drafter (sim/speculative.py): figures shaped as SGLang's, seeded, and worth reading
+(what is generated decides how much is accepted)."""
+
+from __future__ import annotations
+
+from argparse import Namespace
+
+from eagle3_dagster.sim.speculative import SpecConfig, meta_fields, spec_config
+
+CFG = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4)
+PROMPT = [1000, 1001, 1002]
+WORD = 2000  # an ordinary token id
+
+
+def _rate(kimi_profile, ids, strings, prompt=PROMPT, cfg=CFG) -> float:
+    return meta_fields(cfg, kimi_profile, ids, prompt, strings, None)["spec_accept_rate"]
+
+
+def test_figures_are_sglangs_and_seeded(kimi_profile):
+    ids = [WORD] * 300
+    m = meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 300, None)
+    assert m == meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 300, None)  # a retry: the same figures
+    assert m["spec_accept_length"] == 300 / m["spec_verify_ct"]
+    assert m["spec_num_proposed_drafts"] == m["spec_verify_ct"] * 3
+    assert m["spec_accept_rate"] == m["spec_num_correct_drafts"] / m["spec_num_proposed_drafts"]
+    hist = m["spec_correct_drafts_histogram"]
+    assert sum(hist) == m["spec_verify_ct"] and sum(k * n for k, n in enumerate(hist)) == m["spec_num_correct_drafts"]
+    assert len(hist) <= 4
+    # one token is the prefill's: no verify step, no figures (SGLang: spec_verify_ct > 0)
+    assert meta_fields(CFG, kimi_profile, [WORD], PROMPT, ["a"], None) == {}
+    other = SpecConfig("EAGLE3", "someone/else-eagle3", None, 3, 1, 4)
+    assert meta_fields(other, kimi_profile, ids, PROMPT, ["a"] * 300, None) != m
+
+
+def test_structured_output_is_easier_to_draft_than_prose(kimi_profile):
+    n = 600
+    prose = _rate(kimi_profile, [WORD] * n, ["a"] * n)
+    code = _rate(kimi_profile, [WORD] * n, ["```", *["x"] * (n - 1)])
+    call = kimi_profile.tool_call_ids.call_begin
+    tool = _rate(kimi_profile, [call, *[WORD] * (n - 1)], ["<call>", *["x"] * (n - 1)])
+    assert prose < code and prose < tool
+
+
+def test_long_reasoning_and_later_turns_are_harder(kimi_profile):
+    te = kimi_profile.think_end_id
+    short = [*[WORD] * 200, te, *[WORD] * 50]
+    long = [*[WORD] * 4000, te, *[WORD] * 50]
+    assert _rate(kimi_profile, long, ["a"] * len(long)) < _rate(kimi_profile, short, ["a"] * len(short))
+    eot = kimi_profile.end_of_turn_id
+    first = [1000, eot, 1001, eot, 163606]
+    later = [1000, *([1001, eot] * 8), 163606]
+    ids = [WORD] * 600
+    assert _rate(kimi_profile, ids, ["a"] * 600, prompt=later) < _rate(kimi_profile, ids, ["a"] * 600, prompt=first)
+
+
+def test_named_as_sglangs_server_args():
+    assert not spec_config(Namespace()).on
+    cfg = spec_config(Namespace(speculative_draft_model_path="me/eagle3", speculative_num_draft_tokens=6))
+    assert cfg.server_info() == {
+        "speculative_algorithm": "EAGLE3",
+        "speculative_draft_model_path": "me/eagle3",
+        "speculative_draft_model_revision": None,
+        "speculative_num_steps": 3,
+        "speculative_eagle_topk": 1,
+        "speculative_num_draft_tokens": 6,
+    }
