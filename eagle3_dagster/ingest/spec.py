@@ -31,7 +31,10 @@ Fields (only `path` is required):
                                #   the dataset's tool results are used anyway (continue); counted
     role: train                # or eval: a benchmark's prompts, never tokenized or generated; every
                                #   training prompt overlapping one is quarantined (eval_overlap,
-                               #   decontaminate.py)
+                               #   decontaminate.py); or probe: a fixed prompt set that IS tokenized and
+                               #   generated (again for every drafter the fleet runs) but never trained
+                               #   on; overlapping training prompts are quarantined (probe_overlap,
+                               #   docs/probes.md)
     overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
     function_docs: ../bfcl/multi_turn_func_doc   # BFCL multi-turn files: BFCL's multi_turn_func_doc
                                #   folder (local, relative to the YAML's folder); each record's
@@ -56,7 +59,7 @@ REGENERATE_MODES = ("final_turn", "all_turns")
 # What tokenize does with control-token text in the data (tokenize/control_text.py, same names).
 CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
-SOURCE_ROLES = ("train", "eval")
+SOURCE_ROLES = ("train", "eval", "probe")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
@@ -81,7 +84,7 @@ class SourceSpec:
     on_tool_mismatch: str = "end"
     control_text: str = "reject"
     role: str = "train"
-    overlap_threshold: float | None = None  # role: eval only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
+    overlap_threshold: float | None = None  # role: eval/probe only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
     function_docs: str | None = None
 
     @property
@@ -188,10 +191,12 @@ def _validate(spec: SourceSpec) -> str | None:
         return "fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'"
     if spec.role not in SOURCE_ROLES:
         return f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}"
+    if spec.role == "probe" and spec.regenerate != "final_turn":
+        return "a 'role: probe' source is regenerated as one prompt per row: 'regenerate' must be final_turn"
     if spec.overlap_threshold is not None:
         t = spec.overlap_threshold
-        if spec.role != "eval":
-            return "field 'overlap_threshold' only applies with 'role: eval'"
+        if spec.role == "train":
+            return "field 'overlap_threshold' only applies with 'role: eval' or 'role: probe'"
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
             return f"field 'overlap_threshold': must be a number in (0, 1], got {t!r}"
     return None
@@ -266,3 +271,10 @@ def load_source_specs(sources_dir: Path) -> list[SourceSpec]:
     if problems:
         raise SourceSpecError("\n".join(problems))
     return specs
+
+
+def probe_source_names(sources_dir: Path) -> tuple[str, ...]:
+    """The `role: probe` sources of the folder (none when it does not exist)."""
+    if not sources_dir.is_dir():
+        return ()
+    return tuple(s.name for s in load_source_specs(sources_dir) if s.role == "probe")
