@@ -35,9 +35,12 @@ from ..generate.multiturn import (
     turns_summary,
     write_turns_summary,
 )
+from ..generate.probe_results import record_probe_results
+from ..generate.probes import ProbeKeys
 from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
+from ..ingest.spec import probe_source_names
 from ..orchestration.gates import HeadlineCheck, gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
@@ -146,7 +149,9 @@ def generations(
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
     run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
+    probe_sources = probe_source_names(settings().sources_dir)
     config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
+        probe_sources=probe_sources,
         compact_after_chunks=compact_after_chunks_from_env(),  # None (EAGLE3_..._CHUNKS=0): never compact
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(pipeline.work_path, graph_run_key(context.run.tags, context.run_id)),
@@ -195,13 +200,17 @@ def generations(
     # this materialization's samples are exactly the current cache keys of its prompts.
     # a prompt sent with max_new_tokens lowered to the server's context has that budget in its key
     budget = ContextBudget.of(config, report.server_context_length)
+    probes = ProbeKeys(frozenset(probe_sources), report.drafter_key, config.probe_seed)
     active = active_sample_ids(
         prompts,
         report.model_revision,
         report.sampling_hash,
         config.regen_seed,
         row_hash=budget.hash_for if report.server_context_length is not None else None,
+        probes=probes,
     )
+    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
+    record_probe_results(data, shard, out, active, prompts, probes)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_active_samples(out, active)
