@@ -136,3 +136,22 @@ def record_probe_results(
     if current.height:
         update_shard_results(data, shard, current, probes.drafter_key, datetime.now(UTC))
     return current.height
+
+
+def new_training_rows(
+    gen_dir: Path | str | DataPath,
+    active: pl.DataFrame,
+    prompts: pl.DataFrame,
+    sources: frozenset[str],
+    since: datetime,
+) -> pl.DataFrame:
+    """The rows this run generated (generated_at >= `since`) for the shard's training prompts (not probes):
+    tonight's new prompts, for the acceptance drift check (quality/acceptance_drift.py)."""
+    ids = probe_prompt_ids(prompts, sources)
+    current = active.filter(~pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
+    cols = ["sample_id", "generated_at", "spec_accept_length", "spec_accept_rate"]
+    parts = [b.filter(pl.col("generated_at") >= since) for b in iter_generations(gen_dir, only=current, columns=cols)]
+    parts = [p for p in parts if p.height]
+    if not parts:
+        return pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in cols})
+    return pl.concat(parts)
