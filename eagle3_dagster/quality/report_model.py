@@ -26,6 +26,7 @@ from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard
 from ..train.summary import SUMMARY_FILE
 from .gate import read_gate_result
 from .report_decontamination import collect_decontamination
+from .report_probes import collect_probes
 from .retention import DOCS_INDEX
 from .suites import GATES
 from .turns_report import collect_turns
@@ -236,6 +237,7 @@ class ReportModel:
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
     decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
+    probes: dict[str, Any] | None = None  # drafter versions on the probe sets, nightly acceptance (report_probes.py)
     plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
@@ -489,6 +491,7 @@ def assemble(
         latest=latest_age(data, now),
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
+        probes=collect_probes(data),
         plan=_plan_view(data),
     )
 

@@ -20,6 +20,7 @@ from . import charts
 from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .report_plan import plan_section
+from .report_probes import probes_section
 from .turns_report import turns_section
 
 # --------------------------------------------------------------------------------------------- render
@@ -276,6 +277,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
         h.extend(shard_charts)
 
     h.extend(turns_section(model.turns))
+    h.extend(probes_section(model.probes))
 
     other = [f["other"] for f in frags if f["other"]]
     if other:
