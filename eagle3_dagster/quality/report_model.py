@@ -188,7 +188,7 @@ class SourceView:
     rejected: int
     max_reject_rate: float
     rejects_by_reason: dict[str, int]
-    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py)
+    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py); or probe
 
     @property
     def reject_rate(self) -> float:

@@ -243,7 +243,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
             )
             h.append(
                 f"<tr><td><code>{_e(src.name)}</code>"
-                + (' <span class="small">eval set</span>' if src.role == "eval" else "")
+                + (f' <span class="small">{src.role} set</span>' if src.role in ("eval", "probe") else "")
                 + f'</td><td class="num">{src.read}</td>'
                 f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
                 f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
