@@ -89,5 +89,10 @@ def test_acceptance_log_compares_the_same_drafter_and_names_a_change(tmp_path) -
     assert frame.row(0, named=True)["accept_length_ratio"] == 0.8
     assert abs(frame.row(0, named=True)["accept_rate_change"] + 0.1) < 1e-12
 
+    e3 = {**e1, "run_at": T0 + timedelta(days=2), "run_key": "r3", "drafter_key": "eagle3-b"}
+    append_entry(data, 3, read_log(data, 3), e3)
     view = collect_probes(data)
-    assert view is not None and [n["new_rows"] for n in view["nights"]] == [2]
+    assert view is not None and [n["drafter_key"] for n in view["nights"]] == ["eagle3-a", "eagle3-b"]
+    page = "\n".join(probes_section(view))
+    assert "<h3>Tonight's new prompts, night by night</h3>" in page
+    assert "<td>drafter changed from eagle3-a</td>" in page
