@@ -285,6 +285,7 @@ GATE_ASSETS: dict[str, tuple[str, str]] = {
     "training_samples": ("training_samples", "training_samples_gate"),
     "publish": ("training_dataset", "publish_gate"),
     "drift": ("training_dataset", "drift_gate"),
+    "acceptance_drift": ("generations", "acceptance_drift"),
 }
 
 GATES_INTRO = """\

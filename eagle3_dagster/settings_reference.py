@@ -277,7 +277,7 @@ fields a run config does not name keep the deployment's values. Fields with no v
 `pipeline.max_new_tokens` (default: the profile's), `pipeline.max_failed_rate` (0.01: a generations shard whose
 permanently failed requests exceed it fails its `request_failure_budget` check and is left out of snapshots;
 fewer is a WARN), `sglang.max_in_flight` (default: from `/server_info`), `sglang.model_revision` (default: from
-`/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.read_timeout_s` (3600 s,
+`/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.probe_seed` (bump it to regenerate the `role: probe` sets only, docs/probes.md), `sglang.read_timeout_s` (3600 s,
 non-streamed requests), `sglang.max_retries` (6). `tests/pipeline/test_run_config_overrides.py` runs one real
 Dagster run per field and checks its effect.
 

@@ -10,6 +10,8 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -35,9 +37,12 @@ from ..generate.multiturn import (
     turns_summary,
     write_turns_summary,
 )
+from ..generate.probe_results import new_training_rows, record_probe_results
+from ..generate.probes import ProbeKeys
 from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
+from ..ingest.spec import probe_source_names
 from ..orchestration.gates import HeadlineCheck, gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
@@ -46,6 +51,7 @@ from ..orchestration.run import graph_run_key
 from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
+from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
 from ..quality.reports import PREVIEW_PROMPT_TAIL
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
@@ -128,6 +134,55 @@ GENERATION_HEADLINES = (
 )
 
 
+def probes_and_acceptance(
+    context: dg.AssetExecutionContext,
+    pipeline: PipelineSettings,
+    shard: int,
+    out: Any,
+    active: pl.DataFrame,
+    prompts: pl.DataFrame,
+    probes: ProbeKeys,
+    drafter_key: str,
+    started: datetime,
+) -> AcceptanceNight:
+    """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
+    data = pipeline.data_path
+    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
+    record_probe_results(data, shard, out, active, prompts, probes)
+    night = judge_night(
+        data,
+        shard,
+        night_entry(
+            new_training_rows(out, active, prompts, probes.sources, started),
+            run_at=started,
+            run_key=graph_run_key(context.run.tags, context.run_id),
+            drafter_key=drafter_key,
+        ),
+        expectations_dir=pipeline.expectations_path,
+        context_dir=pipeline.gx_context_dir,
+        keep_validations=pipeline.gx_keep_validations,
+    )
+    if night.change_line:
+        context.log.warning(night.change_line)
+    (context.log.warning if night.status in ("warned", "failed") else context.log.info)(night.line)
+    return night
+
+
+ACCEPTANCE_CHECK = "acceptance_drift"
+
+
+def acceptance_check(night: AcceptanceNight) -> dg.AssetCheckResult:
+    """Tonight's acceptance against the previous night's (same drafter), and a drafter change, as a check."""
+    severity = dg.AssetCheckSeverity.ERROR if night.status == "failed" else dg.AssetCheckSeverity.WARN
+    return dg.AssetCheckResult(
+        check_name=ACCEPTANCE_CHECK,
+        passed=night.status not in ("warned", "failed"),
+        severity=severity,
+        description="; ".join(x for x in (night.change_line, night.line) if x),
+        metadata={"status": night.status, **{k: float(v) for k, v in night.values.items() if v is not None}},
+    )
+
+
 @dg.asset(
     name="generations",
     group_name=ASSET_GROUP,
@@ -135,7 +190,17 @@ GENERATION_HEADLINES = (
     partitions_def=shard_partitions,
     pool="sglang",  # limits how many shard steps hit the fleet at once (instance concurrency pools)
     retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
-    check_specs=gate_check_specs("generations", "generations", GENERATION_HEADLINES),
+    check_specs=[
+        *gate_check_specs("generations", "generations", GENERATION_HEADLINES),
+        dg.AssetCheckSpec(
+            ACCEPTANCE_CHECK,
+            asset="generations",
+            blocking=False,
+            description="Tonight's mean acceptance (spec_accept_length, spec_accept_rate) on the shard's new training "
+            "rows against its previous night with the same drafter (expectations/acceptance_drift.json; warnings by "
+            "default); a drafter change is named instead of judged.",
+        ),
+    ],
     description="Raw output_ids from SGLang POST /generate with input_ids (never the OpenAI chat endpoint), stored "
     "as received with finish_reason and meta_info. Resumable and incremental: only new cache keys hit the server.",
     kinds={"parquet"},
@@ -149,7 +214,9 @@ def generations(
     profile = pipeline.profile()
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
     run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
+    probe_sources = probe_source_names(settings().sources_dir)
     config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
+        probe_sources=probe_sources,
         compact_after_chunks=compact_after_chunks_from_env(),  # None (EAGLE3_..._CHUNKS=0): never compact
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(pipeline.work_path, graph_run_key(context.run.tags, context.run_id)),
@@ -170,6 +237,7 @@ def generations(
         profile=profile,
         max_new_tokens=config.max_new_tokens,
     )
+    started = datetime.now(UTC)  # this run's rows are tonight's new ones (the acceptance drift check)
     try:
         with client_logs_to(context):
             report = generate_shard(
@@ -198,13 +266,16 @@ def generations(
     # this materialization's samples are exactly the current cache keys of its prompts.
     # a prompt sent with max_new_tokens lowered to the server's context has that budget in its key
     budget = ContextBudget.of(config, report.server_context_length)
+    probes = ProbeKeys(frozenset(probe_sources), report.drafter_key, config.probe_seed)
     active = active_sample_ids(
         prompts,
         report.model_revision,
         report.sampling_hash,
         config.regen_seed,
         row_hash=budget.hash_for if report.server_context_length is not None else None,
+        probes=probes,
     )
+    night = probes_and_acceptance(context, pipeline, shard, out, active, prompts, probes, report.drafter_key, started)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_active_samples(out, active)
@@ -255,6 +326,7 @@ def generations(
                 if report.context_fitted or report.context_overflow_skipped
                 else []
             ),
+            *night.outcomes,  # tonight's acceptance against the previous night's (warnings by default)
         ),
         metadata={
             **to_metadata(report),
@@ -268,9 +340,13 @@ def generations(
                 histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
             ),
             "path": dg.MetadataValue.path(str(out)),
+            "drafter_key": report.drafter_key,
+            "acceptance_drift": dg.MetadataValue.json(
+                {"status": night.status, "line": night.line, "drafter_change": night.change_line, **night.values}
+            ),
         },
     )
-    return result
+    return result._replace(check_results=[*(result.check_results or []), acceptance_check(night)])
 
 
 @dg.definitions

@@ -40,6 +40,8 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         + (
             ". Eval set (role: eval): never tokenized or generated; the prompts stage quarantines training prompts that overlap it"
             if spec.role == "eval"
+            else ". Probe set (role: probe): generated again for every drafter the fleet runs, never trained on"
+            if spec.role == "probe"
             else ""
         ),
         kinds={"parquet"},
@@ -103,8 +105,10 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
 def build_ingest_assets() -> list[dg.AssetsDefinition]:
     specs = load_source_specs(settings().sources_dir)
     source_assets = [_source_asset(s) for s in specs]
-    names = [s.name for s in specs if s.role != "eval"]
+    # probe sets last: a training prompt equal to a probe prompt is quarantined (probe_overlap), not deduplicated
+    names = [s.name for s in specs if s.role == "train"] + [s.name for s in specs if s.role == "probe"]
     evals = [s for s in specs if s.role == "eval"]
+    probes = [s for s in specs if s.role == "probe"]
 
     @dg.asset(
         name="prompts",
@@ -120,12 +124,16 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
         eval_sets = [
             EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in evals
         ]
+        probe_sets = [
+            EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in probes
+        ]
         counts = combine_sources(
             [data / "sources" / n for n in names],
             data / "prompts",
             n_shards=N_SHARDS,
             eval_sets=eval_sets,
             control_text={s.name: s.control_text for s in specs},
+            probe_sets=probe_sets,
         )
         out = data / "prompts" / "prompts.parquet"
         per_shard = (
@@ -143,6 +151,12 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 f"decontamination: {counts.eval_overlap:,} training prompt(s) quarantined as eval_overlap "
                 f"against {counts.eval_prompts:,} prompt(s) of {len(eval_sets)} eval source(s) "
                 f"({', '.join(s.name for s in evals)}); by training source: {counts.eval_overlap_by_source}"
+            )
+        if probe_sets:
+            context.log.info(
+                f"probe sets ({', '.join(s.name for s in probes)}): generated for every drafter, never trained on; "
+                f"{counts.probe_overlap:,} training prompt(s) quarantined as probe_overlap; by training source: "
+                f"{counts.probe_overlap_by_source}"
             )
         # the last `eagle3 plan` for this data dir, beside what ingest produced (docs/plan.md)
         plan_meta, plan_warning = plan_headlines(read_plan(data), counts.prompts)

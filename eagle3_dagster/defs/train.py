@@ -12,7 +12,9 @@ from ..config import apply_tokenizers_parallelism, settings
 from ..generate.active import ActiveSamplesMissingError, read_active_samples
 from ..generate.inputs import iter_batches
 from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
+from ..generate.probes import without_probes
 from ..generate.store import iter_generations
+from ..ingest.spec import probe_source_names
 from ..orchestration.gates import gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
@@ -83,6 +85,15 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         active_samples = read_active_samples(gen_dir)
     except ActiveSamplesMissingError as e:
         raise dg.Failure(f"shard {shard:04d}: {e}") from None
+    source_of = pl.concat(list(iter_batches(tok_src, ["prompt_id", "source"])) or [_NO_SOURCES])
+    probe_sources = probe_source_names(settings().sources_dir)
+    training_only = without_probes(active_samples, source_of, probe_sources)  # probe sets: never trained on
+    if training_only.height != active_samples.height:
+        context.log.info(
+            f"shard {shard:04d}: {active_samples.height - training_only.height:,} probe sample(s) of "
+            f"{', '.join(probe_sources)} left out of training (role: probe)"
+        )
+    active_samples = training_only
     active = active_samples["sample_id"]
     errors_path = gen_dir / "errors.parquet"
     prompts_path = data / "prompts" / "prompts.parquet"
@@ -93,7 +104,7 @@ def training_samples(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     turns = current_turns(gen_dir, active_samples)
     wt = with_turns(  # per-row scalars only here: the prompts' ids and messages are looked up per batch below
         cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table())),  # the generations come streamed below
-        pl.concat(list(iter_batches(tok_src, ["prompt_id", "source"])) or [_NO_SOURCES]),
+        source_of,
         pl.DataFrame(schema=PROMPT_ROWS),
         turns,
         profile_name=profile.name,

@@ -15,6 +15,7 @@ import polars as pl
 from ..profiles import ModelProfile
 from ..storage import PathLike, as_data_path, read_parquet, write_frame_atomic
 from .config import GenerationConfig, sample_key
+from .probes import ProbeKeys
 from .store import read_generations
 
 ACTIVE_FILE = "active.parquet"
@@ -40,6 +41,7 @@ def active_sample_ids(
     sampling_hash: str,
     regen_seed: int | None,
     row_hash: Callable[[int], str] | None = None,
+    probes: ProbeKeys | None = None,
 ) -> pl.DataFrame:
     """(sample_id, prompt_id) of the current cache key of every tokenized prompt (`row_hash`: the sampling
     hash by prompt length, context_fit.ContextBudget.hash_for; needs a prompt_len or input_ids column)."""
@@ -48,11 +50,13 @@ def active_sample_ids(
     else:
         lens = tokenized["prompt_len"] if "prompt_len" in tokenized.columns else tokenized["input_ids"].list.len()
         hashes = [row_hash(int(n or 0)) for n in lens]
+    srcs = tokenized["source"].to_list() if probes is not None and "source" in tokenized.columns else None
+    tags = [probes.tag(s) for s in srcs] if probes is not None and srcs is not None else [None] * tokenized.height
     return pl.DataFrame(
         {
             "sample_id": [
-                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", h, regen_seed)
-                for r, h in zip(tokenized.select("prompt_id", "template_hash").iter_rows(named=True), hashes)
+                sample_key(r["prompt_id"], model_revision, r["template_hash"] or "", h, regen_seed, tag)
+                for r, h, tag in zip(tokenized.select("prompt_id", "template_hash").iter_rows(named=True), hashes, tags)
             ],
             "prompt_id": tokenized["prompt_id"].to_list(),
         },

@@ -75,6 +75,9 @@ class GenerationConfig:
     # a prompt whose prompt + max_new_tokens exceeds the server's context length (generate/context_fit.py):
     # "fit" sends it with max_new_tokens lowered to what fits, "skip" records a context_overflow failure
     context_overflow: str = "fit"
+    # role: probe sources (docs/probes.md): their samples' keys carry the fleet's drafter and probe_seed
+    probe_sources: tuple[str, ...] = ()
+    probe_seed: int | None = None  # bump to regenerate the probe sets only (same drafter)
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
     # After a successful run with more than this many chunk files in the shard folder, merge them into
@@ -190,8 +193,17 @@ def params_hash(params: dict[str, Any]) -> str:
 
 
 def sample_key(
-    prompt_id: str, model_revision: str, template_hash: str, sampling_hash: str, regen_seed: int | None
+    prompt_id: str,
+    model_revision: str,
+    template_hash: str,
+    sampling_hash: str,
+    regen_seed: int | None,
+    probe: str | None = None,
 ) -> str:
-    """sample_id: changes exactly when the prompt, weights, template, sampling or the regen seed change."""
-    blob = json.dumps([prompt_id, model_revision, template_hash, sampling_hash, regen_seed], separators=(",", ":"))
+    """sample_id: changes exactly when the prompt, weights, template, sampling or the regen seed change,
+    and for a probe prompt (`probe`: probes.ProbeKeys.tag) when the fleet's drafter or the probe seed does."""
+    parts: list[object] = [prompt_id, model_revision, template_hash, sampling_hash, regen_seed]
+    if probe is not None:  # absent for training prompts: their keys stay what they always were
+        parts.append(probe)
+    blob = json.dumps(parts, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:32]

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet
 from .config import sample_key
+from .probes import ProbeKeys
 
 TokenizedSource = pl.DataFrame | Path | str | DataPath
 
@@ -206,9 +207,11 @@ def plan_shard(
     skip_ids: frozenset[str] | set[str] = frozenset(),
     exclude_prompt_ids: frozenset[str] | set[str] = frozenset(),
     row_hash: Callable[[int], str] | None = None,
+    probes: ProbeKeys | None = None,
 ) -> Plan:
     """`row_hash`: the sampling hash of a prompt of that many tokens (context_fit.ContextBudget.hash_for: a
-    prompt sent with a lowered max_new_tokens has its own); None: `s_hash` for every prompt."""
+    prompt sent with a lowered max_new_tokens has its own); None: `s_hash` for every prompt.
+    `probes`: a probe set's prompts get the fleet's drafter in their key (probes.py)."""
     cols = _columns_of(src)
     if "prompt_id" not in cols or "input_ids" not in cols:
         raise ValueError(f"tokenized prompts need prompt_id and input_ids columns, got {cols}")
@@ -216,6 +219,9 @@ def plan_shard(
     want = ["prompt_id", "template_hash"] if has_th else ["prompt_id"]
     if row_hash is not None:
         want.append("input_ids")  # their count (not the prompt_len column: pass 2 keys by len(input_ids) too)
+    by_source = probes is not None and bool(probes.sources) and "source" in cols
+    if by_source:
+        want.append("source")
     hi_a, lo_a = array("Q"), array("Q")
     skipped: list[tuple[int, str]] = []
     excluded: list[int] = []
@@ -226,10 +232,11 @@ def plan_shard(
             hashes = [row_hash(int(n or 0)) for n in b.get_column("input_ids").list.len()]
         else:
             hashes = [s_hash] * len(pids)
-        for p, t, h_row in zip(pids, ths, hashes):
+        names = b.get_column("source").to_list() if by_source else [None] * len(pids)
+        for p, t, h_row, name in zip(pids, ths, hashes, names):
             if exclude_prompt_ids and p in exclude_prompt_ids:
                 excluded.append(len(hi_a))
-            sid = sample_key(p, model_revision, t or "", h_row, regen_seed)
+            sid = sample_key(p, model_revision, t or "", h_row, regen_seed, probes.tag(name) if probes else None)
             if skip_ids and sid in skip_ids:
                 skipped.append((len(hi_a), sid))
             h, low = _split(sid)
@@ -264,6 +271,7 @@ def iter_pending(
     s_hash: str,
     regen_seed: int | None,
     row_hash: Callable[[int], str] | None = None,
+    probes: ProbeKeys | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Pass 2: the rows to generate, in input order, one batch of Python objects at a time (`row_hash`:
     as plan_shard's; the row's `sampling_hash` is the one of its key)."""
@@ -278,7 +286,10 @@ def iter_pending(
                 if not go:
                     continue
                 h_row = row_hash(len(row["input_ids"] or ())) if row_hash is not None else s_hash
-                sid = sample_key(row["prompt_id"], model_revision, row.get("template_hash") or "", h_row, regen_seed)
+                probe = probes.tag(row.get("source")) if probes else None
+                sid = sample_key(
+                    row["prompt_id"], model_revision, row.get("template_hash") or "", h_row, regen_seed, probe
+                )
                 if _split(sid)[0] != int(plan.hi[offset + i]):
                     raise InputChangedError("the tokenized prompts changed while the shard was generating; rerun it")
                 row["sample_id"] = sid

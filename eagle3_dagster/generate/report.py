@@ -55,6 +55,7 @@ class ShardReport:
     per_endpoint: dict[str, dict[str, int]] = field(default_factory=dict)
     integrity_violations: int = 0
     model_revision: str = ""
+    drafter_key: str = ""  # the fleet's drafter ids (probes.fleet_drafter_key): in a probe prompt's cache key
     wall_s: float = 0.0
     sampling_hash: str = ""
     duplicates_in_input: int = 0

@@ -46,6 +46,7 @@ from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .inputs import TokenizedSource, input_problem, iter_pending, plan_shard, stored_keys
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
+from .probes import ProbeKeys, fleet_drafter_key
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .requeue import requeue_quarantined
 from .retried import PreviousFailures, write_retried
@@ -157,6 +158,8 @@ async def _generate_shard(
         s_hash = sampling_hash(config)
         report.model_revision = revision
         report.sampling_hash = s_hash
+        report.drafter_key = fleet_drafter_key(ep.drafter for ep in pool.endpoints if ep.server_info and not ep.refused)
+        probes = ProbeKeys(frozenset(config.probe_sources), report.drafter_key, config.probe_seed)
         report.preferred_sampling_params = {
             ep.name: ep.preferred_sampling_params for ep in pool.endpoints if ep.preferred_sampling_params
         }
@@ -200,6 +203,7 @@ async def _generate_shard(
             skip_ids=frozenset(prior.get_column("sample_id").to_list()),
             exclude_prompt_ids=multiturn.conversation_ids if multiturn is not None else frozenset(),
             row_hash=budget.hash_for if server_context is not None else None,
+            probes=probes,
         )
         if multiturn is not None and multiturn.conversations:
             driver = multiturn.driver(
@@ -285,6 +289,7 @@ async def _generate_shard(
             s_hash=s_hash,
             regen_seed=config.regen_seed,
             row_hash=budget.hash_for if server_context is not None else None,
+            probes=probes,
         )
 
         async def next_item() -> dict[str, Any] | None:

@@ -88,10 +88,11 @@ class Overlap:
     denominator: int = 0  # min(training 13-grams, eval 13-grams) (ngram)
     fraction: float = 1.0
     threshold: float = 0.0
+    kind_of_set: str = "eval"  # or "probe": which kind of reference set the prompt belongs to
 
     def detail(self) -> str:
         e = self.eval_prompt
-        where = f"eval source {e.source!r} prompt {e.prompt_id} (row {e.source_row})"
+        where = f"{self.kind_of_set} source {e.source!r} prompt {e.prompt_id} (row {e.source_row})"
         if self.kind == "exact":
             return f"exact match after normalisation with {where}"
         return (

@@ -45,4 +45,5 @@ REJECT_REASONS: tuple[str, ...] = (
     "orphan_tool_result",  # a tool message with no earlier tool call to answer
     "bad_number",  # NaN/Infinity, which canonical JSON cannot hold
     "eval_overlap",  # prompts stage: a training prompt overlaps an eval prompt (decontaminate.py); names both
+    "probe_overlap",  # prompts stage: a training prompt overlaps a probe prompt (role: probe); names both
 )

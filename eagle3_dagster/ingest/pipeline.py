@@ -19,6 +19,12 @@ every training prompt overlapping one becomes a reject row `eval_overlap` in pro
 (counted in `rejects` and in `eval_overlap`); prompts/decontamination.json has the per-eval-source
 figures for the report.
 
+Probe sets (`role: probe`, docs/probes.md) are the other way round: their prompts ARE written to
+prompts.parquet (they are tokenized and generated, for every drafter the fleet runs) and are kept out
+of training by the training stage; combine_sources takes their names (`probe_sources`, passed last in
+`source_dirs`) and quarantines every training prompt overlapping one as `probe_overlap`, by the same
+rules and index as an eval overlap.
+
 `source_file` (lineage, on accepted and rejected rows) is the local path of the file read, or for
 a source named by a URI (remote.py) the URI without its query: `s3://bucket/prompts/part-1.jsonl.gz`.
 """
@@ -28,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +44,7 @@ from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .bfcl import FunctionDocs, join_function_docs, tool_changes
 from .canonical import canonical_json, shard_of
-from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, user_texts
+from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, Overlap, user_texts
 from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
 from .normalize import build_conversation, build_prompt
@@ -49,6 +55,7 @@ from .turns import regenerate_options
 ACCEPTED_FILE = "accepted.parquet"
 REJECTS_FILE = "rejects.parquet"
 COUNTS_FILE = "counts.json"
+PROBE_OVERLAP = "probe_overlap"
 PROMPTS_FILE = "prompts.parquet"
 PROMPT_REJECTS_FILE = "prompt_rejects.parquet"
 DECONTAMINATION_FILE = "decontamination.json"
@@ -97,14 +104,18 @@ class CombineCounts:
     eval_prompts: int = 0  # accepted rows of the eval sources: the reference
     eval_overlap: int = 0  # training prompts quarantined as eval_overlap (also in rejects)
     eval_overlap_by_source: dict[str, int] = field(default_factory=dict)  # training source -> removed
+    probe_sources: int = 0  # role: probe sources among `sources` (their prompts are in `prompts`)
+    probe_overlap: int = 0  # training prompts quarantined as probe_overlap (also in rejects)
+    probe_overlap_by_source: dict[str, int] = field(default_factory=dict)  # training source -> removed
 
     def reconciles(self) -> bool:
         return (
-            self.input_accepted == self.prompts + self.cross_source_duplicates + self.eval_overlap
+            self.input_accepted == self.prompts + self.cross_source_duplicates + self.eval_overlap + self.probe_overlap
             and self.read
             == self.prompts + self.cross_source_duplicates + self.rejects + self.source_duplicates + self.sampled_out
             and self.rejects == sum(self.rejects_by_reason.values())
             and self.eval_overlap == self.rejects_by_reason.get(EVAL_OVERLAP, 0)
+            and self.probe_overlap == self.rejects_by_reason.get(PROBE_OVERLAP, 0)
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -352,6 +363,36 @@ def strictest_first(source_dirs: Sequence[DataPath], control_text: Mapping[str, 
     return sorted(source_dirs, key=rank)
 
 
+def _reference_overlap(
+    row: dict[str, Any], index: EvalIndex, probe_index: EvalIndex, probe_names: frozenset[str]
+) -> tuple[str, Overlap] | None:
+    """(reason, overlap) when this training prompt overlaps an eval or probe prompt; a probe prompt is
+    not checked (it is never trained on, and would match itself)."""
+    if row["source"] in probe_names or not (len(index) or len(probe_index)):
+        return None
+    texts = user_texts(row["messages"], row["conversation"])
+    overlap = index.match(texts) if len(index) else None
+    if overlap is not None:
+        index.record(overlap)
+        return EVAL_OVERLAP, overlap
+    overlap = probe_index.match(texts) if len(probe_index) else None
+    if overlap is not None:
+        probe_index.record(overlap)
+        return PROBE_OVERLAP, replace(overlap, kind_of_set="probe")
+    return None
+
+
+def _count_overlap(counts: CombineCounts, reason: str, src: str) -> None:
+    if reason == EVAL_OVERLAP:
+        counts.eval_overlap += 1
+        counts.eval_overlap_by_source[src] = counts.eval_overlap_by_source.get(src, 0) + 1
+    else:
+        counts.probe_overlap += 1
+        counts.probe_overlap_by_source[src] = counts.probe_overlap_by_source.get(src, 0) + 1
+    counts.rejects += 1
+    counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
+
+
 def combine_sources(
     source_dirs: Sequence[OutDir],
     out_dir: OutDir,
@@ -359,6 +400,7 @@ def combine_sources(
     n_shards: int,
     eval_sets: Sequence[EvalSet] = (),
     control_text: Mapping[str, str] | None = None,
+    probe_sets: Sequence[EvalSet] = (),
 ) -> CombineCounts:
     """Union of the training sources' accepted rows, in the given order, first occurrence of a prompt wins.
 
@@ -369,7 +411,8 @@ def combine_sources(
     out_dir/prompt_rejects.parquet (every training source's rejects, plus one `eval_overlap` row per
     training prompt that overlaps a prompt of `eval_sets`, decontaminate.py) and
     out_dir/decontamination.json. Raises IngestFileError naming the file when a source folder
-    lacks its outputs.
+    lacks its outputs. `probe_sets`: the probe sources (also in `source_dirs`, last): their prompts are
+    combined like any source's, and training prompts overlapping one are quarantined as `probe_overlap`.
     """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
@@ -377,14 +420,17 @@ def combine_sources(
     out_dir = as_data_path(out_dir)
     dirs = strictest_first([as_data_path(d) for d in source_dirs], control_text or {})
     index = build_eval_index(eval_sets)
+    probe_index = build_eval_index(probe_sets)
+    probe_names = frozenset(p.name for p in probe_sets)
     counts.eval_prompts = len(index)
+    counts.probe_sources = len(probe_sets)
     seen: set[bytes] = set()
     prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
     rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
     try:
         for d in dirs:
             acc_path, rej_path, counts_path = _source_outputs(d)
-            before = (counts.input_accepted, counts.rejects - counts.eval_overlap)
+            before = (counts.input_accepted, counts.rejects - counts.eval_overlap - counts.probe_overlap)
             try:
                 source_counts = json.loads(counts_path.read_text())
                 if source_counts.get("role") == "eval":
@@ -407,20 +453,19 @@ def combine_sources(
                             counts.duplicates_by_source[dup_source] = counts.duplicates_by_source.get(dup_source, 0) + 1
                             continue
                         seen.add(digest)
-                        overlap = index.match(user_texts(row["messages"], row["conversation"])) if len(index) else None
-                        if overlap is not None:
-                            index.record(overlap)
-                            counts.eval_overlap += 1
-                            src = row["source"]
-                            counts.eval_overlap_by_source[src] = counts.eval_overlap_by_source.get(src, 0) + 1
-                            counts.rejects += 1
-                            counts.rejects_by_reason[EVAL_OVERLAP] = counts.rejects_by_reason.get(EVAL_OVERLAP, 0) + 1
+                        found = _reference_overlap(row, index, probe_index, probe_names)
+                        if found is not None:
+                            reason, overlap = found
+                            # a quarantined prompt claims no prompt_id: the probe prompt itself (a later
+                            # source) must still get in, and a later copy gets its own reject row
+                            seen.discard(digest)
+                            _count_overlap(counts, reason, row["source"])
                             rejects.add(
                                 {
-                                    "source": src,
+                                    "source": row["source"],
                                     "source_file": row["source_file"],
                                     "source_row": row["source_row"],
-                                    "reason": EVAL_OVERLAP,
+                                    "reason": reason,
                                     "detail": overlap.detail(),
                                     "excerpt": cut_utf8(row["messages"], 200),
                                 }
@@ -442,7 +487,8 @@ def combine_sources(
             except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
                 raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
             # The three files must come from the same run, or the totals would not reconcile.
-            if (counts.input_accepted - before[0], counts.rejects - counts.eval_overlap - before[1]) != (
+            removed = counts.eval_overlap + counts.probe_overlap
+            if (counts.input_accepted - before[0], counts.rejects - removed - before[1]) != (
                 int(source_counts["accepted"]),
                 int(source_counts["rejected"]),
             ):
@@ -457,7 +503,11 @@ def combine_sources(
         raise
     prompts.commit()
     rejects.commit()
-    _write_json_atomic(decontamination_summary(index, counts), out_dir / DECONTAMINATION_FILE)
+    summary = decontamination_summary(index, counts)
+    summary["probe_overlap"] = counts.probe_overlap
+    summary["probe_overlap_by_training_source"] = counts.probe_overlap_by_source
+    summary["probe_sources"] = [{"source": name, **asdict(st)} for name, st in probe_index.stats.items()]
+    _write_json_atomic(summary, out_dir / DECONTAMINATION_FILE)
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
 

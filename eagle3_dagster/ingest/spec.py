@@ -35,7 +35,10 @@ Fields (only `path` is required):
                                #   the dataset's tool results are used anyway (continue); counted
     role: train                # or eval: a benchmark's prompts, never tokenized or generated; every
                                #   training prompt overlapping one is quarantined (eval_overlap,
-                               #   decontaminate.py)
+                               #   decontaminate.py); or probe: a fixed prompt set that IS tokenized and
+                               #   generated (again for every drafter the fleet runs) but never trained
+                               #   on; overlapping training prompts are quarantined (probe_overlap,
+                               #   docs/probes.md)
     overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
     function_docs: ../bfcl/multi_turn_func_doc   # BFCL multi-turn files: BFCL's multi_turn_func_doc
                                #   folder (local, relative to the YAML's folder); each record's
@@ -61,7 +64,7 @@ REGENERATE_MODES = ("final_turn", "all_turns")
 # strictest first: a prompt in several sources is tokenized under the strictest (ingest/pipeline.py).
 CONTROL_TEXT_POLICIES = ("reject", "as_text", "as_served")
 TOOL_MISMATCH_POLICIES = ("end", "continue")
-SOURCE_ROLES = ("train", "eval")
+SOURCE_ROLES = ("train", "eval", "probe")
 _LANG = re.compile(r"^[a-z]{2,3}(-[A-Za-z0-9]{2,8})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
@@ -88,7 +91,7 @@ class SourceSpec:
     on_tool_mismatch: str = "end"
     control_text: str = "reject"
     role: str = "train"
-    overlap_threshold: float | None = None  # role: eval only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
+    overlap_threshold: float | None = None  # role: eval/probe only; None: decontaminate.DEFAULT_OVERLAP_THRESHOLD
     function_docs: str | None = None
 
     @property
@@ -206,10 +209,12 @@ def _turn_and_role_problems(spec: SourceSpec) -> list[str]:
         out.append("fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'")
     if spec.role not in SOURCE_ROLES:
         out.append(f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}")
+    if spec.role == "probe" and spec.regenerate != "final_turn":
+        out.append("a 'role: probe' source is regenerated as one prompt per row: 'regenerate' must be final_turn")
     if spec.overlap_threshold is not None:
         t = spec.overlap_threshold
-        if spec.role != "eval":
-            out.append("field 'overlap_threshold' only applies with 'role: eval'")
+        if spec.role == "train":
+            out.append("field 'overlap_threshold' only applies with 'role: eval' or 'role: probe'")
         elif isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
             out.append(f"field 'overlap_threshold': must be a number in (0, 1], got {t!r}")
     return out
@@ -297,3 +302,10 @@ def read_source_specs(sources_dir: Path) -> tuple[list[tuple[Path, SourceSpec]],
         seen[spec.name] = f
         loaded.append((f, spec))
     return loaded, problems
+
+
+def probe_source_names(sources_dir: Path) -> tuple[str, ...]:
+    """The `role: probe` sources of the folder (none when it does not exist)."""
+    if not sources_dir.is_dir():
+        return ()
+    return tuple(s.name for s in load_source_specs(sources_dir) if s.role == "probe")

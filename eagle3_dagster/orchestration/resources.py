@@ -84,6 +84,7 @@ class SGLangFleet(dg.ConfigurableResource):
     max_in_flight: int | None = None  # default: from /server_info
     model_revision: str | None = None  # default: from /model_info
     regen_seed: int | None = None  # bump to regenerate every sample
+    probe_seed: int | None = None  # bump to regenerate the probe sets only (role: probe, docs/probes.md)
     # Client read timeout per request. Default 3600 s: a disconnect aborts the GPU work, so it
     # should only fire on a server that is truly stuck (long reasoning answers take minutes).
     read_timeout_s: float | None = None
@@ -107,6 +108,7 @@ class SGLangFleet(dg.ConfigurableResource):
             "max_in_flight": self.max_in_flight,
             "model_revision": self.model_revision or None,  # "" in the launchpad: from /model_info
             "regen_seed": self.regen_seed,
+            "probe_seed": self.probe_seed,
             "read_timeout_s": self.read_timeout_s,
             "max_retries": self.max_retries,
             "wait_for_endpoint_s": self.wait_for_endpoint_s,

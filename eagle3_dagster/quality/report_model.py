@@ -28,6 +28,7 @@ from ..train.summary import SUMMARY_FILE
 from .acceptance import collect_acceptance
 from .gate import read_gate_result
 from .report_decontamination import collect_decontamination
+from .report_probes import collect_probes
 from .retention import DOCS_INDEX
 from .suites import GATES
 from .turns_report import collect_turns
@@ -218,7 +219,7 @@ class SourceView:
     rejected: int
     max_reject_rate: float
     rejects_by_reason: dict[str, int]
-    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py)
+    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py); or probe
 
     @property
     def reject_rate(self) -> float:
@@ -268,6 +269,7 @@ class ReportModel:
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
     acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # the drafter's figures per shard
     decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
+    probes: dict[str, Any] | None = None  # drafter versions on the probe sets, nightly acceptance (report_probes.py)
     plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
@@ -525,6 +527,7 @@ def assemble(
         turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
+        probes=collect_probes(data),
         plan=_plan_view(data),
     )
 

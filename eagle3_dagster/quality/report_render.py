@@ -21,6 +21,7 @@ from .acceptance_report import acceptance_section
 from .report_decontamination import decontamination_section
 from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .report_plan import plan_section
+from .report_probes import probes_section
 from .turns_report import turns_section
 
 # --------------------------------------------------------------------------------------------- render
@@ -243,7 +244,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
             )
             h.append(
                 f"<tr><td><code>{_e(src.name)}</code>"
-                + (' <span class="small">eval set</span>' if src.role == "eval" else "")
+                + (f' <span class="small">{src.role} set</span>' if src.role in ("eval", "probe") else "")
                 + f'</td><td class="num">{src.read}</td>'
                 f'<td class="num">{src.accepted}</td><td class="num">{src.rejected}</td>'
                 f'<td class="num">{_pct(src.reject_rate)}</td><td class="num">{_pct(src.max_reject_rate)}</td>'
@@ -278,6 +279,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
 
     h.extend(turns_section(model.turns))
     h.extend(acceptance_section(model.acceptance))
+    h.extend(probes_section(model.probes))
 
     other = [f["other"] for f in frags if f["other"]]
     if other:

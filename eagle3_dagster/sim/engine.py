@@ -335,7 +335,15 @@ class Engine:
         sim = self.sim
         ids = list(pr.produced)
         strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
-        out = SP.meta_fields(sim.spec, sim.profile, ids, pr.item.input_ids, strings, pr.item.sampling.sampling_seed)
+        out = SP.meta_fields(
+            sim.spec,
+            sim.profile,
+            ids,
+            pr.item.input_ids,
+            strings,
+            pr.item.sampling.sampling_seed,
+            scale=sim.fleet.spec_acceptance_scale,
+        )
         return SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
 
     def reasoning_tokens(self, ids: Sequence[int]) -> int:

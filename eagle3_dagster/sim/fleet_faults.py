@@ -35,6 +35,8 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "spec_inconsistent": N,          next N finished answers of a speculating simulator carry spec_* figures
      "spec_inconsistent_kind": K,     that do not add up: K = accept_length (off by 0.5), partial (rate and
                                       proposed missing), histogram (one step too many), negative (verify_ct)
+     "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
+                                      1: off): traffic the drafter knows less well, the figures still add up
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
                                           (and merge under each request)}
 """
@@ -76,6 +78,7 @@ class FleetFaults:
     preferred_sampling_params: dict[str, Any] | None = None
     spec_inconsistent: int = 0
     spec_inconsistent_kind: str = "accept_length"
+    spec_acceptance_scale: float = 1.0
     injected: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -170,6 +173,11 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         if kind not in ("accept_length", "partial", "histogram", "negative"):
             raise ValueError("spec_inconsistent_kind must be accept_length, partial, histogram or negative")
         ff.spec_inconsistent_kind = kind
+    if "spec_acceptance_scale" in body:
+        scale = float(body.pop("spec_acceptance_scale"))
+        if not 0 < scale <= 1:
+            raise ValueError("spec_acceptance_scale must be in (0, 1]")
+        ff.spec_acceptance_scale = scale
     if "html" in body:
         ff.html = bool(body.pop("html"))
     if "report_version" in body:

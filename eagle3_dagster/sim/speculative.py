@@ -164,9 +164,11 @@ def meta_fields(
     prompt_ids: Sequence[int],
     token_strings: Sequence[str],
     sampling_seed: int | None,
+    scale: float = 1.0,
 ) -> dict[str, Any]:
-    """The spec keys of a finished answer's meta_info, as SGLang computes them (none without a verify step)."""
-    q = cfg.quality() * _turn_factor(prompt_ids, profile.end_of_turn_id)
+    """The spec keys of a finished answer's meta_info, as SGLang computes them (none without a verify step).
+    `scale`: the fleet fault spec_acceptance_scale (1.0: none)."""
+    q = cfg.quality() * _turn_factor(prompt_ids, profile.end_of_turn_id) * scale
     topk = max(1, cfg.eagle_topk or 1)
     probs = acceptance_probs(ids, profile, token_strings)
     scaled = [1 - (1 - min(1.0, p * q)) ** (1 + 0.25 * (topk - 1)) for p in probs]

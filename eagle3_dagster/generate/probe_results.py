@@ -1,0 +1,157 @@
+"""Probe results: every drafter version's acceptance on the probe prompts, kept per shard.
+
+`<data>/probes/results/shard=NNNN.parquet` holds one row per probe sample (one probe prompt x one
+drafter x one probe seed): its source, drafter, the server's acceptance figures as stored in the
+generations table, and when the fleet was first and last seen running that drafter on it. A run
+upserts the shard's current probe samples (first_seen kept, last_seen = now); the rows of other
+drafters are never touched, so a drafter's results outlive its replacement.
+`drafter_versions` aggregates all shards into the table the report shows (docs/probes.md).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ..storage import DataPath, PathLike, as_data_path, read_parquet, write_frame_atomic
+from .probes import ProbeKeys, probe_prompt_ids
+from .store import iter_generations
+
+PROBES_DIR = "probes"
+RESULT_COLUMNS: dict[str, Any] = {
+    "sample_id": pl.String,
+    "prompt_id": pl.String,
+    "source": pl.String,
+    "drafter_key": pl.String,  # the fleet's drafter ids (probes.fleet_drafter_key), as in the cache key
+    "drafter_id": pl.String,  # the serving endpoint's drafter (null: it did not speculate)
+    "spec_draft_model_path": pl.String,
+    "spec_draft_model_revision": pl.String,
+    "spec_accept_length": pl.Float64,
+    "spec_accept_rate": pl.Float64,
+    "completion_tokens": pl.Int32,
+    "generated_at": pl.Datetime("us", "UTC"),
+    "first_seen": pl.Datetime("us", "UTC"),
+    "last_seen": pl.Datetime("us", "UTC"),
+}
+GENERATION_COLUMNS = [c for c in RESULT_COLUMNS if c not in ("drafter_key", "first_seen", "last_seen")]
+
+
+def results_path(data: PathLike, shard: int) -> PathLike:
+    return as_data_path(data) / PROBES_DIR / "results" / f"shard={shard:04d}.parquet"
+
+
+def merge_results(old: pl.DataFrame | None, current: pl.DataFrame, drafter_key: str, now: datetime) -> pl.DataFrame:
+    """`old` with this run's probe samples (`current`: generations rows) upserted by sample_id."""
+    cur = current.select(GENERATION_COLUMNS).with_columns(
+        pl.lit(drafter_key).alias("drafter_key"),
+        pl.lit(now).cast(RESULT_COLUMNS["first_seen"]).alias("first_seen"),
+        pl.lit(now).cast(RESULT_COLUMNS["last_seen"]).alias("last_seen"),
+    )
+    cur = cur.select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()])
+    if old is None or old.height == 0:
+        return cur.sort("sample_id")
+    old = old.select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()])
+    seen = old.filter(pl.col("sample_id").is_in(cur["sample_id"].implode())).select("sample_id", "first_seen")
+    cur = (
+        cur.drop("first_seen")
+        .join(seen, on="sample_id", how="left")
+        .with_columns(pl.col("first_seen").fill_null(pl.lit(now).cast(RESULT_COLUMNS["first_seen"])))
+    )
+    kept = old.filter(~pl.col("sample_id").is_in(cur["sample_id"].implode()))
+    return pl.concat([kept, cur.select(list(RESULT_COLUMNS))]).sort("sample_id")
+
+
+def update_shard_results(
+    data: PathLike, shard: int, current: pl.DataFrame, drafter_key: str, now: datetime
+) -> pl.DataFrame:
+    """Upsert the shard's current probe samples into its results file; returns the whole file."""
+    path = as_data_path(results_path(data, shard))
+    old = read_parquet(path) if path.exists() else None
+    merged = merge_results(old, current, drafter_key, now)
+    write_frame_atomic(merged, path)
+    return merged
+
+
+def read_all_results(data: PathLike) -> pl.DataFrame:
+    """Every shard's probe results (empty, with the columns, when there are none)."""
+    folder = as_data_path(data) / PROBES_DIR / "results"
+    files = folder.glob("shard=*.parquet") if folder.is_dir() else []
+    parts = [read_parquet(f).select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()]) for f in files]
+    return pl.concat(parts) if parts else pl.DataFrame(schema=RESULT_COLUMNS)
+
+
+def drafter_versions(results: pl.DataFrame) -> pl.DataFrame:
+    """One row per drafter version measured on the probe sets: first/last seen, the mean accept length and
+    rate over its probe samples, and how many probe prompts; oldest first (rows without a drafter: none)."""
+    measured = results.filter(pl.col("drafter_id").is_not_null())
+    return (
+        measured.group_by("drafter_id")
+        .agg(
+            pl.col("spec_draft_model_path").drop_nulls().first().alias("draft_model_path"),
+            pl.col("spec_draft_model_revision").drop_nulls().first().alias("draft_model_revision"),
+            pl.col("first_seen").min(),
+            pl.col("last_seen").max(),
+            pl.col("prompt_id").n_unique().alias("n_probe_prompts"),
+            pl.col("spec_accept_length").mean().alias("mean_accept_length"),
+            pl.col("spec_accept_rate").mean().alias("mean_accept_rate"),
+        )
+        .sort("first_seen", "drafter_id")
+    )
+
+
+def drafter_versions_by_source(results: pl.DataFrame) -> pl.DataFrame:
+    """The same figures per (drafter version, probe source)."""
+    return (
+        results.filter(pl.col("drafter_id").is_not_null())
+        .group_by("drafter_id", "source")
+        .agg(
+            pl.col("first_seen").min(),
+            pl.col("prompt_id").n_unique().alias("n_probe_prompts"),
+            pl.col("spec_accept_length").mean().alias("mean_accept_length"),
+            pl.col("spec_accept_rate").mean().alias("mean_accept_rate"),
+        )
+        .sort("first_seen", "drafter_id", "source")
+    )
+
+
+def record_probe_results(
+    data: PathLike,
+    shard: int,
+    gen_dir: Path | str | DataPath,
+    active: pl.DataFrame,
+    prompts: pl.DataFrame,
+    probes: ProbeKeys,
+) -> int:
+    """Upsert the shard's current probe samples (of `active`, by their prompts' source) into its results
+    file; returns how many there were (0: no probe prompt in the shard, nothing written)."""
+    ids = probe_prompt_ids(prompts, probes.sources)
+    if ids.len() == 0:
+        return 0
+    sample_ids = active.filter(pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
+    parts = list(iter_generations(gen_dir, only=sample_ids, columns=GENERATION_COLUMNS))
+    current = pl.concat(parts) if parts else pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in GENERATION_COLUMNS})
+    if current.height:
+        update_shard_results(data, shard, current, probes.drafter_key, datetime.now(UTC))
+    return current.height
+
+
+def new_training_rows(
+    gen_dir: Path | str | DataPath,
+    active: pl.DataFrame,
+    prompts: pl.DataFrame,
+    sources: frozenset[str],
+    since: datetime,
+) -> pl.DataFrame:
+    """The rows this run generated (generated_at >= `since`) for the shard's training prompts (not probes):
+    tonight's new prompts, for the acceptance drift check (quality/acceptance_drift.py)."""
+    ids = probe_prompt_ids(prompts, sources)
+    current = active.filter(~pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
+    cols = ["sample_id", "generated_at", "spec_accept_length", "spec_accept_rate"]
+    parts = [b.filter(pl.col("generated_at") >= since) for b in iter_generations(gen_dir, only=current, columns=cols)]
+    parts = [p for p in parts if p.height]
+    if not parts:
+        return pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in cols})
+    return pl.concat(parts)

@@ -1,0 +1,141 @@
+"""The quality report's drafter section: each drafter version's acceptance on the probe sets, over time,
+and the nightly acceptance entries with their drafter changes (docs/probes.md).
+
+    collect_probes(data) -> dict | None   (None: no probe result and no acceptance entry yet)
+    probes_section(view) -> list[str]     (HTML lines; [] for None)
+
+Read from <data>/probes/results/ (generate/probe_results.py) and <data>/probes/acceptance/
+(quality/acceptance_drift.py).
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import polars as pl
+
+from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
+from ..storage import DataPath, read_parquet
+from . import svg
+from .acceptance_drift import LOG_COLUMNS
+
+
+def _acceptance_nights(data: DataPath) -> pl.DataFrame:
+    """Every shard's entries, one row per run (new rows summed, means weighted by new rows)."""
+    folder = data / "probes" / "acceptance"
+    files = folder.glob("shard=*.parquet") if folder.is_dir() else []
+    if not files:
+        return pl.DataFrame()
+    log = read_parquet(files)
+    log = log.select([pl.col(c).cast(t) for c, t in LOG_COLUMNS.items()]).filter(pl.col("new_rows") > 0)
+    return (
+        log.group_by("run_key", "drafter_key")
+        .agg(
+            pl.col("run_at").min(),
+            pl.col("new_rows").sum(),
+            ((pl.col("mean_accept_length") * pl.col("new_rows")).sum() / pl.col("new_rows").sum()).alias("len"),
+            ((pl.col("mean_accept_rate") * pl.col("new_rows")).sum() / pl.col("new_rows").sum()).alias("rate"),
+        )
+        .sort("run_at")
+    )
+
+
+def collect_probes(data: DataPath) -> dict[str, Any] | None:
+    results = read_all_results(data)
+    nights = _acceptance_nights(data)
+    if results.height == 0 and nights.height == 0:
+        return None
+    return {
+        "versions": drafter_versions(results).to_dicts(),
+        "by_source": drafter_versions_by_source(results).to_dicts(),
+        "nights": nights.to_dicts(),
+    }
+
+
+def _e(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def _f(v: Any, fmt: str = ".3f") -> str:
+    return "" if v is None else format(float(v), fmt)
+
+
+def _versions_table(versions: list[dict[str, Any]]) -> list[str]:
+    h = [
+        "<table><tr><th>drafter_id</th><th>draft model</th><th>first seen</th><th>last seen</th>"
+        "<th>probe prompts</th><th>mean accept length</th><th>mean accept rate</th><th>vs previous version</th></tr>"
+    ]
+    prev = None
+    for v in versions:
+        delta = ""
+        if prev is not None and prev["mean_accept_length"] and v["mean_accept_length"] is not None:
+            delta = f"{v['mean_accept_length'] / prev['mean_accept_length'] - 1:+.1%} accept length"
+        model = f"{v['draft_model_path'] or '?'}@{v['draft_model_revision'] or 'default'}"
+        h.append(
+            f"<tr><td><code>{_e(v['drafter_id'])}</code></td><td>{_e(model)}</td>"
+            f"<td>{_e(v['first_seen'])}</td><td>{_e(v['last_seen'])}</td>"
+            f'<td class="num">{v["n_probe_prompts"]}</td><td class="num">{_f(v["mean_accept_length"])}</td>'
+            f'<td class="num">{_f(v["mean_accept_rate"])}</td><td>{_e(delta)}</td></tr>'
+        )
+        prev = v
+    h.append("</table>")
+    return h
+
+
+def _nights_table(nights: list[dict[str, Any]]) -> list[str]:
+    h = [
+        "<h3>Tonight's new prompts, night by night</h3>",
+        "<table><tr><th>run</th><th>drafter</th><th>new rows</th><th>mean accept length</th>"
+        "<th>mean accept rate</th><th></th></tr>",
+    ]
+    prev = None
+    for n in nights:
+        note = f"drafter changed from {prev}" if prev is not None and prev != n["drafter_key"] else ""
+        h.append(
+            f"<tr><td>{_e(n['run_at'])}</td><td><code>{_e(n['drafter_key'])}</code></td>"
+            f'<td class="num">{n["new_rows"]}</td><td class="num">{_f(n["len"])}</td>'
+            f'<td class="num">{_f(n["rate"])}</td><td>{_e(note)}</td></tr>'
+        )
+        prev = n["drafter_key"]
+    h.append("</table>")
+    return h
+
+
+def probes_section(view: dict[str, Any] | None) -> list[str]:
+    if view is None:
+        return []
+    h = ["<h2>Drafter versions on the probe sets</h2>"]
+    versions = view.get("versions") or []
+    if versions:
+        h.append(
+            "<p>Each drafter the fleet ran, measured on the same probe prompts (<code>role: probe</code> sources), "
+            "oldest first: a newly trained drafter is compared with the one before on identical prompts.</p>"
+        )
+        h.append(
+            svg.bars(
+                "mean accept length per drafter version (probe sets)",
+                [str(v["drafter_id"]) for v in versions],
+                [float(v["mean_accept_length"] or 0.0) for v in versions],
+                x_label="drafter (first seen, oldest first)",
+                y_label="tokens per verify step",
+            )
+        )
+        h.extend(_versions_table(versions))
+        by_source = view.get("by_source") or []
+        h.append(
+            "<table><tr><th>drafter_id</th><th>probe source</th><th>prompts</th><th>mean accept length</th>"
+            "<th>mean accept rate</th></tr>"
+        )
+        h.extend(
+            f"<tr><td><code>{_e(s['drafter_id'])}</code></td><td><code>{_e(s['source'])}</code></td>"
+            f'<td class="num">{s["n_probe_prompts"]}</td><td class="num">{_f(s["mean_accept_length"])}</td>'
+            f'<td class="num">{_f(s["mean_accept_rate"])}</td></tr>'
+            for s in by_source
+        )
+        h.append("</table>")
+    else:
+        h.append("<p>No probe results yet (no <code>role: probe</code> source generated on a speculating fleet).</p>")
+    if view.get("nights"):
+        h.extend(_nights_table(view["nights"]))
+    return h
