@@ -8,23 +8,15 @@ from typing import Any
 
 from .client import Outcome
 
-_INT32_MAX = 2**31 - 1
-
 
 def result_row(
-    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, vocab_size: int | None, violations: list[str]
+    o: Outcome, item: dict[str, Any], *, model_revision: str, s_hash: str, violations: list[str]
 ) -> dict[str, Any]:
+    """The stored sample of an answer that answer_checks.check_answer accepted (`violations`: its flags)."""
     data = o.response or {}
     meta = data.get("meta_info") or {}
     fr = meta.get("finish_reason")
     ids = data.get("output_ids")
-    if isinstance(ids, list) and ids:
-        lo, hi = min(ids), max(ids)
-        if lo < 0 or hi > _INT32_MAX:
-            violations.append("output_ids_not_int32")
-            ids = None  # cannot be stored as int32 without changing them: store nothing, flag it
-        elif vocab_size is not None and hi >= vocab_size:
-            violations.append(f"output_id_{hi}_out_of_vocab")
     return {
         "sample_id": item["sample_id"],
         "prompt_id": item["prompt_id"],

@@ -17,6 +17,14 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
                                       finish_reason is null and that holds half the output ids (a proxy's
                                       snapshot of a running request); a stream: its final chunk is not sent
+     "truncate_prompt": N,            next N requests lose their first `truncate_prompt_tokens` prompt ids
+     "truncate_prompt_tokens": K,     before the server sees them (a gateway that truncates prompts): the
+                                      answer is generated for the rest and prompt_tokens reports its count
+     "float_ids": N,                  lying wire encodings of output ids, next N requests each (stream and
+     "string_ids": N,                 non-stream alike; the ids the model produced are unchanged): float_ids
+     "bool_ids": N,                   sends the first id as id + 0.5 and the second as a float (412.0),
+     "negative_id": N,                string_ids the first as a JSON string, bool_ids the first as true,
+     "huge_id": N,                    negative_id the first as -1 - id, huge_id the first as 2**31 + id
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -55,6 +63,13 @@ class FleetFaults:
     out_of_vocab: int = 0
     stale_answer: int = 0
     unfinished: int = 0
+    truncate_prompt: int = 0
+    truncate_prompt_tokens: int = 2
+    float_ids: int = 0
+    string_ids: int = 0
+    bool_ids: int = 0
+    negative_id: int = 0
+    huge_id: int = 0
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -93,6 +108,14 @@ class FleetFaults:
     def take_unfinished(self) -> bool:
         return self._take("unfinished")
 
+    def take_truncate(self) -> int:
+        """How many leading prompt ids this request loses (0: none)."""
+        return self.truncate_prompt_tokens if self._take("truncate_prompt") else 0
+
+    def take_wire_lie(self) -> str | None:
+        """Which lying encoding this request's output ids get on the wire (WIRE_LIES), or None."""
+        return next((name for name in WIRE_LIES if self._take(name)), None)
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -105,6 +128,29 @@ class FleetFaults:
 
 
 KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
+WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id")
+
+
+def lie_about_ids(ids: list[int], lie: str | None) -> list[Any]:
+    """`ids` as a lying server writes them (fleet faults WIRE_LIES); the first id (and for float_ids the
+    second) changed, the rest as produced."""
+    out: list[Any] = list(ids)
+    if not out or lie is None:
+        return out
+    first = out[0]
+    if lie == "float_ids":
+        out[0] = first + 0.5
+        if len(out) > 1:
+            out[1] = float(out[1])
+    elif lie == "string_ids":
+        out[0] = str(first)
+    elif lie == "bool_ids":
+        out[0] = True
+    elif lie == "negative_id":
+        out[0] = -1 - first
+    elif lie == "huge_id":
+        out[0] = 2**31 + first
+    return out
 
 
 def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
@@ -117,6 +163,9 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "out_of_vocab",
         "stale_answer",
         "unfinished",
+        "truncate_prompt",
+        "truncate_prompt_tokens",
+        *WIRE_LIES,
         "weight_version_after",
     ):
         if k in body:
