@@ -29,7 +29,7 @@ def sim(tmp_path_factory):
 def test_a_truncated_prompt_makes_the_run_loud_and_is_never_published(tmp_path, kimi_profile, sim):
     data = tmp_path / "data"
     sim.faults(clear=True)
-    res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=256)
+    res = graph_resources(data, kimi_profile.tokenizer, sim.url)
     with dg.instance_for_test() as instance:
         assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
         shard = shard_with_most_prompts(data)
