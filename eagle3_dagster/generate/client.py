@@ -171,7 +171,12 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
                     events += 1
                     last = payload
                     if incremental is not False:
-                        d = json.loads(payload)
+                        try:
+                            d = json.loads(payload)
+                        except ValueError:  # never out of the request: it would crash the shard's step
+                            raise _Retry(
+                                "bad_body", 200, f"{ep.name}: stream chunk {events} that is not JSON", breaker=True
+                            ) from None
                         if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
                             if incremental:
                                 ids.extend(d["output_ids"])
