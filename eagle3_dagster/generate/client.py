@@ -535,7 +535,8 @@ async def generate_one(
         unroutable_since = None
         raw_fr = (data.get("meta_info") or {}).get("finish_reason")
         fr: dict[str, Any] = raw_fr if isinstance(raw_fr, dict) else {}
-        unfinished = not fr.get("type")
+        # neither null nor an object: not unfinished but malformed, refused by answer_checks (not retried)
+        unfinished = raw_fr is None or (isinstance(raw_fr, dict) and not fr.get("type"))
         if unfinished or fr.get("type") == "abort":
             # An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream
             # whose last chunk was dropped) or an aborted one is partial: retried, never stored as a trace.

@@ -315,7 +315,7 @@ class Engine:
                 m["weight_version"] = m["weight_versions"][-1]["version"]
         if (final and not stream) or (stream and not pr.first_sent):
             m["response_sent_to_client_ts"] = time.time()
-        return FF.lie_about_counts(m, pr.wire_lie)
+        return FF.lie_about_meta(m, pr.wire_lie)
 
     def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
         """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +

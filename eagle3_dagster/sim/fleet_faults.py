@@ -27,6 +27,8 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
      "huge_id": N,                    negative_id the first as -1 - id, huge_id the first as 2**31 + id
      "string_counts": N,              next N requests' meta_info prompt_tokens / completion_tokens /
                                       cached_tokens written as JSON strings (a re-encoding proxy)
+     "string_finish": N,              next N requests' final meta_info finish_reason written as its type
+                                      alone ("stop"), not SGLang's object
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -73,6 +75,7 @@ class FleetFaults:
     negative_id: int = 0
     huge_id: int = 0
     string_counts: int = 0
+    string_finish: int = 0
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -131,15 +134,19 @@ class FleetFaults:
 
 
 KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
-WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id", "string_counts")
+WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id", "string_counts", "string_finish")
 COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
-def lie_about_counts(meta: dict[str, Any], lie: str | None) -> dict[str, Any]:
-    """`meta` as a lying server writes it: with string_counts, its token counts as JSON strings."""
-    if lie != "string_counts":
-        return meta
-    return {k: str(v) if k in COUNTS and v is not None else v for k, v in meta.items()}
+def lie_about_meta(meta: dict[str, Any], lie: str | None) -> dict[str, Any]:
+    """`meta` as a lying server writes it: string_counts, its token counts as JSON strings; string_finish,
+    a finish_reason object as its type alone."""
+    if lie == "string_counts":
+        return {k: str(v) if k in COUNTS and v is not None else v for k, v in meta.items()}
+    fr = meta.get("finish_reason")
+    if lie == "string_finish" and isinstance(fr, dict):
+        return {**meta, "finish_reason": fr.get("type")}
+    return meta
 
 
 def lie_about_ids(ids: list[int], lie: str | None) -> list[Any]:

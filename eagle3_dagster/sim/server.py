@@ -28,7 +28,7 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        the ids; a stream without its final chunk), "truncate_prompt" (a gateway cut the prompt:
        prompt_tokens reports the rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" /
        "huge_id" (output ids written as no SGLang writes them), "string_counts" (meta_info counts
-       as strings), "weight_version", "html" (not SGLang at all), "report_version",
+       as strings), "string_finish" (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all), "report_version",
        "preferred_sampling_params"
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
