@@ -14,6 +14,7 @@ import pytest
 
 from eagle3_dagster import docs_gen
 from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.generate.answer_checks import REFUSALS as ANSWER_REFUSALS
 from eagle3_dagster.generate.inputs import PROMPT_TOO_LONG_FOR_SERVER
 from eagle3_dagster.ingest import spec as spec_module
 from eagle3_dagster.ingest.errors import REJECT_REASONS
@@ -152,6 +153,7 @@ def test_troubleshooting_names_every_reason_code() -> None:
     }
     for module in ("generate/client.py", "generate/shard.py", "train/parse.py", "ingest/normalize.py"):
         codes |= _literal_reasons(pkg / module)
+    codes |= ANSWER_REFUSALS
     codes -= {""}
     assert len(codes) > 45, sorted(codes)  # the scan found them
     missing = sorted(c for c in codes if f"`{c}`" not in page)

@@ -1,45 +1,282 @@
-"""Checks that a 200 result is the answer to the request it came back on, before it becomes a sample.
+"""Every 200 answer is a claim about the request it came back on: checked here, in one place, before
+it becomes a row.
 
-SGLang echoes the request's `rid` as `meta_info.id` (tokenizer_manager: `"id": rid`). An answer that
-names another rid holds another request's tokens: a proxy or cache between us and the server mixed
-answers up (a cache keyed on the URL, a desynchronised keep-alive connection). Stored, it would pair
-this prompt with another prompt's output, a training sample that looks perfect. It fails instead,
-`answer_rid_mismatch` (not permanent: the next run sends it again). An answer without `meta_info.id`
-(an older or non-SGLang server) is not judged.
+`check_answer(sent, answer)` takes what was sent (`Sent`: the input ids, max_new_tokens, the rid, the
+vocabulary size, the shard's weight version) and the answer as parsed from the wire (a non-stream body,
+or a stream folded into one body by client._read_stream: cumulative or delta), and returns either
+`Refused` (a reason code and a detail naming the field and the values) or `Accepted` (the answer and
+its flags, the row's `integrity_violations`). A refused answer becomes a failed request with its
+reason in errors.parquet, never a stored row and never an exception: one bad answer must not crash
+the shard's step (Dagster would retry the whole step and send every request again).
+
+Refused (none is permanent: the request was valid, the server or something between it and the
+client answered wrongly; the next run sends it again, so a fixed server or gateway heals the shard):
+
+* `answer_rid_mismatch`: `meta_info.id` names another rid (SGLang echoes the request's rid), so the
+  answer holds another request's tokens (a proxy or cache mixed answers up). An answer without
+  `meta_info.id` (an older or non-SGLang server) is not judged on it.
+* `prompt_tokens_mismatch`: `meta_info.prompt_tokens` differs from the number of input ids sent.
+  SGLang 0.5.23 reports `len(req.origin_input_ids)` (scheduler output_streamer), the ids as sent
+  unless `--allow-auto-truncate` cut them: either way an answer counting other prompt tokens was
+  generated for another prompt (a gateway that truncated it). A missing prompt_tokens (SGLang always
+  sends it; an older or non-SGLang server may not) is no claim to check: the answer is kept, flagged
+  `prompt_tokens_missing`.
+* `cached_tokens_exceed_prompt`: more prefix-cache hits than prompt tokens (SGLang counts cached
+  tokens once, before any retraction: they never exceed the prompt).
+* `output_id_not_integer`: an output id that is not a JSON integer (412.5, 412.0, "412", true, null):
+  nothing is cast or repaired, a float or a string is no token id. `bool` is refused too (Python's
+  bool is an int).
+* `output_id_exceeds_int32`: an id that the int32 column cannot hold as received.
+* `answer_field_invalid`: output_ids not a list, or a meta_info field of the wrong type or range
+  (prompt_tokens, completion_tokens, cached_tokens: integers 0..2**31-1; finish_reason an object with
+  a string `type`; text a string; e2e_latency a number).
+* `weight_version_changed`: the answer names a weight version other than the shard's.
+
+Flagged (stored exactly as received; the generations gate quarantines what must not reach training):
+`output_id_negative_<min>` and `output_id_<max>_out_of_vocab` (the gate's output_ids_in_vocabulary
+fails the row), `prompt_tokens_missing`, and the spec's integrity checks (`integrity_violations`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from .client import Outcome
 
 log = logging.getLogger(__name__)
 
 RID_MISMATCH = "answer_rid_mismatch"
+PROMPT_TOKENS_MISMATCH = "prompt_tokens_mismatch"
+CACHED_EXCEEDS_PROMPT = "cached_tokens_exceed_prompt"
+ID_NOT_INTEGER = "output_id_not_integer"
+ID_EXCEEDS_INT32 = "output_id_exceeds_int32"
+FIELD_INVALID = "answer_field_invalid"
+WEIGHT_VERSION_CHANGED = "weight_version_changed"
+REFUSALS = frozenset(
+    {RID_MISMATCH, PROMPT_TOKENS_MISMATCH, CACHED_EXCEEDS_PROMPT, ID_NOT_INTEGER, ID_EXCEEDS_INT32, FIELD_INVALID}
+    | {WEIGHT_VERSION_CHANGED}
+)
+NAN_FINISH = "NaN happened"
+INT32_MAX = 2**31 - 1
 
 
-def answered_rid(o: Outcome) -> str | None:
+@dataclass(frozen=True)
+class Sent:
+    """What the request said: the answer is judged against it."""
+
+    input_ids: Sequence[int]
+    rid: str
+    max_new_tokens: int | None = None
+    vocab_size: int | None = None
+    weight_version: str | None = None  # the shard's; None: not known yet (the first answer's becomes it)
+
+
+@dataclass(frozen=True)
+class Refused:
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Accepted:
+    answer: dict[str, Any]
+    flags: list[str] = field(default_factory=list)
+    weight_versions: list[str] = field(default_factory=list)  # every weight version the answer names
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int  # a bool, a float (even 412.0), a string: not an integer on the wire
+
+
+def _shown(v: Any) -> str:
+    return f"{v!r} ({type(v).__name__})"
+
+
+def _ids_refusal(ids: list[Any]) -> Refused | None:
+    bad = [(i, v) for i, v in enumerate(ids) if not _is_int(v)]
+    if bad:
+        first = ", ".join(f"output_ids[{i}] is {_shown(v)}" for i, v in bad[:3])
+        return Refused(
+            ID_NOT_INTEGER,
+            f"{len(bad)} of {len(ids)} output ids are not JSON integers: {first}; a token id is an integer, "
+            "nothing is cast; not stored",
+        )
+    huge = [(i, v) for i, v in enumerate(ids) if v > INT32_MAX]
+    if huge:
+        first = ", ".join(f"output_ids[{i}] is {v}" for i, v in huge[:3])
+        return Refused(
+            ID_EXCEEDS_INT32,
+            f"{len(huge)} output ids exceed 2**31-1 ({first}): the int32 column cannot hold them as received; "
+            "not stored",
+        )
+    return None
+
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+def _field_refusal(data: dict[str, Any], meta: dict[str, Any]) -> Refused | None:
+    """A field of the wrong type or range: storing it would crash the row's write (or store a forgery)."""
+    problems: list[str] = []
+    for k in _COUNTS:
+        v = meta.get(k)
+        if v is not None and not (_is_int(v) and 0 <= v <= INT32_MAX):
+            problems.append(f"meta_info.{k} is {_shown(v)}, expected an integer in [0, 2**31-1]")
+    fr = meta.get("finish_reason")
+    if fr is not None and not (isinstance(fr, dict) and isinstance(fr.get("type"), str)):
+        problems.append(f"meta_info.finish_reason is {_shown(fr)}, expected an object with a string type")
+    lat = meta.get("e2e_latency")
+    if lat is not None and (isinstance(lat, bool) or not isinstance(lat, int | float)):
+        problems.append(f"meta_info.e2e_latency is {_shown(lat)}, expected a number")
+    text = data.get("text")
+    if text is not None and not isinstance(text, str):
+        problems.append(f"text is {_shown(text)[:200]}, expected a string")
+    if not problems:
+        return None
+    return Refused(FIELD_INVALID, "; ".join(problems) + "; not stored")
+
+
+def _prompt_refusal(sent: Sent, meta: dict[str, Any]) -> Refused | None:
+    n_sent = len(sent.input_ids)
+    pt = meta.get("prompt_tokens")
+    if pt is not None and pt != n_sent:
+        return Refused(
+            PROMPT_TOKENS_MISMATCH,
+            f"sent {n_sent} input ids, meta_info.prompt_tokens is {pt}: the answer was generated for another "
+            "prompt (a gateway or server that truncated or changed it); not stored",
+        )
+    ct = meta.get("cached_tokens")
+    limit = n_sent if pt is None else pt
+    if ct is not None and ct > limit:
+        return Refused(
+            CACHED_EXCEEDS_PROMPT,
+            f"meta_info.cached_tokens is {ct}, more than the prompt's {limit} tokens "
+            f"(prompt_tokens {pt}, {n_sent} sent): not an answer to this prompt; not stored",
+        )
+    return None
+
+
+def answered_rid(answer: dict[str, Any]) -> str | None:
     """The rid the answer says it is for (`meta_info.id`), or None when it does not say."""
-    meta = (o.response or {}).get("meta_info")
+    meta = answer.get("meta_info")
     rid = meta.get("id") if isinstance(meta, dict) else None
     return None if rid is None else str(rid)
 
 
-def reject_foreign_answer(o: Outcome, *, shard: str, seen: int) -> Outcome:
-    """`o`, or a failure `answer_rid_mismatch` when its answer is for another request.
+def check_answer(sent: Sent, answer: Any) -> Accepted | Refused:
+    """`answer` accepted with its flags, or refused with the reason; see the module docstring."""
+    if not isinstance(answer, dict):
+        return Refused(FIELD_INVALID, f"the answer is {type(answer).__name__}, expected an object; not stored")
+    meta = answer.get("meta_info")
+    ids = answer.get("output_ids")
+    if not isinstance(meta, dict) or not isinstance(ids, list):
+        return Refused(
+            FIELD_INVALID,
+            f"output_ids is {type(ids).__name__}, meta_info is {type(meta).__name__}: expected a list and an "
+            "object; not stored",
+        )
+    got = answered_rid(answer)
+    if got is not None and got != sent.rid:
+        return Refused(
+            RID_MISMATCH,
+            f"sent rid {sent.rid}, the answer's meta_info.id is {got}: another request's answer (a proxy or "
+            "cache between the client and the server mixed answers up); not stored",
+        )
+    refusal = _ids_refusal(ids) or _field_refusal(answer, meta) or _prompt_refusal(sent, meta)
+    if refusal is not None:
+        return refusal
+    versions = answer_weight_versions(answer)
+    ref = sent.weight_version if sent.weight_version is not None else next(iter(versions), None)
+    if any(v != ref for v in versions):
+        return Refused(
+            WEIGHT_VERSION_CHANGED,
+            f"meta_info.weight_version(s) {versions!r}, the shard's {ref!r}: weights changed under the "
+            "running shard; not stored (rerun to generate it under the new revision)",
+        )
+    return Accepted(answer, _flags(sent, answer, ids, meta), versions)
 
-    `seen`: how many this run already rejected; the first three are logged as errors (one per answer
-    would flood the log when a proxy mixes every answer up; the report counts them all)."""
-    got = answered_rid(o) if o.response is not None else None
-    if got is None or got == o.rid:
-        return o
-    detail = (
-        f"sent rid {o.rid}, the answer's meta_info.id is {got}: another request's answer (a proxy or cache "
-        "between the client and the server mixed answers up); not stored"
+
+def judge_outcome(o: Outcome, sent: Sent, *, shard: str, seen: Mapping[str, int]) -> tuple[Outcome, list[str] | None]:
+    """`o` and its flags when its answer is accepted; a failed Outcome (the reason, status 200) when refused
+    (or `o` itself when it carries no answer). `seen`: refusals this run already counted by reason; the
+    first three of each are logged as errors (one per answer would flood the log when a proxy mangles
+    every answer; the report counts them all)."""
+    if o.response is None:
+        return o, None
+    verdict = check_answer(sent, o.response)
+    if isinstance(verdict, Accepted):
+        return o, verdict.flags
+    if seen.get(verdict.reason, 0) < 3:
+        log.error("shard %s: %s: %s", shard, verdict.reason, verdict.detail)
+    failed = Outcome(
+        None,
+        o.endpoint,
+        o.rid,
+        o.latency_s,
+        reason=verdict.reason,
+        status=200,
+        detail=verdict.detail,
+        attempts=o.attempts,
     )
-    if seen < 3:
-        log.error("shard %s: %s: %s", shard, RID_MISMATCH, detail)
-    return Outcome(
-        None, o.endpoint, o.rid, o.latency_s, reason=RID_MISMATCH, status=200, detail=detail, attempts=o.attempts
-    )
+    return failed, None
+
+
+def _flags(sent: Sent, answer: dict[str, Any], ids: list[int], meta: dict[str, Any]) -> list[str]:
+    flags = integrity_violations(answer, max_new_tokens=sent.max_new_tokens)
+    if meta.get("prompt_tokens") is None:
+        flags.append("prompt_tokens_missing")
+    if ids:
+        lo, hi = min(ids), max(ids)
+        if lo < 0:
+            flags.append(f"output_id_negative_{lo}")
+        if sent.vocab_size is not None and hi >= sent.vocab_size:
+            flags.append(f"output_id_{hi}_out_of_vocab")
+    return flags
+
+
+def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = None) -> list[str]:
+    """Checks the spec asks for on every response (§3.1, §7); violations are recorded, never hidden."""
+    out: list[str] = []
+    ids = resp.get("output_ids")
+    meta = resp.get("meta_info") or {}
+    if not isinstance(ids, list):
+        return ["output_ids_missing"]
+    ct = meta.get("completion_tokens")
+    if ct is None:
+        out.append("completion_tokens_missing")
+    elif len(ids) != ct:
+        out.append(f"len_output_ids_{len(ids)}_ne_completion_tokens_{ct}")
+    fr = meta.get("finish_reason")
+    if isinstance(fr, dict) and fr.get("type") == "stop":
+        m = fr.get("matched")
+        if isinstance(m, int) and not isinstance(m, bool):
+            if not ids or ids[-1] != m:
+                out.append(f"stop_matched_{m}_ne_last_output_id_{ids[-1] if ids else None}")
+        elif m == NAN_FINISH:
+            # SGLang sampled NaN / an out-of-vocab id and replaced the last id with EOS (spec §3.3).
+            out.append("nan_happened")
+    elif isinstance(fr, dict) and fr.get("type") == "length":
+        n = fr.get("length")
+        if isinstance(n, int) and len(ids) != n:
+            out.append(f"length_finish_{n}_ne_len_output_ids_{len(ids)}")
+        elif max_new_tokens is not None and len(ids) < max_new_tokens:
+            # The server clamped max_new_tokens (context limit, max_req_len): a truncated trace.
+            out.append(f"length_capped_by_server_{len(ids)}_lt_max_new_tokens_{max_new_tokens}")
+    return out
+
+
+def answer_weight_versions(resp: dict[str, Any]) -> list[str]:
+    """Every weight version an answer names: `meta_info.weight_version`, then each version of its
+    `weight_versions` spans (SGLang 0.5.23: which weights generated which output tokens; weight_version is
+    the last span's). Two distinct values: the sample's tokens come from two sets of weights."""
+    meta = resp.get("meta_info") or {}
+    out = [str(meta["weight_version"])] if meta.get("weight_version") is not None else []
+    spans = meta.get("weight_versions")
+    for span in spans if isinstance(spans, list) else ():
+        v = span.get("version") if isinstance(span, dict) else None
+        if v is not None and str(v) not in out:
+            out.append(str(v))
+    return out

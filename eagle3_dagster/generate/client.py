@@ -98,53 +98,6 @@ def not_a_result(data: Any) -> str | None:
     return None
 
 
-NAN_FINISH = "NaN happened"
-
-
-def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = None) -> list[str]:
-    """Checks the spec asks for on every response (§3.1, §7); violations are recorded, never hidden."""
-    out: list[str] = []
-    ids = resp.get("output_ids")
-    meta = resp.get("meta_info") or {}
-    if not isinstance(ids, list):
-        return ["output_ids_missing"]
-    ct = meta.get("completion_tokens")
-    if ct is None:
-        out.append("completion_tokens_missing")
-    elif len(ids) != ct:
-        out.append(f"len_output_ids_{len(ids)}_ne_completion_tokens_{ct}")
-    fr = meta.get("finish_reason")
-    if isinstance(fr, dict) and fr.get("type") == "stop":
-        m = fr.get("matched")
-        if isinstance(m, int) and not isinstance(m, bool):
-            if not ids or ids[-1] != m:
-                out.append(f"stop_matched_{m}_ne_last_output_id_{ids[-1] if ids else None}")
-        elif m == NAN_FINISH:
-            # SGLang sampled NaN / an out-of-vocab id and replaced the last id with EOS (spec §3.3).
-            out.append("nan_happened")
-    elif isinstance(fr, dict) and fr.get("type") == "length":
-        n = fr.get("length")
-        if isinstance(n, int) and len(ids) != n:
-            out.append(f"length_finish_{n}_ne_len_output_ids_{len(ids)}")
-        elif max_new_tokens is not None and len(ids) < max_new_tokens:
-            # The server clamped max_new_tokens (context limit, max_req_len): a truncated trace.
-            out.append(f"length_capped_by_server_{len(ids)}_lt_max_new_tokens_{max_new_tokens}")
-    return out
-
-
-def answer_weight_versions(resp: dict[str, Any]) -> list[str]:
-    """Every weight version an answer names: `meta_info.weight_version`, then each version of its
-    `weight_versions` spans (SGLang 0.5.23: which weights generated which output tokens; weight_version is
-    the last span's). Two distinct values: the sample's tokens come from two sets of weights."""
-    meta = resp.get("meta_info") or {}
-    out = [str(meta["weight_version"])] if meta.get("weight_version") is not None else []
-    for span in meta.get("weight_versions") or []:
-        v = span.get("version") if isinstance(span, dict) else None
-        if v is not None and str(v) not in out:
-            out.append(str(v))
-    return out
-
-
 @dataclass(frozen=True)
 class StreamMode:
     """How to read a streamed answer: timeouts, and whether `output_ids` come as deltas (server flag)."""
@@ -187,7 +140,12 @@ async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dic
                     events += 1
                     last = payload
                     if incremental is not False:
-                        d = json.loads(payload)
+                        try:
+                            d = json.loads(payload)
+                        except ValueError:  # never out of the request: it would crash the shard's step
+                            raise _Retry(
+                                "bad_body", 200, f"{ep.name}: stream chunk {events} that is not JSON", breaker=True
+                            ) from None
                         if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
                             if incremental:
                                 ids.extend(d["output_ids"])
@@ -548,7 +506,8 @@ async def generate_one(
         unroutable_since = None
         raw_fr = (data.get("meta_info") or {}).get("finish_reason")
         fr: dict[str, Any] = raw_fr if isinstance(raw_fr, dict) else {}
-        unfinished = not fr.get("type")
+        # neither null nor an object: not unfinished but malformed, refused by answer_checks (not retried)
+        unfinished = raw_fr is None or (isinstance(raw_fr, dict) and not fr.get("type"))
         if unfinished or fr.get("type") == "abort":
             # An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream
             # whose last chunk was dropped) or an aborted one is partial: retried, never stored as a trace.

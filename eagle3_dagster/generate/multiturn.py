@@ -344,8 +344,11 @@ class TurnDriver:
             reason = f"finish_{fr or 'unknown'}"
         elif row.get("integrity_violations"):
             reason = "integrity_violation"
+        if reason is not None:  # not parsed: a flagged turn's ids may be no tokens at all (a negative id)
+            self._end(st, reason, not_reached=later)
+            return False
         parsed = parse_generation(list(row.get("output_ids") or []), self.profile, self.tokenizer)
-        if reason is None and parsed.problems:
+        if parsed.problems:
             reason = parsed.problems[0]
         if reason is None and later > 0:
             pos = conv.turns[k]

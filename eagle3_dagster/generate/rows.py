@@ -6,10 +6,9 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from ..secret import redact
 from .client import Outcome
 from .drafter import DrafterIdentity, spec_row_fields
-
-_INT32_MAX = 2**31 - 1
 
 
 def result_row(
@@ -18,22 +17,15 @@ def result_row(
     *,
     model_revision: str,
     s_hash: str,
-    vocab_size: int | None,
     violations: list[str],
     drafter: DrafterIdentity | None = None,
 ) -> dict[str, Any]:
-    """`drafter`: what the serving endpoint's /server_info names (None: it does not speculate)."""
+    """The stored sample of an answer that answer_checks.check_answer accepted (`violations`: its flags);
+    `drafter`: what the serving endpoint's /server_info names (None: it does not speculate)."""
     data = o.response or {}
     meta = data.get("meta_info") or {}
     fr = meta.get("finish_reason")
     ids = data.get("output_ids")
-    if isinstance(ids, list) and ids:
-        lo, hi = min(ids), max(ids)
-        if lo < 0 or hi > _INT32_MAX:
-            violations.append("output_ids_not_int32")
-            ids = None  # cannot be stored as int32 without changing them: store nothing, flag it
-        elif vocab_size is not None and hi >= vocab_size:
-            violations.append(f"output_id_{hi}_out_of_vocab")
     return {
         "sample_id": item["sample_id"],
         "prompt_id": item["prompt_id"],
@@ -66,7 +58,7 @@ def error_row(item: dict[str, Any], reason: str, status: int | None, detail: str
         "shard": item.get("shard"),
         "reason": reason,
         "status": status,
-        "detail": detail[:2000],
+        "detail": redact(detail)[:2000],  # our own texts quote server values too: never a secret in a row
     }
 
 

@@ -28,17 +28,9 @@ import polars as pl
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
-from .answer_checks import RID_MISMATCH, reject_foreign_answer
+from .answer_checks import NAN_FINISH, Sent, answer_weight_versions, judge_outcome
 from .cached_only import cached_only_report
-from .client import (
-    NAN_FINISH,
-    Outcome,
-    StreamMode,
-    abort_rid,
-    answer_weight_versions,
-    generate_one,
-    integrity_violations,
-)
+from .client import StreamMode, abort_rid, generate_one
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
 from .drafter import serving_drafter
@@ -343,31 +335,16 @@ async def _generate_shard(
                     unroutable_wait_s=config.wait_for_endpoint_s,
                     in_flight=in_flight,
                 )
-                o = reject_foreign_answer(o, shard=out_dir.name, seen=stats.errors[RID_MISMATCH])
-                wv = answer_weight_versions(o.response) if o.response is not None else []
-                if wv and not wv_box:
-                    wv_box.append(wv[0])
-                if wv:
-                    if any(v != wv_box[0] for v in wv):
-                        # Weights changed under the running shard: never mix two model versions in it.
-                        o = Outcome(
-                            None,
-                            o.endpoint,
-                            o.rid,
-                            o.latency_s,
-                            reason="weight_version_changed",
-                            status=200,
-                            detail=f"meta_info.weight_version(s) {wv!r}, the shard's revision {revision}",
-                            attempts=o.attempts,
-                        )
-                        if stats.errors["weight_version_changed"] == 0:
-                            log.error(
-                                "shard %s: the server now reports weight_version %s, the shard was started "
-                                "with %s: those samples fail (rerun to generate them under the new revision)",
-                                out_dir.name,
-                                ", ".join(repr(v) for v in wv if v != wv_box[0]),
-                                revision,
-                            )
+                sent = Sent(
+                    ids,
+                    o.rid,
+                    max_new_tokens=int(row_sp["max_new_tokens"]),
+                    vocab_size=config.vocab_size,
+                    weight_version=wv_box[0] if wv_box else None,
+                )
+                o, flags = judge_outcome(o, sent, shard=out_dir.name, seen=stats.errors)
+                if o.response is not None and not wv_box:
+                    wv_box.extend(answer_weight_versions(o.response)[:1])
                 if o.response is None:
                     detail = o.detail
                     if o.reason == "server_error_body":
@@ -383,13 +360,12 @@ async def _generate_shard(
                     stats.errors[o.reason] += 1
                     count_failure(item, o.reason or "unknown")
                 else:
-                    viol = integrity_violations(o.response, max_new_tokens=int(row_sp["max_new_tokens"]))
+                    viol = flags or []
                     row = result_row(
                         o,
                         item,
                         model_revision=revision,
                         s_hash=s_hash,
-                        vocab_size=config.vocab_size,
                         violations=viol,
                         drafter=serving_drafter(pool.endpoints, o.endpoint),
                     )

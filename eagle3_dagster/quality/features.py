@@ -354,7 +354,7 @@ def generation_features(
         (last == profile.end_of_turn_id).fill_null(False).alias("ends_with_end_of_turn"),
         (n == pl.col("completion_tokens")).fill_null(False).alias("len_matches_completion_tokens"),
         # ids as received: one outside [0, vocab_size) is no token of this model (padded or another vocab);
-        # no ids at all (output_ids null: not storable as int32) is not in it either
+        # a negative id fails it too; no ids at all (output_ids null) is not in it either
         pl.when(ids.is_null())
         .then(False)
         .otherwise(((ids.list.min() >= 0) & (ids.list.max() < profile.vocab_size)).fill_null(True))

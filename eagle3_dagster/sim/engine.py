@@ -122,6 +122,7 @@ class Progress:
     # (weight_version, first token generated under it): SGLang 0.5.23's meta_info.weight_versions spans
     versions: list[tuple[str, int]] = field(default_factory=list)
     spec_fault: str | None = None  # fleet fault spec_inconsistent: how this answer's spec figures are broken
+    wire_lie: str | None = None  # fleet faults float_ids, string_ids, ...: how output_ids are written
 
 
 # SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
@@ -154,6 +155,9 @@ class Engine:
     async def run(self, item: P.Item, stream_interval: int | None, on_chunk: Any = None) -> Progress:
         """Queue for a GPU slot, prefill, decode. `on_chunk(progress)` is awaited per stream step."""
         sim = self.sim
+        cut = min(sim.fleet.take_truncate(), len(item.input_ids) - 1)
+        if cut > 0:  # fleet fault truncate_prompt: a gateway dropped the prompt's first ids
+            del item.input_ids[:cut]
         st = ReqState(item.rid)
         sim.in_flight[item.rid] = st
         sim.stats.peak_in_flight = max(sim.stats.peak_in_flight, len(sim.in_flight))
@@ -204,6 +208,7 @@ class Engine:
                 plan = FF.nan_plan(plan, sim.eos_ids[0])
             if sim.fleet.take_out_of_vocab():
                 plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
+            pr.wire_lie = sim.fleet.take_wire_lie()
             pr.plan = plan
             stall_at = sim.fleet.take_stall()
             prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
@@ -258,11 +263,11 @@ class Engine:
                 sim.stats.last_answer_at = time.time()
 
     # -- response bodies ------------------------------------------------------------------------
-    def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[int]:
+    def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[Any]:
         if self.sim.faults.mode == "echo-prompt-tail":
             # sglang #10896: the last prompt ids leak to the front of output_ids.
             return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens :]) + list(ids)
-        return list(ids)
+        return FF.lie_about_ids(list(ids), pr.wire_lie)
 
     def text(self, pr: Progress, final: bool) -> str:
         s = pr.item.sampling
@@ -316,7 +321,7 @@ class Engine:
                 m["weight_version"] = m["weight_versions"][-1]["version"]
         if (final and not stream) or (stream and not pr.first_sent):
             m["response_sent_to_client_ts"] = time.time()
-        return m
+        return FF.lie_about_meta(m, pr.wire_lie)
 
     def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
         """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +

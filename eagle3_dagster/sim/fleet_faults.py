@@ -24,6 +24,18 @@ protocol error of one request (hooked into server.py; set through POST /_sim/fau
                                       {"error": ...}; in a stream the error chunk without a code) and
                                       "abort" (a stream's abort chunk, finish_reason.message and
                                       status_code 400; HTTP 400 without streaming, as SGLang's scheduler)
+     "truncate_prompt": N,            next N requests lose their first `truncate_prompt_tokens` prompt ids
+     "truncate_prompt_tokens": K,     before the server sees them (a gateway that truncates prompts): the
+                                      answer is generated for the rest and prompt_tokens reports its count
+     "float_ids": N,                  lying wire encodings of output ids, next N requests each (stream and
+     "string_ids": N,                 non-stream alike; the ids the model produced are unchanged): float_ids
+     "bool_ids": N,                   sends the first id as id + 0.5 and the second as a float (412.0),
+     "negative_id": N,                string_ids the first as a JSON string, bool_ids the first as true,
+     "huge_id": N,                    negative_id the first as -1 - id, huge_id the first as 2**31 + id
+     "string_counts": N,              next N requests' meta_info prompt_tokens / completion_tokens /
+                                      cached_tokens written as JSON strings (a re-encoding proxy)
+     "string_finish": N,              next N requests' final meta_info finish_reason written as its type
+                                      alone ("stop"), not SGLang's object
      "weight_version": "v2",          meta_info / model_info weight_version (weights updated in place)
      "weight_version_after": N,       with "next_weight_version": the next N /generate requests start
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
@@ -70,6 +82,15 @@ class FleetFaults:
     unfinished: int = 0
     quote_headers: int = 0
     quote_headers_as: list[str] = field(default_factory=lambda: ["http_400"])
+    truncate_prompt: int = 0
+    truncate_prompt_tokens: int = 2
+    float_ids: int = 0
+    string_ids: int = 0
+    bool_ids: int = 0
+    negative_id: int = 0
+    huge_id: int = 0
+    string_counts: int = 0
+    string_finish: int = 0
     weight_version: str = "default"
     weight_version_after: int = 0
     next_weight_version: str | None = None
@@ -122,6 +143,14 @@ class FleetFaults:
         """How this request's spec figures are to be broken (a speculating simulator), or None."""
         return self.spec_inconsistent_kind if self._take("spec_inconsistent") else None
 
+    def take_truncate(self) -> int:
+        """How many leading prompt ids this request loses (0: none)."""
+        return self.truncate_prompt_tokens if self._take("truncate_prompt") else 0
+
+    def take_wire_lie(self) -> str | None:
+        """Which lying encoding this request's output ids get on the wire (WIRE_LIES), or None."""
+        return next((name for name in WIRE_LIES if self._take(name)), None)
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -134,6 +163,41 @@ class FleetFaults:
 
 
 KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
+WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id", "string_counts", "string_finish")
+COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+def lie_about_meta(meta: dict[str, Any], lie: str | None) -> dict[str, Any]:
+    """`meta` as a lying server writes it: string_counts, its token counts as JSON strings; string_finish,
+    a finish_reason object as its type alone."""
+    if lie == "string_counts":
+        return {k: str(v) if k in COUNTS and v is not None else v for k, v in meta.items()}
+    fr = meta.get("finish_reason")
+    if lie == "string_finish" and isinstance(fr, dict):
+        return {**meta, "finish_reason": fr.get("type")}
+    return meta
+
+
+def lie_about_ids(ids: list[int], lie: str | None) -> list[Any]:
+    """`ids` as a lying server writes them (fleet faults WIRE_LIES); the first id (and for float_ids the
+    second) changed, the rest as produced."""
+    out: list[Any] = list(ids)
+    if not out or lie is None:
+        return out
+    first = out[0]
+    if lie == "float_ids":
+        out[0] = first + 0.5
+        if len(out) > 1:
+            out[1] = float(out[1])
+    elif lie == "string_ids":
+        out[0] = str(first)
+    elif lie == "bool_ids":
+        out[0] = True
+    elif lie == "negative_id":
+        out[0] = -1 - first
+    elif lie == "huge_id":
+        out[0] = 2**31 + first
+    return out
 
 
 def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
@@ -147,6 +211,9 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "stale_answer",
         "unfinished",
         "quote_headers",
+        "truncate_prompt",
+        "truncate_prompt_tokens",
+        *WIRE_LIES,
         "weight_version_after",
         "spec_inconsistent",
     ):

@@ -26,7 +26,10 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        with the connection open), "nan_finish", "out_of_vocab" (an output id >= the vocab size),
        "stale_answer" (the answer sent before: another rid's), "unfinished" (finish_reason null, half
        the ids; a stream without its final chunk), "quote_headers" (errors quoting the request's headers,
-       Authorization included), "weight_version", "html" (not SGLang at all),
+       Authorization included), "truncate_prompt" (a gateway cut the prompt: prompt_tokens reports the
+       rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" / "huge_id" (output ids written as
+       no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"
+       (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all),
        "report_version", "preferred_sampling_params"
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
