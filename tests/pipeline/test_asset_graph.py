@@ -46,11 +46,16 @@ def test_shard_assets_are_partitioned_alike(repo):
 
 
 def test_gates_are_blocking_checks(repo):
+    from eagle3_dagster.defs.generate import ACCEPTANCE_CHECK
+
     by_asset = {}
     for a in ("tokenized_prompts", "generations", "training_samples"):
         specs = list(_asset(repo, a).check_specs)
         by_asset[a] = {s.name: s for s in specs}
-        assert specs and all(s.blocking for s in specs), a
+        gates = [s for s in specs if s.name != ACCEPTANCE_CHECK]
+        assert gates and all(s.blocking for s in gates), a
+    # the drafter's acceptance drift says the traffic moved; it never holds a shard back
+    assert not by_asset["generations"][ACCEPTANCE_CHECK].blocking
     assert "thinking_token_ends_prompt" in by_asset["tokenized_prompts"]
     assert "think_end_present" in by_asset["generations"]
     assert "163607" in by_asset["generations"]["think_end_present"].description
