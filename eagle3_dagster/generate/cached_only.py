@@ -1,18 +1,23 @@
 """A shard whose every request is already stored needs no server.
 
 The cache key of a request holds the model revision, which normally comes from the endpoint's
-/model_info. When the revision is known without asking (pinned in the config, or the one the shard's
-newest stored chunk was generated with) and every prompt's key under it is stored (or failed
-permanently before and is not resent), the step has nothing to send: it must not wait for an endpoint
-that may be down, nor contact it. Anything else (a prompt not stored, all_turns conversations, prompts
-the server's context would have fitted) falls back to the normal path, which asks the server. A shard
+/model_info. An endpoint that answers at all is asked, as always: it may serve a new model or drafter,
+and then the shard is not cached after all. Only when no endpoint answers (one quick probe, no wait)
+and the revision is known without asking (pinned in the config, or the one the shard's newest stored
+chunk was generated with) and every prompt's key under it is stored (or failed permanently before and
+is not resent), the step has nothing to send: it must not wait for the endpoint, and it says which
+revision it relied on. Anything else (a prompt not stored, all_turns conversations, prompts the
+server's context would have fitted) falls back to the normal path, which waits for the server. A shard
 without prompts has nothing to send under any revision.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
 
+import httpx
 import polars as pl
 
 from ..storage import DataPath, as_data_path, parquet_file
@@ -23,6 +28,22 @@ from .rows import is_permanent_reason
 from .store import StoreDir, read_generation_errors
 
 log = logging.getLogger(__name__)
+
+
+async def any_endpoint_answers(
+    client: httpx.AsyncClient, headers: dict[str, str], urls: Sequence[str], timeout_s: float
+) -> bool:
+    """True when any endpoint answers HTTP at all (one probe each, in parallel; never waits for one to come
+    up): a server that answers, even `503 starting`, is the normal path's to ask and wait for."""
+
+    async def answers(url: str) -> bool:
+        try:
+            await client.get(url.rstrip("/") + "/health", headers=headers, timeout=timeout_s)
+        except httpx.HTTPError:
+            return False
+        return True
+
+    return any(await asyncio.gather(*(answers(u) for u in urls)))
 
 
 def stored_shard_revision(out_dir: DataPath) -> str | None:
@@ -73,9 +94,9 @@ def cached_only_report(
     if not revision:
         log.info("shard %s: no prompt to send: the endpoint was not contacted", out.name)
         return report
-    log.info(
-        "shard %s: all %d requests already stored under revision %s (%s): nothing to send, the endpoint was "
-        "not contacted",
+    log.warning(
+        "shard %s: no SGLang endpoint answers; all %d requests are already stored under revision %s (%s): "
+        "nothing to send. A changed model or drafter is picked up on a run where the endpoint answers",
         out.name,
         plan.requested,
         revision,

@@ -29,7 +29,7 @@ from .. import stopping
 from ..schemas import TURN_GENERATIONS
 from ..storage import as_data_path
 from .answer_checks import NAN_FINISH, Sent, answer_weight_versions, judge_outcome
-from .cached_only import cached_only_report
+from .cached_only import any_endpoint_answers, cached_only_report
 from .client import StreamMode, abort_rid, generate_one
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
@@ -140,11 +140,12 @@ async def _generate_shard(
         store.open()  # the shard's lock first: a second process on the same shard stops here
         if turn_store is not None:
             turn_store.open()
-        cached = await asyncio.to_thread(
-            cached_only_report, tokenized, out_dir, config, has_turns=turn_store is not None
-        )
-        if cached is not None:  # nothing to send: the endpoint is neither waited for nor contacted
-            return cached
+        if not await any_endpoint_answers(client, headers, config.endpoints, config.health_timeout_s):
+            cached = await asyncio.to_thread(
+                cached_only_report, tokenized, out_dir, config, has_turns=turn_store is not None
+            )
+            if cached is not None:  # nothing to send: the dead endpoint is not waited for
+                return cached
         await pool.start(configured_revision=config.model_revision)
         revision = pool.model_revision or "unknown"
         s_hash = sampling_hash(config)

@@ -49,3 +49,17 @@ def test_a_shard_without_prompts_never_contacts_the_endpoint(tmp_path: Path):
     rep = generate_shard(make_prompts(1).clear(), tmp_path / "gen", make_config(dead, wait_for_endpoint_s=120.0))
     assert time.monotonic() - t0 < 30
     assert (rep.requested, rep.succeeded, rep.failed) == (0, 0, 0)
+
+
+def test_a_cached_shard_is_regenerated_when_the_answering_server_serves_new_weights(tmp_path: Path, start_sim):
+    """The shortcut is for a dead endpoint only: a server that answers is asked for its revision, and a
+    model updated in place (a new weight_version) makes every stored request stale."""
+    prompts = make_prompts(8)
+    out = tmp_path / "gen"
+    sim = start_sim()
+    first = generate_shard(prompts, out, make_config(sim.url))
+    assert first.succeeded == 8
+    sim.faults(weight_version="v2")
+    again = generate_shard(prompts, out, make_config(sim.url))
+    assert again.model_revision != first.model_revision and again.model_revision.endswith("@v2")
+    assert (again.skipped_cached, again.succeeded) == (0, 8)
