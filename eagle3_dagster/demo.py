@@ -352,7 +352,9 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
         bad = next(sh.shard for sh in outcome.shards if not sh.ok)
         out.append(
             f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
-            "lists every failed expectation; fix the cause, then rerun `make demo`"
+            "lists every failed expectation; fix the cause, then rerun `make demo` (answers the server got wrong: "
+            "empty, capped, integrity, are sent again; answers judged on their content are redrawn only with a new "
+            "`regen_seed`: docs/troubleshooting.md)"
         )
     elif getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
         out.append(
