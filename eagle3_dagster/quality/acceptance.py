@@ -21,7 +21,7 @@ from typing import Any, cast
 import polars as pl
 
 from ..generate.store import iter_generations
-from ..storage import DataPath, shard_key
+from ..storage import DataPath, read_shard_json
 
 ACCEPTANCE_FILE = "acceptance.json"
 READ_COLUMNS = (
@@ -149,15 +149,7 @@ def write_acceptance(gen_dir: DataPath, summary: dict[str, Any] | None) -> None:
 
 
 def collect_acceptance(data: DataPath, shards: Iterable[int]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for k in shards:
-        f = data / "generations" / f"shard={shard_key(k)}" / ACCEPTANCE_FILE
-        try:
-            if f.exists():
-                out[shard_key(k)] = json.loads(f.read_text())
-        except ValueError:
-            continue
-    return out
+    return read_shard_json(data, "generations", shards, ACCEPTANCE_FILE)
 
 
 def merge_groups(summaries: Iterable[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:

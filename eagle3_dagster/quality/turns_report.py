@@ -7,24 +7,15 @@ completed, ended early by reason, turns planned / regenerated / not reached, row
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from ..generate.multiturn import TURNS_SUMMARY_FILE
-from ..storage import DataPath, shard_key
+from ..storage import DataPath, read_shard_json
 
 
 def collect_turns(data: DataPath, shards: Iterable[int]) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for k in shards:
-        f = data / "generations" / f"shard={shard_key(k)}" / TURNS_SUMMARY_FILE
-        try:
-            if f.exists():
-                out[shard_key(k)] = json.loads(f.read_text())
-        except ValueError:
-            continue
-    return out
+    return read_shard_json(data, "generations", shards, TURNS_SUMMARY_FILE)
 
 
 def turns_section(turns: dict[str, dict[str, Any]]) -> list[str]:

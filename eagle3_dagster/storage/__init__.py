@@ -33,7 +33,7 @@ write primitives), `paths` (DataRoot, DataPath), `writes` (atomic tables, stream
 from __future__ import annotations
 
 from .atomic import _local_atomic, _put
-from .layout import iter_shard_dirs, parse_shard_key, safe_join, shard_dir, shard_key
+from .layout import iter_shard_dirs, parse_shard_key, read_shard_json, safe_join, shard_dir, shard_key
 from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
 from .paths import (
     DataPath,
@@ -93,6 +93,7 @@ __all__ = [
     "read_owner",
     "read_parquet",
     "read_parquet_dir",
+    "read_shard_json",
     "redact_uri",
     "replace_dir_contents",
     "safe_join",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -45,3 +46,17 @@ def shard_dir(data_dir: PathLike, table: str, shard: int) -> Any:
 
 def iter_shard_dirs(data_dir: PathLike, table: str) -> Iterable[DataPath]:
     return as_data_path(data_dir).joinpath(table).glob("shard=*")
+
+
+def read_shard_json(data_dir: PathLike, table: str, shards: Iterable[int], name: str) -> dict[str, dict[str, Any]]:
+    """Each shard's `<table>/shard=NNNN/<name>` JSON summary by shard key; shards without one (or with an
+    unreadable one: a summary is rewritten by the shard's next run) are left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for k in shards:
+        f = as_data_path(data_dir) / table / f"shard={shard_key(k)}" / name
+        try:
+            if f.exists():
+                out[shard_key(k)] = json.loads(f.read_text())
+        except ValueError:
+            continue
+    return out
