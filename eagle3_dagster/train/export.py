@@ -204,12 +204,14 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
     return {
         SPECFORGE_FILE: {
             "rows": n,
-            "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
+            "format": "input_ids + loss_mask: SpecForge online (prompts_path), vllm speculators prepare-data",
             "rows_not_text_exact": tally.not_text_exact,  # kept: token level
             "rows_control_text_as_served": tally.control_text_as_served,  # kept: the ids the server was sent
             "specforge_exact_rows": n,
             "max_total_len": max_len,
             "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
+            # speculators clips rows past --seq-length (default 8192) with only a warning: the value that keeps all
+            "speculators_settings": {"--seq-length": max_len},
         }
     }
 

@@ -118,7 +118,7 @@ def test_speculators_prepare_data_reads_the_export_exactly(tmp_path, generated, 
         model=kimi_profile.tokenizer,
         data=[str(export)],
         output=str(out),
-        seq_length=snap.manifest["exports"][SPECFORGE_FILE]["max_total_len"],
+        seq_length=snap.manifest["exports"][SPECFORGE_FILE]["speculators_settings"]["--seq-length"],
         num_preprocessing_workers=1,
     )
     ds = load_from_disk(str(out))  # what its trainer opens
