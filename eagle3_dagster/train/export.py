@@ -2,8 +2,8 @@
 
 - `specforge_prompts.jsonl` (token level): one object per sample, `{"id", "input_ids", "loss_mask"}` —
   pre-tokenized, token-exact, EVERY row (also the non-text-exact ones); SpecForge's ONLINE path
-  (`data.prompts_path`) and vllm speculators' `prepare_data.py --data` (speculator-format rows pass
-  through) read it as it is.
+  (`data.prompts_path`) and vllm speculators 0.9.0's `speculators prepare-data --data` (speculator-format
+  rows pass through, with `--seq-length` >= the manifest's max_total_len) read it as it is.
 - `specforge_preformatted.jsonl` (text level): `{"id", "text"}`, text = the row's ids decoded with
   special tokens kept — SpecForge's OFFLINE path (`data.is_preformatted` / `--is-preformatted`, with
   `train_only_last_turn` and its `kimi-k2-thinking` / `qwen3-thinking` template) re-tokenizes it to the
