@@ -21,13 +21,15 @@ endif
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
 # SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports), the real sglang-router
-# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers), the SGLang
+# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers), the speculators
+# lane (speculators: what vllm speculators' package import needs on CPU, with the SpecForge torch;
+# tests/train/test_speculators_lane.py, docs/exports.md), the SGLang
 # schema lane (sglang_schema: what SGLang's request/response code needs on CPU, with the SpecForge torch;
 # tests/generate/test_sglang_schema.py, docs/sglang-schema.md) and the docs site (docs: MkDocs Material,
 # `make docs`).
-EXTRAS := test,sim,dev,specforge,router,sglang_schema,docs
+EXTRAS := test,sim,dev,specforge,speculators,router,sglang_schema,docs
 # What constraints.txt pins: everything but the SpecForge lane (torch comes from local disk, never a resolve).
-CONSTRAINT_EXTRAS := test,sim,dev,k8s,router,sglang_schema,docs
+CONSTRAINT_EXTRAS := test,sim,dev,k8s,router,sglang_schema,speculators,docs
 # Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
 CONSTRAINTS := constraints.txt
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
@@ -39,11 +41,15 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	set -o pipefail; $(PIP_INSTALL) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 | { grep -v "is ignored" || true; }
 	@# SpecForge lane: its data code only; --no-deps because its pins pull sglang and a CUDA torch.
 	set -o pipefail; $(PIP_INSTALL) --no-deps specforge==0.2.0 2>&1 | { grep -v "is ignored" || true; }
+	@# speculators lane: its data preparation only; --no-deps because its pins pull torchvision, torchaudio and
+	@# an older transformers and datasets (hs-connectors, which its import needs, is pure Python on the lane's torch).
+	set -o pipefail; $(PIP_INSTALL) --no-deps speculators==0.9.0 hs-connectors==0.9.0 2>&1 | { grep -v "is ignored" || true; }
 	@# SGLang schema lane: SGLang's own request/response code only; --no-deps because its pins pull CUDA
 	@# torch, triton and the GPU kernels (the lane loads what it checks without them: docs/sglang-schema.md).
 	set -o pipefail; $(PIP_INSTALL) --no-deps sglang==0.5.23 2>&1 | { grep -v "is ignored" || true; }
 	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers, aiohttp"
 	$(PY) -c "import specforge.data.preprocessing, specforge.data.prompt_builder"
+	$(PY) -c "import speculators.cli.prepare_data, speculators.data_generation.preprocessing"
 	PYTHONPATH=tests/generate $(PY) -c "import sglang_source; sglang_source.load()"
 	@# torch only for the SpecForge lane, and only the CPU 2.13.0 build from local disk (a CUDA build is GBs)
 	@$(PY) -c "import importlib.metadata as m, sys; v = m.version('torch'); sys.exit(0 if v.startswith('2.13.0') else f'torch {v} got installed, expected the local CPU 2.13.0 build: find what pulled it in (pip show torch)')"

@@ -2,8 +2,8 @@
 
 - `specforge_prompts.jsonl` (token level): one object per sample, `{"id", "input_ids", "loss_mask"}` —
   pre-tokenized, token-exact, EVERY row (also the non-text-exact ones); SpecForge's ONLINE path
-  (`data.prompts_path`) and vllm speculators' `prepare_data.py --data` (speculator-format rows pass
-  through) read it as it is.
+  (`data.prompts_path`) and vllm speculators 0.9.0's `speculators prepare-data --data` (speculator-format
+  rows pass through, with `--seq-length` >= the manifest's max_total_len) read it as it is.
 - `specforge_preformatted.jsonl` (text level): `{"id", "text"}`, text = the row's ids decoded with
   special tokens kept — SpecForge's OFFLINE path (`data.is_preformatted` / `--is-preformatted`, with
   `train_only_last_turn` and its `kimi-k2-thinking` / `qwen3-thinking` template) re-tokenizes it to the
@@ -204,12 +204,14 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
     return {
         SPECFORGE_FILE: {
             "rows": n,
-            "format": "specforge prompts_path (input_ids, loss_mask): SpecForge online",
+            "format": "input_ids + loss_mask: SpecForge online (prompts_path), vllm speculators prepare-data",
             "rows_not_text_exact": tally.not_text_exact,  # kept: token level
             "rows_control_text_as_served": tally.control_text_as_served,  # kept: the ids the server was sent
             "specforge_exact_rows": n,
             "max_total_len": max_len,
             "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
+            # speculators clips rows past --seq-length (default 8192) with only a warning: the value that keeps all
+            "speculators_settings": {"--seq-length": max_len},
         }
     }
 
