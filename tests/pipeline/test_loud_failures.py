@@ -139,7 +139,11 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
             "source__empty_ok:source_yield": "WARN",
             "source__noisy:source_yield": "WARN",
         }
-        assert out.warnings == ["source__empty_ok:source_yield", "source__noisy:source_yield"]
+        # the WARN checks first, then every warning the steps logged, each naming its source and cause
+        assert out.warnings[:2] == ["source__empty_ok:source_yield", "source__noisy:source_yield"]
+        logged = out.warnings[2:]
+        assert any("'empty_ok' yielded no accepted prompt" in w for w in logged), logged
+        assert any("noisy" in w and "reject" in w for w in logged), logged
         meta = instance.get_latest_materialization_event(dg.AssetKey("source__noisy")).asset_materialization.metadata
         assert meta["reject_rate"].value == 0.6
     # counts reconcile: 2 accepted by each of noisy/tolerant, the same prompts -> 2 unique
