@@ -289,6 +289,18 @@ def case_regen_seed(dep: Deployment) -> None:
     assert _meta(r, "generations")["streamed"] is True
 
 
+def case_probe_seed(dep: Deployment) -> None:
+    """probe_seed redraws the `role: probe` sets only (tests/generate/test_probe_keys.py): the deployment has
+    none, so a bumped probe seed leaves every training sample's key, and so its stored row, as it was."""
+    base = _meta(
+        _run(dep, "generations", {}), "generations"
+    )  # the 256-token answers may fail the gate: stored all the same
+    assert base["requested"] > 0, base
+    r = _run(dep, "generations", {"sglang": {"probe_seed": 7}})
+    meta = _meta(r, "generations")
+    assert meta["succeeded"] == 0 and meta["skipped_cached"] == meta["requested"] > 0, meta
+
+
 def case_read_timeout_s(dep: Deployment) -> None:
     dep.sim.faults(slow_tokens_ms=5)  # an answer takes longer than the 0.2 s read timeout
     # the read timeout bounds a non-streamed request (a streamed one is bounded by the stall limits)
@@ -350,6 +362,7 @@ CASES: dict[str, Callable[[Deployment], None]] = {
     "sglang.max_in_flight": case_max_in_flight,
     "sglang.model_revision": case_model_revision,
     "sglang.regen_seed": case_regen_seed,
+    "sglang.probe_seed": case_probe_seed,
     "sglang.read_timeout_s": case_read_timeout_s,
     "sglang.max_retries": case_max_retries,
     "sglang.wait_for_endpoint_s": case_wait_for_endpoint_s,
