@@ -72,6 +72,7 @@ class Sent:
     max_new_tokens: int | None = None
     vocab_size: int | None = None
     weight_version: str | None = None  # the shard's; None: not known yet (the first answer's becomes it)
+    revision: str | None = None  # the shard's model revision ("model_path@weight_version"), for messages
 
 
 @dataclass(frozen=True)
@@ -191,10 +192,12 @@ def check_answer(sent: Sent, answer: Any) -> Accepted | Refused:
     versions = answer_weight_versions(answer)
     ref = sent.weight_version if sent.weight_version is not None else next(iter(versions), None)
     if any(v != ref for v in versions):
+        new = ", ".join(repr(v) for v in versions if v != ref)
         return Refused(
             WEIGHT_VERSION_CHANGED,
-            f"meta_info.weight_version(s) {versions!r}, the shard's {ref!r}: weights changed under the "
-            "running shard; not stored (rerun to generate it under the new revision)",
+            f"the server now reports weight_version {new} (meta_info.weight_version(s) {versions!r}), the shard "
+            f"was started with {sent.revision or repr(ref)}: weights changed under the running shard; not stored "
+            "(rerun to generate it under the new revision)",
         )
     return Accepted(answer, _flags(sent, answer, ids, meta), versions)
 

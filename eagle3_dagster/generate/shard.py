@@ -342,6 +342,7 @@ async def _generate_shard(
                     max_new_tokens=int(row_sp["max_new_tokens"]),
                     vocab_size=config.vocab_size,
                     weight_version=wv_box[0] if wv_box else None,
+                    revision=revision,
                 )
                 o, flags = judge_outcome(o, sent, shard=out_dir.name, seen=stats.errors)
                 if o.response is not None and not wv_box:
