@@ -19,6 +19,7 @@ from typing import Any
 
 import polars as pl
 
+from ..generate.probes import NO_DRAFTER
 from ..storage import PathLike, as_data_path, read_parquet, write_frame_atomic
 from .features import ROW_ID
 from .gate import ExpectationOutcome, run_gate
@@ -121,6 +122,11 @@ def judge_night(
     night = AcceptanceNight(entry, change_line=drafter_change_line(log, entry["drafter_key"], shard))
     previous = previous_night(log, entry["drafter_key"], min_rows)
     append_entry(data, shard, log, entry)
+    if entry["drafter_key"] == NO_DRAFTER and not entry["new_rows"]:
+        night.line = (
+            f"acceptance drift: shard {shard:04d} was not generated with speculative decoding: nothing to judge"
+        )
+        return night
     if previous is None or entry["new_rows"] < min_rows:
         why = "no earlier night with this drafter" if previous is None else f"{entry['new_rows']} new rows tonight"
         night.line = f"acceptance drift: not judged on shard {shard:04d} ({why}; at least {min_rows} new rows needed)"
