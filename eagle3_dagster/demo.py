@@ -259,8 +259,8 @@ def summarize(outcome, data_dir: DataPath) -> str:
         f"snapshot:   {data_dir / 'snapshots' / snap if snap else 'not published'}"
         + _not_latest(data_dir, snap)
         + (
-            " (manifest.json, exports/specforge_prompts.jsonl, exports/specforge_preformatted.jsonl, "
-            "exports/conversations.jsonl)"
+            " (README.md data card, manifest.json, exports/specforge_prompts.jsonl, "
+            "exports/specforge_preformatted.jsonl, exports/conversations.jsonl)"
             if snap
             else ""
         ),
