@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,7 +163,18 @@ def open_lineage(page: Any, url: str) -> dict[str, str]:
         page.locator("button:has([aria-label=zoom_in])").click()
         page.wait_for_timeout(300)
     page.wait_for_timeout(1000)  # the zoom's and the edges' animation
-    return {name: _node(page, name).inner_text() for name in DEMO_ASSETS}
+    return _loaded_node_texts(page)
+
+
+def _loaded_node_texts(page: Any, timeout_s: float = 60.0) -> dict[str, str]:
+    """Each node's text once its figures have arrived: the UI fills nodes in one by one after the layout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        texts = {name: _node(page, name).inner_text() for name in DEMO_ASSETS}
+        loading = [name for name, text in texts.items() if "Loading" in text]
+        if not loading or time.monotonic() > deadline:
+            return texts
+        page.wait_for_timeout(500)
 
 
 def _graph_box(page: Any) -> dict[str, float]:
