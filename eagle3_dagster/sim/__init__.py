@@ -1,4 +1,4 @@
-"""SGLang-protocol simulator: `eagle3-sim` (server.py) and `start_simulator` (process.py)."""
+"""SGLang-protocol simulator: `eagle3-sim` (server.py runs it, app.py its routes) and `start_simulator` (process.py)."""
 
 from .process import SimProcess, SimulatorError, start_simulator
 
