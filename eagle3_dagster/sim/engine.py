@@ -82,7 +82,6 @@ class Engine:
         try:
             if not await self._take_slot(st):
                 return self._aborted_in_queue(pr)
-            st.status = "running"
             plan, stall_at = self._plan(pr)
             await self._decode(st, pr, plan, stall_at, stream_interval, on_chunk)
             return pr

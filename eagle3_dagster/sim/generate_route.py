@@ -40,7 +40,7 @@ class GenerateRoutes:
 
     def _error(self, e: P.SimError) -> web.Response:
         self.sim.stats.bump(self.sim.stats.errors, str(e.status))
-        return error_body(e, self.sim.version)
+        return error_body(e)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         sim = self.sim

@@ -26,7 +26,6 @@ from .stats import Stats
 @dataclass
 class ReqState:
     rid: str
-    status: str = "queued"  # queued | running
     abort: asyncio.Event = field(default_factory=asyncio.Event)
     slot_since: float | None = None  # monotonic time the request took a GPU slot; None while it holds none
 
