@@ -167,3 +167,25 @@ def test_a_refusal_in_a_stream_finishes_the_item_as_an_abort(status, err_type):
         "status_code": status,
         "err_type": err_type,
     }
+
+
+def test_a_batch_rid_is_expanded_per_prompt_and_duplicates_are_refused_on_0_5_23():
+    batch = {"input_ids": [[1, 2], [3, 4]], "rid": "x", "sampling_params": {"max_new_tokens": 4}}
+    assert [it.rid for it in P.parse_generate(batch, P.V0_5_23).items] == ["x_0", "x_1"]
+    single = P.parse_generate({"input_ids": [1, 2], "rid": ["y", "z"]}, P.V0_5_23)
+    assert single.is_single and [it.rid for it in single.items] == ["y"]
+    twice = {"input_ids": [[1], [2]], "rid": ["d", "d"]}
+    with pytest.raises(P.SimError, match="Duplicate request IDs"):
+        P.parse_generate(twice, P.V0_5_23)
+    assert [it.rid for it in P.parse_generate(twice, P.V0_5_9).items] == ["d", "d"]
+    with pytest.raises(P.SimError, match="Duplicate request ID detected: q"):
+        P.parse_generate({"input_ids": [5], "rid": "q"}, P.V0_5_23, in_flight={"q"})
+
+
+def test_parallel_samples_get_fresh_rids_and_must_agree_on_n():
+    parsed = P.parse_generate({"input_ids": [1, 2], "rid": "r", "sampling_params": {"n": 3}}, P.V0_5_23)
+    assert not parsed.is_single and [it.sample_index for it in parsed.items] == [0, 1, 2]
+    assert len({it.rid for it in parsed.items}) == 3 and "r" not in {it.rid for it in parsed.items}
+    mixed = {"input_ids": [[1], [2]], "sampling_params": [{"n": 1}, {"n": 2}]}
+    with pytest.raises(P.SimError, match="parallel_sample_num"):
+        P.parse_generate(mixed, P.V0_5_23)
