@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from . import protocol as P
+from .answer import reasoning_tokens
 from .engine import Engine, Progress
 from .state import Sim
 
@@ -108,7 +109,7 @@ async def chat_completion(sim: Sim, engine: Engine, body: Any) -> web.Response:
     # SGLang keeps special tokens in the text when tools are present
     skip_special = bool(body.get("skip_special_tokens", True)) and not tools
     pr = await engine.run(item, None)
-    resp = _completion(sim, engine, pr, tools=bool(tools), skip_special=skip_special)
+    resp = _completion(sim, pr, tools=bool(tools), skip_special=skip_special)
     return web.Response(
         text=json.dumps(resp, separators=(",", ":"), ensure_ascii=False), content_type="application/json"
     )
@@ -140,7 +141,7 @@ def _chat_item(sim: Sim, body: dict[str, Any]) -> P.Item | web.Response:
     return item
 
 
-def _completion(sim: Sim, engine: Engine, pr: Progress, *, tools: bool, skip_special: bool) -> dict[str, Any]:
+def _completion(sim: Sim, pr: Progress, *, tools: bool, skip_special: bool) -> dict[str, Any]:
     """The chat.completion body: the output detokenized as the deployed server does, then split by the
     emulated reasoning parser (and the tool-call parser when tools were sent)."""
     out = list(pr.produced)
@@ -175,7 +176,7 @@ def _completion(sim: Sim, engine: Engine, pr: Progress, *, tools: bool, skip_spe
             "total_tokens": len(ids) + n_out,
             "completion_tokens": n_out,
             "prompt_tokens_details": None,
-            "reasoning_tokens": engine.reasoning_tokens(pr.produced) if sim.version == P.V0_5_23 else 0,
+            "reasoning_tokens": reasoning_tokens(sim, pr.produced) if sim.version == P.V0_5_23 else 0,
         },
         # Not an OpenAI field: lets a demo show the raw ids next to the parsed split.
         "sim_output_ids": list(pr.produced),

@@ -1,21 +1,19 @@
-"""The simulator's engine: the generation of each item in time, and the response bodies it yields.
+"""The simulator's engine: the generation of each item in time.
 
 `Engine.run` queues an item for a GPU slot of the server's state (`Sim`, state.py), prefills, and
-decodes it token by token in simulated time (aborts, stalls and latency faults included); `body` and
-`meta` write what SGLang answers for it.
+decodes it token by token in simulated time (aborts, stalls and latency faults included); its
+`Progress` is what answer.py writes SGLang's answer from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import fleet_faults as FF
 from . import protocol as P
-from . import speculative as SP
 from .state import ReqState, Sim
 
 
@@ -38,16 +36,6 @@ class Progress:
     versions: list[tuple[str, int]] = field(default_factory=list)
     spec_fault: str | None = None  # fleet fault spec_inconsistent: how this answer's spec figures are broken
     wire_lie: str | None = None  # fleet faults float_ids, string_ids, ...: how output_ids are written
-
-
-# SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
-# --incremental-streaming-output each chunk carries only the new tokens' entries.
-INCREMENTAL_META_KEYS = ("output_token_logprobs", "output_top_logprobs")
-
-
-def _logprob(tok_id: int, pos: int) -> float:
-    # Deterministic fake logprob in (-3, 0].
-    return -((tok_id * 2654435761 + pos * 40503) % 3000) / 1000.0
 
 
 def decode_step(total: int, stream_interval: int | None, streaming: bool, slow: bool) -> int:
@@ -223,106 +211,3 @@ class Engine:
             sim.stats.completion_tokens += len(pr.produced)
             sim.stats.cached_tokens += pr.cached
             sim.stats.last_answer_at = time.time()
-
-    # -- response bodies ------------------------------------------------------------------------
-    def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[Any]:
-        if self.sim.faults.mode == "echo-prompt-tail":
-            # sglang #10896: the last prompt ids leak to the front of output_ids.
-            return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens :]) + list(ids)
-        return FF.lie_about_ids(list(ids), pr.wire_lie)
-
-    def text(self, pr: Progress, final: bool) -> str:
-        s = pr.item.sampling
-        trim = pr.plan.stop_trim if (final and pr.plan and pr.finish_reason == pr.plan.finish_reason) else 0
-        stop_str = pr.plan.stop_str if (final and pr.plan) else None
-        return P.render_text(self.sim.model, pr.produced, trim, s, stop_str)
-
-    def meta(self, pr: Progress, final: bool, stream: bool, since: int = 0) -> dict[str, Any]:
-        """`meta_info` as SGLang 0.5.23 builds it; `since`: the per-token lists start at that token (deltas)."""
-        sim = self.sim
-        m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
-        if not pr.queued_abort:
-            m["prompt_tokens"] = len(pr.item.input_ids)
-        m["weight_version"] = sim.fleet.weight_version
-        # 0.5.23: a request aborted in the waiting queue is answered by _handle_abort_req, whose meta_info is
-        # id, finish_reason, weight_version, e2e_latency, completion_tokens (tests/generate/test_sglang_responses.py)
-        queued_0523 = pr.queued_abort and sim.version == P.V0_5_23
-        if not queued_0523:
-            m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
-        m["completion_tokens"] = len(pr.produced)
-        if not pr.queued_abort:
-            m["cached_tokens"] = pr.cached
-        if sim.version == P.V0_5_23 and not queued_0523:
-            m["reasoning_tokens"] = self.reasoning_tokens(pr.produced) if sim.reasoning_parser else 0
-        if pr.item.return_logprob:
-            m["input_token_logprobs"] = []
-            m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
-            if sim.version == P.V0_5_23:
-                m["output_token_logprobs_length"] = len(pr.produced)
-            if pr.item.top_logprobs_num:
-                if sim.version == P.V0_5_23:
-                    m["input_top_logprobs"] = []
-                m["output_top_logprobs"] = [
-                    [[_logprob(t, i), t, None]]
-                    + [
-                        [_logprob(t + j, i) - 1.0, (t + j) % sim.profile.vocab_size, None]
-                        for j in range(1, pr.item.top_logprobs_num)
-                    ]
-                    for i, t in enumerate(pr.produced)
-                ]
-            for k in INCREMENTAL_META_KEYS if since else ():
-                if k in m:
-                    m[k] = m[k][since:]
-        if final:
-            m["e2e_latency"] = time.time() - pr.started
-            if sim.spec.on and not pr.queued_abort:
-                m.update(self.spec_meta(pr))
-            if sim.version == P.V0_5_23:
-                # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
-                m["weight_versions"] = self.weight_version_spans(pr)
-                m["weight_version"] = m["weight_versions"][-1]["version"]
-        if (final and not stream) or (stream and not pr.first_sent):
-            m["response_sent_to_client_ts"] = time.time()
-        return FF.lie_about_meta(m, pr.wire_lie)
-
-    def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
-        """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +
-        add_weight_versions_to_meta_info report them on a finished output (a queued abort: one empty span)."""
-        n = len(pr.produced)
-        marks = pr.versions or [(self.sim.fleet.weight_version, 0)]
-        ends = [min(m[1], n) for m in marks[1:]] + [n]
-        return [
-            {"version": v, "start": start, "end": end}
-            for (v, start), end in zip(marks, ends)
-            if start < n or start == 0
-        ]
-
-    def spec_meta(self, pr: Progress) -> dict[str, Any]:
-        """tokenizer_manager._calculate_spec_decoding_metrics' keys for a finished request (sim/speculative.py)."""
-        sim = self.sim
-        ids = list(pr.produced)
-        strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
-        out = SP.meta_fields(
-            sim.spec,
-            sim.profile,
-            ids,
-            pr.item.input_ids,
-            strings,
-            pr.item.sampling.sampling_seed,
-            scale=sim.fleet.spec_acceptance_scale,
-        )
-        return SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
-
-    def reasoning_tokens(self, ids: Sequence[int]) -> int:
-        te = self.sim.profile.think_end_id
-        return ids.index(te) if te in ids else len(ids)
-
-    def body(self, pr: Progress, return_prompt_ids: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "text": self.text(pr, True),
-            "output_ids": self.output_ids(pr, pr.produced),
-            "meta_info": self.meta(pr, True, False),
-        }
-        if return_prompt_ids and self.sim.version == P.V0_5_23:
-            d["prompt_token_ids"] = list(pr.item.input_ids)
-        return d

@@ -1,5 +1,5 @@
 """Fleet-level faults of the simulator: the ways real SGLang deployments go wrong that are not a
-protocol error of one request (taken by app.py, generate_route.py and engine.py; set through
+protocol error of one request (taken by app.py, generate_route.py, engine.py and answer.py; set through
 POST /_sim/faults like the others).
 
     {"error_body": N,                 next N /generate calls answer HTTP 200 {"error": {"message": ...}}

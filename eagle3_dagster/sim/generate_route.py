@@ -15,6 +15,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from . import answer as A
 from . import fleet_faults as FF
 from . import protocol as P
 from .engine import Engine, Progress
@@ -163,7 +164,7 @@ class GenerateRoutes:
     ) -> web.StreamResponse:
         sim = self.sim
         results = await asyncio.gather(*(self.engine.run(it, None) for it in parsed.items))
-        bodies = [self.engine.body(pr, return_prompt_ids) for pr in results]
+        bodies = [A.body(sim, pr, return_prompt_ids) for pr in results]
         if parsed.is_single and sim.fleet.take_unfinished():
             bodies[0] = FF.unfinished_answer(bodies[0])  # a snapshot of the request while it was running
         payload = dumps(bodies[0] if parsed.is_single else bodies).encode()
@@ -221,7 +222,7 @@ class GenerateRoutes:
         sim = self.sim
         resp = await self._open_stream(request)
         sender = StreamSender(
-            self.engine,
+            sim,
             request,
             resp,
             incremental=sim.args.incremental_streaming_output,
@@ -276,21 +277,21 @@ def refused_progress(item: P.Item, err: P.SimError) -> Progress:
     return Progress(item, None, [], finish, 0, time.time())
 
 
-def stream_chunk(engine: Engine, pr: Progress, final: bool, incremental: bool) -> dict[str, Any] | None:
+def stream_chunk(sim: Sim, pr: Progress, final: bool, incremental: bool) -> dict[str, Any] | None:
     """The next SSE chunk of `pr` (cumulative, or with --incremental-streaming-output only what is new), or None
     while its text ends inside a UTF-8 sequence; records on `pr` what has been sent."""
-    text = engine.text(pr, final)
+    text = A.text(sim, pr, final)
     if not final and text.endswith("\ufffd"):
         return None  # hold back an incomplete UTF-8 sequence
-    ids = engine.output_ids(pr, pr.produced)
+    ids = A.output_ids(sim, pr)
     chunk: dict[str, Any] = {"text": text, "output_ids": ids}
     if incremental:
         chunk["output_ids"] = ids[pr.sent_ids :]
-        if engine.sim.version == P.V0_5_23:
+        if sim.version == P.V0_5_23:
             chunk["text"] = text[len(pr.sent_text) :]
     pr.sent_ids = len(ids)
     pr.sent_text = text
-    chunk["meta_info"] = engine.meta(pr, final, True, since=pr.sent_produced if incremental else 0)
+    chunk["meta_info"] = A.meta(sim, pr, final, True, since=pr.sent_produced if incremental else 0)
     pr.sent_produced = len(pr.produced)
     pr.first_sent = True
     return chunk
@@ -302,7 +303,7 @@ class StreamSender:
 
     def __init__(
         self,
-        engine: Engine,
+        sim: Sim,
         request: web.Request,
         resp: web.StreamResponse,
         *,
@@ -313,7 +314,7 @@ class StreamSender:
         crash: bool,
         keep_final: Callable[[bytes], None],
     ) -> None:
-        self.engine, self.request, self.resp = engine, request, resp
+        self.sim, self.request, self.resp = sim, request, resp
         self.incremental, self.is_single, self.drop_final = incremental, is_single, drop_final
         self.cut, self.crash = cut, crash
         self.keep_final = keep_final  # a single stream's final chunk, kept for the fleet fault stale_answer
@@ -322,7 +323,7 @@ class StreamSender:
     async def send(self, pr: Progress, final: bool) -> None:
         if final and self.drop_final:
             return  # fleet fault unfinished: the final chunk never arrives, [DONE] does
-        chunk = stream_chunk(self.engine, pr, final, self.incremental)
+        chunk = stream_chunk(self.sim, pr, final, self.incremental)
         if chunk is None:
             return
         if not self.is_single:

@@ -11,10 +11,11 @@ import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import load_profile
+from eagle3_dagster.sim import answer as A
 from eagle3_dagster.sim import protocol as P
 from eagle3_dagster.sim.admin import apply_fault_body, stats_payload
 from eagle3_dagster.sim.cli import parse_args
-from eagle3_dagster.sim.engine import decode_step
+from eagle3_dagster.sim.engine import Progress, decode_step
 from eagle3_dagster.sim.generate_route import json_invalid, refused_progress
 from eagle3_dagster.sim.state import Sim, reasoning_parser_name
 
@@ -189,3 +190,30 @@ def test_parallel_samples_get_fresh_rids_and_must_agree_on_n():
     mixed = {"input_ids": [[1], [2]], "sampling_params": [{"n": 1}, {"n": 2}]}
     with pytest.raises(P.SimError, match="parallel_sample_num"):
         P.parse_generate(mixed, P.V0_5_23)
+
+
+def _progress(produced: list[int], **item_kw) -> Progress:
+    item = P.Item(rid="r", input_ids=[7, 8, 9], sampling=P.Sampling(), index=0, **item_kw)
+    return Progress(item, None, produced, None, 0, 0.0)
+
+
+def test_a_delta_chunk_carries_only_the_new_tokens_logprobs():
+    sim = _sim()
+    pr = _progress([11, 12, 13, 14], return_logprob=True, top_logprobs_num=2)
+    whole = A.logprob_fields(sim, pr)
+    delta = A.logprob_fields(sim, pr, since=3)
+    assert [e[1] for e in whole["output_token_logprobs"]] == [11, 12, 13, 14]
+    assert delta["output_token_logprobs"] == whole["output_token_logprobs"][3:]
+    assert (
+        delta["output_top_logprobs"] == whole["output_top_logprobs"][3:] and len(delta["output_top_logprobs"][0]) == 2
+    )
+    assert delta["output_token_logprobs_length"] == 4  # a count, not a per-token list
+
+
+def test_a_request_aborted_in_the_queue_reports_no_prompt_cache_or_retraction_figures_on_0_5_23():
+    pr = _progress([])
+    pr.queued_abort, pr.finish_reason = True, {"type": "abort", "message": "Abort in waiting queue"}
+    m = A.meta(_sim(), pr, final=True, stream=False)
+    assert {"id", "finish_reason", "weight_version", "completion_tokens", "e2e_latency"} <= set(m)
+    assert not {"prompt_tokens", "cached_tokens", "num_retractions", "reasoning_tokens"} & set(m)
+    assert m["weight_versions"] == [{"version": "default", "start": 0, "end": 0}]
