@@ -19,6 +19,9 @@ from typing import Any
 from aiohttp import web
 
 from . import protocol as P
+from .answer import reasoning_tokens
+from .engine import Engine, Progress
+from .state import Sim
 
 _KIMI_CALL = re.compile(
     r"<\|tool_call_begin\|>\s*(?P<id>[^<]+?)\s*<\|tool_call_argument_begin\|>(?P<args>.*?)<\|tool_call_end\|>", re.S
@@ -31,7 +34,7 @@ def _err(msg: str, status: int = 400) -> web.Response:
     return web.Response(text=json.dumps(body, separators=(",", ":")), status=status, content_type="application/json")
 
 
-def _stripped_ids(sim: Any) -> set[int]:
+def _stripped_ids(sim: Sim) -> set[int]:
     """Ids the deployed detokenizer drops with skip_special_tokens=true."""
     p = sim.profile
     ids = set(sim.tok.all_special_ids)
@@ -94,24 +97,36 @@ def parse_tool_calls(content: str) -> tuple[str | None, list[dict[str, Any]] | N
     return content, None
 
 
-async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
+async def chat_completion(sim: Sim, engine: Engine, body: Any) -> web.Response:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not body["messages"]:
         return _err("messages must be a non-empty list")
     if body.get("stream"):
         return _err("the simulator's /v1/chat/completions does not stream; use /generate")
+    item = _chat_item(sim, body)
+    if isinstance(item, web.Response):
+        return item
     tools = body.get("tools") or None
+    # SGLang keeps special tokens in the text when tools are present
+    skip_special = bool(body.get("skip_special_tokens", True)) and not tools
+    pr = await engine.run(item, None)
+    resp = _completion(sim, pr, tools=bool(tools), skip_special=skip_special)
+    return web.Response(
+        text=json.dumps(resp, separators=(",", ":"), ensure_ascii=False), content_type="application/json"
+    )
+
+
+def _chat_item(sim: Sim, body: dict[str, Any]) -> P.Item | web.Response:
+    """The messages rendered with the chat template and the OpenAI sampling fields as one scheduler item, or
+    the 400 answer for a template that fails or a request that does not fit."""
     kwargs = dict(sim.profile.template_kwargs)
     kwargs.update(body.get("chat_template_kwargs") or {})
     try:
         rendered = sim.tok.apply_chat_template(
-            body["messages"], tools=tools, add_generation_prompt=True, tokenize=False, **kwargs
+            body["messages"], tools=body.get("tools") or None, add_generation_prompt=True, tokenize=False, **kwargs
         )
     except Exception as e:  # template errors are the client's fault
         return _err(f"chat template failed: {e}")
     ids = list(sim.tok.encode(rendered, add_special_tokens=False))
-    skip_special = bool(body.get("skip_special_tokens", True))
-    if tools:
-        skip_special = False  # what SGLang does when tools are present
     sp: dict[str, Any] = {"max_new_tokens": body.get("max_completion_tokens") or body.get("max_tokens")}
     for k in ("temperature", "top_p", "top_k", "min_p", "stop_token_ids", "ignore_eos", "min_new_tokens"):
         if body.get(k) is not None:
@@ -123,7 +138,12 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
         P.check_ranges(s, sim.version)
     except P.SimError as e:
         return _err(e.message, e.status)
-    pr = await engine.run(item, None)
+    return item
+
+
+def _completion(sim: Sim, pr: Progress, *, tools: bool, skip_special: bool) -> dict[str, Any]:
+    """The chat.completion body: the output detokenized as the deployed server does, then split by the
+    emulated reasoning parser (and the tool-call parser when tools were sent)."""
     out = list(pr.produced)
     fr = pr.finish_reason or {}
     if fr.get("type") == "stop" and isinstance(fr.get("matched"), int) and out and out[-1] == fr["matched"]:
@@ -135,25 +155,19 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
     if tools and content:
         content, tool_calls = parse_tool_calls(content)
     finish = {"stop": "stop", "length": "length", "abort": "abort"}.get(fr.get("type", ""), "stop")
-    if tool_calls:
-        finish = "tool_calls"
-    n_out = len(pr.produced)
-    resp = {
-        "id": item.rid,
+    message = {"role": "assistant", "content": content, "reasoning_content": reasoning, "tool_calls": tool_calls}
+    ids, n_out = pr.item.input_ids, len(pr.produced)
+    return {
+        "id": pr.item.rid,
         "object": "chat.completion",
         "created": int(time.time()),
         "model": sim.args.served_model_name,
         "choices": [
             {
                 "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": content,
-                    "reasoning_content": reasoning,
-                    "tool_calls": tool_calls,
-                },
+                "message": message,
                 "logprobs": None,
-                "finish_reason": finish,
+                "finish_reason": "tool_calls" if tool_calls else finish,
                 "matched_stop": fr.get("matched"),
             }
         ],
@@ -162,12 +176,9 @@ async def chat_completion(sim: Any, engine: Any, body: Any) -> web.Response:
             "total_tokens": len(ids) + n_out,
             "completion_tokens": n_out,
             "prompt_tokens_details": None,
-            "reasoning_tokens": engine.reasoning_tokens(pr.produced) if sim.version == P.V0_5_23 else 0,
+            "reasoning_tokens": reasoning_tokens(sim, pr.produced) if sim.version == P.V0_5_23 else 0,
         },
         # Not an OpenAI field: lets a demo show the raw ids next to the parsed split.
         "sim_output_ids": list(pr.produced),
         "sim_prompt_ids": ids,
     }
-    return web.Response(
-        text=json.dumps(resp, separators=(",", ":"), ensure_ascii=False), content_type="application/json"
-    )

@@ -1,107 +1,20 @@
-"""The simulator's state and engine: one server's settings, GPU slots, and the generation of each item in time.
+"""The simulator's engine: the generation of each item in time.
 
-`Sim` holds what a running server knows (profile, tokenizer, limits, faults, counters, prefix cache,
-in-flight requests); `Engine.run` queues an item for a GPU slot, prefills, and decodes it token by
-token in simulated time (aborts, stalls and latency faults included), and builds the response bodies.
+`Engine.run` queues an item for a GPU slot of the server's state (`Sim`, state.py), prefills, and
+decodes it token by token in simulated time (aborts, stalls and latency faults included); its
+`Progress` is what answer.py writes SGLang's answer from.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profiles import ModelProfile
 from . import fleet_faults as FF
 from . import protocol as P
-from . import speculative as SP
-from .cache import PrefixTrie
-from .deployment import Deployment
-from .faults import Faults
-from .model import OutputModel
-from .record import RequestRecorder
-from .stats import Stats
-
-
-@dataclass
-class ReqState:
-    rid: str
-    status: str = "queued"  # queued | running
-    abort: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-class Sim:
-    def __init__(
-        self, args: argparse.Namespace, profile: ModelProfile, tokenizer: Any, api_key: str | None = None
-    ) -> None:
-        self.args = args
-        self.version: str = args.version
-        self.profile = profile
-        self.tok = tokenizer
-        self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
-        self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
-        self.spec = SP.spec_config(args)  # --speculative-*: a drafter (sim/speculative.py)
-        # --record-requests FILE: one JSON line per item run (sim/record.py), for tests
-        self.recorder = RequestRecorder(args.record_requests) if getattr(args, "record_requests", None) else None
-        # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)
-        self.deployment = Deployment(getattr(args, "weight_version", "default"), getattr(args, "reasoning_scale", 1.0))
-        self.model.shape_reasoning = self.deployment.shape_reasoning
-        self.context_length: int = args.context_length or profile.context_length
-        self.max_total_num_tokens: int = args.max_total_num_tokens
-        # --allow-auto-truncate: an overlong request is cut to fit instead of answered 400 (protocol.context_checks)
-        self.allow_auto_truncate: bool = bool(getattr(args, "allow_auto_truncate", False))
-        self.max_req_len = min(self.context_length - 1, self.max_total_num_tokens - 1)  # SGLang tp_worker
-        self.max_req_input_len = self.max_req_len - 5
-        self.eos_ids = tuple(profile.stop_token_ids)
-        self.api_key = api_key  # from sim/settings.py (the variable --api-key-env names); never logged
-        self.faults = Faults(
-            queue_full_burst=args.queue_full_burst,
-            reset_mid_body=args.reset_mid_body,
-            crash_after=args.crash_after,
-            slow_tokens_ms=args.token_latency_ms,
-            prefill_ms_per_1k=args.prefill_ms_per_1k,
-            mode=args.mode,
-        )
-        self.stats = Stats()
-        self.fleet = FF.FleetFaults(
-            weight_version=self.deployment.weight_version
-        )  # fleet-level faults (fleet_faults.py); --weight-version is the starting version
-        self.trie = PrefixTrie(args.prefix_cache_nodes)
-        self.in_flight: dict[str, ReqState] = {}
-        self.slots = asyncio.Semaphore(args.max_running_requests)
-        self.running = 0
-        self.waiting = 0
-        self._busy_since: float | None = None
-        self.started_at = time.time()
-        self.ready_at = self.started_at + args.starting_seconds
-        self.reasoning_parser = args.reasoning_parser if args.reasoning_parser != "none" else None
-        if args.reasoning_parser == "auto":
-            self.reasoning_parser = "kimi_k2" if profile.template_family == "kimi_ts" else "qwen3"
-
-    # -- lifecycle ---------------------------------------------------------------------------
-    def health_state(self) -> str:
-        if self.faults.health != "ok":
-            return self.faults.health
-        return "starting" if time.time() < self.ready_at else "ok"
-
-    def _slot_acquired(self) -> None:
-        if self.running == 0:
-            self._busy_since = time.monotonic()
-        self.running += 1
-        self.stats.peak_running = max(self.stats.peak_running, self.running)
-
-    def _slot_released(self) -> None:
-        self.running -= 1
-        if self.running == 0 and self._busy_since is not None:
-            self.stats.busy_seconds += time.monotonic() - self._busy_since
-            self._busy_since = None
-
-    def busy_seconds(self) -> float:
-        extra = time.monotonic() - self._busy_since if self._busy_since is not None else 0.0
-        return self.stats.busy_seconds + extra
+from .state import ReqState, Sim
 
 
 @dataclass
@@ -125,14 +38,13 @@ class Progress:
     wire_lie: str | None = None  # fleet faults float_ids, string_ids, ...: how output_ids are written
 
 
-# SGLang 0.5.23 tokenizer_manager._INCREMENTAL_STREAMING_META_INFO_KEYS that the simulator sends: with
-# --incremental-streaming-output each chunk carries only the new tokens' entries.
-INCREMENTAL_META_KEYS = ("output_token_logprobs", "output_top_logprobs")
-
-
-def _logprob(tok_id: int, pos: int) -> float:
-    # Deterministic fake logprob in (-3, 0].
-    return -((tok_id * 2654435761 + pos * 40503) % 3000) / 1000.0
+def decode_step(total: int, stream_interval: int | None, streaming: bool, slow: bool) -> int:
+    """Tokens decoded between two looks at the clock and the abort flag: the stream interval when
+    streaming; else the whole output at once, or 1/64th of it when tokens take time (so a weight
+    update mid-request lands between steps)."""
+    if streaming:
+        return max(1, stream_interval or 1)
+    return max(total // 64 if slow else total, 1)
 
 
 class Engine:
@@ -154,6 +66,21 @@ class Engine:
 
     async def run(self, item: P.Item, stream_interval: int | None, on_chunk: Any = None) -> Progress:
         """Queue for a GPU slot, prefill, decode. `on_chunk(progress)` is awaited per stream step."""
+        st, pr = self._admit(item)
+        try:
+            if not await self._take_slot(st):
+                return self._aborted_in_queue(pr)
+            plan, stall_at = self._plan(pr)
+            await self._decode(st, pr, plan, stall_at, stream_interval, on_chunk)
+            return pr
+        except asyncio.CancelledError:
+            self.sim.stats.client_disconnects += 1
+            raise
+        finally:
+            self._leave(st, pr)
+
+    def _admit(self, item: P.Item) -> tuple[ReqState, Progress]:
+        """The item enters the server: in flight, counted, recorded; a truncate_prompt fault cuts it first."""
         sim = self.sim
         cut = min(sim.fleet.take_truncate(), len(item.input_ids) - 1)
         if cut > 0:  # fleet fault truncate_prompt: a gateway dropped the prompt's first ids
@@ -167,200 +94,120 @@ class Engine:
         t0 = time.time()
         if sim.stats.first_request_at is None:
             sim.stats.first_request_at = t0
-        pr = Progress(item, None, [], None, 0, t0)
+        return st, Progress(item, None, [], None, 0, t0)
+
+    async def _take_slot(self, st: ReqState) -> bool:
+        """Wait for a GPU slot or an abort; True once the slot is held (`st.slot_since` set)."""
+        sim = self.sim
         sim.waiting += 1
-        holding = False  # True while this request owns a GPU slot
+        acq = asyncio.ensure_future(sim.slots.acquire())
+        ab = asyncio.ensure_future(st.abort.wait())
         try:
-            acq = asyncio.ensure_future(sim.slots.acquire())
-            ab = asyncio.ensure_future(st.abort.wait())
-            try:
-                await asyncio.wait({acq, ab}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                sim.waiting -= 1
-                ab.cancel()
-                if not acq.done():
-                    acq.cancel()
-                elif not acq.cancelled() and acq.exception() is None:
-                    holding = True
-                    sim._slot_acquired()
-                    slot_t0 = time.monotonic()
-            if not holding:
-                pr.queued_abort = True
-                # 0.5.23 TokenizerManager._handle_abort_req: its own two-key literal, not FINISH_ABORT's four
-                pr.finish_reason = {"type": "abort", "message": "Abort in waiting queue"}
-                if sim.version != P.V0_5_23:
-                    pr.finish_reason.update(status_code=None, err_type=None)
-                return pr
-            st.status = "running"
-            pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
-            plan = P.plan_output(
-                sim.model,
-                item,
-                eos_ids=sim.eos_ids,
-                max_req_len=sim.max_req_len,
-                version=sim.version,
-                mode=sim.faults.mode,
-            )
-            sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
-            pr.versions = [(sim.fleet.weight_version, 0)]
-            pr.spec_fault = sim.fleet.take_spec_inconsistent()
-            if sim.fleet.take_nan():
-                plan = FF.nan_plan(plan, sim.eos_ids[0])
-            if sim.fleet.take_out_of_vocab():
-                plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
-            pr.wire_lie = sim.fleet.take_wire_lie()
-            pr.plan = plan
-            stall_at = sim.fleet.take_stall()
-            prefill = (len(item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
-            aborted = await self._wait(st, prefill)
-            total = len(plan.output_ids)
-            # non-streamed: one step, or 64 when tokens take time (a weight update mid-request lands between them)
-            slow = sim.faults.slow_tokens_ms > 0
-            step = max(1, stream_interval or 1) if on_chunk else max(total // 64 if slow else total, 1)
-            loop = asyncio.get_running_loop()
-            start = loop.time()
-            k = 0
-            while not aborted and k < total:
-                nk = min(total, k + step)
-                if stall_at is not None and nk > stall_at:
-                    await st.abort.wait()  # silent, connection open, until aborted or the client leaves
-                    aborted = True
-                    break
-                lat = sim.faults.slow_tokens_ms / 1000  # read each step: the fault can change live
-                if await self._wait(st, start + nk * lat - loop.time()):
-                    aborted = True
-                    if lat > 0:  # tokens decoded by now, not the whole step
-                        k = max(k, min(nk, int((loop.time() - start) / lat)))
-                    break
-                if sim.fleet.weight_version != pr.versions[-1][0]:  # weights updated in place mid-request
-                    pr.versions.append((sim.fleet.weight_version, k))
-                k = nk
-                pr.produced = plan.output_ids[:k]
-                if k < total and on_chunk is not None:
-                    await on_chunk(pr)
-            if aborted:
-                pr.produced = plan.output_ids[:k]
-                pr.finish_reason = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
-            else:
-                pr.produced = list(plan.output_ids)
-                pr.finish_reason = plan.finish_reason
-            return pr
-        except asyncio.CancelledError:
-            sim.stats.client_disconnects += 1
-            raise
+            await asyncio.wait({acq, ab}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if holding:
-                sim.stats.slot_seconds += time.monotonic() - slot_t0
-                sim._slot_released()
-                sim.slots.release()
-            if sim.in_flight.get(item.rid) is st:
-                del sim.in_flight[item.rid]
-            if pr.finish_reason is not None:
-                sim.stats.bump(sim.stats.finished, pr.finish_reason["type"])
-                sim.stats.prompt_tokens += len(item.input_ids)
-                sim.stats.completion_tokens += len(pr.produced)
-                sim.stats.cached_tokens += pr.cached
-                sim.stats.last_answer_at = time.time()
+            # also when cancelled: a slot acquired meanwhile is marked held, so _leave gives it back
+            sim.waiting -= 1
+            ab.cancel()
+            if not acq.done():
+                acq.cancel()
+            elif not acq.cancelled() and acq.exception() is None:
+                st.slot_since = time.monotonic()
+                sim.slot_acquired()
+        return st.slot_since is not None
 
-    # -- response bodies ------------------------------------------------------------------------
-    def output_ids(self, pr: Progress, ids: Sequence[int]) -> list[Any]:
-        if self.sim.faults.mode == "echo-prompt-tail":
-            # sglang #10896: the last prompt ids leak to the front of output_ids.
-            return list(pr.item.input_ids[-self.sim.args.echo_tail_tokens :]) + list(ids)
-        return FF.lie_about_ids(list(ids), pr.wire_lie)
+    def _aborted_in_queue(self, pr: Progress) -> Progress:
+        pr.queued_abort = True
+        # 0.5.23 TokenizerManager._handle_abort_req: its own two-key literal, not FINISH_ABORT's four
+        pr.finish_reason = {"type": "abort", "message": "Abort in waiting queue"}
+        if self.sim.version != P.V0_5_23:
+            pr.finish_reason.update(status_code=None, err_type=None)
+        return pr
 
-    def text(self, pr: Progress, final: bool) -> str:
-        s = pr.item.sampling
-        trim = pr.plan.stop_trim if (final and pr.plan and pr.finish_reason == pr.plan.finish_reason) else 0
-        stop_str = pr.plan.stop_str if (final and pr.plan) else None
-        return P.render_text(self.sim.model, pr.produced, trim, s, stop_str)
-
-    def meta(self, pr: Progress, final: bool, stream: bool, since: int = 0) -> dict[str, Any]:
-        """`meta_info` as SGLang 0.5.23 builds it; `since`: the per-token lists start at that token (deltas)."""
+    def _plan(self, pr: Progress) -> tuple[P.Plan, int | None]:
+        """Match the prefix cache, plan the output with this request's fleet faults; (plan, stall point or None)."""
         sim = self.sim
-        m: dict[str, Any] = {"id": pr.item.rid, "finish_reason": pr.finish_reason if final else None}
-        if not pr.queued_abort:
-            m["prompt_tokens"] = len(pr.item.input_ids)
-        m["weight_version"] = sim.fleet.weight_version
-        # 0.5.23: a request aborted in the waiting queue is answered by _handle_abort_req, whose meta_info is
-        # id, finish_reason, weight_version, e2e_latency, completion_tokens (tests/generate/test_sglang_responses.py)
-        queued_0523 = pr.queued_abort and sim.version == P.V0_5_23
-        if not queued_0523:
-            m["total_retractions" if sim.version == P.V0_5_9 else "num_retractions"] = 0
-        m["completion_tokens"] = len(pr.produced)
-        if not pr.queued_abort:
-            m["cached_tokens"] = pr.cached
-        if sim.version == P.V0_5_23 and not queued_0523:
-            m["reasoning_tokens"] = self.reasoning_tokens(pr.produced) if sim.reasoning_parser else 0
-        if pr.item.return_logprob:
-            m["input_token_logprobs"] = []
-            m["output_token_logprobs"] = [[_logprob(t, i), t, None] for i, t in enumerate(pr.produced)]
-            if sim.version == P.V0_5_23:
-                m["output_token_logprobs_length"] = len(pr.produced)
-            if pr.item.top_logprobs_num:
-                if sim.version == P.V0_5_23:
-                    m["input_top_logprobs"] = []
-                m["output_top_logprobs"] = [
-                    [[_logprob(t, i), t, None]]
-                    + [
-                        [_logprob(t + j, i) - 1.0, (t + j) % sim.profile.vocab_size, None]
-                        for j in range(1, pr.item.top_logprobs_num)
-                    ]
-                    for i, t in enumerate(pr.produced)
-                ]
-            for k in INCREMENTAL_META_KEYS if since else ():
-                if k in m:
-                    m[k] = m[k][since:]
-        if final:
-            m["e2e_latency"] = time.time() - pr.started
-            if sim.spec.on and not pr.queued_abort:
-                m.update(self.spec_meta(pr))
-            if sim.version == P.V0_5_23:
-                # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
-                m["weight_versions"] = self.weight_version_spans(pr)
-                m["weight_version"] = m["weight_versions"][-1]["version"]
-        if (final and not stream) or (stream and not pr.first_sent):
-            m["response_sent_to_client_ts"] = time.time()
-        return FF.lie_about_meta(m, pr.wire_lie)
-
-    def weight_version_spans(self, pr: Progress) -> list[dict[str, Any]]:
-        """Which weights generated which output tokens, as SGLang 0.5.23's compute_weight_version_spans +
-        add_weight_versions_to_meta_info report them on a finished output (a queued abort: one empty span)."""
-        n = len(pr.produced)
-        marks = pr.versions or [(self.sim.fleet.weight_version, 0)]
-        ends = [min(m[1], n) for m in marks[1:]] + [n]
-        return [
-            {"version": v, "start": start, "end": end}
-            for (v, start), end in zip(marks, ends)
-            if start < n or start == 0
-        ]
-
-    def spec_meta(self, pr: Progress) -> dict[str, Any]:
-        """tokenizer_manager._calculate_spec_decoding_metrics' keys for a finished request (sim/speculative.py)."""
-        sim = self.sim
-        ids = list(pr.produced)
-        strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
-        out = SP.meta_fields(
-            sim.spec,
-            sim.profile,
-            ids,
-            pr.item.input_ids,
-            strings,
-            pr.item.sampling.sampling_seed,
-            scale=sim.fleet.spec_acceptance_scale,
+        item = pr.item
+        pr.cached = min(sim.trie.match_and_insert(item.input_ids), len(item.input_ids) - 1)
+        plan = P.plan_output(
+            sim.model, item, eos_ids=sim.eos_ids, max_req_len=sim.max_req_len, version=sim.version, mode=sim.faults.mode
         )
-        return SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
+        sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
+        pr.versions = [(sim.fleet.weight_version, 0)]
+        pr.spec_fault = sim.fleet.take_spec_inconsistent()
+        if sim.fleet.take_nan():
+            plan = FF.nan_plan(plan, sim.eos_ids[0])
+        if sim.fleet.take_out_of_vocab():
+            plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
+        pr.wire_lie = sim.fleet.take_wire_lie()
+        pr.plan = plan
+        return plan, sim.fleet.take_stall()
 
-    def reasoning_tokens(self, ids: Sequence[int]) -> int:
-        te = self.sim.profile.think_end_id
-        return ids.index(te) if te in ids else len(ids)
+    async def _decode(
+        self,
+        st: ReqState,
+        pr: Progress,
+        plan: P.Plan,
+        stall_at: int | None,
+        stream_interval: int | None,
+        on_chunk: Any,
+    ) -> None:
+        """Prefill, then decode step by step in simulated time; set the produced ids and the finish reason."""
+        sim = self.sim
+        prefill = (len(pr.item.input_ids) - pr.cached) / 1000 * sim.faults.prefill_ms_per_1k / 1000
+        aborted = await self._wait(st, prefill)
+        k = 0
+        if not aborted:
+            step = decode_step(
+                len(plan.output_ids), stream_interval, on_chunk is not None, sim.faults.slow_tokens_ms > 0
+            )
+            k, aborted = await self._decode_steps(st, pr, plan.output_ids, stall_at, step, on_chunk)
+        if aborted:
+            pr.produced = plan.output_ids[:k]
+            pr.finish_reason = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+        else:
+            pr.produced = list(plan.output_ids)
+            pr.finish_reason = plan.finish_reason
 
-    def body(self, pr: Progress, return_prompt_ids: bool = False) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "text": self.text(pr, True),
-            "output_ids": self.output_ids(pr, pr.produced),
-            "meta_info": self.meta(pr, True, False),
-        }
-        if return_prompt_ids and self.sim.version == P.V0_5_23:
-            d["prompt_token_ids"] = list(pr.item.input_ids)
-        return d
+    async def _decode_steps(
+        self, st: ReqState, pr: Progress, output_ids: list[int], stall_at: int | None, step: int, on_chunk: Any
+    ) -> tuple[int, bool]:
+        """Decode `step` tokens at a time until done, aborted or stalled; (tokens decoded, aborted)."""
+        sim = self.sim
+        total = len(output_ids)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        k = 0
+        while k < total:
+            nk = min(total, k + step)
+            if stall_at is not None and nk > stall_at:
+                await st.abort.wait()  # silent, connection open, until aborted or the client leaves
+                return k, True
+            lat = sim.faults.slow_tokens_ms / 1000  # read each step: the fault can change live
+            if await self._wait(st, start + nk * lat - loop.time()):
+                if lat > 0:  # tokens decoded by now, not the whole step
+                    k = max(k, min(nk, int((loop.time() - start) / lat)))
+                return k, True
+            if sim.fleet.weight_version != pr.versions[-1][0]:  # weights updated in place mid-request
+                pr.versions.append((sim.fleet.weight_version, k))
+            k = nk
+            pr.produced = output_ids[:k]
+            if k < total and on_chunk is not None:
+                await on_chunk(pr)
+        return k, False
+
+    def _leave(self, st: ReqState, pr: Progress) -> None:
+        """The item leaves the server: its slot given back, out of flight, its tokens counted once finished."""
+        sim = self.sim
+        if st.slot_since is not None:
+            sim.stats.slot_seconds += time.monotonic() - st.slot_since
+            st.slot_since = None
+            sim.slot_released()
+            sim.slots.release()
+        if sim.in_flight.get(pr.item.rid) is st:
+            del sim.in_flight[pr.item.rid]
+        if pr.finish_reason is not None:
+            sim.stats.bump(sim.stats.finished, pr.finish_reason["type"])
+            sim.stats.prompt_tokens += len(pr.item.input_ids)
+            sim.stats.completion_tokens += len(pr.produced)
+            sim.stats.cached_tokens += pr.cached
+            sim.stats.last_answer_at = time.time()

@@ -3,7 +3,7 @@
 The fleet-level faults (error bodies, stalls, NaN finishes, weight-version switches, HTML answers)
 live in fleet_faults.py; this module holds the server-level ones (queue-full bursts, connection
 resets mid-body, crashes, latency, health state, output bug modes) and the two ways a fault cuts a
-response: a TCP reset and a hard exit.
+response: a TCP reset and a hard exit. admin.py applies a `POST /_sim/faults` body to both.
 """
 
 from __future__ import annotations
@@ -13,14 +13,9 @@ import os
 import socket
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aiohttp import web
-
-from . import fleet_faults as FF
-
-if TYPE_CHECKING:
-    from .engine import Sim
 
 log = logging.getLogger("eagle3_dagster.sim")
 
@@ -39,49 +34,6 @@ class Faults:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def apply_fault_body(sim: Sim, body: Any) -> Faults:
-    """Apply one `POST /_sim/faults` JSON body to `sim` (fleet faults at once); return the new Faults.
-
-    Raises ValueError / TypeError naming the bad field; the caller answers 400 and keeps the old faults.
-    """
-    if not isinstance(body, dict):
-        raise ValueError("body must be a JSON object")
-    a = sim.args
-    clear = body.pop("clear", False)
-    f = (
-        Faults(slow_tokens_ms=a.token_latency_ms, prefill_ms_per_1k=a.prefill_ms_per_1k, mode=a.mode)
-        if clear
-        else sim.faults
-    )
-    fleet = (
-        FF.FleetFaults(injected=sim.fleet.injected, weight_version=sim.deployment.weight_version)
-        if clear
-        else sim.fleet
-    )
-    FF.apply(fleet, body)
-    sim.fleet = fleet
-    unknown = set(body) - set(Faults.__dataclass_fields__)
-    if unknown:
-        raise ValueError(f"unknown fault(s): {sorted(unknown)}")
-    for k in ("queue_full_burst", "reset_mid_body", "crash_after"):
-        if k in body:
-            setattr(f, k, int(body[k] or 0))
-    for k in ("slow_tokens_ms", "prefill_ms_per_1k"):
-        if k in body:
-            setattr(f, k, float(body[k] or 0.0))
-    if "mode" in body:
-        if body["mode"] not in MODES:
-            raise ValueError(f"mode must be one of {MODES}")
-        f.mode = body["mode"]
-    if "health" in body:
-        if body["health"] not in ("ok", "starting", "draining"):
-            raise ValueError("health must be ok, starting or draining")
-        f.health = body["health"]
-        if f.health == "ok":
-            sim.ready_at = 0.0  # an explicit "ok" also ends --starting-seconds
-    return f
 
 
 def reset_connection(request: web.Request) -> None:

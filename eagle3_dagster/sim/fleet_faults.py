@@ -1,5 +1,6 @@
 """Fleet-level faults of the simulator: the ways real SGLang deployments go wrong that are not a
-protocol error of one request (hooked into server.py; set through POST /_sim/faults like the others).
+protocol error of one request (taken by app.py, generate_route.py, engine.py and answer.py; set through
+POST /_sim/faults like the others).
 
     {"error_body": N,                 next N /generate calls answer HTTP 200 {"error": {"message": ...}}
                                       (non-stream), or a 200 SSE stream carrying only that error chunk
@@ -60,6 +61,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from aiohttp import web
+
+from .speculative import INCONSISTENT_KINDS
 
 HTML_PAGE = (
     b"<!DOCTYPE html><html><head><title>Welcome</title></head><body><h1>It works!</h1>"
@@ -162,7 +165,6 @@ class FleetFaults:
         self.injected["weight_version_change"] = self.injected.get("weight_version_change", 0) + 1
 
 
-KEYS = frozenset(f.name for f in fields(FleetFaults)) - {"injected"}
 WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id", "string_counts", "string_finish")
 COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
@@ -237,8 +239,8 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         ff.next_weight_version = None if v is None else str(v)
     if "spec_inconsistent_kind" in body:
         kind = str(body.pop("spec_inconsistent_kind"))
-        if kind not in ("accept_length", "partial", "histogram", "negative"):
-            raise ValueError("spec_inconsistent_kind must be accept_length, partial, histogram or negative")
+        if kind not in INCONSISTENT_KINDS:
+            raise ValueError(f"spec_inconsistent_kind must be one of {', '.join(INCONSISTENT_KINDS)}")
         ff.spec_inconsistent_kind = kind
     if "spec_acceptance_scale" in body:
         scale = float(body.pop("spec_acceptance_scale"))

@@ -1,6 +1,6 @@
 """The simulator's `POST|PUT /generate` route: validation, scheduler checks, faults, JSON and SSE answers.
 
-A mixin of server.Handlers (which holds `self.sim` and `self.engine`); it follows
+A mixin of app.Handlers (which holds `self.sim` and `self.engine`); it follows
 /work/shared/specs/sglang-generate.md: errors before the stream opens are HTTP errors, errors after
 it opens are chunks, scheduler aborts are normal chunks with finish_reason abort.
 """
@@ -10,15 +10,27 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 
+from . import answer as A
 from . import fleet_faults as FF
 from . import protocol as P
-from .engine import Engine, Progress, Sim
+from .engine import Engine, Progress
 from .faults import hard_exit, reset_connection
 from .responses import dumps, error_body, sse, stream_error_chunk
+from .state import Sim
+
+
+def json_invalid(pos: int, msg: str) -> P.SimError:
+    """FastAPI's 400 for a body that is not JSON: pydantic's error list, as its repr."""
+    return P.SimError(
+        400,
+        f"[{{'type': 'json_invalid', 'loc': ('body', {pos}), 'msg': 'JSON decode error', 'ctx': {{'error': '{msg}'}}}}]",
+        "pydantic",
+    )
 
 
 class GenerateRoutes:
@@ -29,7 +41,7 @@ class GenerateRoutes:
 
     def _error(self, e: P.SimError) -> web.Response:
         self.sim.stats.bump(self.sim.stats.errors, str(e.status))
-        return error_body(e, self.sim.version)
+        return error_body(e)
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         sim = self.sim
@@ -61,20 +73,43 @@ class GenerateRoutes:
 
     async def _generate(self, request: web.Request, crash: bool) -> web.StreamResponse:
         sim = self.sim
-        raw = await request.read()
+        body = self._read_body(await request.read())
+        if isinstance(body, web.Response):
+            return body
+        stream = bool(body.get("stream", False))
+        try:
+            parsed = self._validate(body)
+        except P.SimError as e:
+            if not stream:
+                return self._error(e)
+            sim.stats.bump(sim.stats.errors, f"{e.status}-in-stream")
+            return await self._stream_error(request, e)
+        for it in parsed.items:
+            sim.stats.bump(sim.stats.rid_counts, it.rid)
+        quoted = await self._quoted_refusal(request, stream)
+        if isinstance(quoted, web.StreamResponse):
+            return quoted
+        if sim.fleet.take_error_body():  # HTTP 200 that is not a result
+            ctype = "text/event-stream" if stream else "application/json"
+            return web.Response(body=FF.error_body_response(stream), status=200, content_type=ctype)
+        self._warm_prefix_cache(parsed)
+        # a scheduler refusal, else the fleet fault quote_headers "abort" (a stream's abort chunk)
+        sched_err = self._scheduler_refusal(parsed) or quoted
+        if sched_err is not None and not stream:
+            return self._error(sched_err)
+        reset = sched_err is None and self._take_reset()  # a refused request has no body to cut
+        if stream:
+            return await self._generate_stream(request, parsed, sched_err, reset, crash)
+        return await self._generate_json(request, parsed, bool(body.get("return_prompt_token_ids")), reset, crash)
+
+    def _read_body(self, raw: bytes) -> dict[str, Any] | web.Response:
+        """The request body, `text` prompts tokenized; or the error answered before any stream opens (the body's
+        JSON and shape and, on 0.5.23, the contract gate)."""
+        sim = self.sim
         try:
             body = json.loads(raw)
         except ValueError as e:  # JSONDecodeError, or UnicodeDecodeError (no pos/msg) for a non-UTF-8 body
-            pos, msg = getattr(e, "pos", 0), getattr(e, "msg", str(e))
-            return self._error(
-                P.SimError(
-                    400,
-                    f"[{{'type': 'json_invalid', 'loc': ('body', {pos}), 'msg': "
-                    f"'JSON decode error', 'ctx': {{'error': '{msg}'}}}}]",
-                    "pydantic",
-                )
-            )
-        # Errors before the stream opens: body shape and (0.5.23) the contract gate.
+            return self._error(json_invalid(getattr(e, "pos", 0), getattr(e, "msg", str(e))))
         try:
             P.check_shape(body)
             if body.get("input_ids") is None and body.get("text") is not None:
@@ -87,63 +122,49 @@ class GenerateRoutes:
                 P.gate_sampling(sp, sim.version)
         except P.SimError as e:
             return self._error(e)
-        stream = bool(body.get("stream", False))
-        try:
-            parsed = self._validate(body)
-        except P.SimError as e:
-            if not stream:
-                return self._error(e)
-            sim.stats.bump(sim.stats.errors, f"{e.status}-in-stream")
-            resp = await self._open_stream(request)
-            await resp.write(sse(stream_error_chunk(e, sim.version)))
-            await resp.write(b"data: [DONE]\n\n")
-            return resp
-        for it in parsed.items:
-            sim.stats.bump(sim.stats.rid_counts, it.rid)
-        quoted = await self._quoted_refusal(request, stream)
-        if isinstance(quoted, web.StreamResponse):
-            return quoted
-        if sim.fleet.take_error_body():  # HTTP 200 that is not a result
-            payload = FF.error_body_response(stream)
-            return web.Response(
-                body=payload, status=200, content_type="text/event-stream" if stream else "application/json"
-            )
+        return cast(dict[str, Any], body)
+
+    def _warm_prefix_cache(self, parsed: P.Parsed) -> None:
         if len(parsed.items) > 1 and any(it.sample_index for it in parsed.items):
             # n>1: SGLang first runs each prompt with max_new_tokens=0 to warm the prefix cache.
             for it in parsed.items:
                 if it.sample_index == 0:
-                    sim.trie.match_and_insert(it.input_ids)
+                    self.sim.trie.match_and_insert(it.input_ids)
 
-        # Scheduler prompt-length check and queue limit: 400 / 503 non-stream, abort chunks in a stream.
-        sched_err: P.SimError | None = quoted  # fleet fault quote_headers "abort": a stream's abort chunk
+    def _scheduler_refusal(self, parsed: P.Parsed) -> P.SimError | None:
+        """The scheduler's prompt-length check and queue limit (a queue_full_burst fault included): the
+        refusal, answered 400 / 503 without streaming and as abort chunks in a stream; None to run."""
+        sim = self.sim
         try:
             for it in parsed.items:
                 P.scheduler_check(it, sim.max_req_input_len)
-            if sim.faults.queue_full_burst > 0:
-                sim.faults.queue_full_burst -= 1
-                sim.stats.bump(sim.stats.faults_injected, "queue_full")
-                raise P.SimError(503, "The request queue is full.", "scheduler")
-            q = sim.args.max_queued_requests
-            if q is not None and sim.waiting + len(parsed.items) > q + max(
-                0, sim.args.max_running_requests - sim.running
-            ):
-                raise P.SimError(503, "The request queue is full.", "scheduler")
         except P.SimError as e:
-            sched_err = e
-        if sched_err is not None and not stream:
-            return self._error(sched_err)
+            return e
+        if sim.faults.queue_full_burst > 0:
+            sim.faults.queue_full_burst -= 1
+            sim.stats.bump(sim.stats.faults_injected, "queue_full")
+            return P.SimError(503, "The request queue is full.", "scheduler")
+        q = sim.args.max_queued_requests
+        free_slots = max(0, sim.args.max_running_requests - sim.running)
+        if q is not None and sim.waiting + len(parsed.items) > q + free_slots:
+            return P.SimError(503, "The request queue is full.", "scheduler")
+        return None
 
-        reset = False
-        if sim.faults.reset_mid_body > 0 and sched_err is None:  # a refused request has no body to cut
-            sim.faults.reset_mid_body -= 1
-            sim.stats.bump(sim.stats.faults_injected, "reset_mid_body")
-            reset = True
+    def _take_reset(self) -> bool:
+        """Whether this answer is cut mid-body (fault reset_mid_body, counted down)."""
+        faults = self.sim.faults
+        if faults.reset_mid_body <= 0:
+            return False
+        faults.reset_mid_body -= 1
+        self.sim.stats.bump(self.sim.stats.faults_injected, "reset_mid_body")
+        return True
 
-        if stream:
-            return await self._generate_stream(request, parsed, sched_err, reset, crash)
-
+    async def _generate_json(
+        self, request: web.Request, parsed: P.Parsed, return_prompt_ids: bool, reset: bool, crash: bool
+    ) -> web.StreamResponse:
+        sim = self.sim
         results = await asyncio.gather(*(self.engine.run(it, None) for it in parsed.items))
-        bodies = [self.engine.body(pr, bool(body.get("return_prompt_token_ids"))) for pr in results]
+        bodies = [A.body(sim, pr, return_prompt_ids) for pr in results]
         if parsed.is_single and sim.fleet.take_unfinished():
             bodies[0] = FF.unfinished_answer(bodies[0])  # a snapshot of the request while it was running
         payload = dumps(bodies[0] if parsed.is_single else bodies).encode()
@@ -154,6 +175,13 @@ class GenerateRoutes:
         if reset or crash:
             return await self._send_partial(request, 200, "application/json", payload, crash=crash)
         return web.Response(body=payload, status=200, content_type="application/json")
+
+    async def _stream_error(self, request: web.Request, e: P.SimError) -> web.StreamResponse:
+        """A stream opened (HTTP 200) that carries only the error chunk, then [DONE]."""
+        resp = await self._open_stream(request)
+        await resp.write(sse(stream_error_chunk(e, self.sim.version)))
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
 
     async def _quoted_refusal(self, request: web.Request, stream: bool) -> web.StreamResponse | P.SimError | None:
         """Fleet fault quote_headers: an answer (or, for a stream's abort, the error) quoting the headers."""
@@ -169,10 +197,7 @@ class GenerateRoutes:
             return self._error(err)
         if shape == "abort":
             return err
-        resp = await self._open_stream(request)
-        await resp.write(sse(stream_error_chunk(err, self.sim.version)))
-        await resp.write(b"data: [DONE]\n\n")
-        return resp
+        return await self._stream_error(request, err)
 
     def _validate(self, body: dict[str, Any]) -> P.Parsed:
         sim = self.sim
@@ -196,82 +221,120 @@ class GenerateRoutes:
     ) -> web.StreamResponse:
         sim = self.sim
         resp = await self._open_stream(request)
-        lock = asyncio.Lock()
-        chunks_sent = 0
-        incremental = sim.args.incremental_streaming_output
-        drop_final = parsed.is_single and sched_err is None and sim.fleet.take_unfinished()
-
-        async def send(pr: Progress, final: bool) -> None:
-            nonlocal chunks_sent
-            if final and drop_final:
-                return  # fleet fault unfinished: the final chunk never arrives, [DONE] does
-            ids = self.engine.output_ids(pr, pr.produced) if pr.sent_ids == 0 or not incremental else list(pr.produced)
-            text = self.engine.text(pr, final)
-            if not final and text.endswith("\ufffd"):
-                return  # hold back an incomplete UTF-8 sequence
-            chunk: dict[str, Any] = {"text": text, "output_ids": ids}
-            if incremental:
-                full = self.engine.output_ids(pr, pr.produced)
-                chunk["output_ids"] = full[pr.sent_ids :]
-                if sim.version == P.V0_5_23:
-                    chunk["text"] = text[len(pr.sent_text) :]
-                pr.sent_ids = len(full)
-            else:
-                pr.sent_ids = len(ids)
-            pr.sent_text = text
-            chunk["meta_info"] = self.engine.meta(pr, final, True, since=pr.sent_produced if incremental else 0)
-            pr.sent_produced = len(pr.produced)
-            pr.first_sent = True
-            if not parsed.is_single:
-                chunk["index"] = pr.item.index
-            async with lock:
-                await resp.write(sse(chunk))
-                if final and parsed.is_single:
-                    self.last_stream_answer = sse(chunk)
-                chunks_sent += 1
-                if (reset or crash) and chunks_sent >= 1:  # headers and a first chunk sent, then cut
-                    if crash:
-                        hard_exit()
-                    reset_connection(request)
-                    raise ConnectionResetError("reset_mid_body fault")
-
+        sender = StreamSender(
+            sim,
+            request,
+            resp,
+            incremental=sim.args.incremental_streaming_output,
+            is_single=parsed.is_single,
+            drop_final=parsed.is_single and sched_err is None and sim.fleet.take_unfinished(),
+            cut=reset or crash,
+            crash=crash,
+            keep_final=self._keep_stream_answer,
+        )
         if sched_err is not None:
-            # Scheduler aborts arrive as a normal chunk with finish_reason abort, HTTP 200.
-            for it in parsed.items:
-                pr = Progress(
-                    it,
-                    None,
-                    [],
-                    {
-                        "type": "abort",
-                        "message": sched_err.message,
-                        "status_code": sched_err.status,
-                        "err_type": "BadRequestError" if sched_err.status == 400 else None,
-                    },
-                    0,
-                    time.time(),
-                )
-                await send(pr, True)
-            await resp.write(b"data: [DONE]\n\n")
-            return resp
-
-        if parsed.is_single and self.last_stream_answer is not None and sim.fleet.take_stale_answer():
+            for it in parsed.items:  # scheduler refusals arrive as normal chunks with finish_reason abort, HTTP 200
+                await sender.send(refused_progress(it, sched_err), True)
+        elif parsed.is_single and self.last_stream_answer is not None and sim.fleet.take_stale_answer():
             await resp.write(self.last_stream_answer)  # another request's answer (fleet fault stale_answer)
-            await resp.write(b"data: [DONE]\n\n")
+        else:
+            await self._stream_items(sender, parsed)
             return resp
+        await resp.write(b"data: [DONE]\n\n")
+        return resp
+
+    def _keep_stream_answer(self, final_chunk: bytes) -> None:
+        self.last_stream_answer = final_chunk
+
+    async def _stream_items(self, sender: StreamSender, parsed: P.Parsed) -> None:
+        """Run every item, streaming its chunks as they come, then [DONE]; on a reset, abort what still runs."""
+        sim = self.sim
 
         async def one(it: P.Item) -> None:
             interval = it.sampling.stream_interval or sim.args.stream_interval
-            pr = await self.engine.run(it, interval, on_chunk=lambda p: send(p, False))
-            await send(pr, True)
+            pr = await self.engine.run(it, interval, on_chunk=lambda p: sender.send(p, False))
+            await sender.send(pr, True)
 
         try:
             await asyncio.gather(*(one(it) for it in parsed.items))
-            await resp.write(b"data: [DONE]\n\n")
+            await sender.resp.write(b"data: [DONE]\n\n")
         except ConnectionResetError:
             # Our own reset fault, or the client went away: abort the remaining items.
             for it in parsed.items:
                 st = sim.in_flight.get(it.rid)
                 if st:
                     st.abort.set()
-        return resp
+
+
+def refused_progress(item: P.Item, err: P.SimError) -> Progress:
+    """An item the scheduler refused in a stream: finished at once with an abort carrying the refusal."""
+    finish = {
+        "type": "abort",
+        "message": err.message,
+        "status_code": err.status,
+        "err_type": "BadRequestError" if err.status == 400 else None,
+    }
+    return Progress(item, None, [], finish, 0, time.time())
+
+
+def stream_chunk(sim: Sim, pr: Progress, final: bool, incremental: bool) -> dict[str, Any] | None:
+    """The next SSE chunk of `pr` (cumulative, or with --incremental-streaming-output only what is new), or None
+    while its text ends inside a UTF-8 sequence; records on `pr` what has been sent."""
+    text = A.text(sim, pr, final)
+    if not final and text.endswith("\ufffd"):
+        return None  # hold back an incomplete UTF-8 sequence
+    ids = A.output_ids(sim, pr)
+    chunk: dict[str, Any] = {"text": text, "output_ids": ids}
+    if incremental:
+        chunk["output_ids"] = ids[pr.sent_ids :]
+        if sim.version == P.V0_5_23:
+            chunk["text"] = text[len(pr.sent_text) :]
+    pr.sent_ids = len(ids)
+    pr.sent_text = text
+    chunk["meta_info"] = A.meta(sim, pr, final, True, since=pr.sent_produced if incremental else 0)
+    pr.sent_produced = len(pr.produced)
+    pr.first_sent = True
+    return chunk
+
+
+class StreamSender:
+    """Writes one /generate stream's chunks, one at a time; a reset_mid_body or crash_after fault cuts the
+    stream after its first chunk, and the fleet fault unfinished drops the final one."""
+
+    def __init__(
+        self,
+        sim: Sim,
+        request: web.Request,
+        resp: web.StreamResponse,
+        *,
+        incremental: bool,
+        is_single: bool,
+        drop_final: bool,
+        cut: bool,
+        crash: bool,
+        keep_final: Callable[[bytes], None],
+    ) -> None:
+        self.sim, self.request, self.resp = sim, request, resp
+        self.incremental, self.is_single, self.drop_final = incremental, is_single, drop_final
+        self.cut, self.crash = cut, crash
+        self.keep_final = keep_final  # a single stream's final chunk, kept for the fleet fault stale_answer
+        self.lock = asyncio.Lock()
+
+    async def send(self, pr: Progress, final: bool) -> None:
+        if final and self.drop_final:
+            return  # fleet fault unfinished: the final chunk never arrives, [DONE] does
+        chunk = stream_chunk(self.sim, pr, final, self.incremental)
+        if chunk is None:
+            return
+        if not self.is_single:
+            chunk["index"] = pr.item.index
+        async with self.lock:
+            data = sse(chunk)
+            await self.resp.write(data)
+            if final and self.is_single:
+                self.keep_final(data)
+            if self.cut:  # headers and a first chunk sent, then cut
+                if self.crash:
+                    hard_exit()
+                reset_connection(self.request)
+                raise ConnectionResetError("reset_mid_body fault")

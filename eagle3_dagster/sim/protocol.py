@@ -299,61 +299,16 @@ def check_ranges(s: Sampling, version: str) -> None:
 
 
 def parse_generate(body: dict[str, Any], version: str, in_flight: set[str] | None = None) -> Parsed:
+    """A /generate body as SGLang's GenerateReqInput normalizes it: one scheduler item per prompt and sample."""
     check_shape(body)
-    ids = body.get("input_ids")
-    if ids is None:
-        raise SimError(400, "Either text, input_ids or input_embeds should be provided.")
-    if len(ids) == 0:
-        raise SimError(400, "input_ids cannot be empty.")
-    is_batch = not _is_int(ids[0])
-    prompts: list[list[int]] = [list(p) for p in ids] if is_batch else [list(ids)]
-    if any(len(p) == 0 for p in prompts):
-        raise SimError(400, "input_ids cannot be empty.")
-    b = len(prompts)
-
-    sp_raw = body.get("sampling_params")
-    if sp_raw is None:
-        sp_list: list[dict[str, Any]] = [{} for _ in range(b)]
-    elif isinstance(sp_raw, dict):
-        sp_list = [sp_raw] * b
-    else:
-        if not is_batch:
-            sp_list = sp_raw[:1] if sp_raw else [{}]
-        else:
-            sp_list = list(sp_raw)
-            if len(sp_list) != b:
-                raise SimError(400, "The length of sampling_params should be equal to the batch size.")
-    for sp in sp_list:
-        gate_sampling(sp, version)
-    ns = {int(sp.get("n") or 1) for sp in sp_list}
-    if len(ns) > 1:
-        raise SimError(400, "The parallel_sample_num should be the same for all samples in sample params.")
-    n = ns.pop()
-
-    rid = body.get("rid")
+    prompts, is_batch = _prompts(body.get("input_ids"))
+    sp_list, n = _sampling_list(body.get("sampling_params"), len(prompts), is_batch, version)
     expanded = is_batch or n > 1
-    if not expanded:
-        rids = [rid if isinstance(rid, str) else uuid.uuid4().hex]
-        if isinstance(rid, list):
-            rids = [rid[0]] if rid else [uuid.uuid4().hex]
-    else:
-        if rid is None:
-            rids = [uuid.uuid4().hex for _ in range(b)]
-        elif isinstance(rid, str):
-            rids = [f"{rid}_{i}" for i in range(b)]
-        else:
-            if len(rid) != b:
-                raise SimError(400, "The specified rids length mismatch with the batch_size for batch processing.")
-            rids = list(rid)
-        if version == V0_5_23:
-            dups = sorted({r for r in rids if rids.count(r) > 1})
-            if dups:
-                raise SimError(400, f"Duplicate request IDs detected within the request: {dups}")
+    rids = _rids(body.get("rid"), len(prompts), expanded, version)
     if version == V0_5_23 and in_flight:
         for r in rids:
             if r in in_flight:
                 raise SimError(400, f"Duplicate request ID detected: {r}")
-
     ret_lp = body.get("return_logprob") or False
     top_lp = body.get("top_logprobs_num") or 0
     if n > 1 and (isinstance(ret_lp, list) or isinstance(top_lp, list)):
@@ -370,6 +325,61 @@ def parse_generate(body: dict[str, Any], version: str, in_flight: set[str] | Non
                 Item(r, p, s, len(items), sample_index=j, return_logprob=bool(lp), top_logprobs_num=int(tl or 0))
             )
     return Parsed(items, is_single=not expanded, stream=bool(body.get("stream", False)), raw_sampling=sp_list)
+
+
+def _prompts(ids: Any) -> tuple[list[list[int]], bool]:
+    """The prompts of `input_ids` (one, or a batch) and whether it is a batch."""
+    if ids is None:
+        raise SimError(400, "Either text, input_ids or input_embeds should be provided.")
+    if len(ids) == 0:
+        raise SimError(400, "input_ids cannot be empty.")
+    is_batch = not _is_int(ids[0])
+    prompts: list[list[int]] = [list(p) for p in ids] if is_batch else [list(ids)]
+    if any(len(p) == 0 for p in prompts):
+        raise SimError(400, "input_ids cannot be empty.")
+    return prompts, is_batch
+
+
+def _sampling_list(sp_raw: Any, b: int, is_batch: bool, version: str) -> tuple[list[dict[str, Any]], int]:
+    """One sampling_params dict per prompt (a single dict is shared), each through the contract gate, and the
+    parallel sample count `n` they agree on."""
+    if sp_raw is None:
+        sp_list: list[dict[str, Any]] = [{} for _ in range(b)]
+    elif isinstance(sp_raw, dict):
+        sp_list = [sp_raw] * b
+    elif not is_batch:
+        sp_list = sp_raw[:1] if sp_raw else [{}]
+    else:
+        sp_list = list(sp_raw)
+        if len(sp_list) != b:
+            raise SimError(400, "The length of sampling_params should be equal to the batch size.")
+    for sp in sp_list:
+        gate_sampling(sp, version)
+    ns = {int(sp.get("n") or 1) for sp in sp_list}
+    if len(ns) > 1:
+        raise SimError(400, "The parallel_sample_num should be the same for all samples in sample params.")
+    return sp_list, ns.pop()
+
+
+def _rids(rid: Any, b: int, expanded: bool, version: str) -> list[str]:
+    """The request ids of `b` prompts: the user's (`x` becomes x_0, x_1, ... for a batch) or fresh uuids."""
+    if not expanded:
+        if isinstance(rid, list):
+            return [rid[0]] if rid else [uuid.uuid4().hex]
+        return [rid if isinstance(rid, str) else uuid.uuid4().hex]
+    if rid is None:
+        rids = [uuid.uuid4().hex for _ in range(b)]
+    elif isinstance(rid, str):
+        rids = [f"{rid}_{i}" for i in range(b)]
+    else:
+        if len(rid) != b:
+            raise SimError(400, "The specified rids length mismatch with the batch_size for batch processing.")
+        rids = list(rid)
+    if version == V0_5_23:
+        dups = sorted({r for r in rids if rids.count(r) > 1})
+        if dups:
+            raise SimError(400, f"Duplicate request IDs detected within the request: {dups}")
+    return rids
 
 
 def feature_checks(body: dict[str, Any], version: str) -> None:

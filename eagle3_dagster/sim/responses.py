@@ -19,7 +19,7 @@ def json_response(obj: Any, status: int = 200) -> web.Response:
     return web.Response(text=dumps(obj), status=status, content_type="application/json")
 
 
-def error_body(e: P.SimError, version: str) -> web.Response:
+def error_body(e: P.SimError) -> web.Response:
     if e.kind == "pydantic":
         return json_response(
             {"object": "error", "message": e.message, "type": "Bad Request", "param": None, "code": 400}, 400
