@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, generation_env
+from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, derived_fields, generation_env
 from eagle3_dagster.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.store import lock_path_for
 from eagle3_dagster.orchestration.resources import SGLangFleet
 from eagle3_dagster.profiles import ProfileError, load_profile
-from eagle3_dagster.settings_reference import DERIVED_FIELDS as DERIVED
 from eagle3_dagster.storage import data_root
 
 CONFIG_PAGE = PROJECT_ROOT / "docs" / "reference" / "configuration.md"
@@ -90,7 +89,7 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
         else:
             base_ = base
         diff = {f.name for f in fields(Settings) if getattr(changed, f.name) != getattr(base_, f.name)}
-        diff -= set(DERIVED)
+        diff -= set(derived_fields())
         assert len(diff) == 1, f"{var} should set exactly one Settings field, it changes {sorted(diff)}"
         field_of[var] = diff.pop()
     # the page names the field each variable sets, and it is the one the variable changes
@@ -99,8 +98,8 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
     # and every Settings field is set by exactly one documented variable (or derived from one)
     by_field = sorted(field_of.values())
     assert len(by_field) == len(set(by_field)), field_of
-    assert set(by_field) | set(DERIVED) == {f.name for f in fields(Settings)}, (
-        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(DERIVED)}"
+    assert set(by_field) | set(derived_fields()) == {f.name for f in fields(Settings)}, (
+        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(derived_fields())}"
     )
 
 
@@ -153,3 +152,11 @@ def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch)
     assert lock_path_for(remote, tmp_path / "locks").parent == tmp_path / "locks"
     with pytest.raises(TypeError):
         GenerationConfig.from_profile(load_profile("qwen3", PROJECT_ROOT / "assets" / "models"))  # type: ignore[call-arg]
+
+
+def test_the_url_is_configured_only_when_the_variable_names_one():
+    # the resources bind `sglang.urls` only when it is configured; else the demo's simulator or the default
+    assert not Settings.from_env({}).sglang_url_configured
+    blanks = Settings.from_env({"EAGLE3_SGLANG_URL": " , "})
+    assert blanks.sglang_urls == ("http://127.0.0.1:30000",) and not blanks.sglang_url_configured
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": "http://127.0.0.1:30000"}).sglang_url_configured
