@@ -26,7 +26,7 @@ from typing import Any
 
 from .secret import Secret
 from .storage import DataPath, data_root
-from .urls import credentials_conflict, parse_endpoint_urls, redact_url
+from .urls import Endpoints, credentials_conflict, parse_endpoint_urls, redact_url
 
 # The project root is the folder holding pyproject.toml; defaults are relative to it so
 # `make demo` works from a fresh clone without any configuration.
@@ -124,7 +124,7 @@ def _data_dir(raw: str) -> DataPath:
         ) from None
 
 
-def _urls(raw: str) -> tuple[str, ...]:
+def _urls(raw: str) -> Endpoints:
     try:
         return parse_endpoint_urls(raw, source="EAGLE3_SGLANG_URL")
     except ValueError as e:
@@ -282,8 +282,8 @@ def _parse_with(fn: Callable[..., Any]) -> Callable[[str, str], Any]:
 @dataclass(frozen=True)
 class Settings:
     # ---- SGLang fleet
-    sglang_urls: tuple[str, ...] = field(
-        default=("http://127.0.0.1:30000",),
+    sglang_urls: Endpoints = field(
+        default=parse_endpoint_urls("http://127.0.0.1:30000"),
         metadata=_declares(
             SettingSpec(
                 "EAGLE3_SGLANG_URL",
@@ -772,20 +772,6 @@ def set_in_this_process(values: Mapping[str, str]) -> Settings:
 def gx_keep_validations() -> int:
     """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
     return settings().gx_keep_validations
-
-
-def generation_env(s: Settings | None = None) -> dict[str, object]:
-    """GenerationConfig overrides from the settings (only those that are set; meanings: `Settings`)."""
-    s = s or settings()
-    pairs = {
-        "api_key": s.sglang_api_key,
-        "wait_for_endpoint_s": s.endpoint_wait_s,
-        "stream": s.stream,
-        "stall_timeout_s": s.stall_timeout_s,
-        "allow_old_server": s.allow_old_sglang,
-        "context_overflow": s.context_overflow,
-    }
-    return {k: v for k, v in pairs.items() if v is not None}
 
 
 def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:
