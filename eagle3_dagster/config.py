@@ -245,7 +245,6 @@ def _default_work_dir(data_dir: DataPath) -> Path:
     return Path(tempfile.gettempdir()) / "eagle3-work"
 
 
-LOAD_TIME = "load time"
 RUN_START = "run start"
 _SCALE_OUT = "../scale-out.md"  # relative to docs/reference/, where the reference page is written
 
@@ -258,7 +257,9 @@ class SettingSpec:
     parse: Callable[[str, str], Any]  # (variable, non-blank raw value) -> value; raises _Problem
     section: str  # the heading it is listed under
     meaning: str  # Markdown
-    per_run: str  # how it changes for one run: a resource field (`sglang.urls`), LOAD_TIME, RUN_START or "never ..."
+    per_run: (
+        str  # how it changes for one run: a resource field (`sglang.urls`), "load time (...)", RUN_START or "never ..."
+    )
     default_doc: str | None = None  # Markdown, when the default is not shown by its value alone
     # for a field whose default is None ("unset"): the GenerationConfig field whose default then applies
     default_from: str | None = None
@@ -732,9 +733,26 @@ def apply_project_env_defaults() -> dict[str, str]:
     return applied
 
 
+_VARIABLES = tuple(spec.env for _, spec in setting_fields())
+_cached: tuple[tuple[str | None, ...], Settings] | None = None  # (cwd + the raw variables, what they gave)
+
+
 def settings() -> Settings:
-    """Read and validate the settings now (not at import), so tests and Dagster runs see the current env."""
-    return Settings.from_env(os.environ)
+    """This process's validated settings, read from the environment on first use (never at import) and again
+    only when one of the variables `Settings` reads, or the working directory, has changed since
+    (`set_in_this_process`, a test's monkeypatch): every caller shares one parsed object."""
+    global _cached
+    raw = (os.getcwd(), *(os.environ.get(var) for var in _VARIABLES))  # relative paths resolve against the cwd
+    if _cached is None or _cached[0] != raw:
+        _cached = (raw, Settings.from_env(os.environ))  # a SettingsError is raised, never cached
+    return _cached[1]
+
+
+def reset_settings() -> None:
+    """Forget the cached settings: the next `settings()` reads and validates again even if no variable changed
+    (for tests that change what a setting points at, e.g. remove the assets folder)."""
+    global _cached
+    _cached = None
 
 
 # An interactive run (`eagle3 demo`) names a dead endpoint within seconds; the nightly and the runs the UI
@@ -767,11 +785,6 @@ def set_in_this_process(values: Mapping[str, str]) -> Settings:
     new = Settings.from_env({**os.environ, **values})  # a bad value fails here, naming the variable
     os.environ.update(values)
     return new
-
-
-def gx_keep_validations() -> int:
-    """EAGLE3_GX_KEEP_VALIDATIONS: GX validation results (+ Data Docs pages) kept per suite; 0 keeps all."""
-    return settings().gx_keep_validations
 
 
 def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:

@@ -186,3 +186,23 @@ def test_each_generation_field_arrives_by_one_route(kimi_profile):
         generation_config(kimi_profile, urls, s, {}, api_key=None)
     with pytest.raises(TypeError, match="given by two routes: stream"):
         generation_config(kimi_profile, urls, s, {"stream": None}, stream=True)
+
+
+def test_the_settings_are_read_once_and_again_when_a_variable_changes(tmp_path, monkeypatch):
+    from eagle3_dagster.config import reset_settings, settings
+
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
+    first = settings()
+    assert settings() is first  # one parsed object for every caller
+    monkeypatch.setenv("EAGLE3_N_SHARDS", "3")
+    assert settings().n_shards == 3 and settings() is not first  # a changed variable is read again
+    assets.rmdir()
+    assert settings().assets_dir == assets  # nothing changed in the environment: the cached object
+    reset_settings()
+    with pytest.raises(SettingsError, match="EAGLE3_ASSETS_DIR must be an existing directory"):
+        settings()
+    monkeypatch.setenv("EAGLE3_N_SHARDS", "abc")
+    with pytest.raises(SettingsError, match="EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'"):
+        settings()  # a bad value is refused on every call, never cached
