@@ -1,7 +1,7 @@
 """The generated reference pages of the docs site, written from the code so they cannot drift.
 
-- docs/reference/configuration.md from `config.Settings` (every variable `Settings.from_env` reads, the
-  field it sets, its type) and the meanings in `settings_reference.py`;
+- docs/reference/configuration.md from `config.Settings`: every field declared with `config._setting`
+  (its variable, section, type, default, meaning and how it changes per run);
 - docs/reference/source-yaml.md from `ingest.spec.SourceSpec` (every key, its type, default and allowed
   values; the descriptions are the field list of the `ingest/spec.py` docstring);
 - docs/reference/gates.md from `expectations/*.json` (every expectation: what it checks, its threshold,
@@ -24,13 +24,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .config import PROJECT_ROOT, Settings
+from .config import PROJECT_ROOT, SECTIONS, Settings, SettingSpec, derived_fields, setting_fields
 from .generate.config import GenerationConfig
 from .ingest import spec as spec_module
 from .ingest.normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .ingest.spec import CONTROL_TEXT_POLICIES, REGENERATE_MODES, TOOL_MISMATCH_POLICIES, SourceSpec
 from .quality.suites import ROW_LEVEL_TYPES
-from .settings_reference import CONFIG_INTRO, CONFIG_OUTRO, DERIVED_FIELDS, SETTING_DOCS
 
 DOCS_DIR = PROJECT_ROOT / "docs"
 REFERENCE_DIR = DOCS_DIR / "reference"
@@ -96,37 +95,44 @@ def _plain_default(value: Any) -> str | None:
     return None
 
 
-def configuration_problems() -> list[str]:
+def _documented_default(f: dataclasses.Field[Any], spec: SettingSpec) -> str:
+    """The default as the page shows it: the declared text, else the plain value in backticks."""
+    if spec.default_doc is not None:
+        return spec.default_doc
+    return f"`{_plain_default(_code_default(f, spec))}`"
+
+
+def _code_default(f: dataclasses.Field[Any], spec: SettingSpec) -> Any:
+    """The value a run gets when the variable is unset: the field's, or GenerationConfig's for an unset None."""
+    if f.default is None and spec.default_from is not None:
+        gen_fields = {g.name: g for g in dataclasses.fields(GenerationConfig)}
+        return gen_fields[spec.default_from].default if spec.default_from in gen_fields else None
+    return f.default
+
+
+def configuration_problems(declared: list[tuple[dataclasses.Field[Any], SettingSpec]] | None = None) -> list[str]:
     """Why the configuration page would not tell the truth about `Settings` (empty: it would)."""
+    declared = setting_fields() if declared is None else declared
     problems: list[str] = []
-    read = variables_read_by_settings()
-    documented = [d.var for d in SETTING_DOCS]
-    field_names = {f.name for f in dataclasses.fields(Settings)}
-    for var in sorted(read - set(documented)):
-        problems.append(f"{var} is read by Settings.from_env but has no entry in settings_reference.SETTING_DOCS")
-    for var in sorted(set(documented) - read):
-        problems.append(f"{var} is documented in settings_reference.SETTING_DOCS but Settings.from_env never reads it")
-    for var in sorted({v for v in documented if documented.count(v) > 1}):
-        problems.append(f"{var} is documented twice in settings_reference.SETTING_DOCS")
-    fields_documented = {d.field for d in SETTING_DOCS}
-    for name in sorted(fields_documented - field_names):
-        problems.append(f"settings_reference.SETTING_DOCS names a field Settings does not have: {name}")
-    for name in sorted(field_names - fields_documented - set(DERIVED_FIELDS)):
-        problems.append(f"Settings.{name} has no variable in settings_reference.SETTING_DOCS")
-    defaults = Settings.from_env({})
-    gen_fields = {f.name: f for f in dataclasses.fields(GenerationConfig)}
-    for d in SETTING_DOCS:
-        if d.field not in field_names:
+    envs = [spec.env for _, spec in declared]
+    for var in sorted({v for v in envs if envs.count(v) > 1}):
+        problems.append(f"{var} is declared by two Settings fields")
+    covered = {f.name for f, _ in declared} | set(derived_fields())
+    for name in sorted({f.name for f in dataclasses.fields(Settings)} - covered):
+        problems.append(f"Settings.{name} is neither read from a variable (config._setting) nor derived")
+    gen_fields = {g.name for g in dataclasses.fields(GenerationConfig)}
+    for f, spec in declared:
+        if not spec.meaning.strip() or not spec.per_run.strip():
+            problems.append(f"{spec.env} (Settings.{f.name}) has no description or no per-run note")
+        if spec.section not in SECTIONS:
+            problems.append(f"{spec.env}: section {spec.section!r} is not one of config.SECTIONS")
+        if spec.default_from is not None and spec.default_from not in gen_fields:
+            problems.append(f"{spec.env}: default_from names no GenerationConfig field: {spec.default_from}")
             continue
-        value = getattr(defaults, d.field)
-        if value is None and d.default_from is not None:
-            if d.default_from not in gen_fields:
-                problems.append(f"{d.var}: default_from names no GenerationConfig field: {d.default_from}")
-                continue
-            value = gen_fields[d.default_from].default
-        want = _plain_default(value)
-        if want is not None and d.field not in ("work_dir", "dagster_home") and want not in d.default:
-            problems.append(f"{d.var}: the documented default {d.default!r} does not say the code's default {want!r}")
+        want = _plain_default(_code_default(f, spec))
+        shown = _documented_default(f, spec)
+        if want is not None and f.name not in ("work_dir", "dagster_home") and want not in shown:
+            problems.append(f"{spec.env}: the documented default {shown!r} does not say the code's default {want!r}")
     return problems
 
 
@@ -141,35 +147,87 @@ def _type_of(cls: type, name: str) -> str:
 
 
 def configuration_page() -> str:
-    problems = configuration_problems()
+    declared = setting_fields()
+    problems = configuration_problems(declared)
     if problems:
         raise DocsError("\n".join(problems))
+    ordered = sorted(declared, key=lambda d: SECTIONS.index(d[1].section))
     lines = [
-        GENERATED_NOTE.format(source="eagle3_dagster/config.py (Settings) and eagle3_dagster/settings_reference.py"),
+        GENERATED_NOTE.format(source="eagle3_dagster/config.py (Settings)"),
         "",
         "# Configuration reference",
         "",
         CONFIG_INTRO,
-        "| variable | `Settings` field | default | per run (launchpad run config) |",
-        "|---|---|---|---|",
+        "| variable | section | `Settings` field | default | per run (launchpad run config) |",
+        "|---|---|---|---|---|",
     ]
-    for d in SETTING_DOCS:
-        lines.append(f"| [`{d.var}`](#{d.var.lower()}) | `{d.field}` | {_cell(d.default)} | {_cell(d.per_run)} |")
-    lines += ["", CONFIG_OUTRO, "## Every variable", ""]
-    for d in SETTING_DOCS:
-        lines += [
-            f"### `{d.var}`",
-            "",
-            _sentence(d.meaning),
-            "",
-            f"- `Settings.{d.field}`: `{_type_of(Settings, d.field)}`",
-            f"- default: {' '.join(d.default.split())}",
-            f"- per run: {' '.join(d.per_run.split())}",
-            "",
-        ]
-    for name, why in DERIVED_FIELDS.items():
+    for f, d in ordered:
+        lines.append(
+            f"| [`{d.env}`](#{d.env.lower()}) | {d.section} | `{f.name}` | {_cell(_documented_default(f, d))} "
+            f"| {_cell(d.per_run)} |"
+        )
+    lines += ["", CONFIG_OUTRO]
+    for section in SECTIONS:
+        lines += [f"## {section}", ""]
+        for f, d in (x for x in ordered if x[1].section == section):
+            lines += _variable_section(f, d)
+    for name, why in derived_fields().items():
         lines.append(f"`Settings.{name}` (`{_type_of(Settings, name)}`) is derived: {why}.")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _variable_section(f: dataclasses.Field[Any], d: SettingSpec) -> list[str]:
+    return [
+        f"### `{d.env}`",
+        "",
+        _sentence(d.meaning),
+        "",
+        f"- `Settings.{f.name}`: `{_type_of(Settings, f.name)}`",
+        f"- default: {' '.join(_documented_default(f, d).split())}",
+        f"- per run: {' '.join(d.per_run.split())}",
+        "",
+    ]
+
+
+CONFIG_INTRO = """\
+All settings are read and validated in one place, `eagle3_dagster/config.py` (`Settings`), before any work
+starts: when the definitions load, and by `eagle3 check`, which `make instance` (so `make demo`, `make ui`,
+`make backfill`, `make check-defs`) runs first. No other module reads the environment (`tests/test_layout.py`;
+the simulator, a program of its own, reads what its flags name in `sim/settings.py`); domain functions are
+handed their values as parameters. A bad value stops with one line per problem, naming the variable, the
+value and what is allowed, and exit code 2:
+
+```
+eagle3 demo: error: EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'
+```
+
+The same holds for source YAMLs (one line per bad file, see the [source YAML reference](source-yaml.md)) and
+for `eagle3 demo --shards` keys that are not partitions (the valid keys are listed; nothing is written).
+
+From a plain shell (`source .venv/bin/activate; eagle3 ...`) the CLI applies the same project defaults as the
+Makefile (`config.project_env_defaults`): `DAGSTER_HOME=./.dagster_home`, and the tokenizer under
+`../shared/tokenizers/<EAGLE3_MODEL>` with `HF_HUB_OFFLINE=1` when that folder exists. What you export wins.
+"""
+
+CONFIG_OUTRO = """\
+The last column says how a setting can change for one run. A resource field (`pipeline.data_dir`,
+`sglang.urls`, ...) is bound from the setting when the definitions load (`eagle3_dagster/defs/common/resources.py`,
+the one place) and can be overridden in a run's config, e.g. `resources: {sglang: {config: {regen_seed: 7}}}`;
+fields a run config does not name keep the deployment's values. Fields with no variable, per run only:
+`pipeline.max_new_tokens` (default: the profile's), `pipeline.max_failed_rate` (0.01: a generations shard whose
+permanently failed requests exceed it fails its `request_failure_budget` check and is left out of snapshots;
+fewer is a WARN), `sglang.max_in_flight` (default: from `/server_info`), `sglang.model_revision` (default: from
+`/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.probe_seed` (bump it to regenerate the `role: probe` sets only, docs/probes.md), `sglang.read_timeout_s` (3600 s,
+non-streamed requests), `sglang.max_retries` (6). `tests/pipeline/test_run_config_overrides.py` runs one real
+Dagster run per field and checks its effect.
+
+- **load time**: these shape the definitions themselves — the shard partitions, one asset per source YAML,
+  the schedule's cron, the freshness check, the sensors' intervals, the executor — so they are fixed when
+  the code location loads; change the variable and reload the code location (`make ui` restarts it; in the
+  UI, *Reload definitions*). `tests/pipeline/test_defs_snapshot.py` pins what they produce at their defaults.
+- **run start**: read from the environment when a run starts, not a resource field; change it for the
+  deployment.
+"""
 
 
 # --- source YAML ------------------------------------------------------------------------------------

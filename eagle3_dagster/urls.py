@@ -1,7 +1,9 @@
-"""SGLang endpoint lists: the one parser, used by the settings (EAGLE3_SGLANG_URL), the `sglang`
-resource's `urls` field and GenerationConfig.
+"""SGLang endpoint lists: the one parser, used where a list enters as text (EAGLE3_SGLANG_URL, the `sglang`
+resource's `urls` field, a caller's string) and the one typed value it makes, `Endpoints`.
 
-    parse_endpoint_urls("http://a:30000, http://b:30000/")  ->  ("http://a:30000", "http://b:30000")
+    parse_endpoint_urls("http://a:30000, http://b:30000/")  ->  Endpoints(("http://a:30000", "http://b:30000"))
+
+An `Endpoints` is parsed already: handed on (settings -> resource -> GenerationConfig) it is never parsed again.
 
 Comma-separated (or any iterable of) http(s)://host[:port][/path] URLs; blanks and trailing slashes
 are dropped; anything else raises ValueError naming where the list came from and the bad entry
@@ -50,11 +52,24 @@ def credentials_conflict(urls: Iterable[str], source: str) -> str | None:
     )
 
 
-def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint list") -> tuple[str, ...]:
-    """The endpoint URLs in `value` (a comma-separated string or an iterable of URLs), normalized.
+class Endpoints(tuple[str, ...]):
+    """Validated, normalized endpoint URLs (a tuple of str); made by `parse_endpoint_urls` only."""
 
-    Returns () for an empty list (the caller decides whether that is an error).
+    __slots__ = ()
+
+    def as_text(self) -> str:
+        """The comma-separated form a text field (the `sglang` resource's `urls`) holds."""
+        return ",".join(self)
+
+
+def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint list") -> Endpoints:
+    """The endpoint URLs in `value` (a comma-separated string or an iterable of URLs), normalized; an
+    `Endpoints` is returned as it is (it was checked when it was made).
+
+    Returns an empty Endpoints for an empty list (the caller decides whether that is an error).
     """
+    if isinstance(value, Endpoints):
+        return value
     items = value.split(",") if isinstance(value, str) else [u for v in value for u in str(v).split(",")]
     urls = tuple(u.strip().rstrip("/") for u in items if u and u.strip())
     for u in urls:
@@ -68,4 +83,4 @@ def parse_endpoint_urls(value: str | Iterable[str], *, source: str = "endpoint l
         if parts.password:
             register_secret(parts.password)  # redacted from any text this process stores or prints
             register_secret(unquote(parts.password))
-    return urls
+    return Endpoints(urls)

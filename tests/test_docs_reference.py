@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster import docs_gen
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, setting_fields
 from eagle3_dagster.generate.answer_checks import REFUSALS as ANSWER_REFUSALS
 from eagle3_dagster.generate.inputs import PROMPT_TOO_LONG_FOR_SERVER
 from eagle3_dagster.ingest import spec as spec_module
 from eagle3_dagster.ingest.errors import REJECT_REASONS
 from eagle3_dagster.ingest.pipeline import ingest_source
 from eagle3_dagster.ingest.spec import SourceSpec, load_source_spec
-from eagle3_dagster.settings_reference import SETTING_DOCS
 from eagle3_dagster.tokenize.cli import INVALID_REQUEST
 from eagle3_dagster.tokenize.control_text import CONTROL_TOKEN_IN_CONTENT
 from eagle3_dagster.tokenize.pipeline import INVALID_JSON, PROMPT_TOO_LONG
@@ -46,21 +45,33 @@ def test_check_mode_fails_on_an_edited_page_and_writing_repairs_it(tmp_path, cap
     assert docs_gen.stale_pages(tmp_path) == []
 
 
+def _with_spec(var: str, **changes: object) -> list:
+    """The declared settings with the declaration of `var` changed."""
+    return [(f, dataclasses.replace(d, **changes) if d.env == var else d) for f, d in setting_fields()]
+
+
 def test_an_undocumented_setting_stops_the_page(monkeypatch) -> None:
-    without = tuple(d for d in SETTING_DOCS if d.var != "EAGLE3_STALL_TIMEOUT_S")
-    monkeypatch.setattr(docs_gen, "SETTING_DOCS", without)
+    monkeypatch.setattr(docs_gen, "setting_fields", lambda: _with_spec("EAGLE3_STALL_TIMEOUT_S", meaning=" "))
     with pytest.raises(docs_gen.DocsError) as e:
         docs_gen.configuration_page()
-    assert "EAGLE3_STALL_TIMEOUT_S is read by Settings.from_env but has no entry" in str(e.value)
-    assert "Settings.stall_timeout_s has no variable" in str(e.value)
+    assert "EAGLE3_STALL_TIMEOUT_S (Settings.stall_timeout_s) has no description" in str(e.value)
+
+
+def test_a_setting_declared_twice_or_a_field_without_a_variable_stops_the_page(monkeypatch) -> None:
+    declared = [(f, d) for f, d in _with_spec("EAGLE3_STREAM", env="EAGLE3_STALL_TIMEOUT_S") if f.name != "model"]
+    monkeypatch.setattr(docs_gen, "setting_fields", lambda: declared)
+    with pytest.raises(docs_gen.DocsError) as e:
+        docs_gen.configuration_page()
+    assert "EAGLE3_STALL_TIMEOUT_S is declared by two Settings fields" in str(e.value)
+    assert "Settings.model is neither read from a variable" in str(e.value)
 
 
 def test_a_documented_default_that_is_not_the_codes_stops_the_page(monkeypatch) -> None:
-    wrong = tuple(
-        dataclasses.replace(d, default="`8`") if d.var in ("EAGLE3_N_SHARDS", "EAGLE3_ENDPOINT_WAIT_S") else d
-        for d in SETTING_DOCS
-    )
-    monkeypatch.setattr(docs_gen, "SETTING_DOCS", wrong)
+    wrong = [
+        (f, dataclasses.replace(d, default_doc="`8`") if d.env in ("EAGLE3_N_SHARDS", "EAGLE3_ENDPOINT_WAIT_S") else d)
+        for f, d in setting_fields()
+    ]
+    monkeypatch.setattr(docs_gen, "setting_fields", lambda: wrong)
     with pytest.raises(docs_gen.DocsError) as e:
         docs_gen.configuration_page()
     # a Settings default (4 shards) and a GenerationConfig default (600 s) are both checked

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, generation_env
+from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, derived_fields
 from eagle3_dagster.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
+from eagle3_dagster.generate.config import deployment_fields, generation_config
 from eagle3_dagster.generate.store import lock_path_for
 from eagle3_dagster.orchestration.resources import SGLangFleet
 from eagle3_dagster.profiles import ProfileError, load_profile
-from eagle3_dagster.settings_reference import DERIVED_FIELDS as DERIVED
 from eagle3_dagster.storage import data_root
+from eagle3_dagster.urls import Endpoints, parse_endpoint_urls
 
 CONFIG_PAGE = PROJECT_ROOT / "docs" / "reference" / "configuration.md"
 
@@ -90,7 +91,7 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
         else:
             base_ = base
         diff = {f.name for f in fields(Settings) if getattr(changed, f.name) != getattr(base_, f.name)}
-        diff -= set(DERIVED)
+        diff -= set(derived_fields())
         assert len(diff) == 1, f"{var} should set exactly one Settings field, it changes {sorted(diff)}"
         field_of[var] = diff.pop()
     # the page names the field each variable sets, and it is the one the variable changes
@@ -99,8 +100,8 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
     # and every Settings field is set by exactly one documented variable (or derived from one)
     by_field = sorted(field_of.values())
     assert len(by_field) == len(set(by_field)), field_of
-    assert set(by_field) | set(DERIVED) == {f.name for f in fields(Settings)}, (
-        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(DERIVED)}"
+    assert set(by_field) | set(derived_fields()) == {f.name for f in fields(Settings)}, (
+        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(derived_fields())}"
     )
 
 
@@ -132,12 +133,12 @@ def test_one_parser_for_endpoint_lists(kimi_profile):
 def test_the_api_key_is_read_by_the_settings_and_handed_over_masked(kimi_profile):
     key = "sk-do-not-print-4f1a"
     s = Settings.from_env({"SGLANG_API_KEY": key})
-    overrides = generation_env(s)
-    cfg = GenerationConfig.from_profile(kimi_profile, "http://h:1", **overrides)
+    overrides = deployment_fields(s)
+    cfg = generation_config(kimi_profile, "http://h:1", s, {})
     assert cfg.api_key is not None and cfg.api_key.reveal() == key
     for text in (repr(s), str(s), repr(cfg), str(cfg), f"{cfg.api_key}", repr(overrides)):
         assert key not in text
-    assert Settings.from_env({}).sglang_api_key is None and "api_key" not in generation_env(Settings.from_env({}))
+    assert Settings.from_env({}).sglang_api_key is None and "api_key" not in deployment_fields(Settings.from_env({}))
 
 
 def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch):
@@ -153,3 +154,55 @@ def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch)
     assert lock_path_for(remote, tmp_path / "locks").parent == tmp_path / "locks"
     with pytest.raises(TypeError):
         GenerationConfig.from_profile(load_profile("qwen3", PROJECT_ROOT / "assets" / "models"))  # type: ignore[call-arg]
+
+
+def test_the_url_is_configured_only_when_the_variable_names_one():
+    # the resources bind `sglang.urls` only when it is configured; else the demo's simulator or the default
+    assert not Settings.from_env({}).sglang_url_configured
+    blanks = Settings.from_env({"EAGLE3_SGLANG_URL": " , "})
+    assert blanks.sglang_urls == ("http://127.0.0.1:30000",) and not blanks.sglang_url_configured
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": "http://127.0.0.1:30000"}).sglang_url_configured
+
+
+def test_the_url_list_is_parsed_once_and_handed_on_typed(kimi_profile):
+    s = Settings.from_env({"EAGLE3_SGLANG_URL": "http://gpu-1:30000/, http://gpu-2:30000"})
+    assert isinstance(s.sglang_urls, Endpoints) and parse_endpoint_urls(s.sglang_urls) is s.sglang_urls
+    cfg = generation_config(kimi_profile, s.sglang_urls, s, {})
+    assert cfg.endpoints is s.sglang_urls and s.sglang_urls.as_text() == "http://gpu-1:30000,http://gpu-2:30000"
+
+
+def test_each_generation_field_arrives_by_one_route(kimi_profile):
+    s = Settings.from_env({"EAGLE3_STREAM": "0", "EAGLE3_STALL_TIMEOUT_S": "7", "SGLANG_API_KEY": "sk-route"})
+    urls = ("http://h:1",)
+    unset = generation_config(kimi_profile, urls, s, SGLangFleet().generation_fields())
+    assert (unset.stream, unset.stall_timeout_s, unset.api_key is not None) == (False, 7.0, True)
+    run = generation_config(kimi_profile, urls, s, SGLangFleet(stream=True).generation_fields())
+    assert (run.stream, run.stall_timeout_s) == (True, 7.0)  # the run's resource value wins over the setting
+    plain = generation_config(kimi_profile, urls, Settings.from_env({}), {})
+    assert (plain.stream, plain.stall_timeout_s, plain.compact_after_chunks) == (True, 300.0, 8)
+    never = Settings.from_env({"EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": "0"})
+    assert generation_config(kimi_profile, urls, never, {}).compact_after_chunks is None
+    with pytest.raises(TypeError, match="given by two routes: api_key"):
+        generation_config(kimi_profile, urls, s, {}, api_key=None)
+    with pytest.raises(TypeError, match="given by two routes: stream"):
+        generation_config(kimi_profile, urls, s, {"stream": None}, stream=True)
+
+
+def test_the_settings_are_read_once_and_again_when_a_variable_changes(tmp_path, monkeypatch):
+    from eagle3_dagster.config import reset_settings, settings
+
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
+    first = settings()
+    assert settings() is first  # one parsed object for every caller
+    monkeypatch.setenv("EAGLE3_N_SHARDS", "3")
+    assert settings().n_shards == 3 and settings() is not first  # a changed variable is read again
+    assets.rmdir()
+    assert settings().assets_dir == assets  # nothing changed in the environment: the cached object
+    reset_settings()
+    with pytest.raises(SettingsError, match="EAGLE3_ASSETS_DIR must be an existing directory"):
+        settings()
+    monkeypatch.setenv("EAGLE3_N_SHARDS", "abc")
+    with pytest.raises(SettingsError, match="EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'"):
+        settings()  # a bad value is refused on every call, never cached

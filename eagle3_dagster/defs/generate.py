@@ -16,15 +16,15 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..config import COMPACT_ENV, generation_env, settings  # noqa: F401 - COMPACT_ENV re-exported
+from ..config import settings
 from ..generate import (
     AuthError,
-    GenerationConfig,
     ModelRevisionError,
     NoEndpointError,
     generate_shard,
 )
-from ..generate.active import active_sample_ids, run_config, write_active_samples
+from ..generate.active import active_sample_ids, write_active_samples
+from ..generate.config import generation_config
 from ..generate.context_fit import ContextBudget
 from ..generate.endpoints import EndpointRefusedError
 from ..generate.inputs import prompt_view
@@ -63,14 +63,6 @@ from .common import ASSET_GROUP, STAGE_TAG
 STAGE = "generate"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
 GENERATION_BATCH_ROWS = 512  # generations read and featurized at a time (the step never holds the shard)
-
-
-def compact_after_chunks_from_env() -> int | None:
-    """EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS: merge a shard's chunks once more than this many exist (0: never)."""
-    n = settings().generation_compact_after_chunks  # validated in config.py
-    if n is None:
-        return GenerationConfig.__dataclass_fields__["compact_after_chunks"].default  # type: ignore[return-value]
-    return n or None
 
 
 class _ToDagsterLog(logging.Handler):
@@ -215,9 +207,12 @@ def generations(
     tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
     run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
     probe_sources = probe_source_names(settings().sources_dir)
-    config = run_config(profile, sglang.endpoints(), generation_env(), run_fields).with_(
+    config = generation_config(
+        profile,
+        sglang.endpoints(),
+        settings(),
+        run_fields,
         probe_sources=probe_sources,
-        compact_after_chunks=compact_after_chunks_from_env(),  # None (EAGLE3_..._CHUNKS=0): never compact
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(pipeline.work_path, graph_run_key(context.run.tags, context.run_id)),
     )

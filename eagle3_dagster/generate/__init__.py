@@ -3,7 +3,7 @@
 The Dagster `generations` asset calls:
 
     s = settings()                                                  # config.py: the one Settings object
-    cfg = GenerationConfig.from_profile(profile, s.sglang_urls, **generation_env(s))  # values passed in
+    cfg = generation_config(profile, sglang.endpoints(), s, sglang.generation_fields())  # values passed in
     report = generate_shard(tokenized, shard_dir(data, "generations", k), cfg, progress=log_progress)
     MaterializeResult(metadata=report.as_metadata())
     df = read_generations(shard_dir(...))                          # schemas.GENERATIONS, one row a sample

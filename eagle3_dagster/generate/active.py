@@ -1,4 +1,4 @@
-"""Which stored samples are the shard's current ones, and the GenerationConfig of one run.
+"""Which stored samples are the shard's current ones.
 
 A shard folder keeps every sample ever generated (a config change never deletes work). The samples
 of the latest `generations` materialization are exactly the current cache keys of its prompts:
@@ -7,14 +7,12 @@ of the latest `generations` materialization are exactly the current cache keys o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import polars as pl
 
-from ..profiles import ModelProfile
 from ..storage import PathLike, as_data_path, read_parquet, write_frame_atomic
-from .config import GenerationConfig, sample_key
+from .config import sample_key
 from .probes import ProbeKeys
 from .store import read_generations
 
@@ -23,16 +21,6 @@ ACTIVE_FILE = "active.parquet"
 
 class ActiveSamplesMissingError(FileNotFoundError):
     """The shard has no active.parquet: `generations` was never materialized for it."""
-
-
-def run_config(profile: ModelProfile, endpoints: Iterable[str] | str, *layers: Mapping[str, Any]) -> GenerationConfig:
-    """The GenerationConfig of one run: the profile's sampling and stop ids, then each layer of
-    GenerationConfig fields in order (a later layer wins); a None value sets nothing (the profile's
-    value / an earlier layer's / the default stays)."""
-    fields: dict[str, Any] = {}
-    for layer in layers:
-        fields.update((k, v) for k, v in layer.items() if v is not None)
-    return GenerationConfig.from_profile(profile, endpoints, **fields)
 
 
 def active_sample_ids(

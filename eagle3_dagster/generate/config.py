@@ -8,19 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..config import Settings
 from ..profiles import ModelProfile
 from ..secret import Secret
-from ..urls import credentials_conflict, parse_endpoint_urls
+from ..urls import Endpoints, credentials_conflict, parse_endpoint_urls
 from .run_wait import EndpointWaitRecord
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    endpoints: tuple[str, ...]
+    endpoints: Endpoints
     max_new_tokens: int
     temperature: float
     top_p: float
@@ -44,7 +45,7 @@ class GenerationConfig:
     regen_seed: int | None = None
     model_revision: str | None = None  # None -> from /model_info (model_path @ weight_version)
     # The NAME of the variable the settings layer read the key from (for messages); the key itself is
-    # `api_key`, a Secret handed over by the caller (config.generation_env), never printed or hashed.
+    # `api_key`, a Secret handed over by the caller (generation_config), never printed or hashed.
     api_key_env: str = "SGLANG_API_KEY"
     # --- deeper knobs (keyword-only extensions; defaults suit a real fleet) ---
     vocab_size: int | None = None  # validate prompt ids client-side: the server does not
@@ -116,8 +117,8 @@ class GenerationConfig:
 
     @classmethod
     def from_profile(cls, profile: ModelProfile, endpoints: Iterable[str] | str, **overrides: Any) -> GenerationConfig:
-        """Sampling and stop ids from the model profile; `endpoints` (a comma-separated string or URLs) as given:
-        the caller passes them (Settings.sglang_urls, the `sglang` resource), there is no global fallback."""
+        """Sampling and stop ids from the model profile, then `overrides`; `endpoints` (Endpoints, a comma-separated
+        string or URLs) as given: there is no global fallback. A run's config comes from `generation_config`."""
         eps = parse_endpoint_urls(endpoints, source="GenerationConfig endpoints")
         s = profile.sampling
         base: dict[str, Any] = dict(
@@ -149,6 +150,51 @@ class GenerationConfig:
         if self.stream_interval is not None:
             return int(self.stream_interval)
         return max(16, min(2048, -(-int(self.max_new_tokens) // 4)))
+
+
+# The GenerationConfig fields a deployment sets with no per-run resource field: read from the settings only.
+def deployment_fields(s: Settings) -> dict[str, Any]:
+    """The settings-only fields that are set (EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS=0 is None: never compact)."""
+    out: dict[str, Any] = {"api_key": s.sglang_api_key, "allow_old_server": s.allow_old_sglang}
+    out = {k: v for k, v in out.items() if v is not None}
+    if s.generation_compact_after_chunks is not None:
+        out["compact_after_chunks"] = s.generation_compact_after_chunks or None
+    return out
+
+
+def resource_defaults(s: Settings) -> dict[str, Any]:
+    """The deployment's values of the fields a run's `sglang` resource sets (None: GenerationConfig's default).
+    The definitions bind them into the resource; `generation_config` applies them where a resource left one None."""
+    return {
+        "wait_for_endpoint_s": s.endpoint_wait_s,
+        "stream": s.stream,
+        "stall_timeout_s": s.stall_timeout_s,
+        "context_overflow": s.context_overflow,
+    }
+
+
+def generation_config(
+    profile: ModelProfile,
+    endpoints: Endpoints | Iterable[str] | str,
+    settings: Settings,
+    run: Mapping[str, Any],
+    **run_only: Any,
+) -> GenerationConfig:
+    """The GenerationConfig of one run, the one factory. Each field has one route:
+    the profile (sampling, stop ids, vocab size); the deployment's settings for the fields no resource has
+    (`deployment_fields`); the run's resource values (`run`: the `sglang` / `pipeline` fields, None = not set in
+    this run, then the deployment's value from `resource_defaults`); `run_only` (values of this run alone: probe
+    sources, the graph run's endpoint wait). A field given by two routes is a TypeError."""
+    deployment = deployment_fields(settings)
+    given = {k: v for k, v in run.items() if v is not None}
+    for name, value in resource_defaults(settings).items():
+        if name not in given and value is not None:
+            given[name] = value
+    routes = [set(deployment), set(run), set(run_only)]
+    twice = sorted(n for i, a in enumerate(routes) for b in routes[i + 1 :] for n in a & b)
+    if twice:
+        raise TypeError(f"GenerationConfig field(s) given by two routes: {', '.join(twice)}")
+    return GenerationConfig.from_profile(profile, endpoints, **deployment, **given, **run_only)
 
 
 def sampling_params(config: GenerationConfig) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from ..config import Settings, settings, work_dir_for
 from ..profiles import ModelProfile, resolve_profile
 from ..quality.request_failures import DEFAULT_MAX_FAILED_RATE
 from ..storage import DataPath, data_root
-from ..urls import has_credentials, parse_endpoint_urls
+from ..urls import Endpoints, has_credentials, parse_endpoint_urls
 
 
 class PipelineSettings(dg.ConfigurableResource):
@@ -97,13 +97,15 @@ class SGLangFleet(dg.ConfigurableResource):
     # prompt + max_new_tokens over the server's context: "fit" or "skip" (default EAGLE3_CONTEXT_OVERFLOW, else fit)
     context_overflow: str | None = None
 
-    def endpoints(self) -> tuple[str, ...]:
+    def endpoints(self) -> Endpoints:
+        """The run's URLs: its `urls` text parsed (once, here), else the deployment's parsed EAGLE3_SGLANG_URL."""
         if self.urls:
             return parse_endpoint_urls(self.urls, source="sglang resource `urls`")
         return settings().sglang_urls
 
     def generation_fields(self) -> dict[str, Any]:
-        """The GenerationConfig fields this resource sets (same names); None: the profile's / the default."""
+        """The GenerationConfig fields this resource sets (same names); None: the deployment's setting, else the
+        profile's / GenerationConfig's default (generate.config.generation_config applies them)."""
         return {
             "max_in_flight": self.max_in_flight,
             "model_revision": self.model_revision or None,  # "" in the launchpad: from /model_info
@@ -128,7 +130,7 @@ def _urls_value(s: Settings) -> str | None:
     user:password: resource values are run config, stored in the event log for anyone to read."""
     if not s.sglang_url_configured or any(has_credentials(u) for u in s.sglang_urls):
         return None
-    return ",".join(s.sglang_urls)
+    return s.sglang_urls.as_text()
 
 
 def resources_from_settings(s: Settings) -> dict[str, dg.ConfigurableResource]:

@@ -116,8 +116,8 @@ def main(argv: list[str]) -> int:
         for line in problems:
             print(f"eagle3 plan: error: {line}", file=sys.stderr)
         return 2
-    from ..config import generation_env, settings
-    from ..generate.active import run_config
+    from ..config import settings
+    from ..generate.config import generation_config
     from ..ingest import load_source_specs
     from ..ingest.errors import IngestFileError
     from ..profiles import ProfileError, resolve_profile
@@ -132,11 +132,8 @@ def main(argv: list[str]) -> int:
         return 2
     try:
         profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)
-        config = run_config(
-            profile,
-            s.sglang_urls,
-            generation_env(s),
-            {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed},
+        config = generation_config(
+            profile, s.sglang_urls, s, {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed}
         )
         plan = build_plan(
             specs,

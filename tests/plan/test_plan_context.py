@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.generate.active import run_config
+from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.plan.build import Fleet, build_plan, plan_table
 from eagle3_dagster.sim.process import start_simulator
@@ -23,7 +23,7 @@ def test_plan_counts_the_prompts_over_the_servers_context(tmp_path, kimi_profile
     renderer = PromptRenderer(kimi_profile)
 
     def plan(url: str, mode: str):
-        config = run_config(kimi_profile, (url,), {"max_new_tokens": MAX_NEW, "context_overflow": mode})
+        config = GenerationConfig.from_profile(kimi_profile, (url,), max_new_tokens=MAX_NEW, context_overflow=mode)
         return build_plan(
             specs,
             data=data_root(tmp_path / "data"),

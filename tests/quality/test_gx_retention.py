@@ -139,16 +139,16 @@ def test_prune_removes_orphan_pages_and_leaves_other_suites(tmp_path):
 
 
 def test_keep_setting_is_validated(monkeypatch):
-    from eagle3_dagster.config import gx_keep_validations
+    from eagle3_dagster.config import settings
 
     monkeypatch.delenv("EAGLE3_GX_KEEP_VALIDATIONS", raising=False)
-    assert gx_keep_validations() == 20
+    assert settings().gx_keep_validations == 20
     monkeypatch.setenv("EAGLE3_GX_KEEP_VALIDATIONS", "0")
-    assert gx_keep_validations() == 0
+    assert settings().gx_keep_validations == 0
     for bad in ("-1", "many"):
         monkeypatch.setenv("EAGLE3_GX_KEEP_VALIDATIONS", bad)
         with pytest.raises(ValueError, match="EAGLE3_GX_KEEP_VALIDATIONS"):
-            gx_keep_validations()
+            settings()
 
 
 def test_runs_without_docs_prune_and_build_no_docs(feats, kimi_profile, gx_dirs):
