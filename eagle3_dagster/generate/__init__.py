@@ -18,7 +18,7 @@ answer_checks (every answer checked against what was sent), inputs (which rows t
 from ..secret import redact_http_library_logs
 from .answer_checks import integrity_violations
 from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
-from .endpoints import AuthError, ModelRevisionError, NoEndpointError
+from .endpoint_info import AuthError, ModelRevisionError, NoEndpointError
 from .inputs import InputChangedError, TokenizedSource
 from .report import ProgressReport, ShardReport
 from .shard import generate_shard, generate_shard_async

@@ -29,9 +29,9 @@ from typing import Any
 import httpx
 
 from ..secret import redact
-from .endpoint_info import auth_refused
+from .endpoint_info import Endpoint, auth_refused, display_url, jittered_backoff, parse_version
 from .endpoint_info import error_message as _error_message
-from .endpoints import Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
+from .endpoints import EndpointPool
 from .report import RunStats
 
 log = logging.getLogger(__name__)

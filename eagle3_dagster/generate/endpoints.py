@@ -47,7 +47,6 @@ from .endpoint_info import (
     describe_error,
     display_url,
     is_router_readiness,
-    jittered_backoff,
     max_running_of,
     model_revision_of,
     parse_version,
@@ -61,26 +60,6 @@ from .endpoint_info import (
 from .run_wait import EndpointWaitRecord
 
 log = logging.getLogger(__name__)
-
-# endpoint_info.py holds the errors, the Endpoint state and the parsing of what a server reports;
-# they stay importable from here.
-__all__ = [
-    "DISTRIBUTION_KEYS",
-    "MIN_SERVER_VERSION",
-    "AuthError",
-    "Endpoint",
-    "EndpointPool",
-    "EndpointRefusedError",
-    "ModelRevisionError",
-    "NoEndpointError",
-    "describe_error",
-    "display_url",
-    "jittered_backoff",
-    "max_running_of",
-    "model_revision_of",
-    "parse_version",
-    "preferred_params_of",
-]
 
 
 class EndpointPool:

@@ -17,7 +17,7 @@ from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
 from test_fleet import _start_router
 
 from eagle3_dagster.generate import NoEndpointError, generate_shard, read_generation_errors, read_generations
-from eagle3_dagster.generate.endpoints import EndpointRefusedError
+from eagle3_dagster.generate.endpoint_info import EndpointRefusedError
 
 pytestmark = pytest.mark.integration
 
