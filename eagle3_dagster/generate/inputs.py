@@ -170,7 +170,7 @@ def classify(
     """(first occurrence in the input, already stored) per input row, exact on all 128 bits.
 
     One stable lexsort over stored + input keys: equal keys become neighbours, stored ones first,
-    input rows in input order. ~50 bytes a row, transient (a polars struct hash used ~250).
+    input rows in input order. ~50 bytes a row, transient.
     """
     m, n = len(stored_hi), len(hi)
     all_hi = np.concatenate([stored_hi, hi])
