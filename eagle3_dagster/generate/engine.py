@@ -23,6 +23,7 @@ from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .flush import ChunkFlusher
 from .inputs import input_problem
+from .multiturn import is_turn
 from .report import RunStats
 from .rows import error_row, result_row
 from .sse import StreamMode
@@ -39,11 +40,6 @@ def retry_policy(config: GenerationConfig) -> RetryPolicy:
         backoff_max_s=config.backoff_max_s,
         unroutable_wait_s=config.wait_for_endpoint_s,
     )
-
-
-def is_turn(item: dict[str, Any]) -> bool:
-    """A conversation's turn (all_turns sources), as opposed to a single prompt."""
-    return "turn_index" in item
 
 
 class TurnQueue(Protocol):

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .multiturn import is_turn
+
 
 class ChunkSink(Protocol):
     def write_chunk(self, rows: list[dict[str, Any]]) -> Any: ...
@@ -24,10 +26,10 @@ class ErrorSink(ChunkSink, Protocol):
 
 def split_turn_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(sample rows, conversation-turn rows): turns are stored apart, in the shard's turns/ store."""
-    turns = [r for r in rows if "turn_index" in r]
+    turns = [r for r in rows if is_turn(r)]
     if not turns:
         return rows, []
-    return [r for r in rows if "turn_index" not in r], turns
+    return [r for r in rows if not is_turn(r)], turns
 
 
 class ChunkFlusher:

@@ -67,6 +67,11 @@ TURNS_DIR = "turns"
 TURN_EXTRA = ("conversation_id", "turn_index", "prompt_ids", "prompt_messages", "tools")
 
 
+def is_turn(item: dict[str, Any]) -> bool:
+    """A conversation's turn (an item TurnDriver built, or its row), as opposed to a single prompt's."""
+    return "turn_index" in item
+
+
 @dataclass(frozen=True)
 class Conversation:
     conversation_id: str  # the conversation's prompt_id (prompts table)
