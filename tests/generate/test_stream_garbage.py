@@ -1,6 +1,6 @@
 """A stream chunk that is not JSON (a proxy injecting text into an SSE stream) is a bad body: retried like
-a final chunk that is not JSON, never an exception out of the request (which crashed the shard's step:
-Dagster retried the whole step and sent every request again). In-process: the client's own stream reader
+a final chunk that is not JSON, never an exception out of the request (that would fail the shard's step:
+Dagster would retry the whole step and send every request again). In-process: the client's own stream reader
 over httpx's MockTransport, no server."""
 
 from __future__ import annotations
