@@ -316,7 +316,7 @@ class _Tries:
         return f"{rid_base}-{self.attempt}u{self.unroutable}"
 
     def failed(
-        self, rid: str, reason: str, status: int | None, detail: str, endpoint: str = "", lat: float = 0.0
+        self, rid: str, *, reason: str, status: int | None, detail: str, endpoint: str = "", lat: float = 0.0
     ) -> Outcome:
         return Outcome(None, endpoint, rid, lat, reason=reason, status=status, detail=detail, attempts=self.attempt + 1)
 
@@ -391,7 +391,7 @@ async def generate_one(
             await asyncio.sleep(policy.backoff(tries.attempt - 1))
             continue
         except FinalFailure as e:
-            return tries.failed(rid, e.reason, e.status, e.detail)
+            return tries.failed(rid, reason=e.reason, status=e.status, detail=e.detail)
         finally:
             task = asyncio.current_task()
             if in_flight is not None and (task is None or not task.cancelling()):
@@ -402,9 +402,9 @@ async def generate_one(
             return Outcome(data, ep.name, rid, lat, attempts=tries.attempt + 1)
         why, code, msg = partial
         if _partial_is_final(code):
-            return tries.failed(rid, f"abort_{code}", code, msg, ep.name, lat)
+            return tries.failed(rid, reason=f"abort_{code}", status=code, detail=msg, endpoint=ep.name, lat=lat)
         if tries.attempt >= policy.max_retries:
-            return tries.failed(rid, why, code, msg, ep.name, lat)
+            return tries.failed(rid, reason=why, status=code, detail=msg, endpoint=ep.name, lat=lat)
         stats.retried[_partial_retry_kind(why, code)] += 1
         tries.attempt += 1
         await asyncio.sleep(policy.backoff(tries.attempt - 1))
@@ -420,7 +420,7 @@ def _wait_unroutable(
     tries.unroutable += 1
     waited = now - tries.unroutable_since
     if waited > policy.unroutable_wait_s:
-        return tries.failed(rid, "no_available_workers", 503, f"{e.detail} for {waited:.0f}s")
+        return tries.failed(rid, reason="no_available_workers", status=503, detail=f"{e.detail} for {waited:.0f}s")
     return None
 
 
@@ -443,9 +443,8 @@ def _note_retry(
     if e.kind == "stall":
         log.warning("request %s stalled (%s): aborted, retrying with a new rid", rid, e.detail)
     if tries.attempt >= policy.max_retries:
-        return tries.failed(
-            rid, "retries_exhausted", e.status, f"{e.kind} after {tries.attempt + 1} attempts: {e.detail}"
-        )
+        detail = f"{e.kind} after {tries.attempt + 1} attempts: {e.detail}"
+        return tries.failed(rid, reason="retries_exhausted", status=e.status, detail=detail)
     stats.retried[e.kind] += 1
     log.debug("retrying %s after %s", rid, e.kind)
     tries.attempt += 1

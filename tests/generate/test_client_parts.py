@@ -146,7 +146,7 @@ def test_each_try_gets_a_new_rid_and_each_read_timeout_doubles_the_next_wait() -
     policy = RetryPolicy(read_timeout_s=5.0, connect_timeout_s=1.0, max_retries=3, backoff_base_s=0, backoff_max_s=0)
     assert policy.timeout(0).read == 5.0 and policy.timeout(2).read == 20.0
     assert policy.timeout(0).write == 61.0
-    failed = tries.failed("s-n-2u1", "retries_exhausted", None, "gave up")
+    failed = tries.failed("s-n-2u1", reason="retries_exhausted", status=None, detail="gave up")
     assert failed.response is None and failed.attempts == 3
 
 
