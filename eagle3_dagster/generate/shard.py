@@ -6,6 +6,8 @@ sample at a time, feed an in-memory buffer -> the buffer is flushed as an atomic
 `flush_every_n` samples or `flush_every_s` seconds -> errors.parquet -> compaction of the chunks
 when more than `compact_after_chunks` exist (store.py) -> ShardReport.
 Results are never accumulated in memory; pass the tokenized shard as a Path to stream it too.
+The parts: engine.py (what to send next, the gate before sending, one request, the outcome recorder,
+the worker loop), flush.py (the buffer and its chunk writes); this module sets them up and reports.
 """
 
 from __future__ import annotations

@@ -255,3 +255,36 @@ def test_flusher_due_after_the_interval_since_the_last_write() -> None:
     assert f.due(5.0) == (True, True)
     asyncio.run(f.flush(with_errors=True))
     assert f.due(5.0) == (False, False)
+
+
+# -- the run's set-up -----------------------------------------------------------------------------
+
+
+def test_window_is_the_configured_or_the_servers_and_never_more_than_the_work() -> None:
+    from eagle3_dagster.generate.report import ShardReport
+    from eagle3_dagster.generate.shard import _window
+
+    pool = SimpleNamespace(max_in_flight=lambda headroom: 48)
+    cfg = SimpleNamespace(max_in_flight=None, in_flight_headroom=1.0)
+    rep = ShardReport()
+    assert _window(rep, cfg, pool, pending=100) == 48 and rep.in_flight_source == "server_info"  # type: ignore[arg-type]
+    assert _window(rep, cfg, pool, pending=5) == 5  # type: ignore[arg-type]
+    assert _window(rep, cfg, pool, pending=0) == 1  # type: ignore[arg-type]
+    fixed = SimpleNamespace(max_in_flight=8, in_flight_headroom=1.0)
+    assert _window(rep, fixed, pool, pending=100) == 8 and rep.in_flight_source == "config"  # type: ignore[arg-type]
+    assert rep.max_in_flight == 8
+
+
+def test_workers_are_spread_over_small_http_pools() -> None:
+    from eagle3_dagster.generate.shard import _HttpClients
+
+    async def spread() -> tuple[int, bool, bool]:
+        http = _HttpClients()
+        http.spread(n_workers=10, per_client=4)
+        pools = len(http.all)
+        same = http.for_worker(0) is http.for_worker(3)
+        apart = http.for_worker(0) is not http.for_worker(1)
+        await http.close()
+        return pools, same, apart
+
+    assert asyncio.run(spread()) == (3, True, True)
