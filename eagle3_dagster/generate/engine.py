@@ -151,17 +151,24 @@ def admit(
     return Admission(sampling, CONTEXT_OVERFLOW, budget.skip_detail(len(ids)), over_budget=True)
 
 
-def count_answer(stats: RunStats, o: Outcome, row: dict[str, Any], violations: list[str], *, turn: bool) -> None:
+def count_answer(
+    stats: RunStats,
+    response: dict[str, Any],
+    latency_s: float,
+    row: dict[str, Any],
+    violations: list[str],
+    *,
+    turn: bool,
+) -> None:
     """An accepted answer in the run's figures (a turn is not a sample: the driver counts those)."""
-    assert o.response is not None
     if not turn:
         stats.succeeded += 1
-    stats.latencies.append(o.latency_s)
+    stats.latencies.append(latency_s)
     stats.finish[row["finish_reason"] or "unknown"] += 1
-    stats.output_tokens += len(o.response.get("output_ids") or ())
+    stats.output_tokens += len(response.get("output_ids") or ())
     stats.prompt_tokens += row["prompt_tokens"] or 0
     stats.cached_tokens += row["cached_tokens"] or 0
-    fr = (o.response.get("meta_info") or {}).get("finish_reason")
+    fr = (response.get("meta_info") or {}).get("finish_reason")
     if isinstance(fr, dict) and fr.get("matched") == NAN_FINISH:
         stats.nan_finishes += 1
     if any(v.startswith("length_capped_by_server") for v in violations):
@@ -210,17 +217,15 @@ class OutcomeRecorder:
             violations=viol,
             drafter=serving_drafter(ctx.pool.endpoints, o.endpoint),
         )
-        turn = is_turn(item) and self._turns is not None
-        if turn:
-            assert self._turns is not None
-            row.update(self._turns.row_extras(item))
+        turns = self._turns if is_turn(item) else None
+        if turns is not None:
+            row.update(turns.row_extras(item))
         self._flusher.rows.append(row)
-        count_answer(ctx.stats, o, row, viol, turn=is_turn(item))
+        count_answer(ctx.stats, o.response or {}, o.latency_s, row, viol, turn=is_turn(item))
         if row["integrity_violations"]:
             log.warning("integrity violation in %s: %s", item["sample_id"], row["integrity_violations"])
-        if turn:
-            assert self._turns is not None
-            self._turns.done(item, row)  # queues this conversation's next turn
+        if turns is not None:
+            turns.done(item, row)  # queues this conversation's next turn
 
 
 async def send(

@@ -127,8 +127,9 @@ def test_count_answer_counts_a_sample_and_its_flags_but_not_a_turn_as_a_sample()
     stats = RunStats(total=2)
     row = {"finish_reason": "stop", "prompt_tokens": 7, "cached_tokens": 3, "integrity_violations": ["x"]}
     o = answer({"type": "stop", "matched": "NaN happened"}, [1, 2, 3])
-    count_answer(stats, o, row, ["length_capped_by_server: 5"], turn=False)
-    count_answer(stats, o, row, [], turn=True)
+    assert o.response is not None
+    count_answer(stats, o.response, o.latency_s, row, ["length_capped_by_server: 5"], turn=False)
+    count_answer(stats, o.response, o.latency_s, row, [], turn=True)
     assert stats.succeeded == 1
     assert (stats.output_tokens, stats.prompt_tokens, stats.cached_tokens) == (6, 14, 6)
     assert (stats.nan_finishes, stats.server_capped_length, stats.integrity_violations) == (2, 1, 2)
