@@ -134,14 +134,14 @@ def test_the_gates_page_lists_every_asset_check_of_the_definitions_and_refuses_a
 
 
 def _literal_reasons(module: Path) -> set[str]:
-    """String literals the module emits as reason codes: `reason="..."`, `_Retry/_Final("...")`,
+    """String literals the module emits as reason codes: `reason="..."`, `RetryableFailure/FinalFailure("...")`,
     `problems.append("...")` and `RowReject("...")`."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(module.read_text())):
         if not isinstance(node, ast.Call):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-        args = node.args[:1] if name in ("_Retry", "_Final", "append", "RowReject") else []
+        args = node.args[:1] if name in ("RetryableFailure", "FinalFailure", "append", "RowReject") else []
         values = [*args, *(kw.value for kw in node.keywords if kw.arg == "reason")]
         found |= {v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)}
     return found
@@ -162,7 +162,13 @@ def test_troubleshooting_names_every_reason_code() -> None:
         "empty_input_ids",
         "input_id_out_of_vocab",
     }
-    for module in ("generate/client.py", "generate/shard.py", "train/parse.py", "ingest/normalize.py"):
+    for module in (
+        "generate/client.py",
+        "generate/sse.py",
+        "generate/engine.py",
+        "train/parse.py",
+        "ingest/normalize.py",
+    ):
         codes |= _literal_reasons(pkg / module)
     codes |= ANSWER_REFUSALS
     codes -= {""}

@@ -26,7 +26,7 @@ from ..generate import (
 from ..generate.active import active_sample_ids, write_active_samples
 from ..generate.config import generation_config
 from ..generate.context_fit import ContextBudget
-from ..generate.endpoints import EndpointRefusedError
+from ..generate.endpoint_info import EndpointRefusedError
 from ..generate.inputs import prompt_view
 from ..generate.multiturn import (
     active_turn_ids,

@@ -10,15 +10,17 @@ The Dagster `generations` asset calls:
 
 `tokenized` is a TOKENIZED_PROMPTS DataFrame or the Path of the shard's Parquet (streamed).
 Modules: config (what is sent, cache keys), endpoints (health, balancing, circuit breaker),
-endpoint_info (errors, endpoint state, what a server reports), client (one request with retries),
-answer_checks (every answer checked against what was sent), inputs (which rows to send), store
-(atomic chunks, lock, resume), report (progress and metadata), shard (the run).
+endpoint_info (errors, endpoint state, what a server reports), client (one request with retries,
+request_errors its failures, sse a streamed answer), answer_checks (every answer checked against what
+was sent), inputs (which rows to send), engine (the workers' parts: next item, gate, send, record),
+flush (the buffer's chunk writes), store (atomic chunks, lock, resume), report (progress and metadata),
+shard (the run).
 """
 
 from ..secret import redact_http_library_logs
 from .answer_checks import integrity_violations
 from .config import GenerationConfig, sample_key, sampling_hash, sampling_params
-from .endpoints import AuthError, ModelRevisionError, NoEndpointError
+from .endpoint_info import AuthError, ModelRevisionError, NoEndpointError
 from .inputs import InputChangedError, TokenizedSource
 from .report import ProgressReport, ShardReport
 from .shard import generate_shard, generate_shard_async

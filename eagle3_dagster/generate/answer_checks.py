@@ -3,7 +3,7 @@ it becomes a row.
 
 `check_answer(sent, answer)` takes what was sent (`Sent`: the input ids, max_new_tokens, the rid, the
 vocabulary size, the shard's weight version) and the answer as parsed from the wire (a non-stream body,
-or a stream folded into one body by client._read_stream: cumulative or delta), and returns either
+or a stream folded into one body by sse.read_stream: cumulative or delta), and returns either
 `Refused` (a reason code and a detail naming the field and the values) or `Accepted` (the answer and
 its flags, the row's `integrity_violations`). A refused answer becomes a failed request with its
 reason in errors.parquet, never a stored row and never an exception: one bad answer must not crash

@@ -7,12 +7,7 @@ server's message. A 200 whose body is not a result (an `error` object, or no `ou
 sglang-router means the endpoint has nothing to route to: the sample waits for the endpoint (bounded
 by the endpoint wait) without spending a retry.
 
-Streaming (`stream=True`, spec §3.5): the response is read as SSE with an idle timeout between
-chunks, so a request that goes quiet (a stuck request, a proxy that dropped the connection) is
-detected in `stall_timeout_s` however long the generation is; the wait before the first chunk is
-bounded separately (`first_chunk_timeout_s`: queued requests send nothing). Only the last event is
-parsed when the server streams cumulative `output_ids` (the default), every delta when it streams
-increments; when no /server_info says which (a router), each stream's chunks tell. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
+Streaming (`stream=True`, spec §3.5) is read by sse.py. A stalled request is aborted (`/abort_request`, connection closed) and retried with a
 new rid. A retry gets a new rid (sample_id + run nonce + attempt): SGLang 0.5.23 refuses
 a rid that is still in flight, and the old request may be running server-side after a timeout.
 """
@@ -20,19 +15,21 @@ a rid that is still in flight, and the old request may be running server-side af
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from ..secret import redact
-from .endpoint_info import auth_refused
+from .endpoint_info import Endpoint, auth_refused, display_url, jittered_backoff, parse_version
 from .endpoint_info import error_message as _error_message
-from .endpoints import Endpoint, EndpointPool, display_url, jittered_backoff, parse_version
+from .endpoints import EndpointPool
 from .report import RunStats
+from .request_errors import FinalFailure, RetryableFailure, UnroutableEndpoint
+from .sse import StreamMode, read_stream
 
 log = logging.getLogger(__name__)
 
@@ -55,32 +52,6 @@ class Outcome:
     attempts: int = 1
 
 
-class _Retry(Exception):
-    def __init__(self, kind: str, status: int | None, detail: str, *, breaker: bool, url: str = "") -> None:
-        super().__init__(detail)
-        self.url = url
-        self.kind = kind
-        self.status = status
-        self.detail = detail
-        self.breaker = breaker
-
-
-class _Unroutable(Exception):
-    """The endpoint (a router) has no worker to send to: wait for it, do not spend a retry."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class _Final(Exception):
-    def __init__(self, reason: str, status: int | None, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.status = status
-        self.detail = detail
-
-
 def not_a_result(data: Any) -> str | None:
     """Why a 200 body is not a generation result (spec §3.1, §3.5), or None when it is one."""
     if not isinstance(data, dict):
@@ -96,133 +67,6 @@ def not_a_result(data: Any) -> str | None:
     if not isinstance(data.get("output_ids"), list) or not isinstance(data.get("meta_info"), dict):
         return "output_ids is not a list or meta_info is not an object"
     return None
-
-
-@dataclass(frozen=True)
-class StreamMode:
-    """How to read a streamed answer: timeouts, and whether `output_ids` come as deltas (server flag)."""
-
-    first_chunk_timeout_s: float
-    stall_timeout_s: float
-    stream_interval: int | None
-
-
-async def _read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> dict[str, Any]:
-    """SSE events -> one result dict; raises _Retry('stall') on silence, _Retry('reset') on a cut stream."""
-    loop = asyncio.get_running_loop()
-    incremental = ep.incremental_stream
-    buf = bytearray()
-    last: bytes | None = None
-    ids: list[int] = []
-    chunks: list[list[int]] = []  # mode not known: every chunk's output_ids, to tell from them
-    texts: list[str] = []
-    events = 0
-    done = False
-    try:
-        async with asyncio.timeout(mode.first_chunk_timeout_s) as cm:
-            async for raw in r.aiter_raw():
-                cm.reschedule(loop.time() + mode.stall_timeout_s)
-                start = max(0, len(buf) - 1)  # only the new bytes (and one before) can hold a new separator
-                buf += raw
-                while True:
-                    cut = buf.find(b"\n\n", start)
-                    if cut < 0:
-                        break
-                    ev = bytes(buf[:cut]).strip()
-                    del buf[: cut + 2]
-                    start = 0
-                    if not ev.startswith(b"data:"):
-                        continue
-                    payload = ev[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
-                        continue
-                    events += 1
-                    last = payload
-                    if incremental is not False:
-                        try:
-                            d = json.loads(payload)
-                        except ValueError:  # never out of the request: it would crash the shard's step
-                            raise _Retry(
-                                "bad_body", 200, f"{ep.name}: stream chunk {events} that is not JSON", breaker=True
-                            ) from None
-                        if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
-                            if incremental:
-                                ids.extend(d["output_ids"])
-                            else:
-                                chunks.append(d["output_ids"])
-                            if isinstance(d.get("text"), str):
-                                texts.append(d["text"])
-                if done:
-                    break
-    except TimeoutError:
-        what = "first chunk" if events == 0 else f"chunk {events + 1}"
-        wait = mode.first_chunk_timeout_s if events == 0 else mode.stall_timeout_s
-        raise _Retry(
-            "stall", None, f"{ep.name}: stream silent for {wait:g}s waiting for the {what}", breaker=False, url=ep.url
-        ) from None
-    if not done or last is None:
-        raise _Retry("reset", None, f"{ep.name}: stream ended without [DONE] after {events} chunks", breaker=True)
-    try:
-        data = json.loads(last)
-    except ValueError:
-        raise _Retry("bad_body", 200, f"{ep.name}: stream chunk that is not JSON", breaker=True) from None
-    if incremental is None and isinstance(data, dict) and "error" not in data and chunks:
-        incremental = _stream_is_delta(ep, chunks, data)
-        if incremental:
-            ids = [i for c in chunks for i in c]
-    if incremental and isinstance(data, dict) and "error" not in data:
-        data["output_ids"] = ids
-        if ep.server_version.startswith("0.5.9"):
-            pass  # 0.5.9 --stream-output: text stays cumulative, the last chunk has all of it
-        else:
-            data["text"] = "".join(texts)
-    return data
-
-
-_TOLD_DELTA: set[str] = set()  # endpoints whose delta streams were logged once
-
-
-def _stream_is_delta(ep: Endpoint, chunks: list[list[int]], last: dict[str, Any]) -> bool:
-    """Whether a stream's chunks carried deltas, told from the chunks (the server did not say).
-
-    Cumulative chunks (SGLang's default) each start with the previous chunk's ids; delta chunks
-    (--incremental-streaming-output) carry only the new ids. `meta_info.completion_tokens` of the
-    last chunk settles it: the last chunk's length (cumulative) or the sum (delta). Where both
-    readings give the same ids the answer does not matter; where neither fits, the sample fails
-    loudly (stream_mode_unknown) rather than keep a guess.
-    """
-    meta = last.get("meta_info")
-    n = meta.get("completion_tokens") if isinstance(meta, dict) else None
-    prefix_grows = all(len(b) >= len(a) and b[: len(a)] == a for a, b in itertools.pairwise(chunks))
-    total = sum(len(c) for c in chunks)
-    delta: bool | None = None
-    if n is None:
-        if not prefix_grows:
-            delta = True  # cumulative chunks always extend the previous one
-        elif total == len(chunks[-1]):
-            delta = False  # at most one non-empty chunk: both readings give the same ids
-    elif prefix_grows and len(chunks[-1]) == n:
-        delta = False  # (if the sum is n too, every other chunk is empty: the same ids)
-    elif total == n:
-        delta = True
-    if delta is not None:
-        if delta and ep.name not in _TOLD_DELTA:
-            _TOLD_DELTA.add(ep.name)
-            log.warning(
-                "endpoint %s streams delta output_ids (--incremental-streaming-output), told from the chunks: "
-                "it does not report its stream mode",
-                ep.name,
-            )
-        return delta
-    raise _Final(
-        "stream_mode_unknown",
-        200,
-        f"{ep.name}: cannot tell whether the {len(chunks)} stream chunks carry cumulative or delta output_ids "
-        f"(lengths {[len(c) for c in chunks[:8]]}..., completion_tokens {n}); the server does not say "
-        "(a router hides its workers' /server_info): set the workers' stream mode where the client can "
-        "read it, or generate without streaming",
-    )
 
 
 def generate_body(input_ids: list[int], sampling: dict[str, Any], rid: str) -> dict[str, Any]:
@@ -247,6 +91,115 @@ def abort_body(rid: str) -> dict[str, Any]:
     return {"rid": rid}
 
 
+@dataclass(frozen=True)
+class _Reply:
+    """What came back before it is judged: the status, the raw body, or an SSE stream already folded
+    into one result (`data`)."""
+
+    status: int
+    raw: bytes
+    data: Any = None
+    content_type: str = "?"
+
+
+async def _post(
+    client: httpx.AsyncClient,
+    ep: Endpoint,
+    content: bytes,
+    headers: dict[str, str],
+    timeout: httpx.Timeout,
+    stream: StreamMode | None,
+) -> _Reply:
+    """POST /generate and read the answer (JSON, or SSE within the stream's timeouts)."""
+    if stream is None:
+        r = await client.post(ep.url + "/generate", content=content, headers=headers, timeout=timeout)
+        return _Reply(r.status_code, r.content, None, r.headers.get("content-type", "?"))
+    t = httpx.Timeout(connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write, pool=None)
+    async with client.stream("POST", ep.url + "/generate", content=content, headers=headers, timeout=t) as r:
+        ctype = r.headers.get("content-type", "?")
+        if r.status_code == 200 and ctype.startswith("text/event-stream"):
+            return _Reply(200, b"", await read_stream(r, ep, stream), ctype)
+        return _Reply(r.status_code, await r.aread(), None, ctype)
+
+
+def _transport_retry(
+    e: httpx.TransportError, ep: Endpoint, timeout: httpx.Timeout, stream: StreamMode | None
+) -> RetryableFailure:
+    """A transport failure as a retry; `breaker`: whether it counts against the endpoint's circuit."""
+    name = ep.name
+    if isinstance(e, httpx.ConnectError):
+        return RetryableFailure("connect", None, f"{name}: connect error: {type(e).__name__}", breaker=True)
+    if isinstance(e, httpx.ConnectTimeout):
+        return RetryableFailure("connect", None, f"{name}: connect timeout", breaker=True)
+    if isinstance(e, httpx.ReadTimeout):
+        if stream is not None:
+            # No response headers within the first-chunk limit: the same silence as a stall.
+            wait = stream.first_chunk_timeout_s
+            return RetryableFailure("stall", None, f"{name}: no answer within {wait:g}s", breaker=False, url=ep.url)
+        # Not a breaker failure: a slow server is working, only our patience ran out.
+        return RetryableFailure(
+            "read_timeout", None, f"{name}: read timeout after {timeout.read}s", breaker=False, url=ep.url
+        )
+    if isinstance(
+        e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.PoolTimeout, httpx.WriteTimeout)
+    ):
+        return RetryableFailure(
+            "reset", None, f"{name}: {type(e).__name__}: connection reset or body cut", breaker=True
+        )
+    return RetryableFailure("transport", None, f"{name}: {type(e).__name__}", breaker=True)
+
+
+def _stream_error_chunk(err: dict[str, Any], why: str, ep: Endpoint) -> None:
+    """Raise for a stream's error chunk that carries a status. In a stream, request errors found before
+    the first token come as a 200 chunk {"error": {...}} (spec §3.5); 0.5.23 adds the status as `code`,
+    0.5.9 only sends these for validation errors (400)."""
+    code = err.get("code")
+    if not isinstance(code, int) and (parse_version(ep.server_version) or (9,)) < (0, 5, 23):
+        code = 400
+    if isinstance(code, int):
+        if code in RETRYABLE_STATUS or err.get("retryable") is True:
+            raise RetryableFailure(f"http_{code}", code, why, breaker=False)
+        raise FinalFailure(f"http_{code}", code, why)
+
+
+def _result_of_200(reply: _Reply, ep: Endpoint, stream: StreamMode | None) -> dict[str, Any]:
+    """The result of a 200, or the error it is: a body that is not JSON is retried, an error body is final."""
+    data = reply.data
+    if data is None:
+        try:
+            data = json.loads(reply.raw)
+        except ValueError:
+            msg = f"{ep.name}: 200 with a body that is not JSON ({reply.content_type})"
+            raise RetryableFailure("bad_body", 200, msg, breaker=True) from None
+    why = not_a_result(data)
+    if why is None:
+        return data
+    why = redact(why)  # the server's own words (an error body, a stream error chunk)
+    if stream is not None and isinstance(data, dict) and isinstance(data.get("error"), dict):
+        _stream_error_chunk(data["error"], why, ep)
+    # A 200 that is not a result (SGLang answers some errors as HTTP 200 {"error": ...}).
+    # Not a transport failure: the circuit stays as it is.
+    raise FinalFailure("server_error_body", 200, why)
+
+
+def _status_failure(reply: _Reply, ep: Endpoint, pool: EndpointPool, headers: dict[str, str]) -> Exception:
+    """What a non-200 answer is: retried (with or without counting against the circuit), final, or unroutable."""
+    st = reply.status
+    msg = _error_message(reply.raw)
+    if st in (401, 403):
+        return auth_refused(f"{ep.name}/generate", st, ep.url, headers)
+    if st == 400 and "Duplicate request ID" in msg:
+        # A rid of ours still in flight server-side (a killed earlier run): retry with a fresh rid.
+        return RetryableFailure("duplicate_rid", st, msg, breaker=False)
+    if st == 503 and "No available workers" in msg:
+        # sglang-router with no healthy worker: the endpoint is unroutable, not this sample broken.
+        pool.mark_unroutable(ep, f"router: {msg[:120]}")
+        return UnroutableEndpoint(f"{ep.name}: 503 {msg[:200]}")
+    if st in RETRYABLE_STATUS:
+        return RetryableFailure(f"http_{st}", st, msg, breaker=st not in BUSY_STATUS)
+    return FinalFailure(f"http_{st}", st, msg)
+
+
 async def _attempt(
     pool: EndpointPool,
     client: httpx.AsyncClient,
@@ -255,124 +208,35 @@ async def _attempt(
     timeout: httpx.Timeout,
     stats: RunStats,
     stream: StreamMode | None,
-    on_endpoint: Any = None,
+    on_endpoint: Callable[[Endpoint], None] | None = None,
 ) -> tuple[dict[str, Any], Endpoint, float]:
+    """One request on the endpoint the pool picks: its result, or the failure raised (RetryableFailure, FinalFailure,
+    UnroutableEndpoint, AuthError); the endpoint is released with whether it counts against its circuit."""
     ep = await pool.acquire()
     if on_endpoint is not None:
         on_endpoint(ep)
     loop = asyncio.get_running_loop()
     t0 = loop.time()
-    ok = False
-    breaker = False
+    ok = breaker = False
     stats.requests_sent += 1
     stats.in_flight += 1
     body = payload if stream is None else stream_body(payload, stream.stream_interval)
     content = json.dumps(body, separators=(",", ":")).encode()
     try:
         try:
-            if stream is None:
-                r = await client.post(ep.url + "/generate", content=content, headers=headers, timeout=timeout)
-                st = r.status_code
-                raw = r.content
-            else:
-                t = httpx.Timeout(
-                    connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write, pool=None
-                )
-                async with client.stream(
-                    "POST", ep.url + "/generate", content=content, headers=headers, timeout=t
-                ) as r:
-                    st = r.status_code
-                    if st == 200 and r.headers.get("content-type", "").startswith("text/event-stream"):
-                        data = await _read_stream(r, ep, stream)
-                        raw = b""
-                    else:
-                        raw = await r.aread()
-                        data = None
-        except httpx.ConnectError as e:
-            breaker = True
-            pool.mark_unhealthy(ep, e)
-            raise _Retry("connect", None, f"{ep.name}: connect error: {type(e).__name__}", breaker=True) from None
-        except httpx.ConnectTimeout:
-            breaker = True
-            raise _Retry("connect", None, f"{ep.name}: connect timeout", breaker=True) from None
-        except httpx.ReadTimeout:
-            if stream is not None:
-                # No response headers within the first-chunk limit: the same silence as a stall.
-                raise _Retry(
-                    "stall",
-                    None,
-                    f"{ep.name}: no answer within {stream.first_chunk_timeout_s:g}s",
-                    breaker=False,
-                    url=ep.url,
-                ) from None
-            # Not a breaker failure: a slow server is working, only our patience ran out.
-            raise _Retry(
-                "read_timeout", None, f"{ep.name}: read timeout after {timeout.read}s", breaker=False, url=ep.url
-            ) from None
-        except (
-            httpx.RemoteProtocolError,
-            httpx.ReadError,
-            httpx.WriteError,
-            httpx.PoolTimeout,
-            httpx.WriteTimeout,
-        ) as e:
-            breaker = True
-            raise _Retry(
-                "reset", None, f"{ep.name}: {type(e).__name__}: connection reset or body cut", breaker=True
-            ) from None
+            reply = await _post(client, ep, content, headers, timeout, stream)
         except httpx.TransportError as e:
-            breaker = True
-            raise _Retry("transport", None, f"{ep.name}: {type(e).__name__}", breaker=True) from None
-        if st == 200:
-            if stream is None or data is None:
-                try:
-                    data = json.loads(raw)
-                except ValueError:
-                    breaker = True
-                    ctype = r.headers.get("content-type", "?")
-                    raise _Retry(
-                        "bad_body", 200, f"{ep.name}: 200 with a body that is not JSON ({ctype})", breaker=True
-                    ) from None
-            why = not_a_result(data)
-            if why is not None:
-                why = redact(why)  # the server's own words (an error body, a stream error chunk)
-            if (
-                why is not None
-                and stream is not None
-                and isinstance(data, dict)
-                and isinstance(data.get("error"), dict)
-            ):
-                # In a stream, request errors found before the first token come as a 200 chunk
-                # {"error": {...}} (spec §3.5); 0.5.23 adds the status as `code`, 0.5.9 only sends
-                # these for validation errors (400).
-                err = data["error"]
-                code = err.get("code")
-                if not isinstance(code, int) and (parse_version(ep.server_version) or (9,)) < (0, 5, 23):
-                    code = 400
-                if isinstance(code, int):
-                    if code in RETRYABLE_STATUS or err.get("retryable") is True:
-                        raise _Retry(f"http_{code}", code, why, breaker=code not in BUSY_STATUS and code >= 500)
-                    raise _Final(f"http_{code}", code, why)
-            if why is not None:
-                # A 200 that is not a result (SGLang answers some errors as HTTP 200 {"error": ...}).
-                # Not a transport failure: the circuit stays as it is (breaker=False).
-                raise _Final("server_error_body", 200, why)
-            ok = True
-            return data, ep, loop.time() - t0
-        msg = _error_message(raw)
-        if st in (401, 403):
-            raise auth_refused(f"{ep.name}/generate", st, ep.url, headers)
-        if st == 400 and "Duplicate request ID" in msg:
-            # A rid of ours still in flight server-side (a killed earlier run): retry with a fresh rid.
-            raise _Retry("duplicate_rid", st, msg, breaker=False)
-        if st == 503 and "No available workers" in msg:
-            # sglang-router with no healthy worker: the endpoint is unroutable, not this sample broken.
-            pool.mark_unroutable(ep, f"router: {msg[:120]}")
-            raise _Unroutable(f"{ep.name}: 503 {msg[:200]}")
-        if st in RETRYABLE_STATUS:
-            breaker = st not in BUSY_STATUS
-            raise _Retry(f"http_{st}", st, msg, breaker=breaker)
-        raise _Final(f"http_{st}", st, msg)
+            if isinstance(e, httpx.ConnectError):
+                pool.mark_unhealthy(ep, e)
+            raise _transport_retry(e, ep, timeout, stream) from None
+        if reply.status != 200:
+            raise _status_failure(reply, ep, pool, headers)
+        data = _result_of_200(reply, ep, stream)
+        ok = True
+        return data, ep, loop.time() - t0
+    except RetryableFailure as e:
+        breaker = e.breaker
+        raise
     finally:
         stats.in_flight -= 1
         pool.release(ep, ok=ok, breaker_failure=breaker)
@@ -413,7 +277,77 @@ async def abort_rid(
 _ABORT_REFUSED: set[str] = set()  # endpoints whose /abort_request refused, logged once
 
 
-_abort_quietly = abort_rid
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How one sample is retried: how many times, how long each read may wait, the backoff between
+    attempts, and how long an unroutable endpoint is waited for."""
+
+    read_timeout_s: float
+    connect_timeout_s: float
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
+    unroutable_wait_s: float = 900.0
+
+    def timeout(self, read_timeouts: int) -> httpx.Timeout:
+        # After each read timeout the next attempt waits twice as long: short timeouts plus
+        # retries would otherwise throw the same GPU work away forever (spec §8).
+        read_t = self.read_timeout_s * (2**read_timeouts)
+        c = self.connect_timeout_s
+        return httpx.Timeout(connect=c, read=read_t, write=c + 60.0, pool=None)
+
+    def backoff(self, n: int) -> float:
+        return jittered_backoff(n, self.backoff_base_s, self.backoff_max_s)
+
+
+@dataclass
+class _Tries:
+    """Where one sample's retries stand: attempts spent, read timeouts seen, waits for a routable endpoint."""
+
+    attempt: int = 0
+    timeouts: int = 0
+    unroutable: int = 0
+    unroutable_since: float | None = None
+
+    def rid(self, rid_base: str) -> str:
+        # A retry gets a new rid: the old request may still be running server-side.
+        if not self.unroutable:
+            return f"{rid_base}-{self.attempt}"
+        return f"{rid_base}-{self.attempt}u{self.unroutable}"
+
+    def failed(
+        self, rid: str, *, reason: str, status: int | None, detail: str, endpoint: str = "", lat: float = 0.0
+    ) -> Outcome:
+        return Outcome(None, endpoint, rid, lat, reason=reason, status=status, detail=detail, attempts=self.attempt + 1)
+
+
+def _unfinished(data: dict[str, Any], ep: Endpoint) -> tuple[str, int | None, str] | None:
+    """(why, status, message) of an answer that is partial, or None when it finished.
+
+    An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream whose
+    last chunk was dropped) or an aborted one is partial: never stored as a trace. A finish_reason
+    neither null nor an object is not unfinished but malformed, refused by answer_checks."""
+    raw_fr = (data.get("meta_info") or {}).get("finish_reason")
+    fr: dict[str, Any] = raw_fr if isinstance(raw_fr, dict) else {}
+    unfinished = raw_fr is None or (isinstance(raw_fr, dict) and not fr.get("type"))
+    if not unfinished and fr.get("type") != "abort":
+        return None
+    code = None if unfinished else fr.get("status_code")
+    said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
+    msg = redact(said)  # an abort message is the server's text (it may quote the request)
+    return ("unfinished_answer" if unfinished else "aborted"), code, msg
+
+
+def _partial_is_final(code: int | None) -> bool:
+    """An abort with a client-error status is the request's fault: the same request fails the same way."""
+    return isinstance(code, int) and 400 <= code < 500 and code not in (408, 429)
+
+
+def _partial_retry_kind(why: str, code: int | None) -> str:
+    # A streamed scheduler refusal (503 queue full, ...) is an abort chunk with its status.
+    if isinstance(code, int) and code in RETRYABLE_STATUS:
+        return f"http_{code}"
+    return "unfinished" if why == "unfinished_answer" else "abort"
 
 
 async def generate_one(
@@ -424,107 +358,94 @@ async def generate_one(
     input_ids: list[int],
     sampling: dict[str, Any],
     rid_base: str,
-    read_timeout_s: float,
-    connect_timeout_s: float,
-    max_retries: int,
-    backoff_base_s: float,
-    backoff_max_s: float,
+    policy: RetryPolicy,
     stats: RunStats,
     stream: StreamMode | None = None,
-    unroutable_wait_s: float = 900.0,
     in_flight: dict[str, str] | None = None,
 ) -> Outcome:
     """One sample to completion. `in_flight` (rid -> endpoint URL) lets the caller abort what is running on stop."""
-    attempt = 0
-    timeouts = 0
-    unroutable = 0
+    tries = _Tries()
     loop = asyncio.get_running_loop()
-    unroutable_since: float | None = None
     while True:
-        rid = f"{rid_base}-{attempt}" if not unroutable else f"{rid_base}-{attempt}u{unroutable}"
+        rid = tries.rid(rid_base)
         payload = generate_body(input_ids, sampling, rid)
-        # After each read timeout the next attempt waits twice as long: short timeouts plus
-        # retries would otherwise throw the same GPU work away forever (spec §8).
-        read_t = read_timeout_s * (2**timeouts)
-        timeout = httpx.Timeout(connect=connect_timeout_s, read=read_t, write=connect_timeout_s + 60.0, pool=None)
 
         def track(ep: Endpoint, rid: str = rid) -> None:
             if in_flight is not None:
                 in_flight[rid] = ep.url
 
         try:
-            data, ep, lat = await _attempt(pool, client, headers, payload, timeout, stats, stream, track)
-        except _Unroutable as e:
-            # Not the sample's fault: wait for the endpoint (the pool probes it), keep the retries.
-            now = loop.time()
-            unroutable_since = unroutable_since or now
-            stats.retried["no_available_workers"] += 1
-            unroutable += 1
-            if now - unroutable_since > unroutable_wait_s:
-                return Outcome(
-                    None,
-                    "",
-                    rid,
-                    0.0,
-                    reason="no_available_workers",
-                    status=503,
-                    detail=f"{e.detail} for {now - unroutable_since:.0f}s",
-                    attempts=attempt + 1,
-                )
-            await asyncio.sleep(jittered_backoff(min(unroutable, 6), backoff_base_s, backoff_max_s))
+            data, ep, lat = await _attempt(
+                pool, client, headers, payload, policy.timeout(tries.timeouts), stats, stream, track
+            )
+        except UnroutableEndpoint as e:
+            failed = _wait_unroutable(tries, e, rid, loop.time(), policy, stats)
+            if failed is not None:
+                return failed
+            await asyncio.sleep(policy.backoff(min(tries.unroutable, 6)))
             continue
-        except _Retry as e:
-            if e.kind in ("read_timeout", "stall"):
-                if e.kind == "read_timeout":
-                    timeouts += 1
-                if e.url:
-                    _spawn(abort_rid(client, headers, e.url, rid))
-            if e.kind == "stall":
-                log.warning("request %s stalled (%s): aborted, retrying with a new rid", rid, e.detail)
-            if attempt >= max_retries:
-                return Outcome(
-                    None,
-                    "",
-                    rid,
-                    0.0,
-                    reason="retries_exhausted",
-                    status=e.status,
-                    detail=f"{e.kind} after {attempt + 1} attempts: {e.detail}",
-                    attempts=attempt + 1,
-                )
-            stats.retried[e.kind] += 1
-            log.debug("retrying %s after %s", rid, e.kind)
-            attempt += 1
-            await asyncio.sleep(jittered_backoff(attempt - 1, backoff_base_s, backoff_max_s))
+        except RetryableFailure as e:
+            failed = _note_retry(tries, e, rid, policy, stats, client, headers)
+            if failed is not None:
+                return failed
+            await asyncio.sleep(policy.backoff(tries.attempt - 1))
             continue
-        except _Final as e:
-            return Outcome(None, "", rid, 0.0, reason=e.reason, status=e.status, detail=e.detail, attempts=attempt + 1)
+        except FinalFailure as e:
+            return tries.failed(rid, reason=e.reason, status=e.status, detail=e.detail)
         finally:
             task = asyncio.current_task()
             if in_flight is not None and (task is None or not task.cancelling()):
                 in_flight.pop(rid, None)  # kept when cancelled (a stop): the run aborts it on the server
-        unroutable_since = None
-        raw_fr = (data.get("meta_info") or {}).get("finish_reason")
-        fr: dict[str, Any] = raw_fr if isinstance(raw_fr, dict) else {}
-        # neither null nor an object: not unfinished but malformed, refused by answer_checks (not retried)
-        unfinished = raw_fr is None or (isinstance(raw_fr, dict) and not fr.get("type"))
-        if unfinished or fr.get("type") == "abort":
-            # An unfinished answer (no finish_reason: a proxy's snapshot of a running request, a stream
-            # whose last chunk was dropped) or an aborted one is partial: retried, never stored as a trace.
-            code = None if unfinished else fr.get("status_code")
-            said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
-            msg = redact(said)  # an abort message is the server's text (it may quote the request)
-            if isinstance(code, int) and 400 <= code < 500 and code not in (408, 429):
-                return Outcome(
-                    None, ep.name, rid, lat, reason=f"abort_{code}", status=code, detail=msg, attempts=attempt + 1
-                )
-            why = "unfinished_answer" if unfinished else "aborted"
-            if attempt >= max_retries:
-                return Outcome(None, ep.name, rid, lat, reason=why, status=code, detail=msg, attempts=attempt + 1)
-            # A streamed scheduler refusal (503 queue full, ...) is an abort chunk with its status.
-            retryable = isinstance(code, int) and code in RETRYABLE_STATUS
-            stats.retried[f"http_{code}" if retryable else "unfinished" if unfinished else "abort"] += 1
-            attempt += 1
-            await asyncio.sleep(jittered_backoff(attempt - 1, backoff_base_s, backoff_max_s))
-            continue
-        return Outcome(data, ep.name, rid, lat, attempts=attempt + 1)
+        tries.unroutable_since = None
+        partial = _unfinished(data, ep)
+        if partial is None:
+            return Outcome(data, ep.name, rid, lat, attempts=tries.attempt + 1)
+        why, code, msg = partial
+        if _partial_is_final(code):
+            return tries.failed(rid, reason=f"abort_{code}", status=code, detail=msg, endpoint=ep.name, lat=lat)
+        if tries.attempt >= policy.max_retries:
+            return tries.failed(rid, reason=why, status=code, detail=msg, endpoint=ep.name, lat=lat)
+        stats.retried[_partial_retry_kind(why, code)] += 1
+        tries.attempt += 1
+        await asyncio.sleep(policy.backoff(tries.attempt - 1))
+
+
+def _wait_unroutable(
+    tries: _Tries, e: UnroutableEndpoint, rid: str, now: float, policy: RetryPolicy, stats: RunStats
+) -> Outcome | None:
+    """Not the sample's fault: wait for the endpoint (the pool probes it), keep the retries; the
+    failure once the endpoint wait is over."""
+    tries.unroutable_since = tries.unroutable_since or now
+    stats.retried["no_available_workers"] += 1
+    tries.unroutable += 1
+    waited = now - tries.unroutable_since
+    if waited > policy.unroutable_wait_s:
+        return tries.failed(rid, reason="no_available_workers", status=503, detail=f"{e.detail} for {waited:.0f}s")
+    return None
+
+
+def _note_retry(
+    tries: _Tries,
+    e: RetryableFailure,
+    rid: str,
+    policy: RetryPolicy,
+    stats: RunStats,
+    client: httpx.AsyncClient,
+    headers: dict[str, str],
+) -> Outcome | None:
+    """A retryable failure: the abandoned request aborted on the server, the attempt counted; the
+    failure once the retries are spent."""
+    if e.kind in ("read_timeout", "stall"):
+        if e.kind == "read_timeout":
+            tries.timeouts += 1
+        if e.url:
+            _spawn(abort_rid(client, headers, e.url, rid))
+    if e.kind == "stall":
+        log.warning("request %s stalled (%s): aborted, retrying with a new rid", rid, e.detail)
+    if tries.attempt >= policy.max_retries:
+        detail = f"{e.kind} after {tries.attempt + 1} attempts: {e.detail}"
+        return tries.failed(rid, reason="retries_exhausted", status=e.status, detail=detail)
+    stats.retried[e.kind] += 1
+    log.debug("retrying %s after %s", rid, e.kind)
+    tries.attempt += 1
+    return None

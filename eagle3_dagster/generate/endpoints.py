@@ -47,7 +47,6 @@ from .endpoint_info import (
     describe_error,
     display_url,
     is_router_readiness,
-    jittered_backoff,
     max_running_of,
     model_revision_of,
     parse_version,
@@ -61,26 +60,6 @@ from .endpoint_info import (
 from .run_wait import EndpointWaitRecord
 
 log = logging.getLogger(__name__)
-
-# endpoint_info.py holds the errors, the Endpoint state and the parsing of what a server reports;
-# they stay importable from here.
-__all__ = [
-    "DISTRIBUTION_KEYS",
-    "MIN_SERVER_VERSION",
-    "AuthError",
-    "Endpoint",
-    "EndpointPool",
-    "EndpointRefusedError",
-    "ModelRevisionError",
-    "NoEndpointError",
-    "describe_error",
-    "display_url",
-    "jittered_backoff",
-    "max_running_of",
-    "model_revision_of",
-    "parse_version",
-    "preferred_params_of",
-]
 
 
 class EndpointPool:
@@ -325,21 +304,9 @@ class EndpointPool:
                 wmodel = await self._get_json(probe, "/model_info")
                 winfo = await self._get_json(probe, "/server_info")
             if wmodel is not None:
-                wrev = model_revision_of(wmodel)
-                if wrev != ep.revision:
-                    self._refuse(
-                        ep,
-                        f"router worker {display_url(wurl)} serves {wrev}, the router's first worker "
-                        f"serves {ep.revision}: one router would mix two model revisions",
-                    )
-                    return
-                wv = parse_version((winfo or {}).get("version"))
-                if wv is not None and wv < MIN_SERVER_VERSION and not self.allow_old_server:
-                    self._refuse(
-                        ep,
-                        f"router worker {display_url(wurl)} runs SGLang {(winfo or {}).get('version')}, "
-                        "older than 0.5.9 (set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway)",
-                    )
+                why = self._worker_refusal(ep, display_url(wurl), wmodel, winfo)
+                if why is not None:
+                    self._refuse(ep, why)
                     return
             else:
                 log.info(
@@ -367,6 +334,25 @@ class EndpointPool:
             if guessed and ep.worker_window and guessed < len(workers)
             else "",
         )
+
+    def _worker_refusal(
+        self, ep: Endpoint, worker: str, model_info: dict[str, Any], server_info: dict[str, Any] | None
+    ) -> str | None:
+        """Why a router is refused for one of its workers (another revision, an old SGLang), or None."""
+        wrev = model_revision_of(model_info)
+        if wrev != ep.revision:
+            return (
+                f"router worker {worker} serves {wrev}, the router's first worker "
+                f"serves {ep.revision}: one router would mix two model revisions"
+            )
+        version = (server_info or {}).get("version")
+        wv = parse_version(version)
+        if wv is not None and wv < MIN_SERVER_VERSION and not self.allow_old_server:
+            return (
+                f"router worker {worker} runs SGLang {version}, older than 0.5.9 "
+                "(set EAGLE3_ALLOW_OLD_SGLANG=1 to run anyway)"
+            )
+        return None
 
     def _note_router_stream_mode(self, ep: Endpoint, modes: dict[str, bool | None]) -> None:
         """A router's stream mode is its workers' (its own /get_server_info does not say): known only if all agree."""

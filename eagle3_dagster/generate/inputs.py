@@ -170,7 +170,7 @@ def classify(
     """(first occurrence in the input, already stored) per input row, exact on all 128 bits.
 
     One stable lexsort over stored + input keys: equal keys become neighbours, stored ones first,
-    input rows in input order. ~50 bytes a row, transient (a polars struct hash used ~250).
+    input rows in input order. ~50 bytes a row, transient.
     """
     m, n = len(stored_hi), len(hi)
     all_hi = np.concatenate([stored_hi, hi])
@@ -195,6 +195,25 @@ def classify(
     first[idx] = first_sorted[is_input]
     in_store[idx] = group_has_stored[gid[is_input]]
     return first, in_store
+
+
+@dataclass(frozen=True)
+class SampleKeys:
+    """How a prompt row's sample_id is made, the same in both passes: its prompt id and template, the
+    model revision, the sampling hash of what is sent for its length (`row_hash`: a context-fitted prompt
+    has its own; None: `s_hash` for every prompt), the regen seed, and a probe set's drafter tag."""
+
+    model_revision: str
+    s_hash: str
+    regen_seed: int | None
+    row_hash: Callable[[int], str] | None = None
+    probes: ProbeKeys | None = None
+
+    def of(self, prompt_id: str, template_hash: str | None, n_ids: int, source: str | None) -> tuple[str, str]:
+        """(sample_id, sampling hash) of one row."""
+        h_row = self.row_hash(n_ids) if self.row_hash is not None else self.s_hash
+        probe = self.probes.tag(source) if self.probes else None
+        return sample_key(prompt_id, self.model_revision, template_hash or "", h_row, self.regen_seed, probe), h_row
 
 
 def plan_shard(
@@ -222,21 +241,19 @@ def plan_shard(
     by_source = probes is not None and bool(probes.sources) and "source" in cols
     if by_source:
         want.append("source")
+    keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
     hi_a, lo_a = array("Q"), array("Q")
     skipped: list[tuple[int, str]] = []
     excluded: list[int] = []
     for b in _batches(src, want):
         pids = b.get_column("prompt_id").to_list()
         ths = b.get_column("template_hash").to_list() if has_th else [""] * len(pids)
-        if row_hash is not None:
-            hashes = [row_hash(int(n or 0)) for n in b.get_column("input_ids").list.len()]
-        else:
-            hashes = [s_hash] * len(pids)
+        lens = b.get_column("input_ids").list.len().to_list() if row_hash is not None else [0] * len(pids)
         names = b.get_column("source").to_list() if by_source else [None] * len(pids)
-        for p, t, h_row, name in zip(pids, ths, hashes, names):
+        for p, t, n_ids, name in zip(pids, ths, lens, names):
             if exclude_prompt_ids and p in exclude_prompt_ids:
                 excluded.append(len(hi_a))
-            sid = sample_key(p, model_revision, t or "", h_row, regen_seed, probes.tag(name) if probes else None)
+            sid, _ = keys.of(p, t, int(n_ids or 0), name)
             if skip_ids and sid in skip_ids:
                 skipped.append((len(hi_a), sid))
             h, low = _split(sid)
@@ -277,6 +294,7 @@ def iter_pending(
     as plan_shard's; the row's `sampling_hash` is the one of its key)."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
+    keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
     offset = 0
     for b in _batches(src, want):
         n = b.height
@@ -285,10 +303,8 @@ def iter_pending(
             for i, (row, go) in enumerate(zip(b.iter_rows(named=True), mask.tolist())):
                 if not go:
                     continue
-                h_row = row_hash(len(row["input_ids"] or ())) if row_hash is not None else s_hash
-                probe = probes.tag(row.get("source")) if probes else None
-                sid = sample_key(
-                    row["prompt_id"], model_revision, row.get("template_hash") or "", h_row, regen_seed, probe
+                sid, h_row = keys.of(
+                    row["prompt_id"], row.get("template_hash"), len(row["input_ids"] or ()), row.get("source")
                 )
                 if _split(sid)[0] != int(plan.hi[offset + i]):
                     raise InputChangedError("the tokenized prompts changed while the shard was generating; rerun it")

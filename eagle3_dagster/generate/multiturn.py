@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import polars as pl
-import pyarrow as pa
 
 from .. import schemas
 from ..ingest.canonical import canonical_json
@@ -65,6 +64,11 @@ log = logging.getLogger(__name__)
 
 TURNS_DIR = "turns"
 TURN_EXTRA = ("conversation_id", "turn_index", "prompt_ids", "prompt_messages", "tools")
+
+
+def is_turn(item: dict[str, Any]) -> bool:
+    """A conversation's turn (an item TurnDriver built, or its row), as opposed to a single prompt's."""
+    return "turn_index" in item
 
 
 @dataclass(frozen=True)
@@ -480,10 +484,6 @@ def turn_prompt_rows(turns: pl.DataFrame) -> pl.DataFrame:
 
 def turn_lineage(turns: pl.DataFrame) -> pl.DataFrame:
     return turns.select("sample_id", "conversation_id", pl.col("turn_index").cast(pl.Int32))
-
-
-def empty_turn_table() -> pa.Table:
-    return schemas.TURN_GENERATIONS.empty_table()
 
 
 @dataclass

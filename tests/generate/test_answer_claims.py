@@ -1,9 +1,8 @@
 """Answers are claims: a server that lies about what it answered (a gateway that truncated the prompt,
 ids written as floats, strings or booleans, ids no int32 holds, a negative id) through the real
-generate step, in every answer shape (JSON, a cumulative stream, a delta stream). A lie used to be
-published (412.5 stored as 412, prompt_tokens never compared) or to crash the step (a string id: a
-TypeError, Dagster retried the whole step and every request was sent three times). Now a refused answer
-is one failed request with its reason in errors.parquet, the shard's other samples are stored, the
+generate step, in every answer shape (JSON, a cumulative stream, a delta stream). A lie is never
+published (412.5 stored as 412) nor crashes the step (a string id: a TypeError would make Dagster retry
+the whole step and send every request again): a refused answer is one failed request with its reason in errors.parquet, the shard's other samples are stored, the
 counts reconcile, and a negative id is stored exactly as received and quarantined by the gate.
 Real simulator over HTTP (fleet faults truncate_prompt, float_ids, ...), real Parquet, the real gate.
 """

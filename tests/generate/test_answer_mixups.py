@@ -1,6 +1,6 @@
 """200 answers that look like results but are not this sample's: another request's answer (a proxy or
 cache that mixes answers up) and output ids outside the model's vocabulary (a server sampling a padded
-or another vocab). Both used to be stored as good samples and reach the training table silently.
+or another vocab). Stored, either would reach the training table as a good sample.
 Real simulator over HTTP (fleet faults stale_answer / out_of_vocab), real Parquet, the real gate.
 """
 
@@ -101,8 +101,7 @@ def test_an_unfinished_answer_is_retried_never_stored_as_a_trace(
     clean_sim: Sim, prompts, reference, tmp_path: Path, stream: bool
 ):
     """finish_reason null (a proxy's snapshot of a running request: half the ids; a stream whose final chunk
-    was dropped) is a partial trace. It used to be stored as the sample, finish_reason null, and pass a gate
-    that allows 5% non-stop finishes. It is retried; with no retries left it fails `unfinished_answer`."""
+    was dropped) is a partial trace: stored, it would pass a gate that allows 5% non-stop finishes. It is retried; with no retries left it fails `unfinished_answer`."""
     # stream_interval 2: a stream's partial chunks arrive, only its final chunk is missing
     cfg = make_config(clean_sim.url, stream=stream, stream_interval=2 if stream else None)
     injected = clean_sim.stats()["faults_injected"].get("unfinished", 0)

@@ -9,7 +9,7 @@ import pytest
 from gen_helpers import free_port, make_config, make_prompts
 
 from eagle3_dagster.generate import generate_shard, read_generations
-from eagle3_dagster.generate.endpoints import NoEndpointError
+from eagle3_dagster.generate.endpoint_info import NoEndpointError
 
 pytestmark = pytest.mark.integration
 

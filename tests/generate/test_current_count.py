@@ -1,6 +1,6 @@
 """The demo summary's `generated` column: stored samples of the shard's current cache keys, counted a batch
-at a time (it used to read the whole table, output ids included: over a gigabyte at 100,000 samples of
-1,500 tokens, the largest allocation of a 100k demo). It must give the same figure as the full read."""
+at a time (the whole table, output ids included, does not fit in memory at 100,000 samples of 1,500
+tokens). It must give the same figure as the full read."""
 
 from __future__ import annotations
 

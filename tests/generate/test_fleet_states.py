@@ -1,4 +1,4 @@
-"""Real fleets going wrong (issue 14), at the client level against real simulator / router processes:
+"""Real fleets going wrong, at the client level against real simulator / router processes:
 200 answers that are not results, dead and wrong URLs, stalled requests (streamed and not), NaN
 finishes, weights changing mid-shard, old servers, server-side sampling defaults, a router with no
 worker. Whole-graph versions: tests/pipeline/test_fleet_graph.py, tests/reliability/test_fault_matrix.py.
@@ -17,7 +17,7 @@ from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
 from test_fleet import _start_router
 
 from eagle3_dagster.generate import NoEndpointError, generate_shard, read_generation_errors, read_generations
-from eagle3_dagster.generate.endpoints import EndpointRefusedError
+from eagle3_dagster.generate.endpoint_info import EndpointRefusedError
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,9 @@ import polars as pl
 import pytest
 from gen_helpers import make_prompts
 
-from eagle3_dagster.generate.inputs import InputChangedError, classify, iter_pending, plan_shard
+from eagle3_dagster.generate.config import sample_key
+from eagle3_dagster.generate.inputs import InputChangedError, SampleKeys, classify, iter_pending, plan_shard
+from eagle3_dagster.generate.probes import ProbeKeys
 
 U = np.uint64
 
@@ -25,6 +27,16 @@ def test_classify_first_occurrence_and_stored_exactly():
     empty = np.empty(0, U)
     f2, s2 = classify(empty, empty, stored_hi, stored_lo)
     assert f2.tolist() == [] and s2.tolist() == []
+
+
+def test_sample_keys_carry_the_fitted_hash_of_the_length_and_the_probe_tag_of_the_source():
+    keys = SampleKeys(
+        "m@1", "full", 7, row_hash=lambda n: "fit" if n > 100 else "full", probes=ProbeKeys(frozenset({"probe"}), "d")
+    )
+    assert keys.of("p", None, 10, "train") == (sample_key("p", "m@1", "", "full", 7, None), "full")
+    assert keys.of("p", "t", 200, "train") == (sample_key("p", "m@1", "t", "fit", 7, None), "fit")
+    assert keys.of("p", "t", 10, "probe")[0] == sample_key("p", "m@1", "t", "full", 7, "d")
+    assert SampleKeys("m@1", "full", None).of("p", None, 500, "probe")[1] == "full"  # no row_hash: one hash
 
 
 def test_plan_from_parquet_path_equals_dataframe(tmp_path: Path):

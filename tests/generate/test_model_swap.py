@@ -17,7 +17,7 @@ import pytest
 from gen_helpers import make_config, make_prompts
 
 from eagle3_dagster.generate import generate_shard, read_generations
-from eagle3_dagster.generate.endpoints import EndpointRefusedError
+from eagle3_dagster.generate.endpoint_info import EndpointRefusedError
 
 pytestmark = pytest.mark.integration
 

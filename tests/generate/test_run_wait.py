@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from eagle3_dagster.generate.endpoints import EndpointPool, NoEndpointError
+from eagle3_dagster.generate.endpoint_info import NoEndpointError
+from eagle3_dagster.generate.endpoints import EndpointPool
 from eagle3_dagster.generate.run_wait import EndpointWaitRecord, endpoint_wait_record
 from eagle3_dagster.orchestration.run import GRAPH_RUN_TAG, graph_run_key
 from eagle3_dagster.sim.process import free_port

@@ -1,4 +1,4 @@
-"""The real sglang-router (PyPI `sglang-router`, a Rust binary) in front of two simulator workers (issue 30).
+"""The real sglang-router (PyPI `sglang-router`, a Rust binary) in front of two simulator workers.
 
 Facts these tests rest on are in docs/sglang-router.md: the router's /get_server_info is a stub, so
 the client cannot read the workers' stream mode from it; a dead worker answers 500

@@ -1,6 +1,6 @@
 """A stream chunk that is not JSON (a proxy injecting text into an SSE stream) is a bad body: retried like
-a final chunk that is not JSON, never an exception out of the request (which crashed the shard's step:
-Dagster retried the whole step and sent every request again). In-process: the client's own stream reader
+a final chunk that is not JSON, never an exception out of the request (that would fail the shard's step:
+Dagster would retry the whole step and send every request again). In-process: the client's own stream reader
 over httpx's MockTransport, no server."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import asyncio
 import httpx
 import pytest
 
-from eagle3_dagster.generate.client import StreamMode, _read_stream, _Retry
 from eagle3_dagster.generate.endpoint_info import Endpoint
+from eagle3_dagster.generate.request_errors import RetryableFailure
+from eagle3_dagster.generate.sse import StreamMode, read_stream
 
 FINAL = b'data: {"text":"","output_ids":[7],"meta_info":{"id":"r","finish_reason":{"type":"stop","matched":7}}}\n\n'
 
@@ -32,13 +33,13 @@ async def _read(body: bytes, incremental: bool | None) -> dict:
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
         async with client.stream("POST", "http://sglang/generate") as r:
             ep = Endpoint("http://sglang", "sglang", incremental_stream=incremental)
-            return await _read_stream(r, ep, StreamMode(5.0, 5.0, None))
+            return await read_stream(r, ep, StreamMode(5.0, 5.0, None))
 
 
 @pytest.mark.parametrize("incremental", [True, None])
 def test_a_chunk_that_is_not_json_is_a_bad_body_never_an_exception(incremental):
     body = b'data: {"text":"","output_ids":[5],"meta_info":{}}\n\ndata: <html>proxy says hi\n\n' + FINAL
-    with pytest.raises(_Retry) as e:
+    with pytest.raises(RetryableFailure) as e:
         asyncio.run(_read(body + b"data: [DONE]\n\n", incremental))
     assert e.value.kind == "bad_body" and "not JSON" in e.value.detail
 

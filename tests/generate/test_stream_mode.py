@@ -1,11 +1,12 @@
-"""Telling cumulative from delta stream chunks (client._stream_is_delta), and what a router's workers report."""
+"""Telling cumulative from delta stream chunks (sse.stream_is_delta), and what a router's workers report."""
 
 from __future__ import annotations
 
 import pytest
 
-from eagle3_dagster.generate.client import _Final, _stream_is_delta
 from eagle3_dagster.generate.endpoint_info import Endpoint, router_window, stream_mode_of
+from eagle3_dagster.generate.request_errors import FinalFailure
+from eagle3_dagster.generate.sse import stream_is_delta
 
 EP = Endpoint(url="http://127.0.0.1:1", name="router")
 
@@ -25,7 +26,7 @@ def _last(n: int | None) -> dict:
     ],
 )
 def test_the_chunks_tell_the_mode(chunks, completion_tokens, delta):
-    assert _stream_is_delta(EP, chunks, _last(completion_tokens)) is delta
+    assert stream_is_delta(EP, chunks, _last(completion_tokens)) is delta
 
 
 @pytest.mark.parametrize(
@@ -36,8 +37,8 @@ def test_the_chunks_tell_the_mode(chunks, completion_tokens, delta):
     ],
 )
 def test_a_stream_neither_reading_fits_fails_the_sample_loudly(chunks, completion_tokens):
-    with pytest.raises(_Final) as e:
-        _stream_is_delta(EP, chunks, _last(completion_tokens))
+    with pytest.raises(FinalFailure) as e:
+        stream_is_delta(EP, chunks, _last(completion_tokens))
     assert e.value.reason == "stream_mode_unknown" and "cumulative or delta" in e.value.detail
 
 

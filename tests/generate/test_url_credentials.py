@@ -14,7 +14,7 @@ from gen_helpers import make_config, make_prompts
 
 from eagle3_dagster.config import Settings, SettingsError
 from eagle3_dagster.generate import AuthError, generate_shard
-from eagle3_dagster.generate.endpoints import EndpointRefusedError
+from eagle3_dagster.generate.endpoint_info import EndpointRefusedError
 from eagle3_dagster.generate.store import read_generation_errors
 from eagle3_dagster.orchestration.resources import resources_from_settings
 from eagle3_dagster.secret import Secret

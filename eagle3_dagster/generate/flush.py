@@ -1,0 +1,96 @@
+"""The run's rows in memory, spilled to the shard store as atomic Parquet chunks.
+
+Every answered sample goes into one buffer; the buffer is written as one chunk when it holds
+`flush_every_n` rows (by the worker that filled it), on a timer (`flush_every_s`) and at the end.
+errors.parquet is rewritten whole, so only on the timer and at the end. One lock orders every
+write: a flush started by the timer finishes before the run cancels the timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from .multiturn import is_turn
+
+
+class ChunkSink(Protocol):
+    def write_chunk(self, rows: list[dict[str, Any]]) -> Any: ...
+
+
+class ErrorSink(ChunkSink, Protocol):
+    def write_errors(self, rows: list[dict[str, Any]]) -> Any: ...
+
+
+def split_turn_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(sample rows, conversation-turn rows): turns are stored apart, in the shard's turns/ store."""
+    turns = [r for r in rows if is_turn(r)]
+    if not turns:
+        return rows, []
+    return [r for r in rows if not is_turn(r)], turns
+
+
+class ChunkFlusher:
+    """The buffer of stored rows and the run's error rows, and when and how they are written."""
+
+    def __init__(
+        self,
+        store: ErrorSink,
+        turn_store: ChunkSink | None,
+        errors: list[dict[str, Any]],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.turn_store = turn_store
+        self.rows: list[dict[str, Any]] = []
+        self.errors = errors  # every error row of the shard, carried ones first; appended by the workers
+        self.lock = asyncio.Lock()
+        self._clock = clock
+        self._errors_written = -1  # never written: the first flush with errors writes the file
+        self.last_flush = self.last_errors_write = clock()
+
+    def errors_pending(self) -> bool:
+        return len(self.errors) != self._errors_written
+
+    def due(self, every_s: float) -> tuple[bool, bool]:
+        """(rows due, errors due): what has waited `every_s` since it was last written."""
+        now = self._clock()
+        rows_due = bool(self.rows) and now - self.last_flush >= every_s
+        errors_due = self.errors_pending() and now - self.last_errors_write >= every_s
+        return rows_due, errors_due
+
+    async def flush(self, *, min_rows: int = 1, with_errors: bool = False, force_errors: bool = False) -> None:
+        """Write the buffer as one chunk; errors.parquet when asked and changed (or forced)."""
+        async with self.lock:
+            errors_due = force_errors or (with_errors and self.errors_pending())
+            if len(self.rows) < min_rows and not errors_due:
+                return  # another worker flushed while we waited for the lock
+            rows, self.rows = self.rows, []
+            self.last_flush = self._clock()
+            if rows:
+                await self._write_rows(rows)
+            if errors_due:
+                snapshot = list(self.errors)
+                await asyncio.to_thread(self.store.write_errors, snapshot)
+                self._errors_written = len(snapshot)
+                self.last_errors_write = self._clock()
+
+    async def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        samples, turns = split_turn_rows(rows)
+        if turns:
+            if self.turn_store is None:
+                raise RuntimeError("conversation turn rows without a turn store")
+            await asyncio.to_thread(self.turn_store.write_chunk, turns)
+        if samples:
+            await asyncio.to_thread(self.store.write_chunk, samples)
+
+    async def run_timer(self, every_s: float) -> None:
+        """Background task: flush what has waited `every_s` (checked at least once a second)."""
+        while True:
+            await asyncio.sleep(min(1.0, every_s))
+            rows_due, errors_due = self.due(every_s)
+            if rows_due or errors_due:
+                await self.flush(with_errors=errors_due)
