@@ -5,11 +5,13 @@ under eagle3_dagster/defs/ contributes its own `@dg.definitions` —
 
     defs/ingest.py, tokenize.py, generate.py, train.py, publish.py   the assets of each stage (+ checks)
     defs/automation.py                                               jobs, schedule, sensors, freshness check
+    defs/common/__init__.py                                          asset names, group, stage tag
     defs/common/resources.py                                         resources and executor, bound from settings
 
-Helpers that are not definitions (run driver, gate -> check results, metadata, partitions, resource
-types, executor choice) live in eagle3_dagster/orchestration/. A new stage module is picked up
-without touching this file; tests/pipeline/test_defs_snapshot.py shows what changed.
+Helpers that are not definitions (the gated-shard asset factory, run driver, gate -> check results,
+metadata, partitions, resource types, executor choice) live in eagle3_dagster/orchestration/. A new
+stage module is picked up without touching this file; tests/pipeline/test_defs_snapshot.py shows what
+changed.
 """
 
 from __future__ import annotations

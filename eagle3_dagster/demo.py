@@ -205,6 +205,32 @@ def _check_word(ok: bool, asset_rows: int | None, sh, check: str) -> str:
     return "empty" if asset_rows == 0 else "PASS"
 
 
+def shard_table(outcome, data_dir: DataPath) -> list[str]:
+    """The summary's table: per shard its rows at each stage and its checks, the unmaterialized assets named."""
+    from .defs.common import SHARD_ASSETS
+
+    lines: list[str] = []
+    header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
+    lines += ["", header, "-" * len(header)]
+    for sh in outcome.shards:
+        k = int(sh.shard)
+        tok = _rows(data_dir / "tokenized_prompts" / f"shard={k:04d}")
+        gen = current_generations(data_dir / "generations" / f"shard={k:04d}")
+        trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
+        order = {a: i for i, a in enumerate(SHARD_ASSETS)}
+        ranked = sorted(
+            sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
+        )
+        rows = dict(zip(SHARD_ASSETS, (tok, gen, trn), strict=True))
+        words = [(name.split(":")[1], _check_word(ok, rows.get(name.split(":")[0]), sh, name)) for name, ok in ranked]
+        row = f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  "
+        first, *more = checks_column(words, indent=len(row))
+        lines += [row + first, *more]
+        if sh.skipped_or_failed:
+            lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
+    return lines
+
+
 def summarize(outcome, data_dir: DataPath) -> str:
     s = settings()
     lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
@@ -221,24 +247,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
     lines.append(
         f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected"
     )
-    header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
-    lines += ["", header, "-" * len(header)]
-    for sh in outcome.shards:
-        k = int(sh.shard)
-        tok = _rows(data_dir / "tokenized_prompts" / f"shard={k:04d}")
-        gen = current_generations(data_dir / "generations" / f"shard={k:04d}")
-        trn = _rows(data_dir / "training_samples" / f"shard={k:04d}")
-        order = {a: i for i, a in enumerate(("tokenized_prompts", "generations", "training_samples"))}
-        ranked = sorted(
-            sh.checks.items(), key=lambda kv: (order.get(kv[0].split(":")[0], 9), kv[0].endswith("_gate"), kv[0])
-        )
-        rows = {"tokenized_prompts": tok, "generations": gen, "training_samples": trn}
-        words = [(name.split(":")[1], _check_word(ok, rows.get(name.split(":")[0]), sh, name)) for name, ok in ranked]
-        row = f"{sh.shard:>6} {tok:>10} {gen:>10} {trn:>9}  "
-        first, *more = checks_column(words, indent=len(row))
-        lines += [row + first, *more]
-        if sh.skipped_or_failed:
-            lines.append(f"{'':>6} not materialized: {', '.join(sh.skipped_or_failed)}")
+    lines += shard_table(outcome, data_dir)
     docs = None
     warned: dict[str, list[str]] = {}  # "gate/expectation key" -> shards where the warning fired
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):

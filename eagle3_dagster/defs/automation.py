@@ -5,26 +5,25 @@ What the daemon does, night by night (every step is a plain Dagster run, visible
 1. `nightly_regeneration` (schedule, EAGLE3_NIGHTLY_CRON in EAGLE3_NIGHTLY_TZ) launches the `ingest`
    job tagged `eagle3/nightly`; `prompt_source_sensor` does the same when a source file is added or
    changes. The ingest run's id names the night (`eagle3/night`).
-2. `nightly_fanout` (run-status sensor on a successful tagged ingest run) launches one
-   `shard_pipeline` run per shard partition (tokenize -> generate -> train, each gated by blocking
-   checks), all tagged with the night.
-3. `nightly_publish` (run-status sensor on a successful shard run) launches the `publish` job
-   (`training_dataset`: snapshot, LATEST, exports) once EVERY shard run of that night succeeded. A
-   night with a failed shard (a gate failed, the server was down, ...) publishes nothing: LATEST is
-   unchanged, the failed runs are red, and `nightly_failed` names each failed run of the night on
-   its tick.
+2. `nightly` (one sensor, reading the night's runs on every tick) moves the latest night on: after its
+   successful ingest run, one `shard_pipeline` run per shard partition (tokenize -> generate -> train,
+   each gated by blocking checks), all tagged with the night; once EVERY shard run of the night
+   succeeded, the `publish` job (`training_dataset`: snapshot, LATEST, exports). A night with a failed
+   shard (a gate failed, the server was down, ...) publishes nothing: LATEST is unchanged, the failed
+   runs are red, and `nightly_failed` names each failed run of the night on its tick. The night's
+   state is its runs, so a tick that was missed (daemon restart) is made good by the next one.
+3. A night is open from its ingest run until it published or lost a shard: the schedule and the
+   source sensor do not start another while one is open.
 4. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
    and after every publish) fails when the last publish is older than EAGLE3_SNAPSHOT_MAX_AGE
    (default 26h), so a night that did not publish turns red the next day.
 
-Only public Dagster API: per-partition RunRequests from run-status sensors that declare the job
-they request (the daemon rejects asset-graph-subset requests from sensors without an asset
-selection, which is what the first version of the fan-out did).
+Only public Dagster API: per-partition RunRequests from a sensor that declares the jobs it requests
+(the daemon rejects asset-graph-subset requests from sensors without an asset selection).
 """
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Iterator, Mapping
 
@@ -33,13 +32,12 @@ import dagster as dg
 from ..config import settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.partitions import shard_partitions
-from .common import stage_assets
+from .common import SHARD_ASSETS, AssetName, stage_assets
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
-SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
-PUBLISH_ASSET = "training_dataset"
 FRESHNESS_SENSOR = "snapshot_freshness"
+NIGHTLY_SENSOR = "nightly"
 
 # ------------------------------------------------------------------------------------------- jobs
 
@@ -57,7 +55,7 @@ shard_pipeline_job = dg.define_asset_job(
 
 publish_job = dg.define_asset_job(
     "publish",
-    selection=dg.AssetSelection.assets(PUBLISH_ASSET),
+    selection=dg.AssetSelection.assets(AssetName.TRAINING_DATASET),
     description="Assemble a `training_dataset` snapshot from the gated shards, move LATEST, write the exports.",
 )
 
@@ -94,31 +92,25 @@ def night_verdict(expected: list[str], status_by_shard: Mapping[str, list[str]])
     return "publish", []
 
 
-PENDING_NIGHT_S = 15 * 60  # a night whose ingest ended this recently and has no publish/failure yet is in flight
+def latest_night(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
+    """The newest tagged ingest run (nightly or source change): it starts a night and its id names it."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=ingest_job.name, tags={NIGHTLY_TAG: "true"}), limit=1)
+    return runs[0] if runs else None
 
 
-def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
-    """What of a night is still going on: unfinished tagged runs, or a night between two of its runs.
+def shard_statuses(instance: dg.DagsterInstance, night: str) -> dict[str, list[str]]:
+    """Shard key -> the statuses of that shard's runs in the night (several: a re-run)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=shard_pipeline_job.name, tags={NIGHT_TAG: night}))
+    by_shard: dict[str, list[str]] = {}
+    for r in runs:
+        by_shard.setdefault(r.tags.get("dagster/partition", ""), []).append(r.status.value)
+    return by_shard
 
-    Between a successful ingest and its shard runs (and between the last shard run and the publish)
-    nothing is running for a few seconds; without the second rule a schedule or source-sensor tick
-    landing there would start a second, overlapping night.
-    """
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS, tags={NIGHTLY_TAG: "true"}), limit=5)
-    if runs:
-        return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
-    last = instance.get_run_records(
-        filters=dg.RunsFilter(
-            job_name=ingest_job.name, statuses=[dg.DagsterRunStatus.SUCCESS], tags={NIGHTLY_TAG: "true"}
-        ),
-        limit=1,
-    )
-    if not last or not last[0].end_time or time.time() - last[0].end_time > PENDING_NIGHT_S:
-        return []
-    night = last[0].dagster_run.run_id
-    ended = instance.get_runs(
-        filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
-    ) or instance.get_runs(
+
+def night_ended(instance: dg.DagsterInstance, night: str) -> bool:
+    """A night ends with its publish run, or with a shard run that failed or was canceled (nothing published)."""
+    published = instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1)
+    failed = instance.get_runs(
         filters=dg.RunsFilter(
             job_name=shard_pipeline_job.name,
             tags={NIGHT_TAG: night},
@@ -126,7 +118,23 @@ def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
         ),
         limit=1,
     )
-    return [] if ended else [f"night {night[:8]} (between its runs)"]
+    return bool(published or failed)
+
+
+def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
+    """What of a night is still going on: unfinished tagged runs, or a night between two of its runs.
+
+    Between a successful ingest and its shard runs (and between the last shard run and the publish)
+    nothing is running; a night that has neither published nor lost a shard is still open, so a
+    schedule or source-sensor tick landing there does not start a second, overlapping night.
+    """
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS, tags={NIGHTLY_TAG: "true"}), limit=5)
+    if runs:
+        return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
+    night = latest_night(instance)
+    if night is None or night.status != dg.DagsterRunStatus.SUCCESS or night_ended(instance, night.run_id):
+        return []
+    return [f"night {night.run_id[:8]} (between its runs; the `{NIGHTLY_SENSOR}` sensor moves it on)"]
 
 
 # --------------------------------------------------------------------------------------- schedule
@@ -141,8 +149,8 @@ def build_nightly_schedule(cron: str | None = None, timezone: str | None = None)
         cron_schedule=cron or settings().nightly_cron,
         execution_timezone=timezone or settings().nightly_tz,
         tags={NIGHTLY_TAG: "true"},
-        description="Nightly: re-ingest prompt sources; `nightly_fanout` then regenerates every shard and "
-        "`nightly_publish` snapshots. Skips a tick while the previous night is still running.",
+        description="Nightly: re-ingest prompt sources; the `nightly` sensor then regenerates every shard and "
+        "snapshots. Skips a tick while the previous night is still running.",
         default_status=dg.DefaultScheduleStatus.STOPPED,
     )
     def nightly_regeneration(context: dg.ScheduleEvaluationContext):
@@ -159,54 +167,56 @@ nightly_regeneration = build_nightly_schedule()
 # ---------------------------------------------------------------------------------------- sensors
 
 
-@dg.run_status_sensor(
-    name="nightly_fanout",
-    run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[ingest_job],
-    request_job=shard_pipeline_job,
+def night_requests(
+    night: str, by_shard: Mapping[str, list[str]], expected: list[str]
+) -> list[dg.RunRequest] | tuple[str, list[str]]:
+    """The next step of a night whose ingest succeeded: a `shard_pipeline` run for every shard without one,
+    else the `publish` run once every shard has a successful run, else the night's verdict (waiting / failed)."""
+    tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night}
+    missing = [k for k in expected if k not in by_shard]
+    if missing:
+        return [
+            dg.RunRequest(run_key=f"{night}:{k}", job_name=shard_pipeline_job.name, partition_key=k, tags=tags)
+            for k in missing
+        ]
+    verdict, shards = night_verdict(expected, by_shard)
+    if verdict == "publish":
+        return [dg.RunRequest(run_key=f"publish:{night}", job_name=publish_job.name, tags=tags)]
+    return verdict, shards
+
+
+@dg.sensor(
+    name=NIGHTLY_SENSOR,
+    jobs=[shard_pipeline_job, publish_job],
     minimum_interval_seconds=settings().sensor_interval_s,
-    description="After a successful tagged `ingest` run (nightly or source change), one `shard_pipeline` run per "
-    "shard; `nightly_publish` snapshots when all of them succeeded.",
+    description="Moves the latest tagged night on (nightly or source change): after its successful `ingest` run, "
+    "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run. A night with a failed "
+    "shard publishes nothing (LATEST unchanged; the freshness check turns red).",
     default_status=dg.DefaultSensorStatus.STOPPED,
 )
-def nightly_fanout(context: dg.RunStatusSensorContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
-    run = context.dagster_run
-    if run.tags.get(NIGHTLY_TAG) != "true":
-        yield dg.SkipReason(f"ingest run {run.run_id} was not a nightly or source-change run")
+def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
+    night_run = latest_night(context.instance)
+    if night_run is None or night_run.status != dg.DagsterRunStatus.SUCCESS:
+        what = "no nightly or source-change ingest run yet" if night_run is None else f"ingest {night_run.status.value}"
+        yield dg.SkipReason(f"nothing to move on: {what}")
         return
-    night = run.run_id
-    for shard in shard_partitions.get_partition_keys():
-        yield dg.RunRequest(
-            run_key=f"{night}:{shard}", partition_key=shard, tags={NIGHTLY_TAG: "true", NIGHT_TAG: night}
-        )
-
-
-@dg.run_status_sensor(
-    name="nightly_publish",
-    run_status=dg.DagsterRunStatus.SUCCESS,
-    monitored_jobs=[shard_pipeline_job],
-    request_job=publish_job,
-    minimum_interval_seconds=settings().sensor_interval_s,
-    description="When every shard run of a night succeeded, publish the snapshot (`publish` job). A night with a "
-    "failed shard publishes nothing (LATEST unchanged; the freshness check turns red).",
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def nightly_publish(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
-    night = context.dagster_run.tags.get(NIGHT_TAG)
-    if not night:
-        return dg.SkipReason(f"shard run {context.dagster_run.run_id} is not part of a night")
-    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=shard_pipeline_job.name, tags={NIGHT_TAG: night}))
-    by_shard: dict[str, list[str]] = {}
-    for r in runs:
-        by_shard.setdefault(r.tags.get("dagster/partition", ""), []).append(r.status.value)
-    verdict, shards = night_verdict(list(shard_partitions.get_partition_keys()), by_shard)
+    night = night_run.run_id
+    if context.instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1):
+        yield dg.SkipReason(f"night {night}: publish run started")
+        return
+    step = night_requests(night, shard_statuses(context.instance, night), list(shard_partitions.get_partition_keys()))
+    if isinstance(step, list):
+        yield from step
+        return
+    verdict, shards = step
     if verdict == "failed":
         msg = f"night {night}: shard run(s) {', '.join(shards)} failed; nothing published, LATEST unchanged"
-        context.log.error(msg)
-        return dg.SkipReason(msg)
-    if verdict == "waiting":
-        return dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
-    return dg.RunRequest(run_key=f"publish:{night}", tags={NIGHTLY_TAG: "true", NIGHT_TAG: night})
+        if context.cursor != night:  # said once a night at ERROR, then on every tick's skip reason
+            context.log.error(msg)
+            context.update_cursor(night)
+        yield dg.SkipReason(msg)
+        return
+    yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
 
 
 @dg.run_status_sensor(
@@ -270,7 +280,7 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
         warnings.simplefilter("ignore")
         checks = list(
             dg.build_last_update_freshness_checks(
-                assets=[PUBLISH_ASSET],
+                assets=[AssetName.TRAINING_DATASET],
                 lower_bound_delta=age,
                 severity=dg.AssetCheckSeverity.ERROR,
             )
@@ -287,7 +297,7 @@ freshness_checks, snapshot_freshness = build_freshness()
 
 JOBS = [ingest_job, shard_pipeline_job, publish_job]
 SCHEDULES = [nightly_regeneration]
-SENSORS = [nightly_fanout, nightly_publish, nightly_failed, prompt_source_sensor, snapshot_freshness]
+SENSORS = [nightly, nightly_failed, prompt_source_sensor, snapshot_freshness]
 
 
 @dg.definitions

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +20,10 @@ import polars as pl
 from ..config import settings
 from ..generate import (
     AuthError,
+    GenerationConfig,
     ModelRevisionError,
     NoEndpointError,
+    ShardReport,
     generate_shard,
 )
 from ..generate.active import active_sample_ids, write_active_samples
@@ -43,12 +46,13 @@ from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
-from ..orchestration.gates import HeadlineCheck, gate_check_specs
+from ..orchestration.gates import HeadlineCheck
 from ..orchestration.metadata import to_metadata
-from ..orchestration.partitions import shard_partitions
-from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
+from ..orchestration.pools import GENERATE_POOL
+from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
-from ..orchestration.stage import gated_result, streamed_features
+from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
+from ..orchestration.stage import streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
@@ -57,8 +61,8 @@ from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, 
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter
 from ..stopping import StopRequested
-from ..storage import as_data_path, parse_shard_key, shard_dir
-from .common import ASSET_GROUP, STAGE_TAG
+from ..storage import as_data_path, shard_dir
+from .common import AssetName
 
 STAGE = "generate"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
@@ -127,9 +131,7 @@ GENERATION_HEADLINES = (
 
 
 def probes_and_acceptance(
-    context: dg.AssetExecutionContext,
-    pipeline: PipelineSettings,
-    shard: int,
+    step: ShardStep,
     out: Any,
     active: pl.DataFrame,
     prompts: pl.DataFrame,
@@ -138,12 +140,12 @@ def probes_and_acceptance(
     started: datetime,
 ) -> AcceptanceNight:
     """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
-    data = pipeline.data_path
+    data, pipeline, context = step.data, step.pipeline, step.context
     # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
-    record_probe_results(data, shard, out, active, prompts, probes)
+    record_probe_results(data, step.shard, out, active, prompts, probes)
     night = judge_night(
         data,
-        shard,
+        step.shard,
         night_entry(
             new_training_rows(out, active, prompts, probes.sources, started),
             run_at=started,
@@ -175,78 +177,54 @@ def acceptance_check(night: AcceptanceNight) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset(
-    name="generations",
-    group_name=ASSET_GROUP,
-    deps=["tokenized_prompts"],
-    partitions_def=shard_partitions,
-    pool="sglang",  # limits how many shard steps hit the fleet at once (instance concurrency pools)
-    retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
-    check_specs=[
-        *gate_check_specs("generations", "generations", GENERATION_HEADLINES),
+GENERATE = ShardAssetSpec(
+    name=AssetName.GENERATIONS,
+    gate="generations",
+    stage=STAGE,
+    deps=(AssetName.TOKENIZED_PROMPTS,),
+    headlines=GENERATION_HEADLINES,
+    extra_checks=(
         dg.AssetCheckSpec(
             ACCEPTANCE_CHECK,
-            asset="generations",
+            asset=AssetName.GENERATIONS,
             blocking=False,
             description="Tonight's mean acceptance (spec_accept_length, spec_accept_rate) on the shard's new training "
             "rows against its previous night with the same drafter (expectations/acceptance_drift.json; warnings by "
             "default); a drafter change is named instead of judged.",
         ),
-    ],
+    ),
+    pool=GENERATE_POOL,  # limits how many shard steps hit the fleet at once (instance concurrency pools)
+    retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
+    resources=frozenset({"pipeline", "sglang"}),
+    # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
+    # A stop request (Ctrl-C / SIGTERM) must not be retried either.
+    no_retry=(NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested),
     description="Raw output_ids from SGLang POST /generate with input_ids (never the OpenAI chat endpoint), stored "
     "as received with finish_reason and meta_info. Resumable and incremental: only new cache keys hit the server.",
-    kinds={"parquet"},
-    tags={STAGE_TAG: STAGE},
 )
-def generations(
-    context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet
-) -> dg.MaterializeResult:
-    shard = parse_shard_key(context.partition_key)
-    data = pipeline.data_path
-    profile = pipeline.profile()
-    tokenized = tokenized_source(data, shard)  # a folder, streamed: never the whole shard in memory
-    run_fields = {"max_new_tokens": pipeline.max_new_tokens, **sglang.generation_fields()}
-    probe_sources = probe_source_names(settings().sources_dir)
-    config = generation_config(
-        profile,
+
+
+def shard_generation_config(step: ShardStep, sglang: SGLangFleet) -> GenerationConfig:
+    """The shard's GenerationConfig: profile, endpoints, sampling, probe sources and the graph run's one
+    bounded endpoint wait."""
+    run_fields = {"max_new_tokens": step.pipeline.max_new_tokens, **sglang.generation_fields()}
+    run_key = graph_run_key(step.context.run.tags, step.context.run_id)
+    return generation_config(
+        step.profile,
         sglang.endpoints(),
         settings(),
         run_fields,
-        probe_sources=probe_sources,
+        probe_sources=probe_source_names(settings().sources_dir),
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
-        endpoint_wait=endpoint_wait_record(pipeline.work_path, graph_run_key(context.run.tags, context.run_id)),
+        endpoint_wait=endpoint_wait_record(step.pipeline.work_path, run_key),
     )
-    out = shard_dir(data, "generations", shard)
-    key = f"{shard:04d}"
 
-    def progress(p) -> None:
-        context.log.info(progress_line(key, p))
 
-    renderer = cached_renderer(profile)
-    # regenerate: all_turns sources: their conversations' turns run in the same shard (generate/multiturn.py)
-    multiturn = load_multiturn(
-        data / "prompts" / "prompts.parquet",
-        shard,
-        tokenized,
-        renderer=renderer,
-        profile=profile,
-        max_new_tokens=config.max_new_tokens,
-    )
-    started = datetime.now(UTC)  # this run's rows are tonight's new ones (the acceptance drift check)
-    try:
-        with client_logs_to(context):
-            report = generate_shard(
-                tokenized, out, config, progress=progress, lock_dir=pipeline.work_path / "locks", multiturn=multiturn
-            )
-    except (NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested) as e:
-        # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
-        # A stop request (Ctrl-C / SIGTERM) must not be retried either.
-        raise dg.Failure(description=f"generations shard {key}: {type(e).__name__}: {e}", allow_retries=False) from e
-    context.log.info(result_line(key, report))
+def require_some_answer(key: str, report: ShardReport) -> None:
+    """Fail (not retried) when every sample failed: a green step with an empty table would hide it."""
     turns_failed = (report.turns or {}).get("turns_failed", 0)
     turns_ok = (report.turns or {}).get("turns_regenerated", 0)
     if (report.failed or turns_failed) and not (report.succeeded or report.skipped_cached or turns_ok):
-        # Nothing usable came back: a green step with an empty table would hide it.
         raise dg.Failure(
             description=f"generations shard {key}: every one of the {report.failed + turns_failed} samples failed "
             f"({', '.join(f'{k}={v}' for k, v in sorted(report.errors_by_kind.items()))}); the reasons "
@@ -255,13 +233,16 @@ def generations(
             metadata=to_metadata(report),
             allow_retries=False,
         )
-    # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
-    prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
-    # The shard folder keeps every sample ever generated (a config change never deletes work);
-    # this materialization's samples are exactly the current cache keys of its prompts.
-    # a prompt sent with max_new_tokens lowered to the server's context has that budget in its key
+
+
+def current_samples(
+    config: GenerationConfig, report: ShardReport, prompts: pl.DataFrame
+) -> tuple[pl.DataFrame, ProbeKeys]:
+    """This materialization's samples: exactly the current cache keys of the shard's prompts (the folder keeps
+    every sample ever generated: a config change never deletes work). A prompt sent with max_new_tokens lowered
+    to the server's context has that budget in its key."""
     budget = ContextBudget.of(config, report.server_context_length)
-    probes = ProbeKeys(frozenset(probe_sources), report.drafter_key, config.probe_seed)
+    probes = ProbeKeys(frozenset(config.probe_sources), report.drafter_key, config.probe_seed)
     active = active_sample_ids(
         prompts,
         report.model_revision,
@@ -270,78 +251,137 @@ def generations(
         row_hash=budget.hash_for if report.server_context_length is not None else None,
         probes=probes,
     )
-    night = probes_and_acceptance(context, pipeline, shard, out, active, prompts, probes, report.drafter_key, started)
-    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
-        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
-    write_active_samples(out, active)
-    write_turns_summary(out, report.turns)  # the quality report's conversations section
-    turns = current_turns(out, active) if multiturn is not None else None
+    return active, probes
+
+
+@dataclass(frozen=True)
+class GatedGenerations:
+    """The shard's current generations as the gate sees them: per-row features, a preview, the prompts' view."""
+
+    features: pl.DataFrame
+    preview: pl.DataFrame
+    stored: int
+    prompts: pl.DataFrame
+    turns: pl.DataFrame | None
+
+
+def generation_frame(
+    step: ShardStep, out: Any, active: pl.DataFrame, prompts: pl.DataFrame, multiturn: bool, renderer: Any
+) -> GatedGenerations:
+    """Stream the current generations (and the turns of all_turns conversations) into the gate's features."""
+    turns = current_turns(out, active) if multiturn else None
     batches: Iterator[pl.DataFrame] = iter_generations(out, only=active["sample_id"], batch_rows=GENERATION_BATCH_ROWS)
     if turns is not None and turns.height:  # the turns of all_turns conversations, gated with the shard
         batches = itertools.chain(batches, [turn_generations(turns)])
         prompts = pl.concat([prompts, turn_prompt_view(turns, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))])
-    # streamed: one batch of generations at a time; the gate judges the shard's per-row features
-    features, preview_rows, stored = streamed_features(
+    features, preview, stored = streamed_features(
         batches,
         lambda batch: generation_features(
-            batch, prompts, profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW
+            batch, prompts, step.profile, tokenizer=renderer.tokenizer, echo_window=ECHO_WINDOW
         ),
         preview=3,
     )
-    acceptance = shard_acceptance(out, active["sample_id"], features, turns)  # the drafter's figures, grouped
-    _, result = gated_result(
-        context,
-        pipeline,
-        "generations",
-        shard,
-        features,
-        profile,
-        headlines=GENERATION_HEADLINES,
-        quarantine=out / "quarantine.parquet",
-        extra_outcomes=(
-            failure_budget_outcome(
-                requested=report.requested,
-                failed=report.failed,
-                errors_by_kind=report.errors_by_kind,
-                failure_details=report.failure_details,
-                max_failed_rate=pipeline.max_failed_rate,
-            ),
-            # prompts over the server's context (fitted / not sent): a shard-level warning when there are any
-            *(
-                [
-                    context_fit_outcome(
-                        requested=report.requested,
-                        fitted=report.context_fitted,
-                        skipped=report.context_overflow_skipped,
-                        context_length=report.server_context_length,
-                        max_new_tokens=config.max_new_tokens,
-                        mode=report.context_overflow,
-                    )
-                ]
-                if report.context_fitted or report.context_overflow_skipped
-                else []
-            ),
-            *night.outcomes,  # tonight's acceptance against the previous night's (warnings by default)
-        ),
-        metadata={
-            **to_metadata(report),
-            "stored_samples": stored,
-            **{k: dg.MetadataValue.float(v) for k, v in acceptance_metadata(acceptance).items()},
-            **({"turn_rows": dg.MetadataValue.json(turns_summary(turns))} if turns is not None else {}),
-            "sample_preview": dg.MetadataValue.md(
-                sample_preview_markdown(preview_rows, prompts, renderer.tokenizer, profile, n=3)
-            ),
-            "histograms": dg.MetadataValue.md(
-                histograms_markdown(features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
-            ),
-            "path": dg.MetadataValue.path(str(out)),
-            "drafter_key": report.drafter_key,
-            "acceptance_drift": dg.MetadataValue.json(
-                {"status": night.status, "line": night.line, "drafter_change": night.change_line, **night.values}
-            ),
-        },
+    return GatedGenerations(features, preview, stored, prompts, turns)
+
+
+def shard_outcomes(
+    step: ShardStep, config: GenerationConfig, report: ShardReport, night: AcceptanceNight
+) -> tuple[Any, ...]:
+    """The shard-level outcomes stored with the gate: the failure budget, the context fit, tonight's acceptance."""
+    budget = failure_budget_outcome(
+        requested=report.requested,
+        failed=report.failed,
+        errors_by_kind=report.errors_by_kind,
+        failure_details=report.failure_details,
+        max_failed_rate=step.pipeline.max_failed_rate,
     )
-    return result._replace(check_results=[*(result.check_results or []), acceptance_check(night)])
+    fit: tuple[Any, ...] = ()
+    if report.context_fitted or report.context_overflow_skipped:  # a shard-level warning when there are any
+        fit = (
+            context_fit_outcome(
+                requested=report.requested,
+                fitted=report.context_fitted,
+                skipped=report.context_overflow_skipped,
+                context_length=report.server_context_length,
+                max_new_tokens=config.max_new_tokens,
+                mode=report.context_overflow,
+            ),
+        )
+    return (budget, *fit, *night.outcomes)
+
+
+def generation_metadata(
+    step: ShardStep, report: ShardReport, gens: GatedGenerations, night: AcceptanceNight, out: Any, active: Any
+) -> dict[str, Any]:
+    acceptance = shard_acceptance(out, active["sample_id"], gens.features, gens.turns)  # the drafter's figures
+    tokenizer = cached_renderer(step.profile).tokenizer
+    return {
+        **to_metadata(report),
+        "stored_samples": gens.stored,
+        **{k: dg.MetadataValue.float(v) for k, v in acceptance_metadata(acceptance).items()},
+        **({"turn_rows": dg.MetadataValue.json(turns_summary(gens.turns))} if gens.turns is not None else {}),
+        "sample_preview": dg.MetadataValue.md(
+            sample_preview_markdown(gens.preview, gens.prompts, tokenizer, step.profile, n=3)
+        ),
+        "histograms": dg.MetadataValue.md(
+            histograms_markdown(gens.features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
+        ),
+        "path": dg.MetadataValue.path(str(out)),
+        "drafter_key": report.drafter_key,
+        "acceptance_drift": dg.MetadataValue.json(
+            {"status": night.status, "line": night.line, "drafter_change": night.change_line, **night.values}
+        ),
+    }
+
+
+def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
+    """Generate the shard through the fleet, record tonight's acceptance, and hand its current rows to the gate."""
+    tokenized = tokenized_source(step.data, step.shard)  # a folder, streamed: never the whole shard in memory
+    config = shard_generation_config(step, sglang)
+    out = step.folder("generations")
+    renderer = cached_renderer(step.profile)
+    # regenerate: all_turns sources: their conversations' turns run in the same shard (generate/multiturn.py)
+    multiturn = load_multiturn(
+        step.data / "prompts" / "prompts.parquet",
+        step.shard,
+        tokenized,
+        renderer=renderer,
+        profile=step.profile,
+        max_new_tokens=config.max_new_tokens,
+    )
+    started = datetime.now(UTC)  # this run's rows are tonight's new ones (the acceptance drift check)
+    with client_logs_to(step.context):
+        report = generate_shard(
+            tokenized,
+            out,
+            config,
+            progress=lambda p: step.log.info(progress_line(step.key, p)),
+            lock_dir=step.pipeline.work_path / "locks",
+            multiturn=multiturn,
+        )
+    step.log.info(result_line(step.key, report))
+    require_some_answer(step.key, report)
+    # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
+    prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
+    active, probes = current_samples(config, report, prompts)
+    night = probes_and_acceptance(step, out, active, prompts, probes, report.drafter_key, started)
+    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
+        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
+    write_active_samples(out, active)
+    write_turns_summary(out, report.turns)  # the quality report's conversations section
+    gens = generation_frame(step, out, active, prompts, multiturn is not None, renderer)
+    return GatedShard(
+        gens.features,
+        generation_metadata(step, report, gens, night, out, active),
+        quarantine=out / "quarantine.parquet",
+        outcomes=shard_outcomes(step, config, report, night),
+        checks=(acceptance_check(night),),
+    )
+
+
+@gated_shard_asset(GENERATE)
+def generations(step: ShardStep) -> GatedShard:
+    return generate_and_gate(step, step.resource("sglang"))
 
 
 @dg.definitions

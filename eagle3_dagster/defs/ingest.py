@@ -1,6 +1,7 @@
 """Ingest wiring: one asset per prompt-source YAML, and the combined, deduplicated `prompts`."""
 
 import re
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -20,7 +21,7 @@ from ..plan.actual import plan_headlines
 from ..plan.build import read_plan
 from ..quality.report_html import default_report_path
 from ..storage import display_uri, read_parquet
-from .common import ASSET_GROUP, STAGE_TAG
+from .common import ASSET_GROUP, STAGE_TAG, AssetName
 
 STAGE = "ingest"
 SOURCE_CHECK = "source_yield"  # non-blocking WARN check on every source__<name>
@@ -30,20 +31,46 @@ def source_asset_name(spec: SourceSpec) -> str:
     return "source__" + re.sub(r"[^A-Za-z0-9_]", "_", spec.name)
 
 
+def source_description(spec: SourceSpec) -> str:
+    role = (
+        ". Eval set (role: eval): never tokenized or generated; the prompts stage quarantines training prompts "
+        "that overlap it"
+        if spec.role == "eval"
+        else ". Probe set (role: probe): generated again for every drafter the fleet runs, never trained on"
+        if spec.role == "probe"
+        else ""
+    )
+    return (
+        f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. "
+        f"Licence: {spec.licence or 'not stated'}{role}"
+    )
+
+
+def source_yield_check(counts: Any, health: Any) -> dg.AssetCheckResult:
+    """The source's WARN check: no prompt at all (allowed empty) or a reject rate over its limit."""
+    return dg.AssetCheckResult(
+        check_name=SOURCE_CHECK,
+        passed=not (health.empty or health.rate_exceeded),
+        severity=dg.AssetCheckSeverity.WARN,
+        description="; ".join(health.problems)
+        or f"reject rate {health.reject_rate:.1%} within {health.max_reject_rate:.0%}",
+        metadata={
+            "reject_rate": float(round(health.reject_rate, 4)),
+            "max_reject_rate": health.max_reject_rate,
+            "accepted": counts.accepted,
+            "read": counts.read,
+            "rejects_by_reason": dg.MetadataValue.json(counts.rejects_by_reason),
+        },
+    )
+
+
 def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
     name = source_asset_name(spec)
 
     @dg.asset(
         name=name,
         group_name=ASSET_GROUP,
-        description=f"Prompt source `{spec.name}` ({spec.format}): {display_uri(spec.path)}. Licence: {spec.licence or 'not stated'}"
-        + (
-            ". Eval set (role: eval): never tokenized or generated; the prompts stage quarantines training prompts that overlap it"
-            if spec.role == "eval"
-            else ". Probe set (role: probe): generated again for every drafter the fleet runs, never trained on"
-            if spec.role == "probe"
-            else ""
-        ),
+        description=source_description(spec),
         kinds={"parquet"},
         tags={STAGE_TAG: STAGE},
         check_specs=[
@@ -72,20 +99,6 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         health = assess(spec, counts)
         for problem in health.problems:
             context.log.warning(problem)
-        check = dg.AssetCheckResult(
-            check_name=SOURCE_CHECK,
-            passed=not (health.empty or health.rate_exceeded),
-            severity=dg.AssetCheckSeverity.WARN,
-            description="; ".join(health.problems)
-            or f"reject rate {health.reject_rate:.1%} within {health.max_reject_rate:.0%}",
-            metadata={
-                "reject_rate": float(round(health.reject_rate, 4)),
-                "max_reject_rate": health.max_reject_rate,
-                "accepted": counts.accepted,
-                "read": counts.read,
-                "rejects_by_reason": dg.MetadataValue.json(counts.rejects_by_reason),
-            },
-        )
         return dg.MaterializeResult(
             metadata={
                 **to_metadata(counts),
@@ -96,10 +109,31 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
                 "licence": spec.licence or "not stated",
                 **report_metadata(default_report_path(pipeline.work_path)),
             },
-            check_results=[check],
+            check_results=[source_yield_check(counts, health)],
         )
 
     return _asset
+
+
+def log_combined(context: Any, counts: Any, evals: list[SourceSpec], probes: list[SourceSpec]) -> None:
+    """What combining the sources did: the counts, and the prompts quarantined against eval and probe sets."""
+    context.log.info(
+        f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
+        f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
+        f"duplicates, {counts.sampled_out:,} sampled out)"
+    )
+    if evals:
+        context.log.info(
+            f"decontamination: {counts.eval_overlap:,} training prompt(s) quarantined as eval_overlap "
+            f"against {counts.eval_prompts:,} prompt(s) of {len(evals)} eval source(s) "
+            f"({', '.join(s.name for s in evals)}); by training source: {counts.eval_overlap_by_source}"
+        )
+    if probes:
+        context.log.info(
+            f"probe sets ({', '.join(s.name for s in probes)}): generated for every drafter, never trained on; "
+            f"{counts.probe_overlap:,} training prompt(s) quarantined as probe_overlap; by training source: "
+            f"{counts.probe_overlap_by_source}"
+        )
 
 
 def build_ingest_assets() -> list[dg.AssetsDefinition]:
@@ -111,7 +145,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
     probes = [s for s in specs if s.role == "probe"]
 
     @dg.asset(
-        name="prompts",
+        name=AssetName.PROMPTS,
         group_name=ASSET_GROUP,
         deps=[a.key for a in source_assets],
         description="All training sources combined: canonical conversations, cross-source duplicates removed, "
@@ -141,23 +175,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
             if out.exists()
             else []
         )
-        context.log.info(
-            f"prompts: {counts.prompts:,} from {counts.sources} source(s) ({counts.read:,} read, "
-            f"{counts.rejects:,} rejected, {counts.source_duplicates + counts.cross_source_duplicates:,} "
-            f"duplicates, {counts.sampled_out:,} sampled out)"
-        )
-        if eval_sets:
-            context.log.info(
-                f"decontamination: {counts.eval_overlap:,} training prompt(s) quarantined as eval_overlap "
-                f"against {counts.eval_prompts:,} prompt(s) of {len(eval_sets)} eval source(s) "
-                f"({', '.join(s.name for s in evals)}); by training source: {counts.eval_overlap_by_source}"
-            )
-        if probe_sets:
-            context.log.info(
-                f"probe sets ({', '.join(s.name for s in probes)}): generated for every drafter, never trained on; "
-                f"{counts.probe_overlap:,} training prompt(s) quarantined as probe_overlap; by training source: "
-                f"{counts.probe_overlap_by_source}"
-            )
+        log_combined(context, counts, evals, probes)
         # the last `eagle3 plan` for this data dir, beside what ingest produced (docs/plan.md)
         plan_meta, plan_warning = plan_headlines(read_plan(data), counts.prompts)
         if plan_warning:

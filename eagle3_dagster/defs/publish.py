@@ -3,6 +3,8 @@
 The nightly schedule, the sensors and the jobs that run this asset live in defs/automation.py.
 """
 
+from typing import Any
+
 import dagster as dg
 
 from ..config import settings
@@ -18,7 +20,7 @@ from ..train.card import CARD_FILE, card_config
 from ..train.export import SPECFORGE_FILE, exporters_for
 from ..train.snapshot import GATES, build_snapshot
 from ..train.summary import headline
-from .common import ASSET_GROUP, STAGE_TAG
+from .common import ASSET_GROUP, STAGE_TAG, AssetName
 
 STAGE = "publish"
 
@@ -35,9 +37,9 @@ DRIFT_CHECK = "drift_gate"
 
 
 @dg.asset(
-    name="training_dataset",
+    name=AssetName.TRAINING_DATASET,
     group_name=ASSET_GROUP,
-    deps=["training_samples"],
+    deps=[AssetName.TRAINING_SAMPLES],
     description="A versioned snapshot of every gated shard (copied, with a manifest: content identity, rows, sha256 "
     "per file, shards included/excluded and why, gate results, distribution summary, drift against the previous "
     "snapshot, config), plus exports: specforge_prompts.jsonl (SpecForge online, vllm speculators), "
@@ -49,14 +51,14 @@ DRIFT_CHECK = "drift_gate"
     check_specs=[
         dg.AssetCheckSpec(
             PUBLISH_CHECK,
-            asset="training_dataset",
+            asset=AssetName.TRAINING_DATASET,
             blocking=True,
             description="expectations/publish.json: not empty, some shard included, not a sudden drop "
             "against the previous snapshot; a failure means nothing is published and LATEST stays.",
         ),
         dg.AssetCheckSpec(
             DRIFT_CHECK,
-            asset="training_dataset",
+            asset=AssetName.TRAINING_DATASET,
             blocking=True,
             description="expectations/drift.json: the snapshot's distribution summary against the "
             "previous published snapshot's (reasoning/output/answer lengths, rates, model revision).",
@@ -64,18 +66,37 @@ DRIFT_CHECK = "drift_gate"
     ],
 )
 def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
-    data = pipeline.data_path
+    snap = build_and_judge(context, pipeline, snapshot_config(pipeline, sglang))
+    log_snapshot(context, snap)
+    report = refresh_quality_report(context, pipeline, pipeline.profile().name)
+    if report is not None:
+        context.log.info(f"{REPORT_WRITTEN}{report}")
+    checks = snapshot_check_results(snap, snap.verdict, report)
+    if not snap.published:
+        yield from checks
+        raise not_published(context, snap, report)
+    yield dg.MaterializeResult(metadata=published_metadata(snap, report), data_version=dg.DataVersion(snap.version))
+    yield from checks
+
+
+def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet) -> dict[str, Any]:
+    """What a snapshot records as its config (and the data card's model and sources: train/card.py)."""
     profile = pipeline.profile()
-    keep = settings().snapshot_retention
-    config = {
+    return {
         "profile": profile.name,
         "profile_fingerprint": profile.fingerprint(),
         "max_new_tokens": profile.max_new_tokens_for(pipeline.max_new_tokens),
         "regen_seed": sglang.regen_seed,
         "n_shards": N_SHARDS,
-        # the data card's model and sources (train/card.py): tokenizer, sampling, licences and origins
+        # tokenizer, sampling, licences and origins
         **card_config(profile, load_source_specs(settings().sources_dir)),
     }
+
+
+def build_and_judge(context: dg.AssetExecutionContext, pipeline: PipelineSettings, config: dict[str, Any]) -> Any:
+    """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they pass)."""
+    data = pipeline.data_path
+    profile = pipeline.profile()
 
     def judge(info: dict) -> SnapshotVerdict:
         return judge_snapshot(
@@ -90,12 +111,12 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         )
 
     try:
-        snap = build_snapshot(
+        return build_snapshot(
             data,
             range(N_SHARDS),
             lambda g, k: read_gate_result(data, g, k),
             config=config,
-            keep=keep,
+            keep=settings().snapshot_retention,
             exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
             profile=profile,
             judge=judge,
@@ -107,7 +128,15 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
     except StopRequested as e:  # Ctrl-C / SIGTERM before the LATEST switch: honoured, not retried
         raise dg.Failure(description=f"training_dataset: {e}", allow_retries=False) from None
-    excluded = {d.shard: d.reason for d in snap.shards if not d.included}
+
+
+def excluded_shards(snap: Any) -> dict[Any, str]:
+    return {d.shard: d.reason for d in snap.shards if not d.included}
+
+
+def log_snapshot(context: dg.AssetExecutionContext, snap: Any) -> None:
+    """The snapshot in the step's log: its rows, the shards left out, the data card's warnings, the drift."""
+    excluded = excluded_shards(snap)
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
     # a shard that never ran (no gate result at all) is not news; one that ran and is left out is a warning
     never_ran = sorted(k for k, r in excluded.items() if r == f"no {GATES[0]} gate result")
@@ -118,61 +147,58 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
         context.log.warning(f"shards left out of snapshot {snap.version}: {left_out}")
     for problem in (snap.manifest.get("card") or {}).get("warnings", []):  # e.g. a source without a licence
         context.log.warning(f"data card of snapshot {snap.version}: {problem}")
-    verdict = snap.verdict
-    drift = verdict.drift if verdict is not None else snap.manifest.get("drift")
-    if verdict is None:
+    if snap.verdict is None:
         context.log.info(
             f"snapshot {snap.version} is already LATEST (same content): nothing new to judge; unchanged since "
             f"{snap.manifest.get('published_at')}"
         )
     else:
-        line = drift_line(drift)
-        (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
-    report = refresh_quality_report(context, pipeline, profile.name)
-    if report is not None:
-        context.log.info(f"{REPORT_WRITTEN}{report}")
-    checks = snapshot_check_results(snap, verdict, report)
-    if not snap.published:
-        why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
-        context.log.error(f"snapshot {snap.version} NOT published, LATEST stays {snap.latest or '(none)'}: {why}")
-        yield from checks
-        raise dg.Failure(
-            description=f"training_dataset: snapshot {snap.version} not published, LATEST unchanged "
-            f"({snap.latest or 'none'}): {why}",
-            metadata={
-                "version": snap.version,
-                "rows": snap.rows,
-                "latest": str(snap.latest),
-                "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
-                **report_metadata(report),
-            },
-        )
-    summary = snap.manifest.get("summary") or {}
-    yield dg.MaterializeResult(
+        drift = snap.verdict.drift
+        (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(drift_line(drift))
+
+
+def not_published(context: dg.AssetExecutionContext, snap: Any, report: Any) -> dg.Failure:
+    """The loud end of a snapshot the gates held back: an ERROR line and the step's failure, LATEST unchanged."""
+    verdict = snap.verdict
+    why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
+    context.log.error(f"snapshot {snap.version} NOT published, LATEST stays {snap.latest or '(none)'}: {why}")
+    return dg.Failure(
+        description=f"training_dataset: snapshot {snap.version} not published, LATEST unchanged "
+        f"({snap.latest or 'none'}): {why}",
         metadata={
             "version": snap.version,
-            "new_snapshot": snap.created,
-            # when this content became LATEST: a rerun that publishes the same content keeps it
-            "published_at": str(snap.manifest.get("published_at")),
             "rows": snap.rows,
-            **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
-            "drift": (drift or {}).get("status", "none"),
-            "shards_included": dg.MetadataValue.json([d.shard for d in snap.shards if d.included]),
-            "shards_excluded": dg.MetadataValue.json(excluded),
-            "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
-            "exports": dg.MetadataValue.json(snap.manifest.get("exports", {})),
-            # kept in token-level exports, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl
-            "rows_not_text_exact": int(
-                snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)
-            ),
-            "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
-            "card": dg.MetadataValue.path(str(snap.path / CARD_FILE)),
-            "path": dg.MetadataValue.path(str(snap.path)),
+            "latest": str(snap.latest),
+            "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
             **report_metadata(report),
         },
-        data_version=dg.DataVersion(snap.version),
     )
-    yield from checks
+
+
+def published_metadata(snap: Any, report: Any) -> dict[str, Any]:
+    summary = snap.manifest.get("summary") or {}
+    drift = snap.verdict.drift if snap.verdict is not None else snap.manifest.get("drift")
+    return {
+        "version": snap.version,
+        "new_snapshot": snap.created,
+        # when this content became LATEST: a rerun that publishes the same content keeps it
+        "published_at": str(snap.manifest.get("published_at")),
+        "rows": snap.rows,
+        **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
+        "drift": (drift or {}).get("status", "none"),
+        "shards_included": dg.MetadataValue.json([d.shard for d in snap.shards if d.included]),
+        "shards_excluded": dg.MetadataValue.json(excluded_shards(snap)),
+        "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
+        "exports": dg.MetadataValue.json(snap.manifest.get("exports", {})),
+        # kept in token-level exports, flagged in conversations.jsonl, left out of specforge_preformatted.jsonl
+        "rows_not_text_exact": int(
+            snap.manifest.get("exports", {}).get(SPECFORGE_FILE, {}).get("rows_not_text_exact", 0)
+        ),
+        "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
+        "card": dg.MetadataValue.path(str(snap.path / CARD_FILE)),
+        "path": dg.MetadataValue.path(str(snap.path)),
+        **report_metadata(report),
+    }
 
 
 def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:

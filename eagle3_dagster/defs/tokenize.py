@@ -1,22 +1,23 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
 from collections.abc import Iterator
-from typing import cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 import dagster as dg
 import polars as pl
 
 from ..config import settings
 from ..ingest import load_source_specs
-from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
-from ..orchestration.partitions import shard_partitions
-from ..orchestration.resources import PipelineSettings, cached_renderer
+from ..orchestration.gates import HeadlineCheck
+from ..orchestration.resources import cached_renderer
+from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..orchestration.stage import arrow_batch, detached
-from ..quality import histograms_markdown, prompt_features, run_gate
+from ..quality import histograms_markdown, prompt_features
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
+from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, write_frame_atomic
 from ..tokenize import tokenize_prompts
-from .common import ASSET_GROUP, STAGE_TAG
+from .common import AssetName
 
 STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
@@ -57,81 +58,87 @@ PROMPT_HEADLINES = (
 )
 
 
-@dg.asset(
-    name="tokenized_prompts",
-    group_name=ASSET_GROUP,
-    deps=["prompts"],
-    partitions_def=shard_partitions,
-    check_specs=gate_check_specs("tokenized_prompts", "prompts", PROMPT_HEADLINES),
-    description="Each prompt rendered with the model's chat template (generation prompt on, thinking on) and encoded "
-    "exactly as the served model sees it; input_ids as list<int32>. Over-length prompts are quarantined, not truncated.",
-    kinds={"parquet"},
-    tags={STAGE_TAG: STAGE},
+TOKENIZE = ShardAssetSpec(
+    name=AssetName.TOKENIZED_PROMPTS,
+    gate="prompts",
+    stage=STAGE,
+    deps=(AssetName.PROMPTS,),
+    headlines=PROMPT_HEADLINES,
+    description="Each prompt rendered with the model's chat template (generation prompt on, thinking on) and "
+    "encoded exactly as the served model sees it; input_ids as list<int32>. Over-length prompts are quarantined, "
+    "not truncated.",
 )
-def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
-    shard = parse_shard_key(context.partition_key)
-    data = pipeline.data_path
-    profile = pipeline.profile()
-    renderer = cached_renderer(profile)
-    max_new = profile.max_new_tokens_for(pipeline.max_new_tokens)
-    out = shard_dir(data, "tokenized_prompts", shard)
-    # streamed: a slice of the shard's prompts at a time is tokenized and appended to the file; kept for
-    # the whole shard: the rejects and the per-row gate features (scalars)
+
+
+@dataclass
+class TokenizedShard:
+    """What tokenizing a shard produced: the counts, its rejects and the per-row gate features."""
+
+    prompts_in: int
+    tokenized: int
+    rejects: pl.DataFrame
+    features: pl.DataFrame
+
+
+def tokenize_shard(step: ShardStep, renderer: Any, out: Any) -> TokenizedShard:
+    """Tokenize the shard's prompts a slice at a time into `out`/part-0000.parquet; keep the rejects and the
+    per-row features (scalars) for the whole shard; write the rejects; the counts must reconcile."""
+    max_new = step.profile.max_new_tokens_for(step.pipeline.max_new_tokens)
     n_in = n_ok = 0
     rejected: list[pl.DataFrame] = []
     feats: list[pl.DataFrame] = []
     control_text = source_control_text()
     sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS, buffer_bytes=ONE_ROW_GROUP_BYTES)
     try:
-        for prompts in shard_prompts(data / "prompts" / "prompts.parquet", shard):
+        for prompts in shard_prompts(step.data / "prompts" / "prompts.parquet", step.shard):
             tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new, control_text=control_text)
             sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
             n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
             rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (orchestration/stage.py)
-            feats.append(detached(prompt_features(tokenized, profile)))
+            feats.append(detached(prompt_features(tokenized, step.profile)))
         sink.commit()
     except BaseException:
         sink.abort()
         raise
-    no_rejects = cast(pl.DataFrame, pl.from_arrow(TOKENIZE_REJECTS.empty_table()))
-    rejects = pl.concat(rejected) if rejected else no_rejects
+    rejects = pl.concat(rejected) if rejected else cast(pl.DataFrame, pl.from_arrow(TOKENIZE_REJECTS.empty_table()))
     write_frame_atomic(rejects, out / "rejects.parquet", schema=TOKENIZE_REJECTS)
     if n_in != n_ok + rejects.height:  # tokenize_prompts reconciles each slice; the sum must too
-        raise RuntimeError(f"shard {shard}: {n_in} prompts in, {n_ok} tokenized + {rejects.height} rejected out")
-    context.log.info(f"shard {shard}: {n_in} prompts -> {n_ok} tokenized, {rejects.height} rejected")
-
+        raise RuntimeError(f"shard {step.shard}: {n_in} prompts in, {n_ok} tokenized + {rejects.height} rejected out")
     empty = cast(pl.DataFrame, pl.from_arrow(TOKENIZED_PROMPTS.empty_table()))
-    features = pl.concat(feats) if feats else prompt_features(empty, profile)
-    gate = run_gate(
-        "prompts",
-        features,
-        expectations_dir=pipeline.expectations_path,
-        context_dir=pipeline.gx_context_dir,
-        profile=profile,
-        keep_validations=pipeline.gx_keep_validations,
+    features = pl.concat(feats) if feats else prompt_features(empty, step.profile)
+    return TokenizedShard(n_in, n_ok, rejects, features)
+
+
+def tokenize_metadata(step: ShardStep, done: TokenizedShard, renderer: Any, out: Any) -> dict[str, Any]:
+    lens = done.features["prompt_len"] if done.features.height else pl.Series([0])
+    rejects = done.rejects
+    return {
+        "prompts_in": done.prompts_in,
+        "tokenized": done.tokenized,
+        "rejected": rejects.height,
+        "rejects_by_reason": dg.MetadataValue.json(
+            dict(rejects.group_by("reason").len().iter_rows()) if rejects.height else {}
+        ),
+        "prompt_len_mean": float(cast(float, lens.mean()) or 0),  # an integer column: numbers or None
+        "prompt_len_max": int(cast(int, lens.max()) or 0),
+        "profile": step.profile.name,
+        "tokenizer": step.profile.tokenizer,
+        "tokenizer_fingerprint": renderer.tokenizer_fingerprint,
+        "template_hash": renderer.template_hash,
+        "path": dg.MetadataValue.path(str(out)),
+        "histograms": dg.MetadataValue.md(histograms_markdown(done.features, ["prompt_len"])),
+    }
+
+
+@gated_shard_asset(TOKENIZE)
+def tokenized_prompts(step: ShardStep) -> GatedShard:
+    renderer = cached_renderer(step.profile)
+    out = step.folder("tokenized_prompts")
+    done = tokenize_shard(step, renderer, out)
+    step.log.info(
+        f"shard {step.shard}: {done.prompts_in} prompts -> {done.tokenized} tokenized, {done.rejects.height} rejected"
     )
-    report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
-    lens = features["prompt_len"] if features.height else pl.Series([0])
-    return dg.MaterializeResult(
-        metadata={
-            "prompts_in": n_in,
-            "tokenized": n_ok,
-            "rejected": rejects.height,
-            "rejects_by_reason": dg.MetadataValue.json(
-                dict(rejects.group_by("reason").len().iter_rows()) if rejects.height else {}
-            ),
-            "prompt_len_mean": float(cast(float, lens.mean()) or 0),  # an integer column: numbers or None
-            "prompt_len_max": int(cast(int, lens.max()) or 0),
-            "profile": profile.name,
-            "tokenizer": profile.tokenizer,
-            "tokenizer_fingerprint": renderer.tokenizer_fingerprint,
-            "template_hash": renderer.template_hash,
-            "path": dg.MetadataValue.path(str(out)),
-            **report_meta,
-            "histograms": dg.MetadataValue.md(histograms_markdown(features, ["prompt_len"])),
-        },
-        check_results=gate_check_results("prompts", gate, PROMPT_HEADLINES),
-    )
+    return GatedShard(done.features, tokenize_metadata(step, done, renderer, out))
 
 
 @dg.definitions

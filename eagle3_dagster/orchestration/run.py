@@ -19,12 +19,11 @@ import dagster as dg
 import psutil
 
 from ..config import PartitionKeyError
-from ..defs.common import stage_assets
+from ..defs.common import SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
 from .gates import REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .partitions import shard_partitions
 
-SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
 
@@ -294,6 +293,73 @@ def run_named_job(
     )
 
 
+@dataclass
+class GraphRunner:
+    """The runs of one materialize_graph call: the same definitions, instance, resources, config and tags."""
+
+    defs: dg.Definitions
+    instance: dg.DagsterInstance
+    resources: dict[str, Any] | None
+    run_config: Mapping[str, Any]
+    tags: Mapping[str, str]
+
+    def run(self, job: str, selection: dg.AssetSelection, partition_key: str | None) -> dg.ExecuteInProcessResult:
+        return run_named_job(
+            self.defs,
+            job,
+            selection,
+            instance=self.instance,
+            resources=self.resources,
+            partition_key=partition_key,
+            run_config=self.run_config,
+            tags=self.tags,
+        )
+
+    def shard(self, key: str) -> ShardOutcome:
+        """One shard's tokenize -> generate -> train run."""
+        r = self.run("shard_pipeline", dg.AssetSelection.assets(*SHARD_ASSETS), key)
+        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
+        return ShardOutcome(
+            shard=key,
+            success=r.success,
+            checks=_checks(r),
+            materialized=done,
+            skipped_or_failed=[a for a in SHARD_ASSETS if a not in done],
+            run_id=r.run_id,
+            failed_checks=_failed_checks(r),
+            errors=_errors(r),
+        )
+
+    def publish(self, outcome: GraphOutcome, stop: Callable[[], bool]) -> None:
+        """The snapshot run, recorded on `outcome`: its checks, errors, warnings and the version published."""
+        r = self.run("publish", dg.AssetSelection.assets(AssetName.TRAINING_DATASET), None)
+        outcome.publish_success = r.success
+        outcome.publish_run_id = r.run_id
+        for ev in r.get_asset_check_evaluations():
+            outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
+        outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
+        outcome.note_logs(self.instance, r.run_id, "publish")
+        outcome.stopped = stop()  # a stop during publish: honoured before LATEST moved, or came after it
+        for mev in r.get_asset_materialization_events():
+            version = mev.materialization.metadata.get("version")
+            outcome.snapshot_version = getattr(version, "value", None)
+
+
+def _ingest_failed(r: dg.ExecuteInProcessResult, reaped: list[str], instance: dg.DagsterInstance) -> GraphOutcome:
+    """The outcome of a graph that ends after its ingest run: the ingest failed, or a stop came during it."""
+    early = GraphOutcome(
+        False,
+        r.run_id,
+        [],
+        reaped_runs=reaped,
+        ingest_failed_checks={} if r.success else _failed_checks(r),
+        ingest_errors=[] if r.success else _errors(r),
+        stopped=r.success,
+    )
+    early.note_logs(instance, r.run_id, "ingest")
+    return early
+
+
 def materialize_graph(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
@@ -315,79 +381,30 @@ def materialize_graph(
     stop = should_stop or (lambda: False)
     reaped = reap_dead_runs(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
-
-    def run(job: str, selection: dg.AssetSelection, partition_key: str | None) -> dg.ExecuteInProcessResult:
-        return run_named_job(
-            defs,
-            job,
-            selection,
-            instance=instance,
-            resources=resources,
-            partition_key=partition_key,
-            run_config=run_config or QUIET,
-            tags=tags,
-        )
-
-    ingest_ok, ingest_run = True, ""
+    runner = GraphRunner(defs, instance, resources, run_config or QUIET, tags)
+    ingest: dg.ExecuteInProcessResult | None = None
     if run_ingest:
-        r = run("ingest", stage_assets("ingest"), None)
-        ingest_ok, ingest_run = r.success, r.run_id
-        ingest_checks, ingest_errors = _failed_checks(r), _errors(r)
-        if not r.success or stop():
-            early = GraphOutcome(
-                False,
-                r.run_id,
-                [],
-                reaped_runs=reaped,
-                ingest_failed_checks={} if r.success else ingest_checks,
-                ingest_errors=[] if r.success else ingest_errors,
-                stopped=r.success,
-            )
-            early.note_logs(instance, r.run_id, "ingest")
-            return early
-    else:
-        ingest_checks, ingest_errors = {}, []
+        ingest = runner.run("ingest", stage_assets("ingest"), None)
+        if not ingest.success or stop():
+            return _ingest_failed(ingest, reaped, instance)
     outcomes = []
     for key in shards if shards is not None else shard_partitions.get_partition_keys():
         if stop():
             break
-        r = run("shard_pipeline", dg.AssetSelection.assets(*SHARD_ASSETS), key)
-        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
-        outcomes.append(
-            ShardOutcome(
-                shard=key,
-                success=r.success,
-                checks=_checks(r),
-                materialized=done,
-                skipped_or_failed=[a for a in SHARD_ASSETS if a not in done],
-                run_id=r.run_id,
-                failed_checks=_failed_checks(r),
-                errors=_errors(r),
-            )
-        )
+        outcomes.append(runner.shard(key))
     outcome = GraphOutcome(
-        ingest_ok,
-        ingest_run,
+        ingest.success if ingest else True,
+        ingest.run_id if ingest else "",
         outcomes,
         reaped_runs=reaped,
         stopped=stop(),
-        ingest_failed_checks=ingest_checks,
-        ingest_errors=ingest_errors,
+        ingest_failed_checks=_failed_checks(ingest) if ingest else {},
+        ingest_errors=_errors(ingest) if ingest else [],
     )
-    if ingest_run:
-        outcome.note_logs(instance, ingest_run, "ingest")
+    if ingest:
+        outcome.note_logs(instance, ingest.run_id, "ingest")
     for sh in outcomes:
         outcome.note_logs(instance, sh.run_id, f"shard {sh.shard}")
     if run_publish and not outcome.stopped:
-        r = run("publish", dg.AssetSelection.assets("training_dataset"), None)
-        outcome.publish_success = r.success
-        outcome.publish_run_id = r.run_id
-        for ev in r.get_asset_check_evaluations():
-            outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
-        outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
-        outcome.note_logs(instance, r.run_id, "publish")
-        outcome.stopped = stop()  # a stop during publish: honoured before LATEST moved, or came after it
-        for mev in r.get_asset_materialization_events():
-            version = mev.materialization.metadata.get("version")
-            outcome.snapshot_version = getattr(version, "value", None)
+        runner.publish(outcome, stop)
     return outcome

@@ -196,12 +196,12 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             assert manifest["rows"] == 5 and [s["included"] for s in manifest["shards"]] == [True, True]
 
             # the chain ran as daemon runs: ingest -> one shard run per shard -> publish, tied by the night tag
-            assert all(r.tags.get("dagster/sensor_name") == "nightly_publish" for r in publish)
+            assert all(r.tags.get("dagster/sensor_name") == "nightly" for r in publish)
             night = publish[0].tags["eagle3/night"]
             shards = instance.get_runs(dg.RunsFilter(job_name="shard_pipeline", tags={"eagle3/night": night}))
             assert sorted(r.tags["dagster/partition"] for r in shards) == ["0000", "0001"]
             assert all(
-                r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("dagster/sensor_name") == "nightly_fanout"
+                r.status == dg.DagsterRunStatus.SUCCESS and r.tags.get("dagster/sensor_name") == "nightly"
                 for r in shards
             )
             ingest = instance.get_run_by_id(night)
@@ -223,8 +223,7 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
             ticks = _ticks(instance)
             assert {
                 "nightly_regeneration",
-                "nightly_fanout",
-                "nightly_publish",
+                "nightly",
                 "nightly_failed",
                 "prompt_source_sensor",
                 "snapshot_freshness",
@@ -234,7 +233,7 @@ def test_nightly_under_the_real_daemon_publishes_then_fails_loudly(tmp_path: Pat
                 for n, ts in ticks.items()
             }
             assert not any(failed.values()), f"failed ticks: {failed}"
-            assert any(t.status.value == "SUCCESS" for t in ticks["nightly_fanout"])
+            assert any(t.status.value == "SUCCESS" for t in ticks["nightly"])
             assert any(ok for _, ok in _freshness_evaluations(instance)), "the freshness check never passed"
 
             # ---------------------------------------------------------------- part 2: a broken night is loud

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import uuid
 
 import dagster as dg
 import pytest
@@ -17,6 +18,7 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.defs.automation import (
     NIGHT_TAG,
+    NIGHTLY_SENSOR,
     NIGHTLY_TAG,
     build_freshness,
     build_nightly_schedule,
@@ -24,6 +26,8 @@ from eagle3_dagster.defs.automation import (
     prompt_source_sensor,
 )
 from eagle3_dagster.orchestration.resources import PipelineSettings
+
+PART = "dagster/partition"
 
 
 def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatch):
@@ -71,35 +75,74 @@ def test_schedule_skips_while_the_previous_night_runs():
 def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, monkeypatch):
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "data"))
     repo = defs.get_repository_def()
-    sensor = defs.get_sensor_def("nightly_fanout")
+    sensor = defs.get_sensor_def(NIGHTLY_SENSOR)
     with dg.instance_for_test() as instance:
-        result = repo.get_job("ingest").execute_in_process(
+        night = repo.get_job("ingest").execute_in_process(
             instance=instance,
             tags={NIGHTLY_TAG: "true"},
             resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
         )
-        assert result.success
-        # the daemon's path: a run-status sensor tick over the instance's event log, its requests resolved
-        # against the job it declares (a request it may not make raises here, as in the daemon)
-        ctx = dg.build_sensor_context(instance=instance, repository_def=repo, cursor=None)
-        first = sensor.evaluate_tick(ctx)  # the first tick only sets the cursor (events from now on)
-        assert not first.run_requests
-        again = repo.get_job("ingest").execute_in_process(
-            instance=instance,
-            tags={NIGHTLY_TAG: "true"},
-            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
-        )
-        data = sensor.evaluate_tick(
-            dg.build_sensor_context(instance=instance, repository_def=repo, cursor=first.cursor)
-        )
+        assert night.success
+        # the daemon's path: a sensor tick over the instance's runs, its requests resolved against the jobs it
+        # declares (a request it may not make raises here, as in the daemon)
+        data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo))
         # between the ingest run and its shard runs nothing runs, yet the night is in flight: no second night
         tick = build_nightly_schedule("* * * * *", "UTC").evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not tick.run_requests and "between its runs" in tick.skip_message
     reqs = data.run_requests
     parts = repo.get_job("shard_pipeline").partitions_def.get_partition_keys()
     assert sorted(r.partition_key for r in reqs) == sorted(parts)
-    assert sensor.job_name == "shard_pipeline" and all(r.tags[NIGHT_TAG] == again.run_id for r in reqs)
+    assert all(r.job_name == "shard_pipeline" and r.tags[NIGHT_TAG] == night.run_id for r in reqs)
     assert all(r.tags["dagster/partition"] == r.partition_key for r in reqs)
+
+
+def _add_run(instance: dg.DagsterInstance, job: str, status: dg.DagsterRunStatus, **tags: str) -> str:
+    run = dg.DagsterRun(job_name=job, run_id=str(uuid.uuid4()), status=status, tags={NIGHTLY_TAG: "true", **tags})
+    instance.add_run(run)
+    return run.run_id
+
+
+def test_one_sensor_publishes_a_night_only_when_every_shard_run_succeeded():
+    repo = defs.get_repository_def()
+    sensor = defs.get_sensor_def(NIGHTLY_SENSOR)
+    shards = list(repo.get_job("shard_pipeline").partitions_def.get_partition_keys())
+    with dg.instance_for_test() as instance:
+
+        def tick() -> dg.SensorExecutionData:
+            return sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo))
+
+        night = _add_run(instance, "ingest", dg.DagsterRunStatus.SUCCESS)
+        assert sorted(r.partition_key for r in tick().run_requests) == shards
+        for k in shards[:-1]:
+            _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: k})
+        last = _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.STARTED, **{NIGHT_TAG: night, PART: shards[-1]})
+        waiting = tick()
+        assert not waiting.run_requests and f"waiting for shard(s) {shards[-1]}" in waiting.skip_message
+        instance.report_run_failed(instance.get_run_by_id(last))
+        failed = tick()
+        assert not failed.run_requests and "failed; nothing published, LATEST unchanged" in failed.skip_message
+        _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: shards[-1]})
+        publish = tick().run_requests  # the failed shard was re-run and succeeded: every shard has passed
+        assert [(r.job_name, r.tags[NIGHT_TAG]) for r in publish] == [("publish", night)]
+
+
+def test_an_open_night_holds_the_next_one_until_it_publishes_or_loses_a_shard():
+    sched = build_nightly_schedule("* * * * *", "UTC")
+    with dg.instance_for_test() as instance:
+
+        def next_night() -> dg.ScheduleExecutionData:
+            return sched.evaluate_tick(dg.build_schedule_context(instance=instance))
+
+        night = _add_run(instance, "ingest", dg.DagsterRunStatus.SUCCESS)
+        _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: "0000"})
+        held = next_night()  # nothing runs, the night has neither published nor failed: it is still open
+        assert not held.run_requests and "between its runs" in held.skip_message
+        _add_run(instance, "publish", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night})
+        assert len(next_night().run_requests) == 1
+        second = _add_run(instance, "ingest", dg.DagsterRunStatus.SUCCESS)
+        assert not next_night().run_requests
+        _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.FAILURE, **{NIGHT_TAG: second, PART: "0001"})
+        assert len(next_night().run_requests) == 1
 
 
 def test_night_publishes_only_when_every_shard_succeeded():

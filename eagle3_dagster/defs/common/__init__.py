@@ -1,4 +1,4 @@
-"""What every asset of the project shares.
+"""What every asset of the project shares: the asset names, the group and the stage tag.
 
 One asset group: Dagster's lineage page draws groups collapsed until they are clicked, and draws no
 group box at all when there is only one, so a single group opens straight on the pipeline's graph.
@@ -10,6 +10,20 @@ import dagster as dg
 
 ASSET_GROUP = "eagle3"
 STAGE_TAG = "eagle3/stage"
+
+
+class AssetName:
+    """The asset keys of the graph, named once: definitions, jobs, sensors and the run driver use these."""
+
+    PROMPTS = "prompts"
+    TOKENIZED_PROMPTS = "tokenized_prompts"
+    GENERATIONS = "generations"
+    TRAINING_SAMPLES = "training_samples"
+    TRAINING_DATASET = "training_dataset"
+
+
+# the per-shard assets, in graph order: one `shard_pipeline` run materializes them for one partition
+SHARD_ASSETS = (AssetName.TOKENIZED_PROMPTS, AssetName.GENERATIONS, AssetName.TRAINING_SAMPLES)
 
 
 def stage_assets(stage: str) -> dg.AssetSelection:
