@@ -9,6 +9,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from serial_lane import is_serial
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import ModelProfile, load_profile
@@ -54,14 +55,23 @@ PROCESS_FIXTURES = {
 }
 
 
+def _mark_integration(item: pytest.Item) -> None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or item.get_closest_marker("integration"):
+        return
+    used = {(d.baseid, name) for name, defs in info.name2fixturedefs.items() for d in defs[-1:]}
+    if used & PROCESS_FIXTURES:
+        item.add_marker(pytest.mark.integration)
+
+
+# --- the serial lane (tests/serial_lane.py): `make test` runs `-m "not serial"` in xdist workers, then `-m serial`.
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        _mark_integration(item)
         info = getattr(item, "_fixtureinfo", None)
-        if info is None or item.get_closest_marker("integration"):
-            continue
-        used = {(d.baseid, name) for name, defs in info.name2fixturedefs.items() for d in defs[-1:]}
-        if used & PROCESS_FIXTURES:
-            item.add_marker(pytest.mark.integration)
+        if is_serial(item.nodeid.split("::")[0], info.name2fixturedefs if info else ()):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.hookimpl(wrapper=True)

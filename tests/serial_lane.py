@@ -1,0 +1,37 @@
+"""The tests `make test` runs after the parallel lane, one after another in one process.
+
+`make test` runs the suite in pytest-xdist workers (-n 3 --dist loadfile: a module's tests share a worker,
+so a module-scoped simulator or Dagster deployment is built once), then, alone, the tests marked `serial`
+here (tests/conftest.py marks them): those that measure the wall clock (bounds on waits, stalls and
+timeouts), send signals to process groups or drive the browser, which a busy machine would make flaky.
+Every test makes its own dirs (tmp_path) and ports (free_port), so the workers share nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+SERIAL_MODULES = frozenset(
+    {
+        "tests/generate/test_fleet_states.py",  # a bounded 3-8 s wait, named within 2 s
+        "tests/generate/test_run_wait.py",  # one shard's wait ends another's in < 0.5 s
+        "tests/generate/test_sglang_router.py",  # no second wait: took < half the wait
+        "tests/sim/test_sim_abort_faults.py",  # slot and busy seconds against the wall clock
+        "tests/pipeline/test_run_config_overrides.py",  # 1 s stall and read timeouts
+        "tests/pipeline/test_fleet_graph.py",  # dead endpoints named within 10 s of the start
+        "tests/reliability/test_fault_matrix.py",  # stall and read timeouts of 1-3 s, SIGKILL mid-chunk
+        "tests/pipeline/test_demo_stop.py",  # Ctrl-C / SIGTERM to a running demo
+        "tests/pipeline/test_publish_stop_graph.py",
+        "tests/pipeline/test_stopping_and_versions.py",
+        "tests/train/test_publish_stop.py",
+        "tests/reliability/test_browser.py",  # headless Chromium
+        "tests/reliability/test_screenshots.py",
+    }
+)
+# the session's `eagle3 ui` (a simulator and `dagster dev`) starts once, in the serial lane, not once per worker
+SERIAL_FIXTURES = frozenset({"eagle3_ui"})
+
+
+def is_serial(module: str, fixtures: Collection[str]) -> bool:
+    """Whether a test in `module` (its path from the project root) using `fixtures` runs in the serial lane."""
+    return module in SERIAL_MODULES or not SERIAL_FIXTURES.isdisjoint(fixtures)

@@ -1,0 +1,91 @@
+"""`make test`'s two lanes: the parallel one in pytest-xdist workers and the serial one after it
+(tests/serial_lane.py), and the integration-marker rule of tests/conftest.py, which must hold inside an
+xdist worker as in a plain run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from serial_lane import SERIAL_MODULES, is_serial
+
+from eagle3_dagster.config import PROJECT_ROOT
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_timing_sensitive_modules_and_the_ui_run_in_the_serial_lane():
+    assert is_serial("tests/generate/test_fleet_states.py", ["tmp_path"])
+    assert is_serial("tests/reliability/test_security.py", ["eagle3_ui", "tmp_path"])
+    assert not is_serial("tests/generate/test_faults.py", ["shared_sim", "tmp_path"])
+
+
+def test_every_serial_module_exists():
+    missing = sorted(m for m in SERIAL_MODULES if not (PROJECT_ROOT / m).is_file())
+    assert not missing, f"moved or removed: update SERIAL_MODULES in tests/serial_lane.py: {missing}"
+
+
+SAMPLE = """
+import subprocess
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def eagle3_ui():
+    return "a stand-in for the session's UI"
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_uses_the_ui(eagle3_ui, n):
+    pass
+
+
+@pytest.mark.parametrize("n", range(4))
+def test_free(n):
+    pass
+
+
+def test_unmarked_starts_a_process():
+    subprocess.run(["true"], check=True)
+
+
+@pytest.mark.integration
+def test_marked_starts_a_process():
+    subprocess.run(["true"], check=True)
+"""
+
+
+def _run_sample(suite: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(suite)],
+        cwd=suite,
+        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.integration
+def test_the_two_lanes_split_the_suite_and_an_unmarked_process_still_fails_in_a_worker(tmp_path: Path):
+    """A copy of tests/conftest.py over a sample module, run as `make test` runs the two lanes."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    for helper in ("conftest.py", "serial_lane.py"):
+        shutil.copy(TESTS / helper, suite / helper)
+    (suite / "test_sample.py").write_text(SAMPLE)
+    (suite / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    integration\n    serial\n")
+
+    # 6 of the 9: the three that use the UI wait for the serial lane (an xdist run does not count them)
+    parallel = _run_sample(suite, "-n", "2", "--dist", "loadfile", "-m", "not serial")
+    assert parallel.returncode == 1 and "1 failed, 5 passed in" in parallel.stdout, parallel.stdout
+    assert "test_unmarked_starts_a_process started a process during call but is not marked integration" in (
+        parallel.stdout
+    )
+    serial = _run_sample(suite, "-m", "serial")
+    assert serial.returncode == 0 and "3 passed, 6 deselected" in serial.stdout, serial.stdout + serial.stderr
