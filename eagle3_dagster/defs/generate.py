@@ -43,12 +43,12 @@ from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
+from ..orchestration.gate_step import gated_result
 from ..orchestration.gates import HeadlineCheck, gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
-from ..orchestration.stage import gated_result, streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
@@ -57,7 +57,7 @@ from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, 
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter
 from ..stopping import StopRequested
-from ..storage import as_data_path, parse_shard_key, shard_dir
+from ..storage import as_data_path, parse_shard_key, shard_dir, streamed_features
 from .common import ASSET_GROUP, STAGE_TAG
 
 STAGE = "generate"

@@ -11,10 +11,18 @@ from ..ingest import load_source_specs
 from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
-from ..orchestration.stage import arrow_batch, detached
 from ..quality import histograms_markdown, prompt_features, run_gate
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
+from ..storage import (
+    ONE_ROW_GROUP_BYTES,
+    ParquetSink,
+    arrow_batch,
+    detached,
+    parquet_file,
+    parse_shard_key,
+    shard_dir,
+    write_frame_atomic,
+)
 from ..tokenize import tokenize_prompts
 from .common import ASSET_GROUP, STAGE_TAG
 
@@ -87,7 +95,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
             tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new, control_text=control_text)
             sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
             n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
-            rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (orchestration/stage.py)
+            rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (storage/frames.py)
             feats.append(detached(prompt_features(tokenized, profile)))
         sink.commit()
     except BaseException:

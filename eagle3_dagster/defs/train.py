@@ -15,15 +15,15 @@ from ..generate.multiturn import current_turns, turn_generations, turn_prompt_ro
 from ..generate.probes import without_probes
 from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
+from ..orchestration.gate_step import gated_result
 from ..orchestration.gates import gate_check_specs
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
-from ..orchestration.stage import KeyedRows, gated_result
 from ..quality import GateFailedError, require_gate_passed
 from ..quality.features import available_source_shares, with_training_table_features
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
-from ..storage import parquet_file, parquet_num_rows, parse_shard_key, shard_dir
+from ..storage import KeyedRows, parquet_file, parquet_num_rows, parse_shard_key, shard_dir
 from ..train.multiturn import rows_by_turn, with_turns
 from ..train.samples import ACCEPTANCE_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from ..train.shard import build_training_shard

@@ -2,7 +2,7 @@
 
 The same rows, columns and order as building the whole shard at once (parse_generations +
 build_training_samples over every generation, sorted by sample_id): each batch of generations is
-parsed and built on its own, the rows go through a SortedSpill (orchestration/stage.py) and are written
+parsed and built on its own, the rows go through a SortedSpill (storage/spill.py) and are written
 bucket by bucket in sample_id order. Kept for the whole shard: the parse failures (row id + reasons,
 the quarantine file) and per-row scalars only (the gate's feature columns, the summary's statistics).
 """
@@ -17,11 +17,19 @@ from typing import Any, cast
 import polars as pl
 import pyarrow as pa
 
-from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch, detached
 from ..profiles import ModelProfile
 from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, PathLike, write_frame_atomic
+from ..storage import (
+    ONE_ROW_GROUP_BYTES,
+    KeyedRows,
+    ParquetSink,
+    PathLike,
+    SortedSpill,
+    arrow_batch,
+    detached,
+    write_frame_atomic,
+)
 from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
 from .samples import ACCEPTANCE_COLUMNS, build_training_samples
 from .summary import sample_stats
@@ -106,7 +114,7 @@ def build_training_shard(
                 batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
                 lineages.append(detached(batch.select("sample_id", "conversation_id", "turn_index")))
             sink.write_table(arrow_batch(batch, schema))
-            # kept for the whole shard: detached, or each would pin its bucket (orchestration/stage.py)
+            # kept for the whole shard: detached, or each would pin its bucket (storage/frames.py)
             features.append(detached(training_row_features(batch, max_total_len=max_total_len)))
             stats.append(detached(sample_stats(batch, profile)))
             res.text_exact_rows += int(batch["text_exact"].sum() or 0)
