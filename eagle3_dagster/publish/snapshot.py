@@ -1,6 +1,6 @@
 """Versioned training-dataset snapshots assembled from gated shards, with a manifest and exports.
 
-A snapshot's version is a hash of what a trainer consumes (train/summary.py:ContentHasher: per row
+A snapshot's version is a hash of what a trainer consumes (publish/identity.py:ContentHasher: per row
 sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash), so regenerating
 identical tokens on another machine, port or day gives the same version, and assembling unchanged
 inputs again yields the same snapshot rather than a near-copy. The manifest keeps each file's
@@ -9,9 +9,9 @@ sha256 (`files`, `exports`), the full content digest (`identity`), a distributio
 are copied in, so deleting or regenerating the working tables never changes a published snapshot.
 Memory stays flat however big the snapshot: the content identity and summary read each shard table a
 batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
-shard by shard (train/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
+shard by shard (publish/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
 
-Publishing is a gate of its own (`judge`, see quality/snapshot_gates.py): a refused snapshot (no
+Publishing is a gate of its own (`judge`, see publish/snapshot_gates.py): a refused snapshot (no
 rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does
 not move; a snapshot held back by the drift policy is written with `published: false` and LATEST
 does not move either. Every attempt is recorded in data/gates/publish/last.json.
@@ -57,8 +57,9 @@ from ..storage import (
     sha256_of,
     shard_key,
 )
+from ..train.summary import STAT_COLUMNS, sample_stats, summarize
 from .card import write_card
-from .summary import IDENTITY_SCHEME
+from .identity import IDENTITY_SCHEME, ContentHasher
 
 GATES = ("prompts", "generations", "training_samples")
 PUBLISH_LOCK = "snapshots/.publish.lock"
@@ -89,7 +90,7 @@ class SnapshotResult:
     removed_by_retention: list[str]
     manifest: dict[str, Any]
     published: bool = True  # False: refused by the publish gate (path None) or held back by drift
-    verdict: Any = None  # quality.snapshot_gates.SnapshotVerdict when judged
+    verdict: Any = None  # publish.snapshot_gates.SnapshotVerdict when judged
     latest: str | None = None  # what LATEST names after this build
     removed_staging: list[str] = field(default_factory=list)  # staging folders of dead attempts, deleted
 
@@ -169,7 +170,6 @@ def content_and_summary(
     import polars as pl
 
     from .export import BATCH_ROWS
-    from .summary import STAT_COLUMNS, ContentHasher, sample_stats, summarize
 
     hasher = ContentHasher()
     stats: list[pl.DataFrame] = []
