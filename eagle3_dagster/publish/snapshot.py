@@ -51,8 +51,8 @@ from ..storage import (
     DataDirLock,
     DataPath,
     PathLike,
-    _native,
     as_data_path,
+    as_given,
     parquet_num_rows,
     sha256_of,
     shard_key,
@@ -453,7 +453,7 @@ def _build_snapshot_locked(
     removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
     return SnapshotResult(
         version,
-        _native(snap, given),
+        as_given(snap, given),
         created,
         manifest["rows"],
         decisions,

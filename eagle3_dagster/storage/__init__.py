@@ -21,8 +21,8 @@ interrupted multipart upload stays invisible (expire them with a bucket lifecycl
 
 `DataPath` is the one type the pipeline passes around: a root (filesystem + base) and a relative
 key validated segment by segment, so a join can never leave the data root (`..`, absolute parts,
-backslashes and NUL are refused). Functions here also accept a plain `Path` (local, as before) and
-then return a `Path`, so local callers see no difference.
+backslashes and NUL are refused). Functions here also accept a plain `Path` (local) and
+then return a `Path`.
 
 The package, one job per module: `uris` (schemes, validation, redaction), `atomic` (the two
 write primitives), `paths` (DataRoot, DataPath), `writes` (atomic tables, streamed sinks), `reads`
@@ -33,7 +33,6 @@ write primitives), `paths` (DataRoot, DataPath), `writes` (atomic tables, stream
 
 from __future__ import annotations
 
-from .atomic import _local_atomic, _put
 from .frames import arrow_batch, detached, streamed_features
 from .layout import iter_shard_dirs, parse_shard_key, read_shard_json, safe_join, shard_dir, shard_key
 from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
@@ -41,8 +40,8 @@ from .paths import (
     DataPath,
     DataRoot,
     PathLike,
-    _native,
     as_data_path,
+    as_given,
     data_root,
     display,
     fsspec_filesystem,
@@ -77,11 +76,9 @@ __all__ = [
     "SortedSpill",
     "StorageError",
     "TextSink",
-    "_local_atomic",
-    "_native",
-    "_put",
     "arrow_batch",
     "as_data_path",
+    "as_given",
     "check_uri",
     "data_root",
     "describe_owner",
