@@ -126,6 +126,135 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
     return int.from_bytes(h[:8], "big") < fraction * 2**64
 
 
+@dataclass
+class _Prompt:
+    """One record as a prompt: canonical JSON of its messages and tools (and for all_turns its whole
+    conversation and regenerate options), and the bytes its prompt_id hashes."""
+
+    messages_json: str
+    tools_json: str | None
+    n_messages: int
+    payload: bytes
+    conversation_json: str | None = None
+    regenerate_json: str | None = None
+
+
+def _record_prompt(value: Any, spec: SourceSpec, docs: FunctionDocs | None) -> _Prompt:
+    """The prompt of one record; a record that cannot be one raises RowReject."""
+    value, added = join_function_docs(value, docs) if docs is not None else (value, {})
+    conversation: Any = None
+    options: dict[str, Any] = {}
+    if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
+        conversation, tools = build_conversation(value, fmt=spec.format, field_map=spec.field_map)
+        messages, options = regenerate_options(
+            conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
+        )
+        if added:  # BFCL miss_func: the tools from the turn a function is added on
+            options["tools_from"] = tool_changes(conversation, value, added, tools)
+    else:
+        messages, tools = build_prompt(value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule)
+    try:
+        return _canonical_prompt(messages, tools, conversation if spec.all_turns else None, options)
+    except UnicodeEncodeError:
+        raise RowReject("invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)") from None
+    except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
+        raise RowReject("bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}") from None
+
+
+def _canonical_prompt(messages: list[Any], tools: Any, conversation: Any, options: dict[str, Any]) -> _Prompt:
+    messages_json = canonical_json(messages)
+    tools_json = canonical_json(tools) if tools is not None else None
+    # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
+    # before "tools"), without serializing the prompt twice.
+    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
+    prompt = _Prompt(messages_json, tools_json, len(messages), payload)
+    if conversation is not None:
+        # another unit of work than the final-turn prompt of the same record: its own id
+        prompt.conversation_json = canonical_json(conversation)
+        prompt.regenerate_json = canonical_json(options)
+        prompt.payload += f"|all_turns|{prompt.regenerate_json}|{prompt.conversation_json}".encode()
+    return prompt
+
+
+class _SourceOutputs:
+    """A source's accepted and reject rows being written, with their counts and the prompt ids seen."""
+
+    def __init__(self, spec: SourceSpec, out_dir: DataPath, n_shards: int) -> None:
+        self.spec, self.n_shards = spec, n_shards
+        self.counts = SourceCounts()
+        self.seen: set[bytes] = set()
+        self.accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
+        self.rejects = _AtomicParquetWriter(out_dir / REJECTS_FILE, schemas.PROMPT_REJECTS)
+
+    def reject(self, file: str, rec: RawRecord, reason: str, detail: str) -> None:
+        self.counts.rejected += 1
+        self.counts.rejects_by_reason[reason] = self.counts.rejects_by_reason.get(reason, 0) + 1
+        self.rejects.add(
+            {
+                "source": self.spec.name,
+                "source_file": file,
+                "source_row": rec.row,
+                "reason": reason,
+                "detail": safe_text(detail)[:500],
+                "excerpt": rec.excerpt(),
+            }
+        )
+
+    def offer(self, file: str, rec: RawRecord, prompt: _Prompt) -> None:
+        """Accept the prompt unless sampled out or a duplicate of one already accepted."""
+        spec = self.spec
+        digest = hashlib.sha256(prompt.payload).digest()[:16]
+        if spec.sample_fraction is not None and not _keep_sample(digest, spec.sample_fraction, spec.seed):
+            self.counts.sampled_out += 1
+            return
+        if digest in self.seen:
+            self.counts.duplicates += 1
+            return
+        self.seen.add(digest)
+        prompt_id = digest.hex()
+        self.accepted.add(
+            {
+                "prompt_id": prompt_id,
+                "source": spec.name,
+                "source_file": file,
+                "source_row": rec.row,
+                "shard": shard_of(prompt_id, self.n_shards),
+                "messages": prompt.messages_json,
+                "tools": prompt.tools_json,
+                "n_messages": prompt.n_messages,
+                "conversation": prompt.conversation_json,
+                "regenerate": prompt.regenerate_json,
+            }
+        )
+        self.counts.accepted += 1
+
+    def full(self) -> bool:
+        return self.spec.limit is not None and self.counts.accepted >= self.spec.limit
+
+    def abort(self) -> None:
+        self.accepted.abort()
+        self.rejects.abort()
+
+
+def _read_source(spec: SourceSpec, files: Sequence[Any], docs: FunctionDocs | None, out: _SourceOutputs) -> None:
+    """Every record of the source's files, rejected or offered, until the source's limit."""
+    for path in files:
+        file = safe_text(str(path))
+        for rec in iter_records(path, max_bytes=spec.max_bytes):
+            out.counts.read += 1
+            if rec.error is not None:
+                out.reject(file, rec, *rec.error)
+                continue
+            try:
+                prompt = _record_prompt(rec.value, spec, docs)
+            except RowReject as r:
+                out.reject(file, rec, r.reason, r.detail)
+                continue
+            out.offer(file, rec, prompt)
+            if out.full():
+                return
+
+
 def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_accepted: bool = False) -> SourceCounts:
     """Read every file of `spec`; write out_dir/accepted.parquet, rejects.parquet and counts.json.
 
@@ -140,107 +269,19 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     docs_folder = spec.function_docs_folder()
     docs = FunctionDocs(docs_folder, spec.name) if docs_folder is not None else None  # bfcl.py
     out_dir = as_data_path(out_dir)
-    counts = SourceCounts()
-    seen: set[bytes] = set()
-    accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
-    rejects = _AtomicParquetWriter(out_dir / REJECTS_FILE, schemas.PROMPT_REJECTS)
-
-    def reject(file: str, rec: RawRecord, reason: str, detail: str) -> None:
-        counts.rejected += 1
-        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
-        rejects.add(
-            {
-                "source": spec.name,
-                "source_file": file,
-                "source_row": rec.row,
-                "reason": reason,
-                "detail": safe_text(detail)[:500],
-                "excerpt": rec.excerpt(),
-            }
-        )
-
+    out = _SourceOutputs(spec, out_dir, n_shards)
+    counts = out.counts
     try:
-        for path in files:
-            file = safe_text(str(path))
-            for rec in iter_records(path, max_bytes=spec.max_bytes):
-                counts.read += 1
-                if rec.error is not None:
-                    reject(file, rec, *rec.error)
-                    continue
-                conversation_json = regenerate_json = None
-                try:
-                    value, added = join_function_docs(rec.value, docs) if docs is not None else (rec.value, {})
-                    if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
-                        conversation, tools = build_conversation(value, fmt=spec.format, field_map=spec.field_map)
-                        messages, options = regenerate_options(
-                            conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
-                        )
-                        if added:  # BFCL miss_func: the tools from the turn a function is added on
-                            options["tools_from"] = tool_changes(conversation, value, added, tools)
-                    else:
-                        messages, tools = build_prompt(
-                            value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
-                        )
-                except RowReject as r:
-                    reject(file, rec, r.reason, r.detail)
-                    continue
-                try:
-                    messages_json = canonical_json(messages)
-                    tools_json = canonical_json(tools) if tools is not None else None
-                    # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
-                    # before "tools"), without serializing the prompt twice.
-                    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
-                    if spec.all_turns:
-                        # another unit of work than the final-turn prompt of the same record: its own id
-                        conversation_json = canonical_json(conversation)
-                        regenerate_json = canonical_json(options)
-                        payload += f"|all_turns|{regenerate_json}|{conversation_json}".encode()
-                except UnicodeEncodeError:
-                    reject(
-                        file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
-                    )
-                    continue
-                except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
-                    reject(file, rec, "bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}")
-                    continue
-                digest = hashlib.sha256(payload).digest()[:16]
-                if spec.sample_fraction is not None and not _keep_sample(digest, spec.sample_fraction, spec.seed):
-                    counts.sampled_out += 1
-                    continue
-                if digest in seen:
-                    counts.duplicates += 1
-                    continue
-                seen.add(digest)
-                prompt_id = digest.hex()
-                accepted.add(
-                    {
-                        "prompt_id": prompt_id,
-                        "source": spec.name,
-                        "source_file": file,
-                        "source_row": rec.row,
-                        "shard": shard_of(prompt_id, n_shards),
-                        "messages": messages_json,
-                        "tools": tools_json,
-                        "n_messages": len(messages),
-                        "conversation": conversation_json,
-                        "regenerate": regenerate_json,
-                    }
-                )
-                counts.accepted += 1
-                if spec.limit is not None and counts.accepted >= spec.limit:
-                    break
-            if spec.limit is not None and counts.accepted >= spec.limit:
-                break
-        accepted.close()
-        rejects.close()
+        _read_source(spec, files, docs, out)
+        out.accepted.close()
+        out.rejects.close()
         if require_accepted and counts.accepted == 0:
             raise EmptySourceError(empty_source_message(spec, counts))
     except BaseException:
-        accepted.abort()
-        rejects.abort()
+        out.abort()
         raise
-    accepted.commit()
-    rejects.commit()
+    out.accepted.commit()
+    out.rejects.commit()
     _write_json_atomic(
         {
             "source": spec.name,
