@@ -398,100 +398,125 @@ def combine_sources(
     """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
-    counts = CombineCounts(sources=len(source_dirs), eval_sources=len(eval_sets))
     out_dir = as_data_path(out_dir)
     dirs = strictest_first([as_data_path(d) for d in source_dirs], control_text or {})
-    index = build_eval_index(eval_sets)
-    probe_index = build_eval_index(probe_sets)
-    probe_names = frozenset(p.name for p in probe_sets)
-    counts.eval_prompts = len(index)
-    counts.probe_sources = len(probe_sets)
-    seen: set[bytes] = set()
-    prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
-    rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
+    combiner = _Combiner(out_dir, n_shards, build_eval_index(eval_sets), build_eval_index(probe_sets), probe_sets)
+    counts = combiner.counts
+    counts.sources, counts.eval_sources = len(source_dirs), len(eval_sets)
     try:
         for d in dirs:
-            acc_path, rej_path, counts_path = _source_outputs(d)
-            before = (counts.input_accepted, counts.rejects - counts.eval_overlap - counts.probe_overlap)
-            try:
-                source_counts = json.loads(counts_path.read_text())
-                if source_counts.get("role") == "eval":
-                    raise IngestFileError(
-                        f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
-                        "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
-                        "changing its role)"
-                    )
-                counts.read += int(source_counts["read"])
-                counts.source_duplicates += int(source_counts["duplicates"])
-                counts.sampled_out += int(source_counts.get("sampled_out", 0))
-                acc_file = parquet_file(acc_path)
-                for batch in acc_file.iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
-                    for row in batch.to_pylist():
-                        counts.input_accepted += 1
-                        digest = bytes.fromhex(row["prompt_id"])
-                        if digest in seen:
-                            counts.cross_source_duplicates += 1
-                            dup_source = row["source"]
-                            counts.duplicates_by_source[dup_source] = counts.duplicates_by_source.get(dup_source, 0) + 1
-                            continue
-                        seen.add(digest)
-                        found = _reference_overlap(row, index, probe_index, probe_names)
-                        if found is not None:
-                            reason, overlap = found
-                            # a quarantined prompt claims no prompt_id: the probe prompt itself (a later
-                            # source) must still get in, and a later copy gets its own reject row
-                            seen.discard(digest)
-                            _count_overlap(counts, reason, row["source"])
-                            rejects.add(
-                                {
-                                    "source": row["source"],
-                                    "source_file": row["source_file"],
-                                    "source_row": row["source_row"],
-                                    "reason": reason,
-                                    "detail": overlap.detail(),
-                                    "excerpt": cut_utf8(row["messages"], 200),
-                                }
-                            )
-                            continue
-                        row["shard"] = shard_of(row["prompt_id"], n_shards)
-                        prompts.add(row)
-                        counts.prompts += 1
-                        counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
-                for rej_batch in parquet_file(rej_path).iter_batches(
-                    batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names
-                ):
-                    rejects.add_table(pa.Table.from_batches([rej_batch]))
-                    counts.rejects += rej_batch.num_rows
-                    for reason in rej_batch.column("reason").to_pylist():
-                        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
-            except IngestFileError:
-                raise
-            except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
-                raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
-            # The three files must come from the same run, or the totals would not reconcile.
-            removed = counts.eval_overlap + counts.probe_overlap
-            if (counts.input_accepted - before[0], counts.rejects - removed - before[1]) != (
-                int(source_counts["accepted"]),
-                int(source_counts["rejected"]),
-            ):
-                raise IngestFileError(
-                    f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source"
-                )
-        prompts.close()
-        rejects.close()
+            combiner.add_source(d)
+        combiner.prompts.close()
+        combiner.rejects.close()
     except BaseException:
-        prompts.abort()
-        rejects.abort()
+        combiner.prompts.abort()
+        combiner.rejects.abort()
         raise
-    prompts.commit()
-    rejects.commit()
-    summary = decontamination_summary(index, counts)
+    combiner.prompts.commit()
+    combiner.rejects.commit()
+    summary = decontamination_summary(combiner.index, counts)
     summary["probe_overlap"] = counts.probe_overlap
     summary["probe_overlap_by_training_source"] = counts.probe_overlap_by_source
-    summary["probe_sources"] = [{"source": name, **asdict(st)} for name, st in probe_index.stats.items()]
+    summary["probe_sources"] = [{"source": name, **asdict(st)} for name, st in combiner.probe_index.stats.items()]
     _write_json_atomic(summary, out_dir / DECONTAMINATION_FILE)
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
+
+
+class _Combiner:
+    """The prompts table and the prompt rejects being written from the sources' outputs, with the counts."""
+
+    def __init__(
+        self, out_dir: DataPath, n_shards: int, index: EvalIndex, probe_index: EvalIndex, probe_sets: Sequence[EvalSet]
+    ) -> None:
+        self.n_shards, self.index, self.probe_index = n_shards, index, probe_index
+        self.probe_names = frozenset(p.name for p in probe_sets)
+        self.counts = CombineCounts(eval_prompts=len(index), probe_sources=len(probe_sets))
+        self.seen: set[bytes] = set()
+        self.prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
+        self.rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
+
+    def add_source(self, d: DataPath) -> None:
+        """One source folder's accepted rows and rejects; its counts.json must match them."""
+        counts = self.counts
+        acc_path, rej_path, counts_path = _source_outputs(d)
+        before = (counts.input_accepted, counts.rejects - counts.eval_overlap - counts.probe_overlap)
+        try:
+            source_counts = _training_source_counts(d, counts_path)
+            counts.read += int(source_counts["read"])
+            counts.source_duplicates += int(source_counts["duplicates"])
+            counts.sampled_out += int(source_counts.get("sampled_out", 0))
+            for batch in parquet_file(acc_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
+                for row in batch.to_pylist():
+                    self._add_row(row)
+            self._add_rejects(rej_path)
+        except IngestFileError:
+            raise
+        except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
+            raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
+        # The three files must come from the same run, or the totals would not reconcile.
+        removed = counts.eval_overlap + counts.probe_overlap
+        if (counts.input_accepted - before[0], counts.rejects - removed - before[1]) != (
+            int(source_counts["accepted"]),
+            int(source_counts["rejected"]),
+        ):
+            raise IngestFileError(
+                f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source"
+            )
+
+    def _add_row(self, row: dict[str, Any]) -> None:
+        """An accepted row: a cross-source duplicate, quarantined for an overlap, or a prompt."""
+        counts = self.counts
+        counts.input_accepted += 1
+        digest = bytes.fromhex(row["prompt_id"])
+        if digest in self.seen:
+            counts.cross_source_duplicates += 1
+            counts.duplicates_by_source[row["source"]] = counts.duplicates_by_source.get(row["source"], 0) + 1
+            return
+        self.seen.add(digest)
+        found = _reference_overlap(row, self.index, self.probe_index, self.probe_names)
+        if found is not None:
+            reason, overlap = found
+            # a quarantined prompt claims no prompt_id: the probe prompt itself (a later
+            # source) must still get in, and a later copy gets its own reject row
+            self.seen.discard(digest)
+            _count_overlap(counts, reason, row["source"])
+            self.rejects.add(
+                {
+                    "source": row["source"],
+                    "source_file": row["source_file"],
+                    "source_row": row["source_row"],
+                    "reason": reason,
+                    "detail": overlap.detail(),
+                    "excerpt": cut_utf8(row["messages"], 200),
+                }
+            )
+            return
+        row["shard"] = shard_of(row["prompt_id"], self.n_shards)
+        self.prompts.add(row)
+        counts.prompts += 1
+        counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
+
+    def _add_rejects(self, rej_path: DataPath) -> None:
+        for rej_batch in parquet_file(rej_path).iter_batches(
+            batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names
+        ):
+            self.rejects.add_table(pa.Table.from_batches([rej_batch]))
+            self.counts.rejects += rej_batch.num_rows
+            for reason in rej_batch.column("reason").to_pylist():
+                self.counts.rejects_by_reason[reason] = self.counts.rejects_by_reason.get(reason, 0) + 1
+
+
+def _training_source_counts(d: DataPath, counts_path: DataPath) -> dict[str, Any]:
+    """A source's counts.json; an eval source is refused (it is the reference, never training data)."""
+    source_counts: dict[str, Any] = json.loads(counts_path.read_text())
+    if source_counts.get("role") == "eval":
+        raise IngestFileError(
+            f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
+            "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
+            "changing its role)"
+        )
+    return source_counts
 
 
 def decontamination_summary(index: EvalIndex, counts: CombineCounts) -> dict[str, Any]:
