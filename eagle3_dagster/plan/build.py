@@ -158,15 +158,9 @@ def build_plan(
     assumptions.append(_output_assumption(expect, max_new))
     fit = fit_to_context(cache.send, expect, server_ctx=server_ctx, fit_mode=budget.mode == "fit", max_new=max_new)
     assumptions += fit.assumptions
-    tps, basis, throughput_assumptions = _throughput(fleet, probes)
-    servers, server_assumptions = _servers(fleet, capacity, config)
-    assumptions += [*throughput_assumptions, *server_assumptions]
-    assumptions.append("time counts output tokens only (prefill is inside the measured or declared tokens/s)")
     all_out = expect.expected(rows.frame["source"])
-    est: FleetEstimate = fleet_estimate(fit.new_output_tokens, tps, servers, fleet.gpus_per_server, basis)
-    disk: DiskEstimate = disk_estimate(
-        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=fit.new_output_tokens, all_output_tokens=all_out
-    )
+    estimates, estimate_assumptions = _estimates(fleet, capacity, probes, config, data, rows, fit, all_out)
+    assumptions += estimate_assumptions
     return Plan(
         created_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         profile=profile.name,
@@ -180,13 +174,7 @@ def build_plan(
         expected_output_tokens_all=all_out,
         output_basis=expect.basis,
         output_mean_per_request=expect.overall_mean,
-        fleet={**asdict(est), "eta": human_duration(est.eta_s)},
-        disk={
-            "bytes": disk.bytes,
-            "total_bytes": disk.total,
-            "bytes_per_token": disk.bytes_per_token,
-            "basis": disk.basis,
-        },
+        **estimates,
         probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
         assumptions=assumptions,
         warnings=warnings,
@@ -195,6 +183,40 @@ def build_plan(
         requests_context_skipped=fit.skipped,
         requests_too_long_for_server=fit.too_long,
     )
+
+
+def _estimates(
+    fleet: Fleet,
+    capacity: list[EndpointCapacity],
+    probes: list[EndpointProbe],
+    config: GenerationConfig,
+    data: DataPath,
+    rows: TokenizedRows,
+    fit: ContextFit,
+    all_out: float,
+) -> tuple[dict[str, Any], list[str]]:
+    """The plan's fleet (time) and disk estimates, and what they assume."""
+    tps, basis, throughput_assumptions = _throughput(fleet, probes)
+    servers, server_assumptions = _servers(fleet, capacity, config)
+    est: FleetEstimate = fleet_estimate(fit.new_output_tokens, tps, servers, fleet.gpus_per_server, basis)
+    disk: DiskEstimate = disk_estimate(
+        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=fit.new_output_tokens, all_output_tokens=all_out
+    )
+    fields = {
+        "fleet": {**asdict(est), "eta": human_duration(est.eta_s)},
+        "disk": {
+            "bytes": disk.bytes,
+            "total_bytes": disk.total,
+            "bytes_per_token": disk.bytes_per_token,
+            "basis": disk.basis,
+        },
+    }
+    assumptions = [
+        *throughput_assumptions,
+        *server_assumptions,
+        "time counts output tokens only (prefill is inside the measured or declared tokens/s)",
+    ]
+    return fields, assumptions
 
 
 def _count_fields(prompt_counts: PromptCounts, rows: TokenizedRows, cache: CacheCounts) -> dict[str, Any]:
