@@ -144,10 +144,9 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     tokenized = pl.read_parquet(inputs / "tokenized.parquet")
     prompts = pl.read_parquet(inputs / "prompts.parquet")
     harness_cpu = time.process_time() - h0  # the bench's own input tiling: not the stage, left out below
-    from eagle3_dagster.orchestration.stage import streamed_features
     from eagle3_dagster.quality import generation_features, run_gate
     from eagle3_dagster.quality.features import available_source_shares, with_training_table_features
-    from eagle3_dagster.storage import write_frame_atomic
+    from eagle3_dagster.storage import streamed_features, write_frame_atomic
 
     out_dir.mkdir(parents=True, exist_ok=True)
     gx = {"expectations_dir": EXPECTATIONS, "context_dir": out_dir / "gx", "profile": profile}

@@ -286,7 +286,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
 
 def _not_latest(data_dir: DataPath, snap: str | None) -> str:
     """A snapshot that LATEST does not name is marked: it is not the published one."""
-    from .train.snapshot import read_latest
+    from .publish.snapshot import read_latest
 
     latest = read_latest(data_dir / "snapshots") if snap else None
     return f" -- NOT published (LATEST is {latest or 'none'})" if snap and latest != snap else ""

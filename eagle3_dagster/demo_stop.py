@@ -1,6 +1,6 @@
 """How `eagle3 demo` stops on a signal, and the one line it ends with when it did.
 
-A stop during publish is honoured at the publish's commit point (train/snapshot.py `_switch_latest`):
+A stop during publish is honoured at the publish's commit point (publish/snapshot.py `_switch_latest`):
 before LATEST is switched, the snapshot is left complete but unpublished and the demo exits 130
 saying so; a stop that arrives after LATEST was switched cannot undo it, and the line says the
 snapshot was completed and published. Either way the exit code is 130: a stop is never a SUCCESS.

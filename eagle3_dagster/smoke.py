@@ -32,8 +32,8 @@ from typing import Any
 import polars as pl
 
 from .generate.active import ACTIVE_FILE, read_active_generations
+from .publish.snapshot import read_latest, read_manifest
 from .storage import DataPath, PathLike, as_data_path, read_parquet
-from .train.snapshot import read_latest, read_manifest
 
 
 @dataclass(frozen=True)

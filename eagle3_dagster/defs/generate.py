@@ -52,7 +52,6 @@ from ..orchestration.pools import GENERATE_POOL
 from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
-from ..orchestration.stage import streamed_features
 from ..quality import generation_features, histograms_markdown, sample_preview_markdown
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
@@ -61,7 +60,7 @@ from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, 
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter
 from ..stopping import StopRequested
-from ..storage import as_data_path, shard_dir
+from ..storage import as_data_path, shard_dir, streamed_features
 from .common import AssetName
 
 STAGE = "generate"

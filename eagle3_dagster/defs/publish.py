@@ -12,13 +12,13 @@ from ..ingest import load_source_specs
 from ..orchestration.gates import REPORT_WRITTEN, refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
+from ..publish.card import CARD_FILE, card_config
+from ..publish.export import SPECFORGE_FILE, exporters_for
+from ..publish.snapshot import GATES, build_snapshot
+from ..publish.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..quality import read_gate_result
-from ..quality.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
 from ..stopping import StopRequested
 from ..storage import DataDirLocked
-from ..train.card import CARD_FILE, card_config
-from ..train.export import SPECFORGE_FILE, exporters_for
-from ..train.snapshot import GATES, build_snapshot
 from ..train.summary import headline
 from .common import ASSET_GROUP, STAGE_TAG, AssetName
 
@@ -88,7 +88,7 @@ def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet) -> dict[str
         "max_new_tokens": profile.max_new_tokens_for(pipeline.max_new_tokens),
         "regen_seed": sglang.regen_seed,
         "n_shards": N_SHARDS,
-        # tokenizer, sampling, licences and origins
+        # the data card's model and sources (publish/card.py): tokenizer, sampling, licences and origins
         **card_config(profile, load_source_specs(settings().sources_dir)),
     }
 

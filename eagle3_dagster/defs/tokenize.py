@@ -12,10 +12,9 @@ from ..ingest import load_source_specs
 from ..orchestration.gates import HeadlineCheck
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
-from ..orchestration.stage import arrow_batch, detached
 from ..quality import histograms_markdown, prompt_features
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, write_frame_atomic
+from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, arrow_batch, detached, parquet_file, write_frame_atomic
 from ..tokenize import tokenize_prompts
 from .common import AssetName
 
@@ -94,7 +93,7 @@ def tokenize_shard(step: ShardStep, renderer: Any, out: Any) -> TokenizedShard:
             tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new, control_text=control_text)
             sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
             n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
-            rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (orchestration/stage.py)
+            rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (storage/frames.py)
             feats.append(detached(prompt_features(tokenized, step.profile)))
         sink.commit()
     except BaseException:

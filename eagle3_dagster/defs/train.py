@@ -19,11 +19,10 @@ from ..ingest.spec import probe_source_names
 from ..orchestration.metadata import to_metadata
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
-from ..orchestration.stage import KeyedRows
 from ..quality import GateFailedError, require_gate_passed
 from ..quality.features import available_source_shares, with_training_table_features
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
-from ..storage import parquet_file, parquet_num_rows
+from ..storage import KeyedRows, parquet_file, parquet_num_rows
 from ..train.multiturn import rows_by_turn, with_turns
 from ..train.samples import ACCEPTANCE_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from ..train.shard import build_training_shard

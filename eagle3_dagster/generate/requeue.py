@@ -29,7 +29,7 @@ import polars as pl
 from ..storage import as_data_path, read_parquet
 from .store import ShardStore, StoreDir, iter_generations
 
-QUARANTINE_FILE = "quarantine.parquet"  # written by the generations gate (orchestration/stage.py)
+QUARANTINE_FILE = "quarantine.parquet"  # written by the generations gate (orchestration/gate_step.py)
 _ROW_ID = "row_id"  # quality.features.ROW_ID: the sample_id of a generations row
 
 EMPTY = "quarantined_empty_answer"

@@ -5,9 +5,10 @@ No Dagster imports here; the wiring lives in eagle3_dagster/defs/.
 """
 
 from .canonical import canonical_json, prompt_id_of, shard_of
+from .counts import CombineCounts, SourceCounts
 from .errors import REJECT_REASONS, IngestFileError, RowReject, SourceSpecError
 from .normalize import FORMAT_ALIASES, GENERATE_KEY, PROMPT_RULES, build_conversation, build_prompt, normalize_tools
-from .pipeline import CombineCounts, SourceCounts, combine_sources, ingest_source
+from .pipeline import combine_sources, ingest_source
 from .spec import SourceSpec, load_source_spec, load_source_specs
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .pipeline import SourceCounts
+from .counts import SourceCounts
 from .spec import SourceSpec
 
 

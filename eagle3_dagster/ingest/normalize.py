@@ -389,10 +389,29 @@ def _apply_prompt_rule(messages: list[dict[str, Any]], rule: str) -> list[dict[s
     raise RowReject("nothing_to_regenerate", f"no user or tool message to answer (roles: {roles})")
 
 
+class _Calls:
+    """The tool calls of a conversation so far: how many, and the ids not yet answered, in call order."""
+
+    def __init__(self) -> None:
+        self.pending: deque[str] = deque()
+        self.count = 0
+
+    def answered_by(self, call_id: Any, where: str) -> str:
+        """The call a tool result answers: its own tool_call_id, else the oldest unanswered call."""
+        if call_id is not None and not isinstance(call_id, str):
+            raise RowReject("bad_field", f"{where}.tool_call_id must be a string")
+        if call_id:
+            if call_id in self.pending:
+                self.pending.remove(call_id)
+            return call_id
+        if self.pending:
+            return self.pending.popleft()
+        raise RowReject("orphan_tool_result", f"{where} (tool) answers no earlier tool call")
+
+
 def _normalize_kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    pending: deque[str] = deque()  # ids of tool calls not yet answered, in call order
-    n_calls = 0
+    calls = _Calls()
     for m in messages:
         where = m["_where"]
         role = m["role"]
@@ -404,62 +423,13 @@ def _normalize_kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         part_calls: list[Any] = []
         if isinstance(content, list):
             content, reasoning, part_calls = _content_from_parts(content, where)
-        msg: dict[str, Any] = {"role": role}
-        if role == "assistant":
-            raw_calls: list[Any] = list(part_calls)
-            if "_function_call" in m:
-                raw_calls.extend(_parse_function_call(m["_function_call"], where))
-            tc = m.get("tool_calls")
-            if tc is not None:
-                if not isinstance(tc, list):
-                    raise RowReject("bad_tool_call", f"{where}.tool_calls must be a list, got {_json_type(tc)}")
-                raw_calls.extend(tc)
-            calls = []
-            for j, raw_call in enumerate(raw_calls):
-                call = _normalize_tool_call(raw_call, f"{where}.tool_calls[{j}]", n_calls)
-                n_calls += 1
-                pending.append(call["id"])
-                calls.append(call)
-            rc = m.get("reasoning_content")
-            if rc is not None:
-                if not isinstance(rc, str):
-                    raise RowReject("bad_content", f"{where}.reasoning_content must be a string, got {_json_type(rc)}")
-                reasoning = rc if reasoning is None else reasoning + rc
-            if content is _MISSING or content is None:
-                if not calls and reasoning is None:
-                    raise RowReject("missing_field", f"{where} (assistant) has no content and no tool_calls")
-                content = ""
-            _check_text(content, where)
-            if not content.strip() and not calls and not reasoning:
-                raise RowReject("empty_turn", f"{where} (assistant) is empty")
-            msg["content"] = content
-            if calls:
-                msg["tool_calls"] = calls
-            if reasoning:
-                msg["reasoning_content"] = reasoning
-        else:
-            if content is _MISSING:
-                raise RowReject("missing_field", f"{where} ({role}) has no content")
-            if content is None:
-                raise RowReject("bad_content", f"{where} ({role}) content is null")
-            _check_text(content, where)
-            if role == "system" and not content.strip():
-                continue  # an empty system prompt says nothing; drop it rather than the row
-            if role == "user" and not content.strip():
-                raise RowReject("empty_turn", f"{where} (user) is empty")
-            msg["content"] = content
-            if role == "tool":
-                call_id = m.get("tool_call_id")
-                if call_id is not None and not isinstance(call_id, str):
-                    raise RowReject("bad_field", f"{where}.tool_call_id must be a string")
-                if call_id:
-                    if call_id in pending:
-                        pending.remove(call_id)
-                elif pending:
-                    call_id = pending.popleft()
-                else:
-                    raise RowReject("orphan_tool_result", f"{where} (tool) answers no earlier tool call")
-                msg["tool_call_id"] = call_id
+        msg = (
+            _assistant_message(m, content, reasoning, part_calls, calls)
+            if role == "assistant"
+            else _text_message(m, role, content, calls)
+        )
+        if msg is None:
+            continue  # an empty system prompt says nothing; drop it rather than the row
         name = m.get("name")
         if name is not None:
             if not isinstance(name, str):
@@ -470,6 +440,62 @@ def _normalize_kept(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if not out:
         raise RowReject("empty_conversation", "the prompt is empty after dropping empty system messages")
     return out
+
+
+def _assistant_message(
+    m: dict[str, Any], content: Any, reasoning: str | None, part_calls: list[Any], calls: _Calls
+) -> dict[str, Any]:
+    where = m["_where"]
+    raw_calls: list[Any] = list(part_calls)
+    if "_function_call" in m:
+        raw_calls.extend(_parse_function_call(m["_function_call"], where))
+    tc = m.get("tool_calls")
+    if tc is not None:
+        if not isinstance(tc, list):
+            raise RowReject("bad_tool_call", f"{where}.tool_calls must be a list, got {_json_type(tc)}")
+        raw_calls.extend(tc)
+    normalized = []
+    for j, raw_call in enumerate(raw_calls):
+        call = _normalize_tool_call(raw_call, f"{where}.tool_calls[{j}]", calls.count)
+        calls.count += 1
+        calls.pending.append(call["id"])
+        normalized.append(call)
+    rc = m.get("reasoning_content")
+    if rc is not None:
+        if not isinstance(rc, str):
+            raise RowReject("bad_content", f"{where}.reasoning_content must be a string, got {_json_type(rc)}")
+        reasoning = rc if reasoning is None else reasoning + rc
+    if content is _MISSING or content is None:
+        if not normalized and reasoning is None:
+            raise RowReject("missing_field", f"{where} (assistant) has no content and no tool_calls")
+        content = ""
+    _check_text(content, where)
+    if not content.strip() and not normalized and not reasoning:
+        raise RowReject("empty_turn", f"{where} (assistant) is empty")
+    msg: dict[str, Any] = {"role": "assistant", "content": content}
+    if normalized:
+        msg["tool_calls"] = normalized
+    if reasoning:
+        msg["reasoning_content"] = reasoning
+    return msg
+
+
+def _text_message(m: dict[str, Any], role: str, content: Any, calls: _Calls) -> dict[str, Any] | None:
+    """A system, user or tool message; None for an empty system prompt."""
+    where = m["_where"]
+    if content is _MISSING:
+        raise RowReject("missing_field", f"{where} ({role}) has no content")
+    if content is None:
+        raise RowReject("bad_content", f"{where} ({role}) content is null")
+    _check_text(content, where)
+    if role == "system" and not content.strip():
+        return None
+    if role == "user" and not content.strip():
+        raise RowReject("empty_turn", f"{where} (user) is empty")
+    msg: dict[str, Any] = {"role": role, "content": content}
+    if role == "tool":
+        msg["tool_call_id"] = calls.answered_by(m.get("tool_call_id"), where)
+    return msg
 
 
 def _check_text(content: Any, where: str) -> None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +44,11 @@ from .. import schemas
 from ..storage import DataPath, ParquetSink, as_data_path, parquet_file
 from .bfcl import FunctionDocs, join_function_docs, tool_changes
 from .canonical import canonical_json, shard_of
+from .counts import PROBE_OVERLAP, CombineCounts, SourceCounts
 from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, Overlap, user_texts
 from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
+from .health import empty_source_message
 from .normalize import build_conversation, build_prompt
 from .readers import RawRecord, cut_utf8, iter_records, safe_text
 from .spec import CONTROL_TEXT_POLICIES, SourceSpec
@@ -55,71 +57,12 @@ from .turns import regenerate_options
 ACCEPTED_FILE = "accepted.parquet"
 REJECTS_FILE = "rejects.parquet"
 COUNTS_FILE = "counts.json"
-PROBE_OVERLAP = "probe_overlap"
 PROMPTS_FILE = "prompts.parquet"
 PROMPT_REJECTS_FILE = "prompt_rejects.parquet"
 DECONTAMINATION_FILE = "decontamination.json"
 
 _BATCH_ROWS = 8192
 OutDir = Path | str | DataPath
-
-
-@dataclass
-class SourceCounts:
-    read: int = 0
-    accepted: int = 0
-    rejected: int = 0
-    duplicates: int = 0
-    rejects_by_reason: dict[str, int] = field(default_factory=dict)
-    sampled_out: int = 0  # only with sample_fraction; 0 otherwise
-
-    def reconciles(self) -> bool:
-        return self.read == self.accepted + self.rejected + self.duplicates + self.sampled_out and self.rejected == sum(
-            self.rejects_by_reason.values()
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class CombineCounts:
-    """Totals over the training sources (eval sources: only eval_sources / eval_prompts). Two identities hold:
-    input_accepted == prompts + cross_source_duplicates + eval_overlap, and
-    read == prompts + cross_source_duplicates + rejects + source_duplicates + sampled_out
-    (rejects holds the eval_overlap rows)."""
-
-    sources: int = 0
-    read: int = 0  # records read by the sources (from their counts.json)
-    source_duplicates: int = 0  # duplicates removed inside each source
-    sampled_out: int = 0
-    input_accepted: int = 0  # rows read from the sources' accepted.parquet
-    prompts: int = 0  # rows written to prompts.parquet
-    cross_source_duplicates: int = 0  # input_accepted == prompts + cross_source_duplicates
-    rejects: int = 0  # rows written to prompt_rejects.parquet (sum of the sources')
-    prompts_by_source: dict[str, int] = field(default_factory=dict)
-    duplicates_by_source: dict[str, int] = field(default_factory=dict)
-    rejects_by_reason: dict[str, int] = field(default_factory=dict)
-    eval_sources: int = 0
-    eval_prompts: int = 0  # accepted rows of the eval sources: the reference
-    eval_overlap: int = 0  # training prompts quarantined as eval_overlap (also in rejects)
-    eval_overlap_by_source: dict[str, int] = field(default_factory=dict)  # training source -> removed
-    probe_sources: int = 0  # role: probe sources among `sources` (their prompts are in `prompts`)
-    probe_overlap: int = 0  # training prompts quarantined as probe_overlap (also in rejects)
-    probe_overlap_by_source: dict[str, int] = field(default_factory=dict)  # training source -> removed
-
-    def reconciles(self) -> bool:
-        return (
-            self.input_accepted == self.prompts + self.cross_source_duplicates + self.eval_overlap + self.probe_overlap
-            and self.read
-            == self.prompts + self.cross_source_duplicates + self.rejects + self.source_duplicates + self.sampled_out
-            and self.rejects == sum(self.rejects_by_reason.values())
-            and self.eval_overlap == self.rejects_by_reason.get(EVAL_OVERLAP, 0)
-            and self.probe_overlap == self.rejects_by_reason.get(PROBE_OVERLAP, 0)
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -183,6 +126,135 @@ def _keep_sample(digest: bytes, fraction: float, seed: int) -> bool:
     return int.from_bytes(h[:8], "big") < fraction * 2**64
 
 
+@dataclass
+class _Prompt:
+    """One record as a prompt: canonical JSON of its messages and tools (and for all_turns its whole
+    conversation and regenerate options), and the bytes its prompt_id hashes."""
+
+    messages_json: str
+    tools_json: str | None
+    n_messages: int
+    payload: bytes
+    conversation_json: str | None = None
+    regenerate_json: str | None = None
+
+
+def _record_prompt(value: Any, spec: SourceSpec, docs: FunctionDocs | None) -> _Prompt:
+    """The prompt of one record; a record that cannot be one raises RowReject."""
+    value, added = join_function_docs(value, docs) if docs is not None else (value, {})
+    conversation: Any = None
+    options: dict[str, Any] = {}
+    if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
+        conversation, tools = build_conversation(value, fmt=spec.format, field_map=spec.field_map)
+        messages, options = regenerate_options(
+            conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
+        )
+        if added:  # BFCL miss_func: the tools from the turn a function is added on
+            options["tools_from"] = tool_changes(conversation, value, added, tools)
+    else:
+        messages, tools = build_prompt(value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule)
+    try:
+        return _canonical_prompt(messages, tools, conversation if spec.all_turns else None, options)
+    except UnicodeEncodeError:
+        raise RowReject("invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)") from None
+    except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
+        raise RowReject("bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}") from None
+
+
+def _canonical_prompt(messages: list[Any], tools: Any, conversation: Any, options: dict[str, Any]) -> _Prompt:
+    messages_json = canonical_json(messages)
+    tools_json = canonical_json(tools) if tools is not None else None
+    # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
+    # before "tools"), without serializing the prompt twice.
+    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
+    prompt = _Prompt(messages_json, tools_json, len(messages), payload)
+    if conversation is not None:
+        # another unit of work than the final-turn prompt of the same record: its own id
+        prompt.conversation_json = canonical_json(conversation)
+        prompt.regenerate_json = canonical_json(options)
+        prompt.payload += f"|all_turns|{prompt.regenerate_json}|{prompt.conversation_json}".encode()
+    return prompt
+
+
+class _SourceOutputs:
+    """A source's accepted and reject rows being written, with their counts and the prompt ids seen."""
+
+    def __init__(self, spec: SourceSpec, out_dir: DataPath, n_shards: int) -> None:
+        self.spec, self.n_shards = spec, n_shards
+        self.counts = SourceCounts()
+        self.seen: set[bytes] = set()
+        self.accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
+        self.rejects = _AtomicParquetWriter(out_dir / REJECTS_FILE, schemas.PROMPT_REJECTS)
+
+    def reject(self, file: str, rec: RawRecord, reason: str, detail: str) -> None:
+        self.counts.rejected += 1
+        self.counts.rejects_by_reason[reason] = self.counts.rejects_by_reason.get(reason, 0) + 1
+        self.rejects.add(
+            {
+                "source": self.spec.name,
+                "source_file": file,
+                "source_row": rec.row,
+                "reason": reason,
+                "detail": safe_text(detail)[:500],
+                "excerpt": rec.excerpt(),
+            }
+        )
+
+    def offer(self, file: str, rec: RawRecord, prompt: _Prompt) -> None:
+        """Accept the prompt unless sampled out or a duplicate of one already accepted."""
+        spec = self.spec
+        digest = hashlib.sha256(prompt.payload).digest()[:16]
+        if spec.sample_fraction is not None and not _keep_sample(digest, spec.sample_fraction, spec.seed):
+            self.counts.sampled_out += 1
+            return
+        if digest in self.seen:
+            self.counts.duplicates += 1
+            return
+        self.seen.add(digest)
+        prompt_id = digest.hex()
+        self.accepted.add(
+            {
+                "prompt_id": prompt_id,
+                "source": spec.name,
+                "source_file": file,
+                "source_row": rec.row,
+                "shard": shard_of(prompt_id, self.n_shards),
+                "messages": prompt.messages_json,
+                "tools": prompt.tools_json,
+                "n_messages": prompt.n_messages,
+                "conversation": prompt.conversation_json,
+                "regenerate": prompt.regenerate_json,
+            }
+        )
+        self.counts.accepted += 1
+
+    def full(self) -> bool:
+        return self.spec.limit is not None and self.counts.accepted >= self.spec.limit
+
+    def abort(self) -> None:
+        self.accepted.abort()
+        self.rejects.abort()
+
+
+def _read_source(spec: SourceSpec, files: Sequence[Any], docs: FunctionDocs | None, out: _SourceOutputs) -> None:
+    """Every record of the source's files, rejected or offered, until the source's limit."""
+    for path in files:
+        file = safe_text(str(path))
+        for rec in iter_records(path, max_bytes=spec.max_bytes):
+            out.counts.read += 1
+            if rec.error is not None:
+                out.reject(file, rec, *rec.error)
+                continue
+            try:
+                prompt = _record_prompt(rec.value, spec, docs)
+            except RowReject as r:
+                out.reject(file, rec, r.reason, r.detail)
+                continue
+            out.offer(file, rec, prompt)
+            if out.full():
+                return
+
+
 def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_accepted: bool = False) -> SourceCounts:
     """Read every file of `spec`; write out_dir/accepted.parquet, rejects.parquet and counts.json.
 
@@ -197,109 +269,19 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     docs_folder = spec.function_docs_folder()
     docs = FunctionDocs(docs_folder, spec.name) if docs_folder is not None else None  # bfcl.py
     out_dir = as_data_path(out_dir)
-    counts = SourceCounts()
-    seen: set[bytes] = set()
-    accepted = _AtomicParquetWriter(out_dir / ACCEPTED_FILE, schemas.PROMPTS)
-    rejects = _AtomicParquetWriter(out_dir / REJECTS_FILE, schemas.PROMPT_REJECTS)
-
-    def reject(file: str, rec: RawRecord, reason: str, detail: str) -> None:
-        counts.rejected += 1
-        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
-        rejects.add(
-            {
-                "source": spec.name,
-                "source_file": file,
-                "source_row": rec.row,
-                "reason": reason,
-                "detail": safe_text(detail)[:500],
-                "excerpt": rec.excerpt(),
-            }
-        )
-
+    out = _SourceOutputs(spec, out_dir, n_shards)
+    counts = out.counts
     try:
-        for path in files:
-            file = safe_text(str(path))
-            for rec in iter_records(path, max_bytes=spec.max_bytes):
-                counts.read += 1
-                if rec.error is not None:
-                    reject(file, rec, *rec.error)
-                    continue
-                conversation_json = regenerate_json = None
-                try:
-                    value, added = join_function_docs(rec.value, docs) if docs is not None else (rec.value, {})
-                    if spec.all_turns:  # turns.py: messages = turn 1's prompt, the whole conversation beside it
-                        conversation, tools = build_conversation(value, fmt=spec.format, field_map=spec.field_map)
-                        messages, options = regenerate_options(
-                            conversation, max_turns=spec.max_turns, on_tool_mismatch=spec.on_tool_mismatch
-                        )
-                        if added:  # BFCL miss_func: the tools from the turn a function is added on
-                            options["tools_from"] = tool_changes(conversation, value, added, tools)
-                    else:
-                        messages, tools = build_prompt(
-                            value, fmt=spec.format, field_map=spec.field_map, prompt_rule=spec.prompt_rule
-                        )
-                except RowReject as r:
-                    reject(file, rec, r.reason, r.detail)
-                    continue
-                try:
-                    messages_json = canonical_json(messages)
-                    tools_json = canonical_json(tools) if tools is not None else None
-                    # Same bytes as canonical_json({"messages": ..., "tools": ...}) ("messages" sorts
-                    # before "tools"), without serializing the prompt twice.
-                    payload = f'{{"messages":{messages_json},"tools":{tools_json or "null"}}}'.encode()
-                    if spec.all_turns:
-                        # another unit of work than the final-turn prompt of the same record: its own id
-                        conversation_json = canonical_json(conversation)
-                        regenerate_json = canonical_json(options)
-                        payload += f"|all_turns|{regenerate_json}|{conversation_json}".encode()
-                except UnicodeEncodeError:
-                    reject(
-                        file, rec, "invalid_unicode", "text holds a lone surrogate (an unpaired \\ud800-\\udfff escape)"
-                    )
-                    continue
-                except ValueError as e:  # allow_nan=False: canonical JSON has no NaN/Infinity
-                    reject(file, rec, "bad_number", f"a number in the prompt or tools is NaN or Infinity: {e}")
-                    continue
-                digest = hashlib.sha256(payload).digest()[:16]
-                if spec.sample_fraction is not None and not _keep_sample(digest, spec.sample_fraction, spec.seed):
-                    counts.sampled_out += 1
-                    continue
-                if digest in seen:
-                    counts.duplicates += 1
-                    continue
-                seen.add(digest)
-                prompt_id = digest.hex()
-                accepted.add(
-                    {
-                        "prompt_id": prompt_id,
-                        "source": spec.name,
-                        "source_file": file,
-                        "source_row": rec.row,
-                        "shard": shard_of(prompt_id, n_shards),
-                        "messages": messages_json,
-                        "tools": tools_json,
-                        "n_messages": len(messages),
-                        "conversation": conversation_json,
-                        "regenerate": regenerate_json,
-                    }
-                )
-                counts.accepted += 1
-                if spec.limit is not None and counts.accepted >= spec.limit:
-                    break
-            if spec.limit is not None and counts.accepted >= spec.limit:
-                break
-        accepted.close()
-        rejects.close()
+        _read_source(spec, files, docs, out)
+        out.accepted.close()
+        out.rejects.close()
         if require_accepted and counts.accepted == 0:
-            from .health import empty_source_message
-
             raise EmptySourceError(empty_source_message(spec, counts))
     except BaseException:
-        accepted.abort()
-        rejects.abort()
+        out.abort()
         raise
-    accepted.commit()
-    rejects.commit()
+    out.accepted.commit()
+    out.rejects.commit()
     _write_json_atomic(
         {
             "source": spec.name,
@@ -416,100 +398,125 @@ def combine_sources(
     """
     if n_shards < 1:
         raise ValueError(f"n_shards must be >= 1, got {n_shards}")
-    counts = CombineCounts(sources=len(source_dirs), eval_sources=len(eval_sets))
     out_dir = as_data_path(out_dir)
     dirs = strictest_first([as_data_path(d) for d in source_dirs], control_text or {})
-    index = build_eval_index(eval_sets)
-    probe_index = build_eval_index(probe_sets)
-    probe_names = frozenset(p.name for p in probe_sets)
-    counts.eval_prompts = len(index)
-    counts.probe_sources = len(probe_sets)
-    seen: set[bytes] = set()
-    prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
-    rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
+    combiner = _Combiner(out_dir, n_shards, build_eval_index(eval_sets), build_eval_index(probe_sets), probe_sets)
+    counts = combiner.counts
+    counts.sources, counts.eval_sources = len(source_dirs), len(eval_sets)
     try:
         for d in dirs:
-            acc_path, rej_path, counts_path = _source_outputs(d)
-            before = (counts.input_accepted, counts.rejects - counts.eval_overlap - counts.probe_overlap)
-            try:
-                source_counts = json.loads(counts_path.read_text())
-                if source_counts.get("role") == "eval":
-                    raise IngestFileError(
-                        f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
-                        "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
-                        "changing its role)"
-                    )
-                counts.read += int(source_counts["read"])
-                counts.source_duplicates += int(source_counts["duplicates"])
-                counts.sampled_out += int(source_counts.get("sampled_out", 0))
-                acc_file = parquet_file(acc_path)
-                for batch in acc_file.iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
-                    for row in batch.to_pylist():
-                        counts.input_accepted += 1
-                        digest = bytes.fromhex(row["prompt_id"])
-                        if digest in seen:
-                            counts.cross_source_duplicates += 1
-                            dup_source = row["source"]
-                            counts.duplicates_by_source[dup_source] = counts.duplicates_by_source.get(dup_source, 0) + 1
-                            continue
-                        seen.add(digest)
-                        found = _reference_overlap(row, index, probe_index, probe_names)
-                        if found is not None:
-                            reason, overlap = found
-                            # a quarantined prompt claims no prompt_id: the probe prompt itself (a later
-                            # source) must still get in, and a later copy gets its own reject row
-                            seen.discard(digest)
-                            _count_overlap(counts, reason, row["source"])
-                            rejects.add(
-                                {
-                                    "source": row["source"],
-                                    "source_file": row["source_file"],
-                                    "source_row": row["source_row"],
-                                    "reason": reason,
-                                    "detail": overlap.detail(),
-                                    "excerpt": cut_utf8(row["messages"], 200),
-                                }
-                            )
-                            continue
-                        row["shard"] = shard_of(row["prompt_id"], n_shards)
-                        prompts.add(row)
-                        counts.prompts += 1
-                        counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
-                for rej_batch in parquet_file(rej_path).iter_batches(
-                    batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names
-                ):
-                    rejects.add_table(pa.Table.from_batches([rej_batch]))
-                    counts.rejects += rej_batch.num_rows
-                    for reason in rej_batch.column("reason").to_pylist():
-                        counts.rejects_by_reason[reason] = counts.rejects_by_reason.get(reason, 0) + 1
-            except IngestFileError:
-                raise
-            except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
-                raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
-            # The three files must come from the same run, or the totals would not reconcile.
-            removed = counts.eval_overlap + counts.probe_overlap
-            if (counts.input_accepted - before[0], counts.rejects - removed - before[1]) != (
-                int(source_counts["accepted"]),
-                int(source_counts["rejected"]),
-            ):
-                raise IngestFileError(
-                    f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source"
-                )
-        prompts.close()
-        rejects.close()
+            combiner.add_source(d)
+        combiner.prompts.close()
+        combiner.rejects.close()
     except BaseException:
-        prompts.abort()
-        rejects.abort()
+        combiner.prompts.abort()
+        combiner.rejects.abort()
         raise
-    prompts.commit()
-    rejects.commit()
-    summary = decontamination_summary(index, counts)
+    combiner.prompts.commit()
+    combiner.rejects.commit()
+    summary = decontamination_summary(combiner.index, counts)
     summary["probe_overlap"] = counts.probe_overlap
     summary["probe_overlap_by_training_source"] = counts.probe_overlap_by_source
-    summary["probe_sources"] = [{"source": name, **asdict(st)} for name, st in probe_index.stats.items()]
+    summary["probe_sources"] = [{"source": name, **asdict(st)} for name, st in combiner.probe_index.stats.items()]
     _write_json_atomic(summary, out_dir / DECONTAMINATION_FILE)
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
+
+
+class _Combiner:
+    """The prompts table and the prompt rejects being written from the sources' outputs, with the counts."""
+
+    def __init__(
+        self, out_dir: DataPath, n_shards: int, index: EvalIndex, probe_index: EvalIndex, probe_sets: Sequence[EvalSet]
+    ) -> None:
+        self.n_shards, self.index, self.probe_index = n_shards, index, probe_index
+        self.probe_names = frozenset(p.name for p in probe_sets)
+        self.counts = CombineCounts(eval_prompts=len(index), probe_sources=len(probe_sets))
+        self.seen: set[bytes] = set()
+        self.prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
+        self.rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
+
+    def add_source(self, d: DataPath) -> None:
+        """One source folder's accepted rows and rejects; its counts.json must match them."""
+        counts = self.counts
+        acc_path, rej_path, counts_path = _source_outputs(d)
+        before = (counts.input_accepted, counts.rejects - counts.eval_overlap - counts.probe_overlap)
+        try:
+            source_counts = _training_source_counts(d, counts_path)
+            counts.read += int(source_counts["read"])
+            counts.source_duplicates += int(source_counts["duplicates"])
+            counts.sampled_out += int(source_counts.get("sampled_out", 0))
+            for batch in parquet_file(acc_path).iter_batches(batch_size=_BATCH_ROWS, columns=schemas.PROMPTS.names):
+                for row in batch.to_pylist():
+                    self._add_row(row)
+            self._add_rejects(rej_path)
+        except IngestFileError:
+            raise
+        except (OSError, pa.ArrowException, KeyError, ValueError, TypeError) as e:
+            raise IngestFileError(f"{d}: cannot read the source's outputs: {e}") from None
+        # The three files must come from the same run, or the totals would not reconcile.
+        removed = counts.eval_overlap + counts.probe_overlap
+        if (counts.input_accepted - before[0], counts.rejects - removed - before[1]) != (
+            int(source_counts["accepted"]),
+            int(source_counts["rejected"]),
+        ):
+            raise IngestFileError(
+                f"{d}: {COUNTS_FILE} does not match the Parquet outputs (mixed runs?); re-ingest the source"
+            )
+
+    def _add_row(self, row: dict[str, Any]) -> None:
+        """An accepted row: a cross-source duplicate, quarantined for an overlap, or a prompt."""
+        counts = self.counts
+        counts.input_accepted += 1
+        digest = bytes.fromhex(row["prompt_id"])
+        if digest in self.seen:
+            counts.cross_source_duplicates += 1
+            counts.duplicates_by_source[row["source"]] = counts.duplicates_by_source.get(row["source"], 0) + 1
+            return
+        self.seen.add(digest)
+        found = _reference_overlap(row, self.index, self.probe_index, self.probe_names)
+        if found is not None:
+            reason, overlap = found
+            # a quarantined prompt claims no prompt_id: the probe prompt itself (a later
+            # source) must still get in, and a later copy gets its own reject row
+            self.seen.discard(digest)
+            _count_overlap(counts, reason, row["source"])
+            self.rejects.add(
+                {
+                    "source": row["source"],
+                    "source_file": row["source_file"],
+                    "source_row": row["source_row"],
+                    "reason": reason,
+                    "detail": overlap.detail(),
+                    "excerpt": cut_utf8(row["messages"], 200),
+                }
+            )
+            return
+        row["shard"] = shard_of(row["prompt_id"], self.n_shards)
+        self.prompts.add(row)
+        counts.prompts += 1
+        counts.prompts_by_source[row["source"]] = counts.prompts_by_source.get(row["source"], 0) + 1
+
+    def _add_rejects(self, rej_path: DataPath) -> None:
+        for rej_batch in parquet_file(rej_path).iter_batches(
+            batch_size=_BATCH_ROWS, columns=schemas.PROMPT_REJECTS.names
+        ):
+            self.rejects.add_table(pa.Table.from_batches([rej_batch]))
+            self.counts.rejects += rej_batch.num_rows
+            for reason in rej_batch.column("reason").to_pylist():
+                self.counts.rejects_by_reason[reason] = self.counts.rejects_by_reason.get(reason, 0) + 1
+
+
+def _training_source_counts(d: DataPath, counts_path: DataPath) -> dict[str, Any]:
+    """A source's counts.json; an eval source is refused (it is the reference, never training data)."""
+    source_counts: dict[str, Any] = json.loads(counts_path.read_text())
+    if source_counts.get("role") == "eval":
+        raise IngestFileError(
+            f"{d}: source {source_counts.get('source')!r} was ingested as role: eval; an eval source is the "
+            "decontamination reference, never training data: pass it in eval_sets (or re-ingest it after "
+            "changing its role)"
+        )
+    return source_counts
 
 
 def decontamination_summary(index: EvalIndex, counts: CombineCounts) -> dict[str, Any]:

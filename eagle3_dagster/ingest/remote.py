@@ -63,7 +63,7 @@ def is_uri(path: str) -> bool:
 
 
 def is_remote(path: str) -> bool:
-    """A URI read through a pyarrow/fsspec filesystem (file:// is local and read as before)."""
+    """A URI read through a pyarrow/fsspec filesystem (file:// is local and read as a local path)."""
     return uri_scheme(path) not in ("", "file")
 
 

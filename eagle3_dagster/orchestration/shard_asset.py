@@ -18,10 +18,10 @@ import polars as pl
 from ..defs.common import ASSET_GROUP, STAGE_TAG
 from ..profiles import ModelProfile
 from ..storage import parse_shard_key, shard_dir
+from .gate_step import gated_result
 from .gates import HeadlineCheck, gate_check_specs
 from .partitions import shard_partitions
 from .resources import PipelineSettings
-from .stage import gated_result
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ from ..profiles import ModelProfile
 from ..storage import DataPath
 from ..tokenize import PromptRenderer
 from .counts import (
+    CacheCounts,
+    PromptCounts,
+    TokenizedRows,
     count_cached,
     count_prompts,
     remove_scratch,
@@ -33,6 +36,7 @@ from .counts import (
 from .estimate import (
     DiskEstimate,
     FleetEstimate,
+    OutputExpectation,
     as_jsonable,
     disk_estimate,
     fleet_estimate,
@@ -121,32 +125,17 @@ def build_plan(
     few requests when no throughput is declared)."""
     max_new = int(config.max_new_tokens)
     assumptions: list[str] = []
-    warnings: list[str] = []
     scratch = scratch_dir(work_dir / "plan")
     try:
         prompt_counts, prompts_path = count_prompts(specs, n_shards=n_shards, scratch=scratch)
         rows = tokenize_for_plan(prompts_path, renderer, max_new_tokens=max_new, control_text=control_text)
     finally:
         remove_scratch(scratch)
-    for name in prompt_counts.empty_sources:
-        warnings.append(f"source {name!r} yields no prompt: its source__{name} step will fail the run")
-
-    sampling = sampling_params(config)
-    api_key = config.api_key.reveal() if config.api_key is not None else None
-    capacity: list[EndpointCapacity] = []
-    if fleet.servers is None or fleet.tokens_per_s_per_server is None:  # a router: its workers are the servers
-        capacity = probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
-    probes: list[EndpointProbe] = []
-    if fleet.tokens_per_s_per_server is None:
-        probes = probe_endpoints(
-            config.endpoints,
-            rows.probe_ids,
-            sampling,
-            requests=fleet.probe_requests,
-            max_new_tokens=fleet.probe_max_new_tokens,
-            api_key=api_key,
-            servers=[c.servers for c in capacity],
-        )
+    warnings = [
+        f"source {name!r} yields no prompt: its source__{name} step will fail the run"
+        for name in prompt_counts.empty_sources
+    ]
+    capacity, probes = _probe_fleet(config, fleet, rows)
     revision, revision_basis = _revision(model_revision, config, probes, data, n_shards)
     if revision is None:
         assumptions.append(
@@ -166,108 +155,195 @@ def build_plan(
         row_hash=budget.hash_for if server_ctx is not None else None,
     )
     expect = output_expectation(data, max_new)
-    if expect.basis == "max_new_tokens":
-        assumptions.append(
-            f"no published snapshot: every answer is assumed to run to max_new_tokens ({max_new:,}), an upper bound"
-        )
-    else:
-        assumptions.append(
-            f"output tokens per request as in {expect.basis} ({expect.snapshot_rows:,} samples, mean "
-            f"{expect.overall_mean:,.0f} per request; per source where the snapshot has the source)"
-        )
-    lens = cache.send["prompt_len"]
-    if server_ctx is not None:
-        too_long = lens >= server_ctx
-        over = (lens < server_ctx) & (lens + max_new > server_ctx)
-        fitted = over if budget.mode == "fit" else pl.repeat(False, over.len(), eager=True)
-        skipped = over & ~fitted
-        # what each request may produce: its fitted budget, 0 when it is not sent
-        caps = pl.when(too_long | skipped).then(0).when(fitted).then(server_ctx - lens).otherwise(max_new).alias("cap")
-        new_out = expect.expected_capped(cache.send["source"], cache.send.select(caps)["cap"])
-        n_fitted, n_skipped, n_too_long = int(fitted.sum()), int(skipped.sum()), int(too_long.sum())
-        if n_fitted or n_skipped or n_too_long:
-            assumptions.append(
-                f"the server's context length is {server_ctx:,} (/server_info): {n_fitted:,} request(s) sent with "
-                f"max_new_tokens lowered to fit, {n_skipped:,} not sent (context_overflow), {n_too_long:,} prompt(s) "
-                "at least that long not sent (prompt_too_long_for_server)"
-            )
-    else:
-        new_out = expect.expected(cache.send["source"])
-        n_fitted = n_skipped = n_too_long = 0
-        assumptions.append(
-            "the server's context length is not known (not probed): every request counts at max_new_tokens"
-        )
+    assumptions.append(_output_assumption(expect, max_new))
+    fit = fit_to_context(cache.send, expect, server_ctx=server_ctx, fit_mode=budget.mode == "fit", max_new=max_new)
+    assumptions += fit.assumptions
     all_out = expect.expected(rows.frame["source"])
-
-    if fleet.tokens_per_s_per_server is not None:
-        tps, basis = float(fleet.tokens_per_s_per_server), fleet.throughput_basis
-    else:
-        tps = tokens_per_s_per_server(probes)
-        basis = (
-            f"probe: {sum(p.requests for p in probes)} /generate request(s) of at most "
-            f"{fleet.probe_max_new_tokens} tokens over {len(probes)} endpoint(s) "
-            f"({sum(p.servers for p in probes)} server(s)), mean per server"
-        )
-        assumptions.append(
-            f"throughput measured with {fleet.probe_requests} concurrent request(s) per server: a full run fills "
-            "more slots, so the ETA is an upper bound"
-        )
-    servers = fleet.servers or sum(c.servers for c in capacity) or len(config.endpoints)
-    if fleet.servers is None:
-        routers = "; ".join(c.describe() for c in capacity if c.workers is not None)
-        assumptions.append(
-            f"{servers} server(s): one per configured endpoint, a router's listed workers"
-            + (f" ({routers})" if routers else "")
-            + "; use --servers"
-        )
-    assumptions.append("time counts output tokens only (prefill is inside the measured or declared tokens/s)")
-    est: FleetEstimate = fleet_estimate(new_out, tps, servers, fleet.gpus_per_server, basis)
-    disk: DiskEstimate = disk_estimate(
-        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=new_out, all_output_tokens=all_out
-    )
+    estimates, estimate_assumptions = _estimates(fleet, capacity, probes, config, data, rows, fit, all_out)
+    assumptions += estimate_assumptions
     return Plan(
         created_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
         profile=profile.name,
-        tokenizer_fingerprint=rows.tokenizer_fingerprint,
-        template_hash=rows.template_hash,
         max_new_tokens=max_new,
         n_shards=n_shards,
         sources=len(specs),
-        records_read=prompt_counts.read,
-        prompts=prompt_counts.prompts,
-        rejected=prompt_counts.rejected,
-        duplicates=prompt_counts.duplicates,
-        sampled_out=prompt_counts.sampled_out,
-        prompts_by_source=prompt_counts.prompts_by_source,
-        tokenized=rows.frame.height,
-        tokenize_rejects=rows.rejects_by_reason,
-        prompt_tokens=rows.prompt_tokens,
-        requests=cache.requested,
-        requests_cached=cache.cached,
-        requests_failed_before=cache.failed_before,
-        requests_to_send=cache.to_send,
-        prompt_tokens_to_send=int(cache.send["prompt_len"].sum()) if cache.to_send else 0,
+        **_count_fields(prompt_counts, rows, cache),
         model_revision=revision,
         revision_basis=revision_basis,
-        expected_output_tokens=new_out,
+        expected_output_tokens=fit.new_output_tokens,
         expected_output_tokens_all=all_out,
         output_basis=expect.basis,
         output_mean_per_request=expect.overall_mean,
-        fleet={**asdict(est), "eta": human_duration(est.eta_s)},
-        disk={
+        **estimates,
+        probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
+        assumptions=assumptions,
+        warnings=warnings,
+        server_context_length=server_ctx,
+        requests_context_fitted=fit.fitted,
+        requests_context_skipped=fit.skipped,
+        requests_too_long_for_server=fit.too_long,
+    )
+
+
+def _estimates(
+    fleet: Fleet,
+    capacity: list[EndpointCapacity],
+    probes: list[EndpointProbe],
+    config: GenerationConfig,
+    data: DataPath,
+    rows: TokenizedRows,
+    fit: ContextFit,
+    all_out: float,
+) -> tuple[dict[str, Any], list[str]]:
+    """The plan's fleet (time) and disk estimates, and what they assume."""
+    tps, basis, throughput_assumptions = _throughput(fleet, probes)
+    servers, server_assumptions = _servers(fleet, capacity, config)
+    est: FleetEstimate = fleet_estimate(fit.new_output_tokens, tps, servers, fleet.gpus_per_server, basis)
+    disk: DiskEstimate = disk_estimate(
+        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=fit.new_output_tokens, all_output_tokens=all_out
+    )
+    fields = {
+        "fleet": {**asdict(est), "eta": human_duration(est.eta_s)},
+        "disk": {
             "bytes": disk.bytes,
             "total_bytes": disk.total,
             "bytes_per_token": disk.bytes_per_token,
             "basis": disk.basis,
         },
-        probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
-        assumptions=assumptions,
-        warnings=warnings,
-        server_context_length=server_ctx,
-        requests_context_fitted=n_fitted,
-        requests_context_skipped=n_skipped,
-        requests_too_long_for_server=n_too_long,
+    }
+    assumptions = [
+        *throughput_assumptions,
+        *server_assumptions,
+        "time counts output tokens only (prefill is inside the measured or declared tokens/s)",
+    ]
+    return fields, assumptions
+
+
+def _count_fields(prompt_counts: PromptCounts, rows: TokenizedRows, cache: CacheCounts) -> dict[str, Any]:
+    """The plan's exact counts: the prompts read, tokenized and already answered."""
+    return {
+        "tokenizer_fingerprint": rows.tokenizer_fingerprint,
+        "template_hash": rows.template_hash,
+        "records_read": prompt_counts.read,
+        "prompts": prompt_counts.prompts,
+        "rejected": prompt_counts.rejected,
+        "duplicates": prompt_counts.duplicates,
+        "sampled_out": prompt_counts.sampled_out,
+        "prompts_by_source": prompt_counts.prompts_by_source,
+        "tokenized": rows.frame.height,
+        "tokenize_rejects": rows.rejects_by_reason,
+        "prompt_tokens": rows.prompt_tokens,
+        "requests": cache.requested,
+        "requests_cached": cache.cached,
+        "requests_failed_before": cache.failed_before,
+        "requests_to_send": cache.to_send,
+        "prompt_tokens_to_send": int(cache.send["prompt_len"].sum()) if cache.to_send else 0,
+    }
+
+
+def _probe_fleet(
+    config: GenerationConfig, fleet: Fleet, rows: TokenizedRows
+) -> tuple[list[EndpointCapacity], list[EndpointProbe]]:
+    """What the plan asks the fleet: its servers unless declared (a router's workers are the servers), and a
+    few timed requests unless the throughput is declared."""
+    api_key = config.api_key.reveal() if config.api_key is not None else None
+    capacity: list[EndpointCapacity] = []
+    if fleet.servers is None or fleet.tokens_per_s_per_server is None:
+        capacity = probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+    if fleet.tokens_per_s_per_server is not None:
+        return capacity, []
+    probes = probe_endpoints(
+        config.endpoints,
+        rows.probe_ids,
+        sampling_params(config),
+        requests=fleet.probe_requests,
+        max_new_tokens=fleet.probe_max_new_tokens,
+        api_key=api_key,
+        servers=[c.servers for c in capacity],
     )
+    return capacity, probes
+
+
+def _output_assumption(expect: OutputExpectation, max_new: int) -> str:
+    if expect.basis == "max_new_tokens":
+        return f"no published snapshot: every answer is assumed to run to max_new_tokens ({max_new:,}), an upper bound"
+    return (
+        f"output tokens per request as in {expect.basis} ({expect.snapshot_rows:,} samples, mean "
+        f"{expect.overall_mean:,.0f} per request; per source where the snapshot has the source)"
+    )
+
+
+@dataclass
+class ContextFit:
+    """The requests to send measured against the server's context length."""
+
+    new_output_tokens: float
+    fitted: int = 0  # sent with max_new_tokens lowered to fit
+    skipped: int = 0  # not sent: prompt + max_new_tokens overflow and the budget does not fit
+    too_long: int = 0  # not sent: the prompt alone fills the context
+    assumptions: list[str] = field(default_factory=list)
+
+
+def fit_to_context(
+    send: pl.DataFrame, expect: OutputExpectation, *, server_ctx: int | None, fit_mode: bool, max_new: int
+) -> ContextFit:
+    """The output tokens the requests to send (`send`: source, prompt_len) are expected to produce, each capped
+    by what the server's context leaves it (0 when it is not sent), and how many are fitted or not sent."""
+    if server_ctx is None:
+        return ContextFit(
+            expect.expected(send["source"]),
+            assumptions=[
+                "the server's context length is not known (not probed): every request counts at max_new_tokens"
+            ],
+        )
+    lens = send["prompt_len"]
+    too_long = lens >= server_ctx
+    over = (lens < server_ctx) & (lens + max_new > server_ctx)
+    fitted = over if fit_mode else pl.repeat(False, over.len(), eager=True)
+    skipped = over & ~fitted
+    caps = pl.when(too_long | skipped).then(0).when(fitted).then(server_ctx - lens).otherwise(max_new).alias("cap")
+    fit = ContextFit(
+        expect.expected_capped(send["source"], send.select(caps)["cap"]),
+        int(fitted.sum()),
+        int(skipped.sum()),
+        int(too_long.sum()),
+    )
+    if fit.fitted or fit.skipped or fit.too_long:
+        fit.assumptions.append(
+            f"the server's context length is {server_ctx:,} (/server_info): {fit.fitted:,} request(s) sent with "
+            f"max_new_tokens lowered to fit, {fit.skipped:,} not sent (context_overflow), {fit.too_long:,} prompt(s) "
+            "at least that long not sent (prompt_too_long_for_server)"
+        )
+    return fit
+
+
+def _throughput(fleet: Fleet, probes: list[EndpointProbe]) -> tuple[float, str, list[str]]:
+    """Tokens/s per server, what it comes from, and what that assumes."""
+    if fleet.tokens_per_s_per_server is not None:
+        return float(fleet.tokens_per_s_per_server), fleet.throughput_basis, []
+    basis = (
+        f"probe: {sum(p.requests for p in probes)} /generate request(s) of at most "
+        f"{fleet.probe_max_new_tokens} tokens over {len(probes)} endpoint(s) "
+        f"({sum(p.servers for p in probes)} server(s)), mean per server"
+    )
+    assumption = (
+        f"throughput measured with {fleet.probe_requests} concurrent request(s) per server: a full run fills "
+        "more slots, so the ETA is an upper bound"
+    )
+    return tokens_per_s_per_server(probes), basis, [assumption]
+
+
+def _servers(fleet: Fleet, capacity: list[EndpointCapacity], config: GenerationConfig) -> tuple[int, list[str]]:
+    """The number of servers the run spreads over: declared, or one per endpoint and a router's workers."""
+    servers = fleet.servers or sum(c.servers for c in capacity) or len(config.endpoints)
+    if fleet.servers is not None:
+        return servers, []
+    routers = "; ".join(c.describe() for c in capacity if c.workers is not None)
+    return servers, [
+        f"{servers} server(s): one per configured endpoint, a router's listed workers"
+        + (f" ({routers})" if routers else "")
+        + "; use --servers"
+    ]
 
 
 def _revision(

@@ -18,8 +18,8 @@ from typing import Any
 
 import polars as pl
 
+from ..publish.snapshot import read_latest
 from ..storage import DataPath, parquet_file
-from ..train.snapshot import read_latest
 
 # Fallback bytes a token takes when no table of that kind is stored yet: the uncompressed size of what
 # each table keeps per token, an upper bound (zstd Parquet stores ids in less): an id is an int32 (4);

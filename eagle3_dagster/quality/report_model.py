@@ -22,8 +22,8 @@ from typing import Any
 
 import polars as pl
 
+from ..publish.snapshot import unpublished_versions
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
-from ..train.snapshot import unpublished_versions
 from ..train.summary import SUMMARY_FILE
 from .acceptance import collect_acceptance
 from .gate import read_gate_result

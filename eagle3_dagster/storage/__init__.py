@@ -21,26 +21,27 @@ interrupted multipart upload stays invisible (expire them with a bucket lifecycl
 
 `DataPath` is the one type the pipeline passes around: a root (filesystem + base) and a relative
 key validated segment by segment, so a join can never leave the data root (`..`, absolute parts,
-backslashes and NUL are refused). Functions here also accept a plain `Path` (local, as before) and
-then return a `Path`, so local callers see no difference.
+backslashes and NUL are refused). Functions here also accept a plain `Path` (local) and
+then return a `Path`.
 
 The package, one job per module: `uris` (schemes, validation, redaction), `atomic` (the two
 write primitives), `paths` (DataRoot, DataPath), `writes` (atomic tables, streamed sinks), `reads`
-(Parquet reads, listings, checksums), `layout` (shard keys and traversal-safe joins), `locks` (one owner-naming lock per data dir). Import from
+(Parquet reads, listings, checksums), `layout` (shard keys and traversal-safe joins), `locks` (one owner-naming lock per data dir),
+`spill` (external sort and keyed lookup in bounded memory), `frames` (batch-streamed frames). Import from
 `eagle3_dagster.storage`; the modules are an implementation detail.
 """
 
 from __future__ import annotations
 
-from .atomic import _local_atomic, _put
+from .frames import arrow_batch, detached, streamed_features
 from .layout import iter_shard_dirs, parse_shard_key, read_shard_json, safe_join, shard_dir, shard_key
 from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
 from .paths import (
     DataPath,
     DataRoot,
     PathLike,
-    _native,
     as_data_path,
+    as_given,
     data_root,
     display,
     fsspec_filesystem,
@@ -57,27 +58,31 @@ from .reads import (
     scan_parquet,
     sha256_of,
 )
+from .spill import BUCKET_ROWS, KeyedRows, SortedSpill
 from .uris import PYARROW_SCHEMES, StorageError, check_uri, display_uri, redact_uri, uri_scheme
 from .writes import ONE_ROW_GROUP_BYTES, ParquetSink, TextSink, write_frame_atomic, write_table_atomic
 
 __all__ = [
+    "BUCKET_ROWS",
     "ONE_ROW_GROUP_BYTES",
     "PYARROW_SCHEMES",
     "DataDirLock",
     "DataDirLocked",
     "DataPath",
     "DataRoot",
+    "KeyedRows",
     "ParquetSink",
     "PathLike",
+    "SortedSpill",
     "StorageError",
     "TextSink",
-    "_local_atomic",
-    "_native",
-    "_put",
+    "arrow_batch",
     "as_data_path",
+    "as_given",
     "check_uri",
     "data_root",
     "describe_owner",
+    "detached",
     "display",
     "display_uri",
     "fsspec_filesystem",
@@ -101,6 +106,7 @@ __all__ = [
     "sha256_of",
     "shard_dir",
     "shard_key",
+    "streamed_features",
     "uri_scheme",
     "write_frame_atomic",
     "write_table_atomic",

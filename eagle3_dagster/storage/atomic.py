@@ -5,15 +5,13 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
-
-if TYPE_CHECKING:
-    from .paths import DataPath
+import pyarrow.fs as pafs
 
 
-def _local_atomic(path: Path, write: Any) -> None:
+def local_atomic(path: Path, write: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -26,7 +24,7 @@ def _local_atomic(path: Path, write: Any) -> None:
             tmp.unlink()
 
 
-def _put(dst: DataPath, data: bytes | pa.Buffer) -> None:
+def put_object(fs: pafs.FileSystem, path: str, data: bytes | pa.Buffer) -> None:
     """One object, fully serialized, written to its final key in a single call.
 
     The object becomes visible only when the upload completes (PutObject, or the completion of a
@@ -34,6 +32,6 @@ def _put(dst: DataPath, data: bytes | pa.Buffer) -> None:
     Arrow's S3 stream uploads parts in the background and refuses to complete an upload whose part
     failed, so a failure leaves the previous object (or none), never a partial one.
     """
-    out = dst.fs.open_output_stream(dst.path)
+    out = fs.open_output_stream(path)
     out.write(data)
     out.close()

@@ -28,7 +28,7 @@ def parse_shard_key(key: str) -> int:
 def safe_join(root: PathLike, *parts: str) -> Any:
     """Join under root, refusing any result that escapes it (path traversal).
 
-    A local root is resolved, symlinks included, as before; a DataPath root (any scheme) refuses
+    A local root is resolved, symlinks included; a DataPath root (any scheme) refuses
     '..', absolute parts, backslashes and NUL segment by segment.
     """
     if isinstance(root, DataPath):

@@ -14,7 +14,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from .atomic import _local_atomic, _put
+from .atomic import local_atomic, put_object
 from .uris import PYARROW_SCHEMES, StorageError, _check_uri, _scheme, redact_uri
 
 
@@ -316,11 +316,11 @@ class DataPath:
     def write_bytes(self, data: bytes | pa.Buffer) -> DataPath:
         """Atomic: local tmp + fsync + rename; object storage: one upload to the final key."""
         if self.is_local:
-            _local_atomic(
+            local_atomic(
                 Path(self.path), lambda tmp: tmp.write_bytes(bytes(data) if isinstance(data, pa.Buffer) else data)
             )
         else:
-            _put(self, data)
+            put_object(self.fs, self.path, data)
         return self
 
     def write_text(self, text: str, encoding: str = "utf-8") -> DataPath:
@@ -339,10 +339,10 @@ class DataPath:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
 
-            _local_atomic(Path(self.path), copy)
+            local_atomic(Path(self.path), copy)
         else:
             with pa.memory_map(str(local_file), "r") as mm:
-                _put(self, mm.read_buffer())
+                put_object(self.fs, self.path, mm.read_buffer())
         return self
 
     def unlink(self, missing_ok: bool = True) -> None:
@@ -375,7 +375,7 @@ class DataPath:
         if self.is_local and dst.is_local:
             import shutil
 
-            _local_atomic(Path(dst.path), lambda tmp: shutil.copyfile(self.path, tmp))
+            local_atomic(Path(dst.path), lambda tmp: shutil.copyfile(self.path, tmp))
         elif self.root == dst.root or (not self.is_local and self.fs.equals(dst.fs)):
             self.fs.copy_file(self.path, dst.path)  # S3: CopyObject, visible only when complete
         else:
@@ -411,8 +411,8 @@ def as_data_path(p: PathLike) -> DataPath:
     return DataPath(_LOCAL_ANCHOR, "") if not rel else DataPath(_LOCAL_ANCHOR, rel)
 
 
-def _native(result: DataPath, like: Any) -> Any:
-    """Callers that passed a plain local path get a Path back (behaviour as before)."""
+def as_given(result: DataPath, like: Any) -> Any:
+    """`result` in the kind of path the caller gave: a plain local path gets a Path back, a DataPath a DataPath."""
     if isinstance(like, DataPath) or not result.is_local:
         return result
     return result.local_path

@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .paths import DataPath, PathLike, _native, as_data_path
+from .paths import DataPath, PathLike, as_data_path, as_given
 
 
 def parquet_file(path: PathLike) -> pq.ParquetFile:
@@ -75,7 +75,7 @@ def scan_parquet(paths: Sequence[PathLike], *, columns: Sequence[str] | None = N
 def list_files(folder: PathLike, pattern: str) -> list[Any]:
     """Files in a folder matching a pattern, sorted by name (Path in, Paths out)."""
     dp = as_data_path(folder)
-    return [_native(p, folder) for p in dp.glob(pattern)]
+    return [as_given(p, folder) for p in dp.glob(pattern)]
 
 
 def read_parquet_dir(

@@ -13,8 +13,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .atomic import _local_atomic, _put
-from .paths import DataPath, PathLike, _native, as_data_path
+from .atomic import local_atomic, put_object
+from .paths import DataPath, PathLike, as_data_path, as_given
 
 # A streamed table that stays under this many Arrow bytes is written as one row group: byte for byte the
 # file write_table_atomic writes for all its rows at once (what the shard steps wrote before they were
@@ -27,12 +27,12 @@ def write_table_atomic(table: pa.Table, path: PathLike, *, schema: pa.Schema | N
         table = table.select(schema.names).cast(schema)
     dp = as_data_path(path)
     if dp.is_local:
-        _local_atomic(dp.local_path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+        local_atomic(dp.local_path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
     else:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        _put(dp, sink.getvalue())
-    return _native(dp, path)
+        put_object(dp.fs, dp.path, sink.getvalue())
+    return as_given(dp, path)
 
 
 def write_frame_atomic(df: pl.DataFrame, path: PathLike, *, schema: pa.Schema | None = None) -> Any:

@@ -1,4 +1,4 @@
-"""Literal control-token text inside prompt content (issue 26 §2).
+"""Literal control-token text inside prompt content.
 
 A chat template puts its structural tokens (`<|im_end|>`, `<think>`, ...) into the rendered text as
 literal strings, and the encode turns every such string into its special id. Text that came from

@@ -49,11 +49,6 @@ def deep_sort(value: Any) -> Any:
     return value
 
 
-def tools_json_fallback(sorted_tools: list[Any]) -> str:
-    """§2.4: what the template prints when no tools_ts_str is given (for inspection and tests)."""
-    return json.dumps(sorted_tools, ensure_ascii=False, separators=(",", ":"))
-
-
 def tools_to_typescript(tools: list[Any]) -> str:
     """Render an (already deep-sorted) tools list as tools_ts_str; "" when no usable function tool.
 

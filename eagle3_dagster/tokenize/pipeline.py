@@ -60,6 +60,39 @@ def tokenize_prompts(
     `control_text`: the policy for literal control-token text in the data (tokenize/control_text.py),
     one for all rows or per source name (the source YAML's `control_text`; absent sources: reject).
     """
+    policies, default_policy = _control_text_policies(control_text)
+    missing = [c for c in ("prompt_id", "source", "shard", "messages") if c not in prompts.columns]
+    if missing:
+        raise ValueError(f"prompts frame lacks column(s) {', '.join(missing)} (expected schemas.PROMPTS)")
+    run = _TokenizeRun(renderer, max_new_tokens)
+    has_tools = "tools" in prompts.columns
+    in_flight: tuple[int, RowKeys, list[int], PendingRender] | None = None
+    for start in range(0, prompts.height, batch_rows):
+        chunk = prompts.slice(start, batch_rows)
+        row_keys = (chunk["prompt_id"].to_list(), chunk["source"].to_list(), chunk["shard"].to_list())
+        tools_col = chunk["tools"].to_list() if has_tools else [None] * chunk.height
+        requests, offsets = run.parse_chunk(
+            start, row_keys, chunk["messages"].to_list(), tools_col, policies, default_policy
+        )
+        # This chunk encodes on a worker thread while the next one is parsed and rendered; at most
+        # two chunks are held at a time.
+        submitted = (start, row_keys, offsets, renderer.submit_batch(requests))
+        if in_flight is not None:
+            run.collect(*in_flight)
+        in_flight = submitted
+    if in_flight is not None:
+        run.collect(*in_flight)
+    tokenized, rejects = run.frames()
+    if tokenized.height + rejects.height != prompts.height:  # a bug here would silently lose rows
+        raise RuntimeError(f"row count mismatch: {prompts.height} in, {tokenized.height} + {rejects.height} out")
+    return tokenized, rejects
+
+
+RowKeys = tuple[list[Any], list[Any], list[Any]]  # a chunk's prompt_id, source and shard columns
+
+
+def _control_text_policies(control_text: str | Mapping[str, str]) -> tuple[Mapping[str, str], str]:
+    """(policy per source, the policy of any other source); an unknown policy is a ValueError."""
     policies = control_text if isinstance(control_text, Mapping) else {}
     default_policy = control_text if isinstance(control_text, str) else "reject"
     for name, policy in [*policies.items(), ("*", default_policy)]:
@@ -67,61 +100,44 @@ def tokenize_prompts(
             raise ValueError(
                 f"control_text for source {name!r}: {policy!r} is not one of {', '.join(CONTROL_TEXT_POLICIES)}"
             )
-    missing = [c for c in ("prompt_id", "source", "shard", "messages") if c not in prompts.columns]
-    if missing:
-        raise ValueError(f"prompts frame lacks column(s) {', '.join(missing)} (expected schemas.PROMPTS)")
-    profile = renderer.profile
+    return policies, default_policy
 
-    ok: dict[str, list[Any]] = {name: [] for name in schemas.TOKENIZED_PROMPTS.names}
-    bad: dict[str, list[Any]] = {name: [] for name in schemas.TOKENIZE_REJECTS.names}
-    bad_order: list[int] = []  # input positions, to list rejects in input order
-    # Per-row work is plain list operations (prompt_id, source, shard lists per chunk = row_keys):
-    # with native rendering at ~3 us a row, per-row bookkeeping shows in the throughput.
-    ok_prompt_id, ok_source, ok_shard = ok["prompt_id"], ok["source"], ok["shard"]
-    ok_input_ids, ok_prompt_len = ok["input_ids"], ok["prompt_len"]
-    ok_control = ok["control_text_in_content"]
-    length_limit = min(int(profile.max_prompt_tokens), int(profile.context_length) - int(max_new_tokens))
 
-    def reject(
-        position: int, row_keys: tuple[list[Any], list[Any], list[Any]], offset: int, reason: str, detail: str
-    ) -> None:
-        bad_order.append(position)
+class _TokenizeRun:
+    """The tokenized rows and the rejects of one tokenize_prompts call, as columns being filled.
+
+    Per-row work is plain list operations (prompt_id, source, shard lists per chunk = row keys): with
+    native rendering the per-row bookkeeping is a visible share of the throughput."""
+
+    def __init__(self, renderer: PromptRenderer, max_new_tokens: int) -> None:
+        self.renderer, self.profile, self.max_new_tokens = renderer, renderer.profile, max_new_tokens
+        self.ok: dict[str, list[Any]] = {name: [] for name in schemas.TOKENIZED_PROMPTS.names}
+        self.bad: dict[str, list[Any]] = {name: [] for name in schemas.TOKENIZE_REJECTS.names}
+        self.bad_order: list[int] = []  # input positions, to list rejects in input order
+        profile = self.profile
+        self.length_limit = min(int(profile.max_prompt_tokens), int(profile.context_length) - int(max_new_tokens))
+
+    def reject(self, position: int, row_keys: RowKeys, offset: int, reason: str, detail: str) -> None:
+        bad = self.bad
+        self.bad_order.append(position)
         bad["prompt_id"].append(row_keys[0][offset])
         bad["source"].append(row_keys[1][offset])
         bad["shard"].append(row_keys[2][offset])
         bad["reason"].append(reason)
         bad["detail"].append(detail)
 
-    def collect(
-        start: int, row_keys: tuple[list[Any], list[Any], list[Any]], offsets: list[int], batch: PendingRender
-    ) -> None:
-        prompt_ids, sources, shards = row_keys
-        for offset, result in zip(offsets, batch.results()):
-            if result.reason is not None:
-                reject(start + offset, row_keys, offset, result.reason or "render_error", result.detail or "")
-                continue
-            ids = result.input_ids or []
-            # Room for the answer: a prompt that leaves less than max_new_tokens of context is quarantined.
-            if len(ids) > length_limit:
-                too_long = prompt_length_problem(len(ids), profile, max_new_tokens)
-                if too_long:
-                    reject(start + offset, row_keys, offset, PROMPT_TOO_LONG, too_long)
-                    continue
-            ok_prompt_id.append(prompt_ids[offset])
-            ok_source.append(sources[offset])
-            ok_shard.append(shards[offset])
-            ok_input_ids.append(ids)
-            ok_prompt_len.append(len(ids))
-            ok_control.append(result.control_text_in_content)
-
-    has_tools = "tools" in prompts.columns
-    loads = json.loads
-    in_flight: tuple[Any, ...] | None = None
-    for start in range(0, prompts.height, batch_rows):
-        chunk = prompts.slice(start, batch_rows)
-        row_keys = (chunk["prompt_id"].to_list(), chunk["source"].to_list(), chunk["shard"].to_list())
-        messages_col = chunk["messages"].to_list()
-        tools_col = chunk["tools"].to_list() if has_tools else [None] * chunk.height
+    def parse_chunk(
+        self,
+        start: int,
+        row_keys: RowKeys,
+        messages_col: list[Any],
+        tools_col: list[Any],
+        policies: Mapping[str, str],
+        default_policy: str,
+    ) -> tuple[list[RenderRequest], list[int]]:
+        """The render requests of a chunk's rows and their offsets in it; a row whose JSON does not parse
+        is rejected here."""
+        loads = json.loads
         requests: list[RenderRequest] = []
         offsets: list[int] = []
         for offset, (raw_messages, raw_tools) in enumerate(zip(messages_col, tools_col)):
@@ -131,7 +147,7 @@ def tokenize_prompts(
             except Exception:
                 messages, problem = _parse_json_field(raw_messages, "messages", nullable=False)
                 tools, tools_problem = _parse_json_field(raw_tools, "tools", nullable=True)
-                reject(start + offset, row_keys, offset, INVALID_JSON, (problem or tools_problem) or "")
+                self.reject(start + offset, row_keys, offset, INVALID_JSON, (problem or tools_problem) or "")
                 continue
             # the tools JSON text is canonical (schemas.PROMPTS), so equal text means equal tools
             policy = policies.get(row_keys[1][offset], default_policy) if policies else default_policy
@@ -139,25 +155,43 @@ def tokenize_prompts(
                 RenderRequest(messages=messages, tools=tools or None, tools_key=raw_tools, control_text=policy)
             )
             offsets.append(offset)
-        # This chunk encodes on a worker thread while the next one is parsed and rendered; at most
-        # two chunks are held at a time.
-        submitted = (start, row_keys, offsets, renderer.submit_batch(requests))
-        if in_flight is not None:
-            collect(*in_flight)
-        in_flight = submitted
-    if in_flight is not None:
-        collect(*in_flight)
-    n_ok = len(ok["prompt_id"])
-    ok["profile"] = [profile.name] * n_ok
-    ok["tokenizer_fingerprint"] = [renderer.tokenizer_fingerprint] * n_ok
-    ok["template_hash"] = [renderer.template_hash] * n_ok
+        return requests, offsets
 
-    tokenized = pl.from_arrow(pa.Table.from_pydict(ok, schema=schemas.TOKENIZED_PROMPTS))
-    if bad_order != sorted(bad_order):
-        order = sorted(range(len(bad_order)), key=bad_order.__getitem__)
-        bad = {name: [values[i] for i in order] for name, values in bad.items()}
-    rejects = pl.from_arrow(pa.Table.from_pydict(bad, schema=schemas.TOKENIZE_REJECTS))
-    assert isinstance(tokenized, pl.DataFrame) and isinstance(rejects, pl.DataFrame)
-    if tokenized.height + rejects.height != prompts.height:  # a bug here would silently lose rows
-        raise RuntimeError(f"row count mismatch: {prompts.height} in, {tokenized.height} + {rejects.height} out")
-    return tokenized, rejects
+    def collect(self, start: int, row_keys: RowKeys, offsets: list[int], batch: PendingRender) -> None:
+        """A chunk's encoded rows: kept, or rejected for a render problem or no room for the answer."""
+        prompt_ids, sources, shards = row_keys
+        ok = self.ok
+        ok_prompt_id, ok_source, ok_shard = ok["prompt_id"], ok["source"], ok["shard"]
+        ok_input_ids, ok_prompt_len, ok_control = ok["input_ids"], ok["prompt_len"], ok["control_text_in_content"]
+        for offset, result in zip(offsets, batch.results()):
+            if result.reason is not None:
+                self.reject(start + offset, row_keys, offset, result.reason or "render_error", result.detail or "")
+                continue
+            ids = result.input_ids or []
+            # Room for the answer: a prompt that leaves less than max_new_tokens of context is quarantined.
+            if len(ids) > self.length_limit:
+                too_long = prompt_length_problem(len(ids), self.profile, self.max_new_tokens)
+                if too_long:
+                    self.reject(start + offset, row_keys, offset, PROMPT_TOO_LONG, too_long)
+                    continue
+            ok_prompt_id.append(prompt_ids[offset])
+            ok_source.append(sources[offset])
+            ok_shard.append(shards[offset])
+            ok_input_ids.append(ids)
+            ok_prompt_len.append(len(ids))
+            ok_control.append(result.control_text_in_content)
+
+    def frames(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(tokenized, rejects) as frames; the rejects in input order."""
+        ok, bad = self.ok, self.bad
+        n_ok = len(ok["prompt_id"])
+        ok["profile"] = [self.profile.name] * n_ok
+        ok["tokenizer_fingerprint"] = [self.renderer.tokenizer_fingerprint] * n_ok
+        ok["template_hash"] = [self.renderer.template_hash] * n_ok
+        tokenized = pl.from_arrow(pa.Table.from_pydict(ok, schema=schemas.TOKENIZED_PROMPTS))
+        if self.bad_order != sorted(self.bad_order):
+            order = sorted(range(len(self.bad_order)), key=self.bad_order.__getitem__)
+            bad = {name: [values[i] for i in order] for name, values in bad.items()}
+        rejects = pl.from_arrow(pa.Table.from_pydict(bad, schema=schemas.TOKENIZE_REJECTS))
+        assert isinstance(tokenized, pl.DataFrame) and isinstance(rejects, pl.DataFrame)
+        return tokenized, rejects

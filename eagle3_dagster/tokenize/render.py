@@ -11,7 +11,7 @@ For Kimi (`template_family == "kimi_ts"`) the tools are deep-sorted and declared
 
 Speed: for a chat template we know byte for byte (Kimi-K2.5, Qwen3; by hash) a native renderer
 (native.py) builds the same text without Jinja; it declines anything it does not model exactly,
-and those rows go through apply_chat_template as before. `native_templates=False` turns it off.
+and those rows go through apply_chat_template. `native_templates=False` turns it off.
 """
 
 from __future__ import annotations

@@ -57,13 +57,6 @@ def with_turns(
     )
 
 
-def add_lineage(samples: pl.DataFrame, lineage: pl.DataFrame | None) -> pl.DataFrame:
-    """samples + conversation_id, turn_index (null for final-turn rows) when the shard has turns."""
-    if lineage is None:
-        return samples
-    return samples.join(lineage, on="sample_id", how="left")
-
-
 def rows_by_turn(samples: pl.DataFrame) -> dict[str, Any]:
     if "turn_index" not in samples.columns:
         return {}

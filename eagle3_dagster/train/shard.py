@@ -2,7 +2,7 @@
 
 The same rows, columns and order as building the whole shard at once (parse_generations +
 build_training_samples over every generation, sorted by sample_id): each batch of generations is
-parsed and built on its own, the rows go through a SortedSpill (orchestration/stage.py) and are written
+parsed and built on its own, the rows go through a SortedSpill (storage/spill.py) and are written
 bucket by bucket in sample_id order. Kept for the whole shard: the parse failures (row id + reasons,
 the quarantine file) and per-row scalars only (the gate's feature columns, the summary's statistics).
 """
@@ -17,11 +17,19 @@ from typing import Any, cast
 import polars as pl
 import pyarrow as pa
 
-from ..orchestration.stage import KeyedRows, SortedSpill, arrow_batch, detached
 from ..profiles import ModelProfile
 from ..quality.features import training_row_features
 from ..schemas import TRAINING_SAMPLES
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, PathLike, write_frame_atomic
+from ..storage import (
+    ONE_ROW_GROUP_BYTES,
+    KeyedRows,
+    ParquetSink,
+    PathLike,
+    SortedSpill,
+    arrow_batch,
+    detached,
+    write_frame_atomic,
+)
 from .conversations import CONVERSATION_FAILURES_SCHEMA, parse_generations
 from .samples import ACCEPTANCE_COLUMNS, build_training_samples
 from .summary import sample_stats
@@ -80,24 +88,9 @@ def build_training_shard(
     sink = None
     try:
         for gens in generations:
-            candidates = gens.filter(
-                ~pl.col("sample_id").is_in(list(bad_sample_ids)) & ~pl.col("prompt_id").is_in(list(bad_prompt_ids))
+            samples, parse_failures = _batch_samples(
+                gens, tokenized, prompts, profile, tokenizer, bad_sample_ids, bad_prompt_ids, schema, res
             )
-            conversations, parse_failures, parse_counts = parse_generations(
-                candidates, _prompt_rows(prompts, candidates), profile, tokenizer
-            )
-            samples, counts = build_training_samples(
-                gens,
-                _prompt_rows(tokenized, gens).select(
-                    "prompt_id", "input_ids", "tokenizer_fingerprint", pl.col("^control_text_in_content$")
-                ),
-                exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
-                exclude_prompt_ids=bad_prompt_ids,
-                conversations=conversations,
-                acceptance=ACCEPTANCE_COLUMNS[0] in schema.names,
-            )
-            _add(res.parse_counts, parse_counts)
-            _add(res.counts, counts)
             failures.append(detached(parse_failures))
             spill.add(samples)
         sink = ParquetSink(out_path, schema, buffer_bytes=ONE_ROW_GROUP_BYTES)
@@ -106,7 +99,7 @@ def build_training_shard(
                 batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
                 lineages.append(detached(batch.select("sample_id", "conversation_id", "turn_index")))
             sink.write_table(arrow_batch(batch, schema))
-            # kept for the whole shard: detached, or each would pin its bucket (orchestration/stage.py)
+            # kept for the whole shard: detached, or each would pin its bucket (storage/frames.py)
             features.append(detached(training_row_features(batch, max_total_len=max_total_len)))
             stats.append(detached(sample_stats(batch, profile)))
             res.text_exact_rows += int(batch["text_exact"].sum() or 0)
@@ -127,10 +120,49 @@ def build_training_shard(
     res.stats = pl.concat(stats) if stats else sample_stats(empty, profile)
     if lineage is not None:
         res.lineage_rows = pl.concat(lineages) if lineages else lineage.clear()
+    _reconcile(res, spill.rows)
+    return res
+
+
+def _batch_samples(
+    gens: pl.DataFrame,
+    tokenized: pl.DataFrame | KeyedRows,
+    prompts: pl.DataFrame | KeyedRows,
+    profile: ModelProfile,
+    tokenizer: Any,
+    bad_sample_ids: set[str],
+    bad_prompt_ids: set[str],
+    schema: pa.Schema,
+    res: TrainingShard,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One batch of generations parsed and built into training samples (its counts added to `res`):
+    (samples, parse failures)."""
+    candidates = gens.filter(
+        ~pl.col("sample_id").is_in(list(bad_sample_ids)) & ~pl.col("prompt_id").is_in(list(bad_prompt_ids))
+    )
+    conversations, parse_failures, parse_counts = parse_generations(
+        candidates, _prompt_rows(prompts, candidates), profile, tokenizer
+    )
+    samples, counts = build_training_samples(
+        gens,
+        _prompt_rows(tokenized, gens).select(
+            "prompt_id", "input_ids", "tokenizer_fingerprint", pl.col("^control_text_in_content$")
+        ),
+        exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),
+        exclude_prompt_ids=bad_prompt_ids,
+        conversations=conversations,
+        acceptance=ACCEPTANCE_COLUMNS[0] in schema.names,
+    )
+    _add(res.parse_counts, parse_counts)
+    _add(res.counts, counts)
+    return samples, parse_failures
+
+
+def _reconcile(res: TrainingShard, spilled_rows: int) -> None:
+    """Every count present; generations = samples + excluded + missing_prompt, and every sample written."""
     for k in ("generations", "excluded", "missing_prompt", "samples"):
         res.counts.setdefault(k, 0)
     for k in ("parsed", "round_trip_ok", "parse_failures", "text_exact_false"):
         res.parse_counts.setdefault(k, 0)
     assert res.counts["generations"] == res.counts["samples"] + res.counts["excluded"] + res.counts["missing_prompt"]
-    assert res.counts["samples"] == spill.rows
-    return res
+    assert res.counts["samples"] == spilled_rows

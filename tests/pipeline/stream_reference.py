@@ -35,13 +35,13 @@ def small_stream_batches(monkeypatch):
     from eagle3_dagster.defs import generate as gen_defs
     from eagle3_dagster.defs import tokenize as tok_defs
     from eagle3_dagster.defs import train as train_defs
-    from eagle3_dagster.orchestration import stage
+    from eagle3_dagster.storage import spill
 
     monkeypatch.setattr(tok_defs, "PROMPT_SLICE_ROWS", BATCH)  # tokenized_prompts in many slices
 
     monkeypatch.setattr(gen_defs, "GENERATION_BATCH_ROWS", BATCH)
     monkeypatch.setattr(train_defs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
-    monkeypatch.setattr(stage, "BUCKET_ROWS", BUCKET)  # ... and many sort buckets for a demo shard
+    monkeypatch.setattr(spill, "BUCKET_ROWS", BUCKET)  # ... and many sort buckets for a demo shard
 
 
 def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipeline, meta, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import polars as pl
 import pyarrow as pa
 from polars.testing import assert_frame_equal
 
-from eagle3_dagster.orchestration.stage import SortedSpill, detached
+from eagle3_dagster.storage import SortedSpill, detached
 
 ROWS, PAYLOAD = 4000, 20_000  # ~80 MB of payload, the size of long training rows
 

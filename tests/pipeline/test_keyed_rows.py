@@ -1,4 +1,4 @@
-"""KeyedRows (orchestration/stage.py): training_samples looks up each batch's prompt rows from it instead of
+"""KeyedRows (storage/spill.py): training_samples looks up each batch's prompt rows from it instead of
 holding the shard's tokenized prompts and messages; it must return exactly what filtering the whole table gives."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import polars as pl
 
-from eagle3_dagster.orchestration.stage import KeyedRows
+from eagle3_dagster.storage import KeyedRows
 
 SCHEMA = {"prompt_id": pl.String, "input_ids": pl.List(pl.Int32), "note": pl.String}
 

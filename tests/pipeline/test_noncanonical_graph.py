@@ -14,8 +14,8 @@ from stream_reference import assert_training_shard_equals_whole_shard_build, sma
 
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.publish.export import CONVERSATIONS_FILE, PREFORMATTED_FILE, SPECFORGE_FILE
 from eagle3_dagster.sim.process import start_simulator
-from eagle3_dagster.train.export import CONVERSATIONS_FILE, PREFORMATTED_FILE, SPECFORGE_FILE
 
 pytestmark = pytest.mark.integration
 

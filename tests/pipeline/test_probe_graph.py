@@ -21,8 +21,8 @@ from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.probe_results import drafter_versions, read_all_results
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.publish.export import SPECFORGE_FILE
 from eagle3_dagster.sim.process import start_simulator
-from eagle3_dagster.train.export import SPECFORGE_FILE
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from eagle3_dagster import stopping
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.demo_stop import stopped_line
 from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.publish import snapshot
+from eagle3_dagster.publish.snapshot import read_latest, unpublished_versions
 from eagle3_dagster.sim.process import start_simulator
-from eagle3_dagster.train import snapshot
-from eagle3_dagster.train.snapshot import read_latest, unpublished_versions
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ import shutil
 
 from quality_helpers import EXPECTATIONS_DIR, training_rows
 
+from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot_gates import judge_snapshot
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features, write_gate_result
-from eagle3_dagster.quality.snapshot_gates import judge_snapshot
 from eagle3_dagster.storage import write_frame_atomic
-from eagle3_dagster.train.snapshot import build_snapshot
 
 
 def _publish(data, kimi, profile, n: int, expectations=EXPECTATIONS_DIR):

@@ -19,6 +19,8 @@ from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.generate.store import ShardStore, lock_path_for, read_generations
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source
 from eagle3_dagster.orchestration.resources import PipelineSettings
+from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
+from eagle3_dagster.publish.snapshot import build_snapshot, list_snapshots
 from eagle3_dagster.quality.gate import GateResult, read_gate_result, write_gate_result
 from eagle3_dagster.storage import (
     DataPath,
@@ -34,8 +36,6 @@ from eagle3_dagster.storage import (
     write_frame_atomic,
     write_table_atomic,
 )
-from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
-from eagle3_dagster.train.snapshot import build_snapshot, list_snapshots
 
 
 @pytest.fixture

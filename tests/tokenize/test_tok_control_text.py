@@ -1,4 +1,4 @@
-"""Literal control-token text in a prompt's data (issue 26 §2), on both real tokenizers.
+"""Literal control-token text in a prompt's data, on both real tokenizers.
 
 Every added token whose text the model's chat template itself emits is put into user, system,
 tool-result and tool-description text, single and multi-turn. `reject` (the default) quarantines

@@ -1,6 +1,6 @@
 """A publisher in a process of its own: `python publish_worker.py DATA_DIR RUN_ID MODE [READY_FILE]`.
 
-Runs train.snapshot.build_snapshot on DATA_DIR's shard 0 and 1 (every gate passed) with the real
+Runs publish.snapshot.build_snapshot on DATA_DIR's shard 0 and 1 (every gate passed) with the real
 exporters, plus one more exporter that, by MODE, returns at once ("fast"), sleeps 1.5 s while the
 snapshot is staged and the lock held ("slow"), or writes READY_FILE and then blocks forever ("hang",
 for a SIGKILL mid-publish). Prints the result as one JSON line; lock waits go to stderr.
@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from eagle3_dagster.publish.export import EXPORTERS
+from eagle3_dagster.publish.snapshot import build_snapshot
 from eagle3_dagster.storage import DataDirLocked
-from eagle3_dagster.train.export import EXPORTERS
-from eagle3_dagster.train.snapshot import build_snapshot
 
 
 def main() -> int:

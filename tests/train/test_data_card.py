@@ -28,9 +28,9 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.publish.export import EXPORTERS
+from eagle3_dagster.publish.snapshot import build_snapshot, sha256_file
 from eagle3_dagster.sim.process import start_simulator
-from eagle3_dagster.train.export import EXPORTERS
-from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
 
 
 def _header_and_body(card: str) -> tuple[dict, str]:
@@ -127,7 +127,7 @@ def test_snapshot_folder_loads_with_datasets_as_its_tables(published, tmp_path, 
 def test_a_source_without_a_licence_is_unknown_and_named_in_a_warning(tmp_path, caplog):
     _write_shard(tmp_path, 0, 3)
     sources = [{"name": "demo", "licence": "", "origin": "data/x.jsonl", "description": "", "role": "train"}]
-    with caplog.at_level(logging.WARNING, logger="eagle3_dagster.train.card"):
+    with caplog.at_level(logging.WARNING, logger="eagle3_dagster.publish.card"):
         snap = build_snapshot(tmp_path, [0], _gates(), config={"sources": sources}, exporters=EXPORTERS)
     warned = [r for r in caplog.records if r.levelno == logging.WARNING and "'demo'" in r.getMessage()]
     assert warned and "states no licence" in warned[0].getMessage() and "unknown" in warned[0].getMessage()

@@ -23,17 +23,18 @@ import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import load_profile
-from eagle3_dagster.schemas import TRAINING_SAMPLES
-from eagle3_dagster.storage import as_data_path
-from eagle3_dagster.train.export import (
+from eagle3_dagster.publish.export import (
     CONVERSATIONS_FILE,
     SPECFORGE_FILE,
     export_conversations,
     export_specforge_prompts,
     snapshot_row_batches,
 )
-from eagle3_dagster.train.snapshot import ShardDecision, content_and_summary
-from eagle3_dagster.train.summary import ContentHasher, sample_stats, summarize
+from eagle3_dagster.publish.identity import ContentHasher
+from eagle3_dagster.publish.snapshot import ShardDecision, content_and_summary
+from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.storage import as_data_path
+from eagle3_dagster.train.summary import sample_stats, summarize
 
 PROFILE = load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models")
 THINK_END = 163607  # kimi-k2.5 </think>: some outputs have one, so the summary's lengths are not all null
@@ -156,8 +157,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import load_profile
-from eagle3_dagster.train.export import EXPORTERS
-from eagle3_dagster.train.snapshot import build_snapshot
+from eagle3_dagster.publish.export import EXPORTERS
+from eagle3_dagster.publish.snapshot import build_snapshot
 
 def hwm():
     return next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))

@@ -17,9 +17,9 @@ from types import SimpleNamespace
 import pytest
 from test_train_snapshot import _write_shard
 
+from eagle3_dagster.publish.export import EXPORTERS
+from eagle3_dagster.publish.snapshot import build_snapshot, read_manifest, sha256_file
 from eagle3_dagster.storage import DataDirLocked
-from eagle3_dagster.train.export import EXPORTERS
-from eagle3_dagster.train.snapshot import build_snapshot, read_manifest, sha256_file
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("publish_worker.py")
@@ -142,8 +142,8 @@ def test_a_failed_publish_leaves_no_staging_and_latest_unchanged(tmp_path):
 def test_object_storage_publish_says_its_lock_covers_this_host_only_and_still_excludes_local_publishers(tmp_path):
     import uuid
 
+    from eagle3_dagster.publish.snapshot import PUBLISH_LOCK
     from eagle3_dagster.storage import DataDirLock, data_root
-    from eagle3_dagster.train.snapshot import PUBLISH_LOCK
 
     mem = data_root(f"memory://eagle3-test-{uuid.uuid4().hex[:10]}/data")
     told: list[str] = []

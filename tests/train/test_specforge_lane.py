@@ -28,20 +28,20 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
 from eagle3_dagster.ingest import combine_sources, ingest_source, load_source_specs
-from eagle3_dagster.schemas import TRAINING_SAMPLES
-from eagle3_dagster.sim.process import start_simulator
-from eagle3_dagster.storage import write_frame_atomic
-from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
-from eagle3_dagster.train import build_training_samples
-from eagle3_dagster.train.conversations import parse_generations
-from eagle3_dagster.train.export import (
+from eagle3_dagster.publish.export import (
     PREFORMATTED_FILE,
     SPECFORGE_FILE,
     SPECFORGE_TEMPLATES,
     check_preformatted,
     exporters_for,
 )
-from eagle3_dagster.train.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.schemas import TRAINING_SAMPLES
+from eagle3_dagster.sim.process import start_simulator
+from eagle3_dagster.storage import write_frame_atomic
+from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
+from eagle3_dagster.train import build_training_samples
+from eagle3_dagster.train.conversations import parse_generations
 
 pytestmark = pytest.mark.integration
 

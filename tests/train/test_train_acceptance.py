@@ -17,15 +17,15 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT, Settings
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
 from eagle3_dagster.ingest import combine_sources, ingest_source, load_source_specs
+from eagle3_dagster.publish.export import SPECFORGE_FILE, SPECFORGE_TEMPLATES, exporters_for
+from eagle3_dagster.publish.snapshot import build_snapshot
 from eagle3_dagster.schemas import TRAINING_SAMPLES
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import write_frame_atomic
 from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
 from eagle3_dagster.train import build_training_samples
 from eagle3_dagster.train.conversations import parse_generations
-from eagle3_dagster.train.export import SPECFORGE_FILE, SPECFORGE_TEMPLATES, exporters_for
 from eagle3_dagster.train.samples import ACCEPTANCE_COLUMNS, with_acceptance
-from eagle3_dagster.train.snapshot import build_snapshot
 
 pytestmark = pytest.mark.integration
 

@@ -10,12 +10,12 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
+from eagle3_dagster.publish.snapshot import build_snapshot, sha256_file
 from eagle3_dagster.quality.gate import GateResult
 from eagle3_dagster.quality.request_failures import failure_budget_outcome, with_outcome
 from eagle3_dagster.schemas import GENERATION_ERRORS, TRAINING_SAMPLES
 from eagle3_dagster.storage import write_frame_atomic
-from eagle3_dagster.train.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
-from eagle3_dagster.train.snapshot import build_snapshot, sha256_file
 
 
 def _write_shard(data, shard: int, n: int, **over) -> None:

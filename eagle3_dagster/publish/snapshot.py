@@ -1,6 +1,6 @@
 """Versioned training-dataset snapshots assembled from gated shards, with a manifest and exports.
 
-A snapshot's version is a hash of what a trainer consumes (train/summary.py:ContentHasher: per row
+A snapshot's version is a hash of what a trainer consumes (publish/identity.py:ContentHasher: per row
 sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash), so regenerating
 identical tokens on another machine, port or day gives the same version, and assembling unchanged
 inputs again yields the same snapshot rather than a near-copy. The manifest keeps each file's
@@ -9,9 +9,9 @@ sha256 (`files`, `exports`), the full content digest (`identity`), a distributio
 are copied in, so deleting or regenerating the working tables never changes a published snapshot.
 Memory stays flat however big the snapshot: the content identity and summary read each shard table a
 batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
-shard by shard (train/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
+shard by shard (publish/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
 
-Publishing is a gate of its own (`judge`, see quality/snapshot_gates.py): a refused snapshot (no
+Publishing is a gate of its own (`judge`, see publish/snapshot_gates.py): a refused snapshot (no
 rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does
 not move; a snapshot held back by the drift policy is written with `published: false` and LATEST
 does not move either. Every attempt is recorded in data/gates/publish/last.json.
@@ -51,14 +51,15 @@ from ..storage import (
     DataDirLock,
     DataPath,
     PathLike,
-    _native,
     as_data_path,
+    as_given,
     parquet_num_rows,
     sha256_of,
     shard_key,
 )
+from ..train.summary import STAT_COLUMNS, sample_stats, summarize
 from .card import write_card
-from .summary import IDENTITY_SCHEME
+from .identity import IDENTITY_SCHEME, ContentHasher
 
 GATES = ("prompts", "generations", "training_samples")
 PUBLISH_LOCK = "snapshots/.publish.lock"
@@ -89,7 +90,7 @@ class SnapshotResult:
     removed_by_retention: list[str]
     manifest: dict[str, Any]
     published: bool = True  # False: refused by the publish gate (path None) or held back by drift
-    verdict: Any = None  # quality.snapshot_gates.SnapshotVerdict when judged
+    verdict: Any = None  # publish.snapshot_gates.SnapshotVerdict when judged
     latest: str | None = None  # what LATEST names after this build
     removed_staging: list[str] = field(default_factory=list)  # staging folders of dead attempts, deleted
 
@@ -169,7 +170,6 @@ def content_and_summary(
     import polars as pl
 
     from .export import BATCH_ROWS
-    from .summary import STAT_COLUMNS, ContentHasher, sample_stats, summarize
 
     hasher = ContentHasher()
     stats: list[pl.DataFrame] = []
@@ -339,7 +339,6 @@ def _build_snapshot_locked(
     profile: Any,
     judge: Callable[[dict[str, Any]], Any] | None,
 ) -> SnapshotResult:
-    given = data_dir
     data = as_data_path(data_dir)
     root = data / "snapshots"
     decisions = decide_shards(data, shard_ids, gate_status)
@@ -347,31 +346,11 @@ def _build_snapshot_locked(
     version = digest[:16]
     rows = sum(d.rows for d in decisions if d.included)
     latest = read_latest(root)
-    previous = read_manifest(root, latest) if latest != version else None
-    snap = root / version
-    manifest_path = snap / "manifest.json"
     verdict = None
     if judge is not None and latest != version:
-        verdict = judge(
-            {
-                "rows": rows,
-                "shards_included": sum(1 for d in decisions if d.included),
-                "summary": summary or {},
-                "previous": previous,
-                "excluded": {d.shard: d.reason for d in decisions if not d.included},
-            }
-        )
+        verdict = judge(_judged_snapshot(rows, decisions, summary, read_manifest(root, latest)))
     published = verdict is None or bool(verdict.publish)
-    gate_fields: dict[str, Any] = {}
-    if verdict is not None:
-        gate_fields = {
-            "published": published,
-            "publish_gate": verdict.publish_gate,
-            "drift": verdict.drift,
-            "previous_version": latest,
-        }
-        if not published:
-            gate_fields["not_published_because"] = list(verdict.reasons)
+    gate_fields = _gate_fields(verdict, latest)
     refused = verdict is not None and not verdict.publish_gate.get("success", True)
     attempt = {
         "version": version,
@@ -387,73 +366,34 @@ def _build_snapshot_locked(
     if refused:
         attempt_file.write_text(json.dumps(attempt, indent=1, default=str))
         # The publish gate failed: nothing is written, LATEST stays where it was.
+        manifest = {"version": version, "rows": rows, **gate_fields, "summary": summary}
         return SnapshotResult(
-            version,
-            None,
-            False,
-            rows,
-            decisions,
-            [],
-            {"version": version, "rows": rows, **gate_fields, "summary": summary},
-            published=False,
-            verdict=verdict,
-            latest=latest,
+            version, None, False, rows, decisions, [], manifest, published=False, verdict=verdict, latest=latest
         )
-    created = not manifest_path.exists()
-    if created:
-        # Local: build beside the final folder, then one rename. Object storage: build in place,
-        # manifest last (a folder without a manifest is an unfinished attempt: start it over).
-        # a folder of this attempt's own (never shared with another publisher), removed on any failure
-        staging = root / f"{STAGING_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
-        staging.rmtree()
-        staging.mkdir()
-        try:
-            _assemble(
-                data,
-                staging,
-                snap,
-                manifest_path,
-                decisions,
-                exporters,
-                version,
-                digest,
-                rows,
-                config,
-                summary,
-                gate_fields,
-                now,
-            )
-        finally:
-            if data.is_local:
-                staging.rmtree()
-    elif gate_fields:
-        # The same content judged again against another LATEST (e.g. held back before): the files are
-        # unchanged, the decision fields are the latest one.
-        manifest = json.loads(manifest_path.read_text())
-        manifest.update(gate_fields)
-        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    manifest = json.loads(manifest_path.read_text())
+    snap = root / version
+    created = _write_snapshot(
+        data,
+        snap,
+        decisions,
+        exporters,
+        version=version,
+        digest=digest,
+        rows=rows,
+        config=config,
+        summary=summary,
+        gate_fields=gate_fields,
+        now=now,
+    )
+    manifest = json.loads((snap / "manifest.json").read_text())
     if published:
-        _refuse_if_stopped(root, version, attempt, attempt_file)
-        manifest = stamp_published_at(
-            root, manifest_path, manifest, same_as_latest=latest == version, now=str(attempt["at"])
-        )
-        attempt["published_at"] = manifest["published_at"]
-        (root / "LATEST").write_text(version + "\n")  # the publish's commit point
+        manifest = _publish(root, version, manifest, attempt, attempt_file, same_as_latest=latest == version)
     if verdict is None and judge is not None:
-        # the same content as LATEST: nothing new was judged; what was decided when it was published holds
-        attempt["verdict"] = {
-            "publish": True,
-            "reasons": [],
-            "publish_gate": manifest.get("publish_gate"),
-            "drift": manifest.get("drift"),
-            "same_as_latest": True,
-        }
+        attempt["verdict"] = _verdict_of_latest(manifest)
     attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
     removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
     return SnapshotResult(
         version,
-        _native(snap, given),
+        as_given(snap, data_dir),
         created,
         manifest["rows"],
         decisions,
@@ -463,6 +403,119 @@ def _build_snapshot_locked(
         verdict=verdict,
         latest=read_latest(root),
     )
+
+
+def _judged_snapshot(
+    rows: int, decisions: Sequence[ShardDecision], summary: dict[str, Any] | None, previous: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What the publish and drift gates judge: the assembled snapshot beside the previous published one."""
+    return {
+        "rows": rows,
+        "shards_included": sum(1 for d in decisions if d.included),
+        "summary": summary or {},
+        "previous": previous,
+        "excluded": {d.shard: d.reason for d in decisions if not d.included},
+    }
+
+
+def _gate_fields(verdict: Any, latest: str | None) -> dict[str, Any]:
+    """The manifest fields a judged snapshot carries (none when nothing was judged)."""
+    if verdict is None:
+        return {}
+    published = bool(verdict.publish)
+    fields: dict[str, Any] = {
+        "published": published,
+        "publish_gate": verdict.publish_gate,
+        "drift": verdict.drift,
+        "previous_version": latest,
+    }
+    if not published:
+        fields["not_published_because"] = list(verdict.reasons)
+    return fields
+
+
+def _write_snapshot(
+    data: DataPath,
+    snap: DataPath,
+    decisions: Sequence[ShardDecision],
+    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
+    *,
+    version: str,
+    digest: str,
+    rows: int,
+    config: dict[str, Any],
+    summary: dict[str, Any] | None,
+    gate_fields: dict[str, Any],
+    now: dt.datetime | None,
+) -> bool:
+    """Write the snapshot folder unless it exists (True: written now); an existing one judged again gets the
+    latest decision's fields, its files unchanged."""
+    manifest_path = snap / "manifest.json"
+    if manifest_path.exists():
+        if gate_fields:
+            # The same content judged again against another LATEST (e.g. held back before): the files are
+            # unchanged, the decision fields are the latest one.
+            manifest = json.loads(manifest_path.read_text())
+            manifest.update(gate_fields)
+            manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+        return False
+    # Local: build beside the final folder, then one rename. Object storage: build in place,
+    # manifest last (a folder without a manifest is an unfinished attempt: start it over).
+    # a folder of this attempt's own (never shared with another publisher), removed on any failure
+    root = data / "snapshots"
+    staging = root / f"{STAGING_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
+    staging.rmtree()
+    staging.mkdir()
+    try:
+        _assemble(
+            data,
+            staging,
+            snap,
+            manifest_path,
+            decisions,
+            exporters,
+            version,
+            digest,
+            rows,
+            config,
+            summary,
+            gate_fields,
+            now,
+        )
+    finally:
+        if data.is_local:
+            staging.rmtree()
+    return True
+
+
+def _publish(
+    root: DataPath,
+    version: str,
+    manifest: dict[str, Any],
+    attempt: dict[str, Any],
+    attempt_file: DataPath,
+    *,
+    same_as_latest: bool,
+) -> dict[str, Any]:
+    """Move LATEST to `version` (unless a stop was asked for first); the manifest with its published_at."""
+    _refuse_if_stopped(root, version, attempt, attempt_file)
+    manifest = stamp_published_at(
+        root, root / version / "manifest.json", manifest, same_as_latest=same_as_latest, now=str(attempt["at"])
+    )
+    attempt["published_at"] = manifest["published_at"]
+    (root / "LATEST").write_text(version + "\n")  # the publish's commit point
+    return manifest
+
+
+def _verdict_of_latest(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The same content as LATEST: nothing new was judged; what was decided when it was published holds."""
+    return {
+        "publish": True,
+        "reasons": [],
+        "publish_gate": manifest.get("publish_gate"),
+        "drift": manifest.get("drift"),
+        "same_as_latest": True,
+    }
 
 
 def stamp_published_at(

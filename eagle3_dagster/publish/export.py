@@ -41,8 +41,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..storage import DataPath, PathLike, TextSink, as_data_path
-from .conversations import openai_tool_calls
-from .samples import ACCEPTANCE_COLUMNS
+from ..train.conversations import openai_tool_calls
+from ..train.samples import ACCEPTANCE_COLUMNS
 
 SPECFORGE_FILE = "exports/specforge_prompts.jsonl"
 PREFORMATTED_FILE = "exports/specforge_preformatted.jsonl"

@@ -20,9 +20,9 @@ from typing import Any
 import polars as pl
 
 from ..config import GX_KEEP_VALIDATIONS_DEFAULT
-from .features import ROW_ID
-from .gate import GateResult, run_gate
-from .suites import SuiteError, load_suite
+from ..quality.features import ROW_ID
+from ..quality.gate import GateResult, run_gate
+from ..quality.suites import SuiteError, load_suite
 
 DRIFT_POLICIES = ("publish", "hold")
 RATIO_METRICS = ("reasoning_len", "output_len", "answer_len", "prompt_len")

@@ -1,15 +1,9 @@
-"""The gated shard stage, streamed: read -> domain -> write -> features -> gate -> MaterializeResult.
+"""Rows sorted or looked up by a string key in bounded memory: the spill files a shard step streams through.
 
-A shard step never holds the shard: the domain function consumes input batches and hands its output
-rows to a `SortedSpill`, which writes them in bounded buckets and gives them back sorted by their key
-(the order the tables have always had: one Parquet file sorted by sample_id), one bucket at a time, to
-be written to the final file through a ParquetSink (appears under its final name only when complete).
-What the gate judges is the whole shard, but only its per-row scalar features (a few numbers a row)
-are kept for it; `gated_result` validates that frame with the stage's GX suite exactly as before
-(`mostly` semantics unchanged), stores the result and returns the step's MaterializeResult.
-
-Peak memory: one input batch + one output bucket + the shard's feature columns, flat in the shard's
-size (bench/publish_memory.py measures it, per step).
+A shard step never holds the shard: its domain function hands its output rows to a `SortedSpill`, which
+writes them in bounded buckets and gives them back sorted by their key (one Parquet file sorted by
+sample_id), one bucket at a time; the rows it joins (a shard's prompts) are read through `KeyedRows`,
+which keeps only the key column in memory. Peak memory: one input batch + one bucket + a few blocks.
 """
 
 from __future__ import annotations
@@ -17,18 +11,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import dagster as dg
 import numpy as np
 import polars as pl
 import pyarrow as pa
-
-from ..quality import run_gate
-from ..schemas import GENERATIONS
-from ..storage import write_frame_atomic
 
 BUCKET_ROWS = 1024  # rows a sorted output bucket holds (about 16 MB of 1,600-token training rows)
 
@@ -65,7 +54,7 @@ class SortedSpill:
             w = self.writers.get(k)
             if w is None:
                 # Arrow IPC, uncompressed: a spill file is written once and read once, so its bytes are
-                # copied, never encoded (Parquet's encoding cost ~0.1 ms a long training row, both ways)
+                # copied, never encoded
                 self.schemas[k] = table.schema
                 w = self.writers[k] = pa.ipc.new_file(self.dir / f"{k:06d}.arrow", table.schema)
             w.write_table(table.cast(self.schemas[k]))
@@ -88,82 +77,6 @@ class SortedSpill:
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def detached(df: pl.DataFrame) -> pl.DataFrame:
-    """`df` with its string and binary columns copied into buffers of their own: a frame kept past its
-    batch (per-row features, stats, lineage) must not pin the batch. Polars' string columns are views
-    into their source's data buffers, and a batch read back from an Arrow IPC spill file has every
-    column sliced from one record-batch body: one kept `sample_id` column held the whole bucket
-    (~12 KB a 1,600-token training row, peak RSS x3 at 100,000 samples). Numeric columns are exported
-    zero-copy: a computed column owns its buffer already."""
-    return cast(pl.DataFrame, pl.from_arrow(df.to_arrow(compat_level=pl.CompatLevel.oldest())))
-
-
-def streamed_features(
-    batches: Iterator[pl.DataFrame], features: Callable[[pl.DataFrame], pl.DataFrame], *, preview: int = 3
-) -> tuple[pl.DataFrame, pl.DataFrame, int]:
-    """Per-row features of every batch (concatenated: the frame the gate validates), the first `preview`
-    rows (for the sample preview) and the number of rows; one batch in memory at a time (what is kept
-    of a batch is `detached` from it)."""
-    feats: list[pl.DataFrame] = []
-    head: pl.DataFrame | None = None
-    rows = 0
-    for batch in batches:
-        if head is None or head.height < preview:
-            part = detached(batch.head(preview if head is None else preview - head.height))
-            head = part if head is None else pl.concat([head, part])
-        feats.append(detached(features(batch)))
-        rows += batch.height
-    if head is None:
-        head = cast(pl.DataFrame, pl.from_arrow(GENERATIONS.empty_table()))
-    return (pl.concat(feats).rechunk() if feats else features(head)), head, rows
-
-
-def arrow_batch(df: pl.DataFrame, schema: pa.Schema) -> pa.Table:
-    """A frame as the table's Arrow schema (the cast write_frame_atomic(df, path, schema=...) applies)."""
-    return df.to_arrow().select(schema.names).cast(schema)
-
-
-def gated_result(
-    context: Any,
-    pipeline: Any,
-    gate: str,
-    shard: int,
-    features: pl.DataFrame,
-    profile: Any,
-    *,
-    metadata: dict[str, Any],
-    headlines: tuple[Any, ...] = (),
-    quarantine: Any = None,
-    extra_outcomes: tuple[Any, ...] = (),
-) -> tuple[Any, dg.MaterializeResult]:
-    """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
-    consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
-    (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks).
-    `extra_outcomes`: shard-level outcomes judged outside the suite (the request failure budget), stored and
-    reported with the gate's; a failed critical one fails the gate."""
-    from ..quality.request_failures import with_outcome
-    from .gates import gate_check_results, store_gate_result
-
-    result = run_gate(
-        gate,
-        features,
-        expectations_dir=pipeline.expectations_path,
-        context_dir=pipeline.gx_context_dir,
-        profile=profile,
-        keep_validations=pipeline.gx_keep_validations,
-    )
-    for outcome in extra_outcomes:  # shard-level outcomes judged outside the suite (quality/request_failures.py)
-        result = with_outcome(result, outcome)
-    report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
-    if quarantine is not None:
-        write_frame_atomic(result.row_failures, quarantine)
-        metadata = {**metadata, "quarantined": result.row_failures.height}
-    return result, dg.MaterializeResult(
-        metadata={**metadata, **report_meta},
-        check_results=gate_check_results(gate, result, headlines),
-    )
 
 
 class KeyedRows:
