@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .generate.fleet_capacity import EndpointCapacity
+from .generate.fleet_capacity import endpoint_problems
 from .ingest.errors import IngestFileError
 from .ingest.remote import is_remote
 from .ingest.spec import SourceSpec, read_source_specs
@@ -59,27 +58,6 @@ def writable_dir_problem(setting: str, folder: Path) -> str | None:
     finally:
         probe.unlink(missing_ok=True)
     return None
-
-
-def _no_answer(c: EndpointCapacity) -> bool:
-    """The endpoint did not answer as SGLang (a plain server without slots for a reason other than a missing field)."""
-    return c.workers is None and c.slots is None and "has no max_running_requests" not in c.why
-
-
-def endpoint_problems(fleet: Sequence[EndpointCapacity]) -> list[str]:
-    """A line per configured endpoint that does not answer as SGLang, naming what answered and what to do."""
-    out = []
-    for c in fleet:
-        if not _no_answer(c):
-            continue
-        if " 401" in c.why or " 403" in c.why:
-            fix = "the server wants an API key: set SGLANG_API_KEY to its --api-key"
-        elif "answered" in c.why:
-            fix = "not an SGLang server: point EAGLE3_SGLANG_URL at SGLang's own HTTP port (or its router)"
-        else:
-            fix = "no server there: start it, or fix EAGLE3_SGLANG_URL (unset, `eagle3 demo` starts its own simulator)"
-        out.append(f"EAGLE3_SGLANG_URL {c.endpoint}: {c.why}; {fix} (`eagle3 check --offline` skips this probe)")
-    return out
 
 
 def dead_endpoint_lines(s: Settings) -> list[str]:

@@ -80,9 +80,10 @@ def _check(argv: list[str]) -> int:
     each router), and the prompts per shard of the last ingest when there is one. `--offline` skips the
     endpoint probe (the pool is then sized as for an unknown fleet).
     """
-    from .checkup import endpoint_problems, source_problems, writable_dir_problem
+    from .checkup import source_problems, writable_dir_problem
     from .config import settings
     from .demo import ensure_dagster_home, instance_yaml
+    from .generate.fleet_capacity import endpoint_problems
 
     args = _check_parser().parse_args(argv)  # --help prints what check does; an unknown argument is exit code 2
     s = settings()

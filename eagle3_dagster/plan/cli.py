@@ -79,8 +79,7 @@ def _positive(args: argparse.Namespace) -> list[str]:
 def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> Fleet:
     """The fleet as declared; with no throughput declared and no endpoint answering, the last measured one
     (one line says so), else as declared (the probe then fails naming the endpoint)."""
-    from ..checkup import endpoint_problems
-    from ..generate.fleet_capacity import probe_fleet
+    from ..generate.fleet_capacity import endpoint_problems, probe_fleet
     from .actual import last_measured_throughput
     from .build import Fleet, read_plan
 
