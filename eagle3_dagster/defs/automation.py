@@ -13,7 +13,10 @@ What the daemon does, night by night (every step is a plain Dagster run, visible
    night with a failed shard (a gate failed, the server was down, ...) publishes nothing: LATEST is
    unchanged, the failed runs are red, and `nightly_failed` names each failed run of the night on
    its tick.
-4. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
+4. `nightly_report` (after a successful publish) and `nightly_report_after_failure` (after a failed
+   shard or publish run of a night) launch the `report` job: `quality_report` renders the offline
+   HTML report from what is stored, so a night that published nothing shows why too.
+5. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
    and after every publish) fails when the last publish is older than EAGLE3_SNAPSHOT_MAX_AGE
    (default 26h), so a night that did not publish turns red the next day.
 
@@ -34,6 +37,7 @@ from ..config import settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.partitions import shard_partitions
 from .common import stage_assets
+from .report import REPORT_ASSET
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -59,6 +63,12 @@ publish_job = dg.define_asset_job(
     "publish",
     selection=dg.AssetSelection.assets(PUBLISH_ASSET),
     description="Assemble a `training_dataset` snapshot from the gated shards, move LATEST, write the exports.",
+)
+
+report_job = dg.define_asset_job(
+    "report",
+    selection=dg.AssetSelection.assets(REPORT_ASSET),
+    description="Render the offline HTML quality report (`quality_report`) from the stored gate results and snapshots.",
 )
 
 # ----------------------------------------------------------------------------------- night logic
@@ -230,6 +240,35 @@ def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
     return dg.SkipReason(msg)
 
 
+def build_report_sensor(name: str, status: dg.DagsterRunStatus, jobs: list) -> dg.SensorDefinition:
+    """A run-status sensor that renders the quality report once a night's run of `jobs` ends with `status`."""
+
+    @dg.run_status_sensor(
+        name=name,
+        run_status=status,
+        monitored_jobs=jobs,
+        request_job=report_job,
+        minimum_interval_seconds=settings().sensor_interval_s,
+        description=f"After a nightly {' or '.join(j.name for j in jobs)} run ends in {status.value}, render the "
+        "quality report (`report` job).",
+        default_status=dg.DefaultSensorStatus.STOPPED,
+    )
+    def report_sensor(context: dg.RunStatusSensorContext) -> dg.RunRequest | dg.SkipReason:
+        run = context.dagster_run
+        night = run.tags.get(NIGHT_TAG)
+        if run.tags.get(NIGHTLY_TAG) != "true" or not night:
+            return dg.SkipReason(f"{run.job_name} run {run.run_id} is not part of a night")
+        return dg.RunRequest(run_key=f"report:{run.run_id}", tags={NIGHTLY_TAG: "true", NIGHT_TAG: night})
+
+    return report_sensor
+
+
+nightly_report = build_report_sensor("nightly_report", dg.DagsterRunStatus.SUCCESS, [publish_job])
+nightly_report_after_failure = build_report_sensor(
+    "nightly_report_after_failure", dg.DagsterRunStatus.FAILURE, [shard_pipeline_job, publish_job]
+)
+
+
 @dg.sensor(
     name="prompt_source_sensor",
     job=ingest_job,
@@ -285,9 +324,17 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
 
 freshness_checks, snapshot_freshness = build_freshness()
 
-JOBS = [ingest_job, shard_pipeline_job, publish_job]
+JOBS = [ingest_job, shard_pipeline_job, publish_job, report_job]
 SCHEDULES = [nightly_regeneration]
-SENSORS = [nightly_fanout, nightly_publish, nightly_failed, prompt_source_sensor, snapshot_freshness]
+SENSORS = [
+    nightly_fanout,
+    nightly_publish,
+    nightly_failed,
+    nightly_report,
+    nightly_report_after_failure,
+    prompt_source_sensor,
+    snapshot_freshness,
+]
 
 
 @dg.definitions

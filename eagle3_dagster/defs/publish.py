@@ -7,7 +7,6 @@ import dagster as dg
 
 from ..config import settings
 from ..ingest import load_source_specs
-from ..orchestration.gates import REPORT_WRITTEN, refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..quality import read_gate_result
@@ -128,10 +127,7 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
     else:
         line = drift_line(drift)
         (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(line)
-    report = refresh_quality_report(context, pipeline, profile.name)
-    if report is not None:
-        context.log.info(f"{REPORT_WRITTEN}{report}")
-    checks = snapshot_check_results(snap, verdict, report)
+    checks = snapshot_check_results(snap, verdict)
     if not snap.published:
         why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
         context.log.error(f"snapshot {snap.version} NOT published, LATEST stays {snap.latest or '(none)'}: {why}")
@@ -144,7 +140,6 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
                 "rows": snap.rows,
                 "latest": str(snap.latest),
                 "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
-                **report_metadata(report),
             },
         )
     summary = snap.manifest.get("summary") or {}
@@ -168,21 +163,19 @@ def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettin
             "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
             "card": dg.MetadataValue.path(str(snap.path / CARD_FILE)),
             "path": dg.MetadataValue.path(str(snap.path)),
-            **report_metadata(report),
         },
         data_version=dg.DataVersion(snap.version),
     )
     yield from checks
 
 
-def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:
+def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.AssetCheckResult]:
     """The publish and drift gates as asset checks (the drift severity is the failed expectations' own)."""
-    rmeta = report_metadata(report)
     if verdict is None:  # the same content as LATEST: published before, nothing new to judge
         desc = f"snapshot {snap.version} is already LATEST (same content); nothing new to judge"
         return [
-            dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc, metadata=rmeta),
-            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc, metadata=rmeta),
+            dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc),
+            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc),
         ]
     pg = verdict.publish_gate
     values = {k: v for k, v in (pg.get("values") or {}).items() if k != "row_id" and v is not None}
@@ -196,14 +189,12 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
                 if pg.get("success")
                 else "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)
             ),
-            metadata={**dict(values.items()), "version": snap.version, **rmeta},
+            metadata={**dict(values.items()), "version": snap.version},
         )
     ]
     d = verdict.drift
     if d is None:
-        out.append(
-            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None), metadata=rmeta)
-        )
+        out.append(dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None)))
     else:
         critical = any(not o["success"] and o["severity"] == "critical" for o in d["outcomes"])
         held = not verdict.publish and pg.get("success")
@@ -227,7 +218,6 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
                     "policy": d.get("policy"),
                     "status": d["status"],
                     "failed": dg.MetadataValue.json(d.get("failed") or []),
-                    **rmeta,
                 },
             )
         )

@@ -8,11 +8,11 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import load_source_specs
-from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs, store_gate_result
+from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_specs
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
 from ..orchestration.stage import arrow_batch, detached
-from ..quality import histograms_markdown, prompt_features, run_gate
+from ..quality import histograms_markdown, prompt_features, run_gate, write_gate_result
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts
@@ -110,7 +110,7 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
         profile=profile,
         keep_validations=pipeline.gx_keep_validations,
     )
-    report_meta = store_gate_result(context, pipeline, "prompts", shard, gate, profile.name)
+    write_gate_result(pipeline.data_path, "prompts", shard, gate)
     lens = features["prompt_len"] if features.height else pl.Series([0])
     return dg.MaterializeResult(
         metadata={
@@ -127,7 +127,6 @@ def tokenized_prompts(context: dg.AssetExecutionContext, pipeline: PipelineSetti
             "tokenizer_fingerprint": renderer.tokenizer_fingerprint,
             "template_hash": renderer.template_hash,
             "path": dg.MetadataValue.path(str(out)),
-            **report_meta,
             "histograms": dg.MetadataValue.md(histograms_markdown(features, ["prompt_len"])),
         },
         check_results=gate_check_results("prompts", gate, PROMPT_HEADLINES),

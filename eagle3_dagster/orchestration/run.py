@@ -20,8 +20,8 @@ import psutil
 
 from ..config import PartitionKeyError
 from ..defs.common import stage_assets
+from ..defs.report import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .console import one_line_console_logger
-from .gates import REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .partitions import shard_partitions
 
 SHARD_ASSETS = ("tokenized_prompts", "generations", "training_samples")
@@ -305,7 +305,8 @@ def materialize_graph(
     run_config: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
-    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot.
+    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot, then the
+    quality report (when a shard or the snapshot ran).
 
     A failed shard does not stop the others, and the snapshot step still runs: it records which
     shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
@@ -390,4 +391,14 @@ def materialize_graph(
         for mev in r.get_asset_materialization_events():
             version = mev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)
+    if (outcomes or run_publish) and not outcome.stopped and has_asset(defs, REPORT_ASSET):
+        r = run("report", dg.AssetSelection.assets(REPORT_ASSET), None)
+        outcome.note_logs(instance, r.run_id, "report")
+        if not r.success and outcome.report_error is None:  # a crash before the report step could log why
+            outcome.report_error = f"{REPORT_NOT_WRITTEN}: " + "; ".join(_errors(r) or ["the report run failed"])
     return outcome
+
+
+def has_asset(defs: dg.Definitions, name: str) -> bool:
+    """Whether `defs` holds the asset (a test's own definitions may leave the report out)."""
+    return any(dg.AssetKey(name) in a.keys for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition))
