@@ -49,10 +49,10 @@ from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
 from ..orchestration.stage import gated_result, streamed_features
-from ..quality import generation_features, histograms_markdown, sample_preview_markdown
+from ..quality import generation_features
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
-from ..quality.reports import PREVIEW_PROMPT_TAIL
+from ..quality.report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter

@@ -13,7 +13,7 @@ import dagster as dg
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..quality.gx_context import refresh_docs_index
-from ..quality.report_html import write_report
+from ..quality.report.html import write_report
 from .common import ASSET_GROUP, STAGE_TAG
 
 STAGE = "report"

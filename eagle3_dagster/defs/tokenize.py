@@ -12,7 +12,8 @@ from ..orchestration.gates import HeadlineCheck, gate_check_results, gate_check_
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import PipelineSettings, cached_renderer
 from ..orchestration.stage import arrow_batch, detached
-from ..quality import histograms_markdown, prompt_features, run_gate, write_gate_result
+from ..quality import prompt_features, run_gate, write_gate_result
+from ..quality.report.previews import histograms_markdown
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, parquet_file, parse_shard_key, shard_dir, write_frame_atomic
 from ..tokenize import tokenize_prompts

@@ -98,7 +98,7 @@ def test_end_of_run_refresh_failure_is_a_warning_not_a_failed_asset(monkeypatch,
 
 
 def test_eagle3_report_brings_the_data_docs_index_up_to_date(kimi, kimi_profile, gx_dirs, capsys):
-    from eagle3_dagster.quality.cli import report_main
+    from eagle3_dagster.quality.report.cli import report_main
 
     feats = prompt_features(tokenized_rows(kimi, {"p0": "What is 2+2?"}), kimi_profile)
     results = [run_gate("prompts", feats, profile=kimi_profile, **gx_dirs) for _ in range(3)]

@@ -12,7 +12,7 @@ import pytest
 from test_train_snapshot import _gates, _write_shard
 
 from eagle3_dagster import stopping
-from eagle3_dagster.quality.report_model import collect_snapshots
+from eagle3_dagster.quality.report.model import collect_snapshots
 from eagle3_dagster.storage import as_data_path
 from eagle3_dagster.train.snapshot import build_snapshot, read_latest, read_manifest, unpublished_versions
 

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..storage import PathLike
+from ...storage import PathLike
 from . import charts
-from .acceptance_report import acceptance_section
-from .report_decontamination import decontamination_section
-from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
-from .report_plan import plan_section
-from .report_probes import probes_section
-from .turns_report import turns_section
+from .acceptance import acceptance_section
+from .decontamination import decontamination_section
+from .model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
+from .plan import plan_section
+from .probes import probes_section
+from .turns import turns_section
 
 # --------------------------------------------------------------------------------------------- render
 
