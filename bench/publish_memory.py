@@ -87,7 +87,7 @@ print(json.dumps({"success": r.success, "maxrss_kb": hwm, "wall_s": time.perf_co
 _REPORT_CHILD = (
     r"""
 import json, time
-from eagle3_dagster.quality.cli import report_main
+from eagle3_dagster.quality.report.cli import report_main
 t0 = time.perf_counter()
 rc = report_main([])
 hwm = """

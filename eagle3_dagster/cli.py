@@ -42,13 +42,13 @@ def _render(argv: list[str]) -> int:
 
 
 def _inspect(argv: list[str]) -> int:
-    from .quality.cli import main
+    from .quality.report.cli import main
 
     return main(argv)
 
 
 def _report(argv: list[str]) -> int:
-    from .quality.cli import report_main
+    from .quality.report.cli import report_main
 
     return report_main(argv)
 

@@ -12,9 +12,12 @@ What the daemon does, night by night (every step is a plain Dagster run, visible
    shard (a gate failed, the server was down, ...) publishes nothing: LATEST is unchanged, the failed
    runs are red, and `nightly_failed` names each failed run of the night on its tick. The night's
    state is its runs, so a tick that was missed (daemon restart) is made good by the next one.
-3. A night is open from its ingest run until it published or lost a shard: the schedule and the
+3. When the night ends (published, or a shard lost), the same sensor launches the `report` job:
+   `quality_report` renders the offline HTML report from what is stored, so a night that published
+   nothing shows why too.
+4. A night is open from its ingest run until it published or lost a shard: the schedule and the
    source sensor do not start another while one is open.
-4. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
+5. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
    and after every publish) fails when the last publish is older than EAGLE3_SNAPSHOT_MAX_AGE
    (default 26h), so a night that did not publish turns red the next day.
 
@@ -33,6 +36,7 @@ from ..config import settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.partitions import shard_partitions
 from .common import SHARD_ASSETS, AssetName, stage_assets
+from .report import REPORT_ASSET
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -57,6 +61,12 @@ publish_job = dg.define_asset_job(
     "publish",
     selection=dg.AssetSelection.assets(AssetName.TRAINING_DATASET),
     description="Assemble a `training_dataset` snapshot from the gated shards, move LATEST, write the exports.",
+)
+
+report_job = dg.define_asset_job(
+    "report",
+    selection=dg.AssetSelection.assets(REPORT_ASSET),
+    description="Render the offline HTML quality report (`quality_report`) from the stored gate results and snapshots.",
 )
 
 # ----------------------------------------------------------------------------------- night logic
@@ -185,13 +195,20 @@ def night_requests(
     return verdict, shards
 
 
+def report_request(night: str) -> dg.RunRequest:
+    """The night's one `report` run (its run key: a later tick asks again and Dagster launches nothing)."""
+    tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night}
+    return dg.RunRequest(run_key=f"report:{night}", job_name=report_job.name, tags=tags)
+
+
 @dg.sensor(
     name=NIGHTLY_SENSOR,
-    jobs=[shard_pipeline_job, publish_job],
+    jobs=[shard_pipeline_job, publish_job, report_job],
     minimum_interval_seconds=settings().sensor_interval_s,
     description="Moves the latest tagged night on (nightly or source change): after its successful `ingest` run, "
-    "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run. A night with a failed "
-    "shard publishes nothing (LATEST unchanged; the freshness check turns red).",
+    "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run; when the night ended "
+    "(published, or a shard lost), the `report` run. A night with a failed shard publishes nothing (LATEST "
+    "unchanged; the freshness check turns red).",
     default_status=dg.DefaultSensorStatus.STOPPED,
 )
 def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
@@ -201,8 +218,14 @@ def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.
         yield dg.SkipReason(f"nothing to move on: {what}")
         return
     night = night_run.run_id
-    if context.instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1):
-        yield dg.SkipReason(f"night {night}: publish run started")
+    publish = context.instance.get_runs(
+        filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
+    )
+    if publish:
+        if publish[0].status in IN_PROGRESS:
+            yield dg.SkipReason(f"night {night}: publish run started")
+        else:
+            yield report_request(night)
         return
     step = night_requests(night, shard_statuses(context.instance, night), list(shard_partitions.get_partition_keys()))
     if isinstance(step, list):
@@ -211,10 +234,10 @@ def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.
     verdict, shards = step
     if verdict == "failed":
         msg = f"night {night}: shard run(s) {', '.join(shards)} failed; nothing published, LATEST unchanged"
-        if context.cursor != night:  # said once a night at ERROR, then on every tick's skip reason
+        if context.cursor != night:  # said once a night at ERROR; the report run shows it too
             context.log.error(msg)
             context.update_cursor(night)
-        yield dg.SkipReason(msg)
+        yield report_request(night)
         return
     yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
 
@@ -295,7 +318,7 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
 
 freshness_checks, snapshot_freshness = build_freshness()
 
-JOBS = [ingest_job, shard_pipeline_job, publish_job]
+JOBS = [ingest_job, shard_pipeline_job, publish_job, report_job]
 SCHEDULES = [nightly_regeneration]
 SENSORS = [nightly, nightly_failed, prompt_source_sensor, snapshot_freshness]
 

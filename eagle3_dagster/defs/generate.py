@@ -52,10 +52,10 @@ from ..orchestration.pools import GENERATE_POOL
 from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
-from ..quality import generation_features, histograms_markdown, sample_preview_markdown
+from ..quality import generation_features
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
-from ..quality.reports import PREVIEW_PROMPT_TAIL
+from ..quality.report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter

@@ -13,15 +13,15 @@ from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
 from ..ingest.pipeline import EvalSet
 from ..ingest.preview import prompts_preview_markdown
-from ..orchestration.gates import report_metadata
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..plan.actual import plan_headlines
 from ..plan.build import read_plan
-from ..quality.report_html import default_report_path
+from ..quality.report.html import default_report_path
 from ..storage import display_uri, read_parquet
 from .common import ASSET_GROUP, STAGE_TAG, AssetName
+from .report import report_metadata
 
 STAGE = "ingest"
 SOURCE_CHECK = "source_yield"  # non-blocking WARN check on every source__<name>

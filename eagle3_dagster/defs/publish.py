@@ -9,7 +9,6 @@ import dagster as dg
 
 from ..config import settings
 from ..ingest import load_source_specs
-from ..orchestration.gates import REPORT_WRITTEN, refresh_quality_report, report_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..publish.card import CARD_FILE, card_config
@@ -68,14 +67,11 @@ DRIFT_CHECK = "drift_gate"
 def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
     snap = build_and_judge(context, pipeline, snapshot_config(pipeline, sglang))
     log_snapshot(context, snap)
-    report = refresh_quality_report(context, pipeline, pipeline.profile().name)
-    if report is not None:
-        context.log.info(f"{REPORT_WRITTEN}{report}")
-    checks = snapshot_check_results(snap, snap.verdict, report)
+    checks = snapshot_check_results(snap, snap.verdict)
     if not snap.published:
         yield from checks
-        raise not_published(context, snap, report)
-    yield dg.MaterializeResult(metadata=published_metadata(snap, report), data_version=dg.DataVersion(snap.version))
+        raise not_published(context, snap)
+    yield dg.MaterializeResult(metadata=published_metadata(snap), data_version=dg.DataVersion(snap.version))
     yield from checks
 
 
@@ -157,7 +153,7 @@ def log_snapshot(context: dg.AssetExecutionContext, snap: Any) -> None:
         (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(drift_line(drift))
 
 
-def not_published(context: dg.AssetExecutionContext, snap: Any, report: Any) -> dg.Failure:
+def not_published(context: dg.AssetExecutionContext, snap: Any) -> dg.Failure:
     """The loud end of a snapshot the gates held back: an ERROR line and the step's failure, LATEST unchanged."""
     verdict = snap.verdict
     why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
@@ -170,12 +166,11 @@ def not_published(context: dg.AssetExecutionContext, snap: Any, report: Any) -> 
             "rows": snap.rows,
             "latest": str(snap.latest),
             "reasons": dg.MetadataValue.json(verdict.reasons if verdict is not None else []),
-            **report_metadata(report),
         },
     )
 
 
-def published_metadata(snap: Any, report: Any) -> dict[str, Any]:
+def published_metadata(snap: Any) -> dict[str, Any]:
     summary = snap.manifest.get("summary") or {}
     drift = snap.verdict.drift if snap.verdict is not None else snap.manifest.get("drift")
     return {
@@ -197,18 +192,16 @@ def published_metadata(snap: Any, report: Any) -> dict[str, Any]:
         "manifest": dg.MetadataValue.path(str(snap.path / "manifest.json")),
         "card": dg.MetadataValue.path(str(snap.path / CARD_FILE)),
         "path": dg.MetadataValue.path(str(snap.path)),
-        **report_metadata(report),
     }
 
 
-def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> list[dg.AssetCheckResult]:
+def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.AssetCheckResult]:
     """The publish and drift gates as asset checks (the drift severity is the failed expectations' own)."""
-    rmeta = report_metadata(report)
     if verdict is None:  # the same content as LATEST: published before, nothing new to judge
         desc = f"snapshot {snap.version} is already LATEST (same content); nothing new to judge"
         return [
-            dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc, metadata=rmeta),
-            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc, metadata=rmeta),
+            dg.AssetCheckResult(check_name=PUBLISH_CHECK, passed=True, description=desc),
+            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc),
         ]
     pg = verdict.publish_gate
     values = {k: v for k, v in (pg.get("values") or {}).items() if k != "row_id" and v is not None}
@@ -222,14 +215,12 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
                 if pg.get("success")
                 else "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)
             ),
-            metadata={**dict(values.items()), "version": snap.version, **rmeta},
+            metadata={**dict(values.items()), "version": snap.version},
         )
     ]
     d = verdict.drift
     if d is None:
-        out.append(
-            dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None), metadata=rmeta)
-        )
+        out.append(dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None)))
     else:
         critical = any(not o["success"] and o["severity"] == "critical" for o in d["outcomes"])
         held = not verdict.publish and pg.get("success")
@@ -253,7 +244,6 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None, report) -> lis
                     "policy": d.get("policy"),
                     "status": d["status"],
                     "failed": dg.MetadataValue.json(d.get("failed") or []),
-                    **rmeta,
                 },
             )
         )

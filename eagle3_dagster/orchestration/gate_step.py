@@ -8,7 +8,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..quality import run_gate
+from ..quality import run_gate, write_gate_result
 from ..storage import write_frame_atomic
 
 
@@ -26,12 +26,12 @@ def gated_result(
     extra_outcomes: tuple[Any, ...] = (),
 ) -> tuple[Any, dg.MaterializeResult]:
     """Validate the shard's feature frame with expectations/<gate>.json, store the gate result (blocks later
-    consumers), refresh the report, write the rows failing a critical expectation to `quarantine` if given
+    consumers), write the rows failing a critical expectation to `quarantine` if given
     (metadata `quarantined`); return (the gate result, the step's MaterializeResult with its checks).
     `extra_outcomes`: shard-level outcomes judged outside the suite (the request failure budget), stored and
     reported with the gate's; a failed critical one fails the gate."""
     from ..quality.request_failures import with_outcome
-    from .gates import gate_check_results, store_gate_result
+    from .gates import gate_check_results
 
     result = run_gate(
         gate,
@@ -43,11 +43,11 @@ def gated_result(
     )
     for outcome in extra_outcomes:  # shard-level outcomes judged outside the suite (quality/request_failures.py)
         result = with_outcome(result, outcome)
-    report_meta = store_gate_result(context, pipeline, gate, shard, result, profile.name)
+    write_gate_result(pipeline.data_path, gate, shard, result)
     if quarantine is not None:
         write_frame_atomic(result.row_failures, quarantine)
         metadata = {**metadata, "quarantined": result.row_failures.height}
     return result, dg.MaterializeResult(
-        metadata={**metadata, **report_meta},
+        metadata=metadata,
         check_results=gate_check_results(gate, result, headlines),
     )

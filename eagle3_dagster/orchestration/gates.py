@@ -9,15 +9,9 @@ check blocks every downstream asset in the same run; the stored gate result
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
-
-from ..quality import write_gate_result
-from ..quality.gx_context import refresh_docs_index
-from ..quality.report_html import update_report, write_report
-from .partitions import N_SHARDS
 
 EMPTY_NOTE = "the shard has 0 rows, so no expectation judged anything (not blocking, not a pass)"
 
@@ -136,55 +130,3 @@ def _rate(o: Any, n_rows: int | None) -> str:
     if getattr(o, "evaluated", 1) or getattr(o, "level", "row") == "table":
         return f"{o.pass_rate:.4f}"
     return "empty" if n_rows == 0 else "skipped"
-
-
-# the start of the warning a failed report write logs: the run driver (run.py) reads it back, so the
-# summary names the failure instead of pointing at the report an earlier run left
-REPORT_NOT_WRITTEN = "quality report not written"
-REPORT_WRITTEN = "quality report: "
-
-
-def refresh_quality_report(
-    context: Any, pipeline: Any, profile_name: str | None = None, shard: int | None = None
-) -> Path | None:
-    """Rewrite <work_dir>/reports/index.html (offline HTML report).
-
-    With `shard`, only that shard is re-read (the others come from the report's index: a gate's
-    refresh costs the same at 4 or 1,000 shards); without (the end of a run), the GX Data Docs
-    index is brought up to date first (pruned to EAGLE3_GX_KEEP_VALIDATIONS, rebuilt:
-    refresh_data_docs) and then everything stored is re-read.
-    The report is a view: a failure to write it is logged, never fails the asset.
-    """
-    if shard is None:
-        refresh_data_docs(context, pipeline)
-    try:
-        if shard is not None:
-            return update_report(
-                pipeline.data_path, pipeline.work_path, shards=[shard], n_shards=N_SHARDS, profile=profile_name
-            )
-        return write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
-    except Exception as e:
-        context.log.warning(f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}")
-        return None
-
-
-def refresh_data_docs(context: Any, pipeline: Any) -> Path | None:
-    """The end-of-run Data Docs refresh (gx_context.refresh_docs_index): prune, rebuild the index.
-    Docs are a view: a failure is logged as a warning naming the cause, never fails the asset."""
-    try:
-        return refresh_docs_index(pipeline.gx_context_dir, pipeline.gx_keep_validations)
-    except Exception as e:
-        context.log.warning(f"GX Data Docs index not refreshed: {type(e).__name__}: {e}")
-        return None
-
-
-def store_gate_result(
-    context: Any, pipeline: Any, gate: str, shard: int, result: Any, profile_name: str | None = None
-) -> dict[str, Any]:
-    """Persist the gate result, refresh the HTML quality report; metadata entries naming the report."""
-    write_gate_result(pipeline.data_path, gate, shard, result)
-    return report_metadata(refresh_quality_report(context, pipeline, profile_name, shard))
-
-
-def report_metadata(path: Path | None) -> dict[str, Any]:
-    return {"quality_report": dg.MetadataValue.path(str(path))} if path is not None else {}

@@ -20,8 +20,8 @@ import psutil
 
 from ..config import PartitionKeyError
 from ..defs.common import SHARD_ASSETS, AssetName, stage_assets
+from ..defs.report import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .console import one_line_console_logger
-from .gates import REPORT_NOT_WRITTEN, REPORT_WRITTEN
 from .partitions import shard_partitions
 
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
@@ -344,6 +344,13 @@ class GraphRunner:
             version = mev.materialization.metadata.get("version")
             outcome.snapshot_version = getattr(version, "value", None)
 
+    def report(self, outcome: GraphOutcome) -> None:
+        """The quality report run (its own asset: the gated steps never render it), recorded on `outcome`."""
+        r = self.run("report", dg.AssetSelection.assets(REPORT_ASSET), None)
+        outcome.note_logs(self.instance, r.run_id, "report")
+        if not r.success and outcome.report_error is None:  # a crash before the report step could log why
+            outcome.report_error = f"{REPORT_NOT_WRITTEN}: " + "; ".join(_errors(r) or ["the report run failed"])
+
 
 def _ingest_failed(r: dg.ExecuteInProcessResult, reaped: list[str], instance: dg.DagsterInstance) -> GraphOutcome:
     """The outcome of a graph that ends after its ingest run: the ingest failed, or a stop came during it."""
@@ -371,7 +378,8 @@ def materialize_graph(
     run_config: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
-    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot.
+    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot, then the
+    quality report (when a shard or the snapshot ran).
 
     A failed shard does not stop the others, and the snapshot step still runs: it records which
     shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
@@ -407,4 +415,11 @@ def materialize_graph(
         outcome.note_logs(instance, sh.run_id, f"shard {sh.shard}")
     if run_publish and not outcome.stopped:
         runner.publish(outcome, stop)
+    if (outcomes or run_publish) and not outcome.stopped and has_asset(defs, REPORT_ASSET):
+        runner.report(outcome)
     return outcome
+
+
+def has_asset(defs: dg.Definitions, name: str) -> bool:
+    """Whether `defs` holds the asset (a test's own definitions may leave the report out)."""
+    return any(dg.AssetKey(name) in a.keys for a in defs.assets or [] if isinstance(a, dg.AssetsDefinition))

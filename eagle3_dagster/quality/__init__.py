@@ -1,4 +1,4 @@
-"""Quality stage: polars feature frames, GX gates (suites in expectations/), reports.
+"""Quality gates: polars feature frames, GX gates (suites in expectations/); the report is in quality/report/.
 
 No Dagster imports here: the asset checks in eagle3_dagster/defs/ call these functions.
 """
@@ -16,7 +16,6 @@ from .gate import (
     run_gate,
     write_gate_result,
 )
-from .reports import histograms_markdown, sample_preview_markdown
 from .suites import GATES, SuiteError, load_suite
 
 __all__ = [
@@ -28,14 +27,12 @@ __all__ = [
     "SuiteError",
     "gate_result_path",
     "generation_features",
-    "histograms_markdown",
     "load_suite",
     "prompt_features",
     "quarantined_ids",
     "read_gate_result",
     "require_gate_passed",
     "run_gate",
-    "sample_preview_markdown",
     "tool_marker_grammar",
     "training_features",
     "write_gate_result",

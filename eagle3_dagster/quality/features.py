@@ -328,6 +328,33 @@ def generation_features(
     - `tokenizer` enables `tool_args_parse` (arguments are decoded from output_ids); without it
       that feature is null (not checked).
     """
+    base = _generation_base(generations, profile)
+    base, echo = _with_prompt_tail(base, tokenized, echo_window)
+    markers = _marker_strings(base, profile)
+    ngrams = _ngram_stats(base, ngram, min_len_for_repetition)
+    feats = base.with_columns(markers, *ngrams.get_columns()).with_columns(echo, *_structure_features(profile, ngram))
+    feats = feats.with_columns(
+        pl.when(pl.col("answer_len").is_null())
+        .then(None)
+        .otherwise((pl.col("answer_len") > 0) | pl.col("has_tool_call"))
+        .alias("has_answer_or_tool_call"),
+        _tool_args_parse(feats, profile, tokenizer),
+    )
+    return feats.drop(
+        "output_ids",
+        "_leading",
+        "_first_tool",
+        "_last_is_stop",
+        "max_ngram_count",
+        "distinct_ngrams",
+        "markers",
+        *(["_tail"] if "_tail" in feats.columns else []),
+    )
+
+
+def _generation_base(generations: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
+    """The per-row counts and flags read straight off output_ids and the server's claims, plus the
+    positions (`_leading`, `_first_tool`, `_last_is_stop`) the later features need."""
     ids = pl.col("output_ids")
     n = ids.list.len().cast(pl.Int32)
     last = ids.list.last()
@@ -336,7 +363,7 @@ def generation_features(
     leading, think_end_pos = parts["leading"], parts["think_end_pos"]
     first_tool, last_is_stop = parts["first_tool"], parts["last_is_stop"]
 
-    base = generations.select(
+    return generations.select(
         pl.col("sample_id").cast(pl.String).alias(ROW_ID),
         pl.col("prompt_id").cast(pl.String),
         pl.col("source").cast(pl.String)
@@ -373,35 +400,38 @@ def generation_features(
         _spec_metrics_consistent(generations.columns).alias("spec_metrics_consistent"),
     )
 
-    # Echo: the output opens with the prompt's last `echo_window` ids (a client or server that
-    # returns prompt + output, or a template that re-emits the generation prompt).
-    if tokenized is not None:
-        tail = tokenized.select(
-            pl.col("prompt_id").cast(pl.String),
-            pl.col("input_ids").list.tail(echo_window).alias("_tail"),
-        ).unique("prompt_id", keep="first")
-        base = base.join(tail, on="prompt_id", how="left", maintain_order="left")
-        w = pl.col("_tail").list.len()
-        echo = (
-            pl.when(pl.col("_tail").is_null())
-            .then(None)
-            .otherwise((ids.list.head(w) == pl.col("_tail")) & (w > 0))
-            .alias("echoes_prompt_tail")
-        )
-    else:
-        echo = pl.lit(None, pl.Boolean).alias("echoes_prompt_tail")
 
-    markers = _marker_strings(base, profile)
-    grammar = tool_marker_grammar(profile)
-    ngrams = _ngram_stats(base, ngram, min_len_for_repetition)
+def _with_prompt_tail(
+    base: pl.DataFrame, tokenized: pl.DataFrame | None, echo_window: int
+) -> tuple[pl.DataFrame, pl.Expr]:
+    """Echo: the output opens with the prompt's last `echo_window` ids (a client or server that
+    returns prompt + output, or a template that re-emits the generation prompt). Without the
+    tokenized prompts the feature is null (not checked)."""
+    if tokenized is None:
+        return base, pl.lit(None, pl.Boolean).alias("echoes_prompt_tail")
+    tail = tokenized.select(
+        pl.col("prompt_id").cast(pl.String),
+        pl.col("input_ids").list.tail(echo_window).alias("_tail"),
+    ).unique("prompt_id", keep="first")
+    base = base.join(tail, on="prompt_id", how="left", maintain_order="left")
+    w = pl.col("_tail").list.len()
+    echo = (
+        pl.when(pl.col("_tail").is_null())
+        .then(None)
+        .otherwise((pl.col("output_ids").list.head(w) == pl.col("_tail")) & (w > 0))
+        .alias("echoes_prompt_tail")
+    )
+    return base, echo
+
+
+def _structure_features(profile: ModelProfile, ngram: int) -> list[pl.Expr]:
+    """Tool-call markers, reasoning/answer lengths and repetition, over the base, marker and n-gram columns."""
     n_grams_total = (pl.col("output_len") - ngram + 1).clip(lower_bound=1)
-
-    feats = base.with_columns(markers, *ngrams.get_columns()).with_columns(
-        echo,
+    return [
         (pl.col("tool_call_count") > 0).alias("has_tool_call"),
         # Markers balanced and in grammar order, and the tool-call region after </think>.
         (
-            pl.col("markers").str.contains(grammar)
+            pl.col("markers").str.contains(tool_marker_grammar(profile))
             & (
                 pl.col("_first_tool").is_null()
                 | pl.col("think_end_pos").is_null()
@@ -414,24 +444,7 @@ def generation_features(
         ).alias("answer_len"),
         (pl.col("max_ngram_count") * ngram / pl.col("output_len")).clip(upper_bound=1.0).alias("max_ngram_coverage"),
         (1.0 - pl.col("distinct_ngrams") / n_grams_total).alias("repeated_ngram_fraction"),
-    )
-    feats = feats.with_columns(
-        pl.when(pl.col("answer_len").is_null())
-        .then(None)
-        .otherwise((pl.col("answer_len") > 0) | pl.col("has_tool_call"))
-        .alias("has_answer_or_tool_call"),
-        _tool_args_parse(feats, profile, tokenizer),
-    )
-    return feats.drop(
-        "output_ids",
-        "_leading",
-        "_first_tool",
-        "_last_is_stop",
-        "max_ngram_count",
-        "distinct_ngrams",
-        "markers",
-        *(["_tail"] if "_tail" in feats.columns else []),
-    )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -281,50 +281,7 @@ def run_gate(
     )
     results, index, page = run.results, run.docs_index, run.docs_page
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
-    outcomes: list[ExpectationOutcome] = []
-    for s in suite.expectations:
-        r = by_key.get(s.key)
-        if r is None:
-            raise GateConsistencyError(f"gate {gate!r}: GX returned no result for {s.key!r}")
-        if r.exception_info and r.exception_info.get("raised_exception"):
-            raise RuntimeError(f"gate {gate!r}: GX raised on {s.key!r}: {r.exception_info.get('exception_message')}")
-        gx_ok = bool(r.success)
-        res = r.result or {}
-        if s.key in stats:
-            evaluated, unexpected = stats[s.key]
-            pass_rate = 1.0 if evaluated == 0 else (evaluated - unexpected) / evaluated
-            if gx_ok != (pass_rate >= s.mostly) or (
-                "unexpected_count" in res and res["unexpected_count"] != unexpected
-            ):
-                raise GateConsistencyError(
-                    f"gate {gate!r}, {s.key!r}: GX says success={gx_ok} unexpected={res.get('unexpected_count')}, "
-                    f"polars says pass_rate={pass_rate:.6f} unexpected={unexpected} (mostly={s.mostly})"
-                )
-            mostly = s.mostly
-        else:
-            evaluated, unexpected = features.height, int(res.get("unexpected_count") or 0)
-            if features.height == 0 and s.type.startswith("expect_column_"):
-                # A column aggregate of nothing (GX reports e.g. 0% unique) judges nothing: an
-                # empty shard is skipped, not failed. expect_table_* (row counts) keep GX's verdict.
-                gx_ok = True
-            pass_rate, mostly = (1.0 if gx_ok else 0.0), 1.0
-        outcomes.append(
-            ExpectationOutcome(
-                name=s.name,
-                severity=s.severity,
-                mostly=mostly,
-                pass_rate=pass_rate,
-                unexpected_count=unexpected,
-                success=gx_ok,
-                description=s.description,
-                key=s.key,
-                expectation_type=s.type,
-                column=s.kwargs.get("column"),
-                evaluated=evaluated,
-                level=s.level,
-                observed_value=_jsonable(res.get("observed_value")),
-            )
-        )
+    outcomes = [_outcome(gate, spec, by_key.get(spec.key), stats, features.height) for spec in suite.expectations]
     return GateResult(
         by_source=_by_source(features, failures),
         gate=gate,
@@ -339,6 +296,64 @@ def run_gate(
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         gx_run=run,
     )
+
+
+def _outcome(
+    gate: str, spec: ExpectationSpec, r: Any, stats: dict[str, tuple[int, int]], n_rows: int
+) -> ExpectationOutcome:
+    """One expectation's outcome from GX's result `r`: a row-level one is checked against the polars
+    counts (`stats`: key -> (evaluated, unexpected)), which must agree with GX's verdict."""
+    if r is None:
+        raise GateConsistencyError(f"gate {gate!r}: GX returned no result for {spec.key!r}")
+    if r.exception_info and r.exception_info.get("raised_exception"):
+        raise RuntimeError(f"gate {gate!r}: GX raised on {spec.key!r}: {r.exception_info.get('exception_message')}")
+    res = r.result or {}
+    if spec.key in stats:
+        gx_ok, mostly = bool(r.success), spec.mostly
+        evaluated, unexpected = stats[spec.key]
+        pass_rate = _row_level_pass_rate(gate, spec, gx_ok, res, evaluated, unexpected)
+    else:
+        evaluated, unexpected = n_rows, int(res.get("unexpected_count") or 0)
+        gx_ok, mostly = _table_level_success(spec, bool(r.success), n_rows), 1.0
+        pass_rate = 1.0 if gx_ok else 0.0
+    return ExpectationOutcome(
+        name=spec.name,
+        severity=spec.severity,
+        mostly=mostly,
+        pass_rate=pass_rate,
+        unexpected_count=unexpected,
+        success=gx_ok,
+        description=spec.description,
+        key=spec.key,
+        expectation_type=spec.type,
+        column=spec.kwargs.get("column"),
+        evaluated=evaluated,
+        level=spec.level,
+        observed_value=_jsonable(res.get("observed_value")),
+    )
+
+
+def _row_level_pass_rate(
+    gate: str, spec: ExpectationSpec, gx_ok: bool, res: dict, evaluated: int, unexpected: int
+) -> float:
+    """The polars pass rate of a row-level expectation; a GateConsistencyError when GX disagrees
+    (its verdict against `mostly`, or its unexpected count)."""
+    pass_rate = 1.0 if evaluated == 0 else (evaluated - unexpected) / evaluated
+    if gx_ok != (pass_rate >= spec.mostly) or ("unexpected_count" in res and res["unexpected_count"] != unexpected):
+        raise GateConsistencyError(
+            f"gate {gate!r}, {spec.key!r}: GX says success={gx_ok} unexpected={res.get('unexpected_count')}, "
+            f"polars says pass_rate={pass_rate:.6f} unexpected={unexpected} (mostly={spec.mostly})"
+        )
+    return pass_rate
+
+
+def _table_level_success(spec: ExpectationSpec, gx_ok: bool, n_rows: int) -> bool:
+    """GX's verdict on a table-level expectation, except that a column aggregate of nothing (GX
+    reports e.g. 0% unique) judges nothing: an empty shard is skipped, not failed. expect_table_*
+    (row counts) keep GX's verdict."""
+    if n_rows == 0 and spec.type.startswith("expect_column_"):
+        return True
+    return gx_ok
 
 
 def _by_source(features: pl.DataFrame, failures: pl.DataFrame) -> dict[str, list[int]]:

@@ -1,13 +1,7 @@
 """The GX file context of the gates: set up once per process, validated outside the lock.
 
-Cost per gate before this module (measured with cProfile on a 200-row generations frame, GX 1.24):
-~0.55-0.75 s whatever the shard size, most of it set-up, not validation: `gx.get_context` (YAML
-parse, stores), `add_or_update` of the datasource (rewrites great_expectations.yml), the suite,
-the validation definition and the checkpoint (each rewritten and re-read), every context variable
-re-reading `uncommitted/config_variables.yml` with ruamel, and Jinja recompiling ~56 Data Docs
-templates per build. 64 small shards paid that 64 times.
-
-What happens now:
+Most of a small gate's GX cost is set-up, not validation (`gx.get_context`, the datasource, suite,
+validation definition and checkpoint, each written and re-read), so:
 
 - `prepare()` returns a `Prepared` (context, suite, validation definition, checkpoint) cached per
   process and (context dir, gate), valid for one GX suite definition and result_format: the same
@@ -19,28 +13,20 @@ What happens now:
   validation result under a new unique run-time folder, so concurrent runs never write the same
   file. Only the writes that touch shared files take the lock: set-up on a cache miss, pruning
   old results (retention.py) and the Data Docs build (this run's page, the suite page, index.html).
-- A process-wide Jinja bytecode cache for GX's Data Docs templates (jinja2's own mechanism): the
-  pages are identical, the templates are compiled once per process instead of once per build.
 - `config_variables_file_path` is cleared in the pipeline-owned context (no `${VAR}` substitution
-  is used by it), so reading a context variable no longer parses a YAML file.
-
-Per gate after set-up (issue 17, "small shards cheap"; cProfile of 16 shards x 3 gates): ~0.56 s
-CPU per gate went to GX beyond the data work, now ~0.3 s (bench/stages.py per_shard_fixed_s):
-
+  is used by it), so reading a context variable does not parse a YAML file.
 - The validation runs through the validation definition (`_run`), not `checkpoint.run`, whose
-  freshness check re-read and compared the checkpoint, definition and suite from disk every time;
+  freshness check re-reads and compares the checkpoint, definition and suite from disk every time;
   the definition's own check still catches a suite rewritten by another process. The stored
   result is the one `checkpoint.run` stores (a test compares them).
-- GX rebuilds an expectation's configuration (pydantic `.dict()` + deep copies) on every access,
-  ~65 times per expectation per validation; within one validation each is built once
-  (`_memoized_configurations`), the same configuration objects GX would build.
+- What GX recomputes needlessly (templates, expectation configurations, site builders, stored
+  results) is cut by the patches of gx_patches.py, applied explicitly here.
 - Data Docs per gate (gx_docs.py): this run's page; the suite page only on a set-up (a changed
   suite always is one) or when missing; the index, and the retention pruning with it, only when
   due (missing, older than gx_docs.DOCS_INDEX_REFRESH_S, or at the end of a run:
   `refresh_docs_index`). The pages are those a full GX build writes (a test compares them).
 
-GX 1.24 sends no usage statistics (it has no analytics module); `analytics_enabled: false` is
-still written to the context's config, so an older GX would not either.
+`analytics_enabled: false` is written to the context's config, so no GX version sends usage statistics.
 """
 
 from __future__ import annotations
@@ -50,13 +36,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gx_docs
+from . import gx_docs, gx_patches
 from .retention import DOCS_INDEX, DOCS_SUITES_BASE, PruneStats, prune_all, prune_validations
 
 log = logging.getLogger(__name__)
@@ -113,107 +99,6 @@ def context_lock(context_dir: Path, what: str, holds: list[LockHold] | None = No
                 holds.append(LockHold(what, acquired - t0, acquired, released))
 
 
-# --------------------------------------------------------------------------------------------- jinja
-
-
-class _MemoryBytecodeCache:
-    """jinja2.BytecodeCache in memory, shared by every Environment GX creates in this process."""
-
-    def __init__(self) -> None:
-        from jinja2 import BytecodeCache
-
-        class _Cache(BytecodeCache):
-            def __init__(self) -> None:
-                self.code: dict[str, Any] = {}
-
-            def load_bytecode(self, bucket: Any) -> None:
-                code = self.code.get(bucket.key + bucket.checksum)
-                if code is not None:
-                    bucket.code = code
-
-            def dump_bytecode(self, bucket: Any) -> None:
-                self.code[bucket.key + bucket.checksum] = bucket.code
-
-        self.cache = _Cache()
-
-
-_JINJA: _MemoryBytecodeCache | None = None
-
-
-def _share_jinja_bytecode() -> None:
-    """Every GX DefaultJinjaView gets one shared bytecode cache (once per process)."""
-    global _JINJA
-    if _JINJA is not None:
-        return
-    from great_expectations.render.view import view as gx_view
-
-    _JINJA = _MemoryBytecodeCache()
-    cls = gx_view.DefaultJinjaView
-    original = cls.__init__
-    cache = _JINJA.cache
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        env = getattr(self, "env", None)
-        if env is not None and env.bytecode_cache is None:
-            env.bytecode_cache = cache
-
-    cls.__init__ = __init__  # type: ignore[method-assign]
-
-
-# --------------------------------------------------------------------------------------------- expectation configurations
-
-_CONFIG_MEMO = threading.local()
-
-
-def _by_identity(cache: dict[int, tuple[Any, Any]], obj: Any, compute: Callable[[Any], Any]) -> Any:
-    """compute(obj) once per live object: keyed by id(obj), the object kept beside its value so a
-    recycled id of a dead object never answers for a new one."""
-    hit = cache.get(id(obj))
-    if hit is not None and hit[0] is obj:
-        return hit[1]
-    value = compute(obj)
-    cache[id(obj)] = (obj, value)
-    return value
-
-
-_CONFIG_PATCHED = False
-
-
-def _share_configurations() -> None:
-    """GX's `Expectation.configuration` is a property that rebuilds the configuration (a pydantic
-    `.dict()` of the expectation, deep-copied values) on every access; one validation reads it
-    ~65 times per expectation while building the metric graph. Inside `_memoized_configurations()`
-    (one validation) each expectation object builds it once; everywhere else GX is unchanged."""
-    global _CONFIG_PATCHED
-    if _CONFIG_PATCHED:
-        return
-    from great_expectations.expectations.expectation import Expectation
-
-    prop = Expectation.__dict__.get("configuration")
-    if not isinstance(prop, property) or prop.fget is None:  # another GX: leave it alone
-        _CONFIG_PATCHED = True
-        return
-    build = prop.fget
-
-    def configuration(self: Any) -> Any:
-        memo = getattr(_CONFIG_MEMO, "memo", None)
-        return build(self) if memo is None else _by_identity(memo, self, build)
-
-    Expectation.configuration = property(configuration, doc=prop.__doc__)  # type: ignore[method-assign,assignment]
-    _CONFIG_PATCHED = True
-
-
-@contextmanager
-def _memoized_configurations() -> Iterator[None]:
-    _share_configurations()
-    _CONFIG_MEMO.memo = {}
-    try:
-        yield
-    finally:
-        _CONFIG_MEMO.memo = None
-
-
 # --------------------------------------------------------------------------------------------- set-up
 
 
@@ -249,7 +134,7 @@ def suite_fingerprint(gx_suite: Any) -> str:
 def _fingerprint(gx_suite: Any) -> str:
     """suite_fingerprint, computed once per suite object: the gates' suite objects are built once
     per definition and never changed (gate._gx_suite; an edited definition is another object)."""
-    return _by_identity(_FINGERPRINTS, gx_suite, suite_fingerprint)
+    return gx_patches.by_identity(_FINGERPRINTS, gx_suite, suite_fingerprint)
 
 
 def clear_cache() -> None:
@@ -283,7 +168,7 @@ def _context(context_dir: Path) -> Any:
         ctx.config.config_variables_file_path = None
         ctx.variables.save()
         ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))  # without that provider
-    gx_docs.install(ctx)
+    gx_patches.install_context_patches(ctx)
     _CONTEXTS[key] = ctx
     return ctx
 
@@ -379,7 +264,7 @@ def _run(prepared: Prepared, pdf: Any) -> tuple[Any, Any]:
 
     cp, vd = prepared.checkpoint, prepared.validation_definition
     run_id = RunIdentifier(run_time=dt.datetime.now(dt.UTC))
-    with _memoized_configurations():
+    with gx_patches.memoized_configurations():
         result = vd.run(
             checkpoint_id=cp.id,
             batch_parameters={"dataframe": pdf},
@@ -473,7 +358,7 @@ def validate(
     With keep_validations > 0, results (and pages) beyond the newest `keep_validations` per suite
     are pruned when the Data Docs index is rebuilt (retention.py, gx_docs.py).
     """
-    _share_jinja_bytecode()
+    gx_patches.apply_process_patches()
     holds: list[LockHold] = []
     with _THREAD_LOCK:
         prepared, hit = prepare(context_dir, gate, gx_suite, result_format, holds)

@@ -10,8 +10,8 @@ it is due:
   index would not list the suite until the next rebuild: once per suite and context), or
 - its mtime is older than DOCS_INDEX_REFRESH_S (the file's mtime, so this holds across the step
   processes of the multiprocess executor too), or
-- at the end of a run: `refresh_docs_index` (gx_context), called by `training_dataset` and
-  `eagle3 report` before they rebuild the quality report.
+- at the end of a run: `refresh_docs_index` (gx_context), called by the `quality_report`
+  asset and `eagle3 report` before they render the quality report.
 
 Retention pruning (retention.prune_all) happens at the same moment and under the same context lock,
 right before the index is rebuilt: pages are deleted only when the index is rewritten from what is
@@ -25,7 +25,7 @@ tests/quality/test_gx_reuse.py compares them with a full GX build):
 - GX's section builders list every stored validation result and suite (a filesystem walk and a key
   object per file) only to find the resources asked for. The resources rendered here exist (this
   run's result was just stored, the suite was set up), so for a page build the stores list exactly
-  those (`_listing_only`); the index build lists the real stores.
+  those (gx_patches.listing_only); the index build lists the real stores.
 - The site builder (~60 Jinja views and renderers) is made once per context and site, not on every
   build and URL lookup; the static assets (CSS, fonts, images: ~60 files, they depend only on the
   installed GX) are copied by the first build of a process and again only if the folder is gone.
@@ -35,15 +35,13 @@ tests/quality/test_gx_reuse.py compares them with a full GX build):
 
 from __future__ import annotations
 
-import json
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from . import gx_patches
 from .retention import DOCS_INDEX, PruneStats, prune_all
 
 DOCS_INDEX_REFRESH_S = 30.0  # the index is rebuilt (and results pruned) at most this often by gates
@@ -69,88 +67,6 @@ def local_site_url(sites: list[dict[str, Any]]) -> str | None:
 # --------------------------------------------------------------------------------------------- per context
 
 
-def install(ctx: Any) -> None:
-    """Once per context object: cached site builders, static assets once, stored results read once."""
-    _cache_site_builders(ctx)
-    _memoize_validation_results(ctx)
-
-
-def _cache_site_builders(ctx: Any) -> None:
-    """One site builder per (site, config) for the context's life; its static assets copied once
-    per process (and again when the folder is gone)."""
-    original = ctx._init_site_builder_for_data_docs_site_creation
-    builders: dict[str, Any] = {}
-    copied: set[str] = set()
-
-    def init_site_builder(site_name: str, site_config: dict) -> Any:
-        key = site_name + "\0" + json.dumps(site_config, sort_keys=True, default=str)
-        builder = builders.get(key)
-        if builder is not None:
-            return builder
-        builder = original(site_name=site_name, site_config=site_config)
-        store = getattr(builder, "target_store", None)
-        copy = getattr(store, "copy_static_assets", None)
-        backend = (getattr(store, "store_backends", None) or {}).get("static_assets")
-        base = getattr(backend, "full_base_directory", None)
-        if store is not None and copy is not None and base is not None:
-            static = Path(base) / "static"
-
-            def copy_static_assets(static_assets_source_dir: str | None = None) -> None:
-                if site_name in copied and static_assets_source_dir is None and static.is_dir():
-                    return
-                copy(static_assets_source_dir)
-                if static_assets_source_dir is None:
-                    copied.add(site_name)
-
-            store.copy_static_assets = copy_static_assets
-        builders[key] = builder
-        return builder
-
-    ctx._init_site_builder_for_data_docs_site_creation = init_site_builder
-
-
-_RESULTS_MEMO_SIZE = 512
-
-
-def _memoize_validation_results(ctx: Any) -> None:
-    """Data Docs' index builder re-reads (and deserializes) every stored validation result on each
-    build; a stored result never changes (one new run-time folder per run), so each is read once
-    per process. Pruned results are not asked for (the builder lists the store first)."""
-    from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult
-
-    original = ctx.get_validation_result
-    memo: OrderedDict[tuple, Any] = OrderedDict()
-
-    def get_validation_result(
-        expectation_suite_name: str,
-        run_id: Any = None,
-        batch_identifier: Any = None,
-        validation_results_store_name: Any = None,
-        failed_only: bool = False,
-    ) -> Any:
-        key: tuple | None = None  # without a run id and batch: "the latest run", not a fixed result
-        if hasattr(run_id, "run_time") and batch_identifier is not None:
-            rid = (run_id.run_name, str(run_id.run_time))
-            key = (expectation_suite_name, rid, batch_identifier, validation_results_store_name, failed_only)
-        if key is not None and key in memo:
-            memo.move_to_end(key)
-            return memo[key]
-        res = original(
-            expectation_suite_name=expectation_suite_name,
-            run_id=run_id,
-            batch_identifier=batch_identifier,
-            validation_results_store_name=validation_results_store_name,
-            failed_only=failed_only,
-        )
-        if key is not None and isinstance(res, ExpectationSuiteValidationResult):
-            memo[key] = res
-            if len(memo) > _RESULTS_MEMO_SIZE:
-                memo.popitem(last=False)
-        return res
-
-    ctx.get_validation_result = get_validation_result
-
-
 def _site_builders(ctx: Any) -> Iterator[Any]:
     for site_name, site_config in (ctx.variables.data_docs_sites or {}).items():
         yield ctx._init_site_builder_for_data_docs_site_creation(site_name=site_name, site_config=site_config)
@@ -159,35 +75,11 @@ def _site_builders(ctx: Any) -> Iterator[Any]:
 # --------------------------------------------------------------------------------------------- builds
 
 
-@contextmanager
-def _listing_only(ctx: Any, ids: Sequence[Any]) -> Iterator[None]:
-    """For one page build, the validation results and suite stores list exactly `ids` (each exists):
-    GX's section builders walk the whole store only to skip every key not asked for."""
-    from great_expectations.data_context.types.resource_identifiers import (
-        ExpectationSuiteIdentifier,
-        ValidationResultIdentifier,
-    )
-
-    stores: list[tuple[Any, list[Any]]] = [
-        (ctx.validation_results_store, [i for i in ids if isinstance(i, ValidationResultIdentifier)]),
-        (ctx.expectations_store, [i for i in ids if isinstance(i, ExpectationSuiteIdentifier)]),
-    ]
-    for store, keys in stores:
-        # as the store lists them: its key from the stored tuple (a run name None reads "__none__")
-        listed: list[Any] = [store.tuple_to_key(store.key_to_tuple(k)) for k in keys]
-        store.list_keys = lambda listed=listed: list(listed)
-    try:
-        yield
-    finally:
-        for store, _ in stores:
-            store.__dict__.pop("list_keys", None)
-
-
 def build_pages(ctx: Any, ids: Sequence[Any]) -> None:
     """Render these pages (validation results, suites: all stored) and nothing else, no index."""
     if not ids:  # GX renders EVERY page when given no identifiers
         return
-    with _listing_only(ctx, ids):
+    with gx_patches.listing_only(ctx, ids):
         ctx.build_data_docs(resource_identifiers=list(ids), build_index=False)
 
 

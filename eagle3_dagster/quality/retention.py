@@ -15,7 +15,7 @@ When pruning happens, and so what `keep_validations` (EAGLE3_GX_KEEP_VALIDATIONS
 
 - Gates that build Data Docs (the default) prune only when the Data Docs index is rebuilt, right
   before it, under the same lock (gx_docs.py): when the index is missing or older than
-  gx_docs.DOCS_INDEX_REFRESH_S (or a suite gets its first page), and at the end of a run (`training_dataset`, `eagle3 report`:
+  gx_docs.DOCS_INDEX_REFRESH_S (or a suite gets its first page), and at the end of a run (`quality_report`, `eagle3 report`:
   gx_context.refresh_docs_index). So the index never links a page that was deleted. Results kept
   at any moment = the newest `keep` per suite, plus at most those stored since the last rebuild
   (one refresh interval's worth of gates); right after the end-of-run refresh, exactly the newest

@@ -134,68 +134,16 @@ def load_suite(
     profile: ModelProfile | None = None,
     config_overrides: dict[str, Any] | None = None,
 ) -> SuiteSpec:
+    """expectations/<gate>.json as a SuiteSpec: names rendered with the profile's ids, `config_overrides`
+    (by key or name: mostly, severity, kwargs, enabled) applied; every problem is a SuiteError naming it."""
     path = Path(expectations_dir) / f"{gate}.json"
-    if not path.exists():
-        raise SuiteError(f"no suite for gate {gate!r}: {path} does not exist")
-    try:
-        raw = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise SuiteError(f"{path}: not valid JSON: {e}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("expectations"), list):
-        raise SuiteError(f"{path}: expected a GX ExpectationSuite object with an 'expectations' list")
+    raw = _read_suite_json(gate, path)
     overrides = copy.deepcopy(config_overrides or {})
     specs: list[ExpectationSpec] = []
     for i, exp in enumerate(raw["expectations"]):
-        where = f"{path} expectation #{i}"
-        meta = dict(exp.get("meta") or {})
-        etype = exp.get("type")
-        kwargs = dict(exp.get("kwargs") or {})
-        if not etype or ("column" not in kwargs and etype.startswith("expect_column")):
-            raise SuiteError(f"{where}: needs 'type' and kwargs.column")
-        raw_name = str(meta.get("name") or etype)
-        key = str(meta.get("key") or raw_name)
-        name = _render(raw_name, profile)
-        ov = None
-        for k in (key, raw_name, name):
-            if k in overrides:
-                ov = overrides.pop(k)
-                break
-        severity = str(meta.get("severity", "critical"))
-        enabled = bool(meta.get("enabled", True))
-        if ov:
-            unknown = set(ov) - {"mostly", "severity", "kwargs", "enabled"}
-            if unknown:
-                raise SuiteError(f"override for {key!r}: unknown field(s) {sorted(unknown)}")
-            if "mostly" in ov:
-                kwargs["mostly"] = ov["mostly"]
-            kwargs.update(ov.get("kwargs") or {})
-            severity = str(ov.get("severity", severity))
-            enabled = bool(ov.get("enabled", enabled))
-        if not enabled:
-            continue
-        if severity not in SEVERITIES:
-            raise SuiteError(f"{where} ({key}): severity must be one of {SEVERITIES}, got {severity!r}")
-        mostly = kwargs.get("mostly", 1.0)
-        if not isinstance(mostly, (int, float)) or not 0.0 <= float(mostly) <= 1.0:
-            raise SuiteError(f"{where} ({key}): mostly must be a number in [0, 1], got {mostly!r}")
-        level = str(meta.get("level") or ("row" if etype in ROW_LEVEL_TYPES else "table"))
-        if level == "row" and etype not in ROW_LEVEL_TYPES:
-            raise SuiteError(f"{where} ({key}): {etype} cannot be row-level; supported: {sorted(ROW_LEVEL_TYPES)}")
-        for k in ("key", "name", "severity", "description", "level", "enabled"):
-            meta.pop(k, None)
-        specs.append(
-            ExpectationSpec(
-                key=key,
-                name=name,
-                type=etype,
-                kwargs=kwargs,
-                severity=severity,
-                description=str((exp.get("meta") or {}).get("description", "")),
-                level=level,
-                meta=meta,
-                notes=exp.get("notes"),
-            )
-        )
+        spec = _expectation_spec(exp, f"{path} expectation #{i}", profile, overrides)
+        if spec is not None:
+            specs.append(spec)
     if overrides:
         raise SuiteError(f"config_overrides name no expectation of {path}: {sorted(overrides)}")
     keys = [s.key for s in specs]
@@ -210,6 +158,81 @@ def load_suite(
         source_path=str(path),
         sha256=hashlib.sha256(body.encode()).hexdigest()[:16],
     )
+
+
+def _read_suite_json(gate: str, path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise SuiteError(f"no suite for gate {gate!r}: {path} does not exist")
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise SuiteError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("expectations"), list):
+        raise SuiteError(f"{path}: expected a GX ExpectationSuite object with an 'expectations' list")
+    return raw
+
+
+def _expectation_spec(
+    exp: dict[str, Any], where: str, profile: ModelProfile | None, overrides: dict[str, Any]
+) -> ExpectationSpec | None:
+    """One expectation of the suite JSON, its override (popped from `overrides`) applied; None when disabled."""
+    meta = dict(exp.get("meta") or {})
+    etype = exp.get("type")
+    kwargs = dict(exp.get("kwargs") or {})
+    if not etype or ("column" not in kwargs and etype.startswith("expect_column")):
+        raise SuiteError(f"{where}: needs 'type' and kwargs.column")
+    raw_name = str(meta.get("name") or etype)
+    key = str(meta.get("key") or raw_name)
+    name = _render(raw_name, profile)
+    ov = next((overrides.pop(k) for k in (key, raw_name, name) if k in overrides), None)
+    severity, enabled = apply_override(
+        key, ov, kwargs, str(meta.get("severity", "critical")), bool(meta.get("enabled", True))
+    )
+    if not enabled:
+        return None
+    level = _check_values(where, key, etype, kwargs, severity, str(meta.get("level") or ""))
+    for k in ("key", "name", "severity", "description", "level", "enabled"):
+        meta.pop(k, None)
+    return ExpectationSpec(
+        key=key,
+        name=name,
+        type=etype,
+        kwargs=kwargs,
+        severity=severity,
+        description=str((exp.get("meta") or {}).get("description", "")),
+        level=level,
+        meta=meta,
+        notes=exp.get("notes"),
+    )
+
+
+def apply_override(
+    key: str, ov: dict[str, Any] | None, kwargs: dict[str, Any], severity: str, enabled: bool
+) -> tuple[str, bool]:
+    """An expectation's config override: `mostly` and `kwargs` go into kwargs (in place); returns the
+    (severity, enabled) it leaves. An unknown field is a SuiteError, not ignored."""
+    if not ov:
+        return severity, enabled
+    unknown = set(ov) - {"mostly", "severity", "kwargs", "enabled"}
+    if unknown:
+        raise SuiteError(f"override for {key!r}: unknown field(s) {sorted(unknown)}")
+    if "mostly" in ov:
+        kwargs["mostly"] = ov["mostly"]
+    kwargs.update(ov.get("kwargs") or {})
+    return str(ov.get("severity", severity)), bool(ov.get("enabled", enabled))
+
+
+def _check_values(where: str, key: str, etype: str, kwargs: dict[str, Any], severity: str, level: str) -> str:
+    """Severity and `mostly` in range; the level (row when GX's type can be judged per row, else table)."""
+    if severity not in SEVERITIES:
+        raise SuiteError(f"{where} ({key}): severity must be one of {SEVERITIES}, got {severity!r}")
+    mostly = kwargs.get("mostly", 1.0)
+    if not isinstance(mostly, (int, float)) or not 0.0 <= float(mostly) <= 1.0:
+        raise SuiteError(f"{where} ({key}): mostly must be a number in [0, 1], got {mostly!r}")
+    level = level or ("row" if etype in ROW_LEVEL_TYPES else "table")
+    if level == "row" and etype not in ROW_LEVEL_TYPES:
+        raise SuiteError(f"{where} ({key}): {etype} cannot be row-level; supported: {sorted(ROW_LEVEL_TYPES)}")
+    return level
 
 
 # ---------------------------------------------------------------------------------------------

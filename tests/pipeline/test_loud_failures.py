@@ -150,7 +150,7 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
     assert pl.read_parquet(data / "prompts" / "prompts.parquet").height == 2
     assert pl.read_parquet(data / "prompts" / "prompt_rejects.parquet").height == 6
 
-    from eagle3_dagster.quality.cli import report_main
+    from eagle3_dagster.quality.report.cli import report_main
 
     report = tmp_path / "report.html"
     assert report_main(["--data-dir", str(data), "--out", str(report)]) == 0

@@ -83,7 +83,7 @@ def nights(tmp_path_factory):
     out = {"data": data}
     with dg.instance_for_test() as instance, start_simulator() as sim, pytest.MonkeyPatch.context() as mp:
         # gates never find the Data Docs index due (only when missing): only the end-of-run refresh
-        # of training_dataset can list the pages of the later gates
+        # of quality_report can list the pages of the later gates
         mp.setattr(gx_docs, "DOCS_INDEX_REFRESH_S", 1e9)
         out["shard"], out["v1"], out["night1"] = _first_night(data, instance, sim.url)
         site = data / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -121,6 +121,9 @@ def nights(tmp_path_factory):
             night2=night2,
             night2_log=_run_log(instance, night2.publish_run_id),
             night2_meta=mat.metadata,
+            night2_report_meta=instance.get_latest_materialization_event(
+                dg.AssetKey("quality_report")
+            ).asset_materialization.metadata,
             summary=summarize(night2, dg_data(data)),
         )
     return out
@@ -137,7 +140,7 @@ def test_night_one_is_published_without_a_single_warning(nights):
         assert res.success and not res.failed_warnings, (gate, [o.key for o in res.failed_warnings])
     assert 'class="badge WARN"' not in nights["report_night1"]
     assert "warnings:   none" in nights["summary_night1"]
-    # training_dataset's end-of-run refresh: the GX Data Docs index links exactly the stored pages
+    # quality_report's end-of-run refresh: the GX Data Docs index links exactly the stored pages
     # (every gate of the night: prompts, generations, training_samples, publish, drift)
     linked = set(re.findall(r'(validations/[^"\\\s<>]+?\.html)', nights["docs_index_night1"]))
     assert linked == nights["docs_pages_night1"]
@@ -182,7 +185,7 @@ def test_changed_deployment_regenerates_and_drift_holds_back_or_warns_as_configu
     assert "DRIFT WARNED" in top and "median reasoning length" in top and "before vs after" in top
     # headline numbers as numeric metadata (Dagster plots them across nights), and the report path
     assert isinstance(nights["night2_meta"]["summary/reasoning_len_p50"].value, float)
-    assert nights["night2_meta"]["quality_report"].value.endswith("index.html")
+    assert nights["night2_report_meta"]["path"].value.endswith("index.html")
 
 
 def dg_data(data: Path):

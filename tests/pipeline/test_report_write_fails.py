@@ -13,7 +13,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.demo import summarize
 from eagle3_dagster.orchestration.run import materialize_graph
-from eagle3_dagster.quality import report_html
+from eagle3_dagster.quality.report import html as report_html
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import data_root
 
@@ -39,7 +39,7 @@ def test_a_report_that_could_not_be_written_is_named_and_not_a_success(tmp_path,
     summary = summarize(night2, data_root(data))
     assert "result:     FAILED: the quality report was not written" in summary
     assert "report:     NOT written by this run (quality report not written: OSError" in summary
-    assert "warning:    publish: quality report not written: OSError" in summary
+    assert "warning:    report: quality report not written: OSError" in summary
     warnings = next(line for line in summary.splitlines() if line.startswith("warnings:"))
     assert warnings != "warnings:   none" and "warning(s) logged by the runs" in warnings
     assert "eagle3 report` rebuilds it" in summary  # what to do next

@@ -172,7 +172,15 @@ def case_work_dir(dep: Deployment) -> None:
     r = _run(dep, "tokenized_prompts", {"pipeline": {"work_dir": str(work)}})
     assert r.success, _failures(r)
     assert (work / "gx").is_dir(), "the GX context goes to the overriding work dir"
-    assert _meta(r, "tokenized_prompts")["quality_report"].startswith(str(work))
+    report = dg.materialize(
+        list(defs.assets or []),
+        selection=["quality_report"],
+        instance=dep.instance,
+        resources=resources_from_settings(settings()),
+        run_config={**QUIET, "resources": {"pipeline": {"config": {"work_dir": str(work)}}}},
+        raise_on_error=False,
+    )
+    assert _meta(report, "quality_report")["path"].startswith(str(work))
 
 
 def case_assets_dir(dep: Deployment) -> None:

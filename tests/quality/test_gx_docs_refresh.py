@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 from quality_helpers import generation_rows, tokenized_rows
 
-from eagle3_dagster.orchestration import gates as orchestration_gates
+from eagle3_dagster.defs import report as report_defs
 from eagle3_dagster.orchestration.gates import gate_check_results
 from eagle3_dagster.quality import generation_features, gx_context, prompt_features, run_gate
 from eagle3_dagster.quality.retention import DOCS_INDEX, VALIDATIONS_BASE
@@ -89,16 +89,16 @@ def test_end_of_run_refresh_failure_is_a_warning_not_a_failed_asset(monkeypatch,
     def broken(context_dir: Path, keep: int) -> Path:
         raise PermissionError(f"{context_dir}: read-only")
 
-    monkeypatch.setattr(orchestration_gates, "refresh_docs_index", broken)
+    monkeypatch.setattr(report_defs, "refresh_docs_index", broken)
     warnings: list[str] = []
-    context = SimpleNamespace(log=SimpleNamespace(warning=warnings.append))
+    log = SimpleNamespace(warning=warnings.append)
     pipeline = SimpleNamespace(gx_context_dir=tmp_path / "gx", gx_keep_validations=20)
-    assert orchestration_gates.refresh_data_docs(context, pipeline) is None
+    assert report_defs.refresh_data_docs(log, pipeline) is None
     assert warnings == [f"GX Data Docs index not refreshed: PermissionError: {tmp_path / 'gx'}: read-only"]
 
 
 def test_eagle3_report_brings_the_data_docs_index_up_to_date(kimi, kimi_profile, gx_dirs, capsys):
-    from eagle3_dagster.quality.cli import report_main
+    from eagle3_dagster.quality.report.cli import report_main
 
     feats = prompt_features(tokenized_rows(kimi, {"p0": "What is 2+2?"}), kimi_profile)
     results = [run_gate("prompts", feats, profile=kimi_profile, **gx_dirs) for _ in range(3)]

@@ -1,4 +1,4 @@
-"""The offline HTML quality report (eagle3_dagster/quality/report_html.py).
+"""The offline HTML quality report (eagle3_dagster/quality/report/html.py).
 
 Offline means: no scripts, no external styles/fonts/images, every link a relative path, a file:// URI
 or an in-page anchor, and each of them resolves. Built from stored results only, so it is the same
@@ -22,7 +22,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
-from eagle3_dagster.quality.report_html import collect, default_report_path, render, write_report
+from eagle3_dagster.quality.report.html import collect, default_report_path, render, write_report
 
 BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
 VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
@@ -312,10 +312,34 @@ def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Pa
             shard = shard_with_most_prompts(data)
             out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True)
             meta = {}
-            for key in ("tokenized_prompts", "generations", "training_dataset"):
+            for key in ("tokenized_prompts", "generations", "training_dataset", "quality_report"):
                 ev = instance.get_latest_materialization_event(dg.AssetKey(key))
                 meta[key] = ev.asset_materialization.metadata if ev else {}
     return data, shard, (out, meta)
+
+
+@pytest.mark.integration
+def test_gated_steps_store_results_and_only_the_report_asset_renders(tmp_path, kimi_profile):
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.orchestration.run import SHARD_ASSETS, materialize_graph
+    from eagle3_dagster.sim.process import start_simulator
+
+    data = tmp_path / "data"
+    with start_simulator() as sim, dg.instance_for_test() as instance:
+        res = graph_resources(data, kimi_profile.tokenizer, sim.url)
+        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+        shard = shard_with_most_prompts(data)
+        assets = list(defs.assets or [])
+        run = dg.materialize(
+            assets, selection=list(SHARD_ASSETS), partition_key=shard, instance=instance, resources=res
+        )
+        assert run.success
+        assert all((data / "gates" / g / f"shard={shard}.json").is_file() for g in ("prompts", "generations"))
+        assert not (data / "reports").exists(), "a gated step rendered the report"
+        report = dg.materialize(assets, selection=["quality_report"], instance=instance, resources=res)
+    path = report.asset_materializations_for_node("quality_report")[-1].metadata["path"].value
+    assert path == str(data / "reports" / "index.html")
+    assert Path(path).is_file()
 
 
 @pytest.mark.integration
@@ -326,8 +350,9 @@ def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
     assert out.shards[0].success and out.publish_success
     report = data / "reports" / "index.html"  # local data dir: the work dir is the data dir
     assert report.is_file()
-    for key in ("tokenized_prompts", "generations", "training_dataset"):
-        assert meta[key]["quality_report"].value == str(report)
+    # the report is its own asset, rendered once after the gated steps, which only store their gate results
+    assert meta["quality_report"]["path"].value == str(report)
+    assert not any("quality_report" in meta[key] for key in ("tokenized_prompts", "generations", "training_dataset"))
     text = report.read_text()
     doc = assert_offline(text, report)
     m = collect(data, data, n_shards=N_SHARDS)
@@ -371,7 +396,7 @@ def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
     data, shard, (out, meta) = _pipeline_run(tmp_path, kimi_profile, ["--mode", "drop-think-end"])
     assert not out.shards[0].success
     report = data / "reports" / "index.html"
-    assert meta["generations"]["quality_report"].value == str(report)
+    assert meta["quality_report"]["path"].value == str(report)
     text = report.read_text()
     doc = assert_offline(text, report)
     cells = collect(data, data, n_shards=1).shards

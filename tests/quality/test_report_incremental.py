@@ -16,8 +16,8 @@ import polars as pl
 import pytest
 
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
-from eagle3_dagster.quality.report_html import update_report, write_report
-from eagle3_dagster.quality.report_index import index_path
+from eagle3_dagster.quality.report.html import update_report, write_report
+from eagle3_dagster.quality.report.index import index_path
 from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE, prune_validations
 from eagle3_dagster.quality.suites import GATES
 

@@ -216,7 +216,7 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     assert set(os.listdir(PROJECT_ROOT)) - root_before == set()
 
     # ---- `eagle3 inspect` reads the shard straight from S3 (EAGLE3_DATA_DIR is still the URI)
-    from eagle3_dagster.quality.cli import main as inspect_main
+    from eagle3_dagster.quality.report.cli import main as inspect_main
 
     capsys.readouterr()
     assert inspect_main(["--shard", str(int(shard)), "-n", "1"]) == 0

@@ -5,7 +5,7 @@
     assemble(...)                         -> ReportModel   (rows + the run-wide parts: snapshots,
                                                             sources, LATEST age, publish attempt)
 
-The incremental update (report_html.update_report) re-collects one shard's row and reuses the
+The incremental update (html.update_report) re-collects one shard's row and reuses the
 others from the report's index (report_index.py); `collect` is the full rebuild. Both end in
 `assemble`, so the model (and the HTML) is the same either way.
 """
@@ -22,16 +22,16 @@ from typing import Any
 
 import polars as pl
 
-from ..publish.snapshot import unpublished_versions
-from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
-from ..train.summary import SUMMARY_FILE
-from .acceptance import collect_acceptance
-from .gate import read_gate_result
-from .report_decontamination import collect_decontamination
-from .report_probes import collect_probes
-from .retention import DOCS_INDEX
-from .suites import GATES
-from .turns_report import collect_turns
+from ...publish.snapshot import unpublished_versions
+from ...storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
+from ...train.summary import SUMMARY_FILE
+from ..acceptance import collect_acceptance
+from ..gate import read_gate_result
+from ..retention import DOCS_INDEX
+from ..suites import GATES
+from .decontamination import collect_decontamination
+from .probes import collect_probes
+from .turns import collect_turns
 
 REPORT_DIR = "reports"
 REPORT_FILE = "index.html"
@@ -186,7 +186,7 @@ def latest_age(
     Published-at is the LATEST file's modification time (rewritten by every publish, also of an
     identical snapshot); when the store does not report one, the snapshot's manifest created_at.
     """
-    from ..config import settings
+    from ...config import settings
 
     data = as_data_path(data_dir)
     f = data / "snapshots" / "LATEST"
@@ -219,7 +219,7 @@ class SourceView:
     rejected: int
     max_reject_rate: float
     rejects_by_reason: dict[str, int]
-    role: str = "train"  # or eval: a decontamination reference (report_decontamination.py); or probe
+    role: str = "train"  # or eval: a decontamination reference (decontamination.py); or probe
 
     @property
     def reject_rate(self) -> float:
@@ -268,8 +268,8 @@ class ReportModel:
     latest: LatestAge | None = None
     turns: dict[str, dict[str, Any]] = field(default_factory=dict)  # all_turns conversations per shard
     acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # the drafter's figures per shard
-    decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (report_decontamination.py)
-    probes: dict[str, Any] | None = None  # drafter versions on the probe sets, nightly acceptance (report_probes.py)
+    decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (decontamination.py)
+    probes: dict[str, Any] | None = None  # drafter versions on the probe sets, nightly acceptance (probes.py)
     plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
@@ -373,7 +373,7 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
 
 def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
     """A shard's permanently failed generation requests (errors.parquet): "reason (e.g. prompt ids)" -> count."""
-    from ..generate.report import failures_section
+    from ...generate.report import failures_section
 
     if not f.exists():
         return {}
@@ -389,7 +389,7 @@ def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
 
 def _previous_failures(gen_dir: DataPath) -> dict[str, int]:
     """The latest run's outcome for the requests an earlier run lost (retried.json): came back or not."""
-    from ..generate.retried import read_retried
+    from ...generate.retried import read_retried
 
     out: dict[str, int] = {}
     for reason, c in (read_retried(gen_dir).get("by_reason") or {}).items():
@@ -533,8 +533,8 @@ def assemble(
 
 
 def _plan_view(data: DataPath) -> dict[str, Any] | None:
-    from ..plan.actual import plan_vs_actual
-    from ..plan.build import read_plan
+    from ...plan.actual import plan_vs_actual
+    from ...plan.build import read_plan
 
     return plan_vs_actual(data, read_plan(data))
 

@@ -14,13 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..config import Settings, settings
-from ..profiles import ProfileError, resolve_profile
-from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
-from ..storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
-from .gate import read_gate_result
-from .reports import histograms_markdown, sample_preview_markdown
-from .suites import GATES
+from ...config import Settings, settings
+from ...profiles import ProfileError, resolve_profile
+from ...schemas import GENERATIONS, TOKENIZED_PROMPTS
+from ...storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
+from ..gate import read_gate_result
+from ..suites import GATES
+from .previews import histograms_markdown, sample_preview_markdown
 
 _DATA_DIR_HELP = "data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)"
 
@@ -77,7 +77,7 @@ def main(argv: list[str]) -> int:
         )
         return 1
     if gens.height:
-        from ..tokenize.loading import load_tokenizer
+        from ...tokenize.loading import load_tokenizer
 
         tokenizer = load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
         print(
@@ -86,7 +86,7 @@ def main(argv: list[str]) -> int:
             )
         )
         if args.histograms:
-            from .features import generation_features, prompt_features
+            from ..features import generation_features, prompt_features
 
             feats = generation_features(gens, tokenized if tokenized.height else None, profile, tokenizer)
             print()
@@ -136,8 +136,8 @@ def _report_parser() -> argparse.ArgumentParser:
 
 
 def report_main(argv: list[str]) -> int:
-    from ..config import work_dir_for
-    from .report_html import write_report
+    from ...config import work_dir_for
+    from .html import write_report
 
     args = _report_parser().parse_args(argv)
     s = settings()  # validates every setting (EAGLE3_SNAPSHOT_MAX_AGE too: the report compares LATEST's age to it)
@@ -163,7 +163,7 @@ def report_main(argv: list[str]) -> int:
 def _refresh_docs(work: Path, keep: int) -> None:
     """The GX Data Docs index brought up to date (pruned, rebuilt) before the report links its pages;
     a failure is a warning on stderr (the report is still written)."""
-    from .gx_context import refresh_docs_index
+    from ..gx_context import refresh_docs_index
 
     try:
         refresh_docs_index(work / "gx", keep)
@@ -173,7 +173,7 @@ def _refresh_docs(work: Path, keep: int) -> None:
 
 def _print_latest_age(data_dir: DataPath | Path) -> None:
     """How old snapshots/LATEST is, on stderr (stdout stays the report path, for scripts)."""
-    from .report_html import latest_age
+    from .html import latest_age
 
     try:
         age = latest_age(data_dir)

@@ -3,7 +3,7 @@
 Before, every gate rebuilt the report from every stored result (O(total results) per gate, so
 quadratic in the shard count). Now the report keeps a compact JSON index beside it
 (`<report_dir>/.index.html.index.json`, JSON lines) with, per shard, its rendered fragments
-(report_render.shard_fragments: gates-table row, failure details, charts, other rejects), what the
+(render.shard_fragments: gates-table row, failure details, charts, other rejects), what the
 page-wide parts need from it (status, profile and per-source counts of each gate cell) and which
 of its Data Docs pages existed when it was rendered, and its multi-turn summary (turns.json, if
 any). An update re-collects and re-renders the
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..storage import parse_shard_key
-from .report_model import GateCell, ShardRow, existing_page
+from ...storage import parse_shard_key
+from .model import GateCell, ShardRow, existing_page
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The report's picture sections (HTML fragments around quality/svg.py charts).
+"""The report's picture sections (HTML fragments around report/svg.py charts).
 
 - top_section: the latest publish attempt (published / refused / held back, and why) and drift
   against the previous snapshot with before/after charts; then the distributions of the snapshot

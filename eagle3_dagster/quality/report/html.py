@@ -6,8 +6,8 @@ fonts, no images. It is built only from what is stored (data/gates/<gate>/shard=
 rejects / quarantine Parquet beside the tables, data/snapshots/*/manifest.json), so it does not
 matter which shard run writes it last, and `eagle3 report` rebuilds the same page on demand.
 
-    collect(data_dir, work_dir)   -> ReportModel   (report_model.py: reads storage)
-    render(model, report_path)    -> str           (report_render.py: pure)
+    collect(data_dir, work_dir)   -> ReportModel   (model.py: reads storage)
+    render(model, report_path)    -> str           (render.py: pure)
     write_report(...)             -> Path          (full rebuild: lock, collect, render, write)
     update_report(..., shards=)   -> Path          (after a gate: re-collect those shards only,
                                                     the others from the index, report_index.py)
@@ -26,9 +26,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..storage import PathLike, as_data_path, display_uri, parse_shard_key, shard_key
-from . import report_index
-from .report_model import (
+from ...storage import PathLike, as_data_path, display_uri, parse_shard_key, shard_key
+from ..retention import prune_stamp
+from ..suites import GATES
+from . import index as report_index
+from .model import (
     GATE_ASSET,
     REPORT_DIR,
     REPORT_FILE,
@@ -50,10 +52,8 @@ from .report_model import (
     latest_age,
     shard_ids,
 )
-from .report_render import link_href, render, shard_fragments
-from .retention import prune_stamp
-from .suites import GATES
-from .turns_report import collect_turns
+from .render import link_href, render, shard_fragments
+from .turns import collect_turns
 
 __all__ = [
     "GATE_ASSET",

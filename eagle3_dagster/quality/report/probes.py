@@ -15,10 +15,10 @@ from typing import Any
 
 import polars as pl
 
-from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
-from ..storage import DataPath, read_parquet
+from ...generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
+from ...storage import DataPath, read_parquet
+from ..acceptance_drift import LOG_COLUMNS
 from . import svg
-from .acceptance_drift import LOG_COLUMNS
 
 
 def _acceptance_nights(data: DataPath) -> pl.DataFrame:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..storage import PathLike
+from ...storage import PathLike
 from . import charts
-from .acceptance_report import acceptance_section
-from .report_decontamination import decontamination_section
-from .report_model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
-from .report_plan import plan_section
-from .report_probes import probes_section
-from .turns_report import turns_section
+from .acceptance import acceptance_section
+from .decontamination import decontamination_section
+from .model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
+from .plan import plan_section
+from .probes import probes_section
+from .turns import turns_section
 
 # --------------------------------------------------------------------------------------------- render
 
@@ -186,13 +186,38 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
     `fragments`: shard_fragments() of shards rendered before (by shard key); the others are rendered.
     """
     rp = Path(os.fspath(report_path))
-    work = model.work_dir
-    counts = model.counts()
     known = fragments or {}
     frags = [
-        known.get(row.shard) or shard_fragments(row, model.shard_summaries.get(row.shard), rp, work, model.gates)
+        known.get(row.shard)
+        or shard_fragments(row, model.shard_summaries.get(row.shard), rp, model.work_dir, model.gates)
         for row in model.shards
     ]
+    h = _head(model, rp)
+    h.extend(plan_section(model.plan))
+    h.extend(charts.top_section(model))
+    h.extend(_sources_section(model))
+    h.extend(decontamination_section(model.decontamination))
+    h.extend(_gates_section(model, frags))
+    h.extend(charts.source_gate_section(model))
+    h.extend(_shard_charts(model, frags))
+    h.extend(turns_section(model.turns))
+    h.extend(acceptance_section(model.acceptance))
+    h.extend(probes_section(model.probes))
+    h.extend(_other_section(frags))
+    h.extend(_snapshots_section(model))
+    h.append(
+        '<p class="small">Written by eagle3-dagster from data/gates/&lt;gate&gt;/shard=NNNN.json, the '
+        "rejects/quarantine Parquet files and data/snapshots/*/manifest.json; regenerate with "
+        "<code>eagle3 report</code>.</p>"
+    )
+    h.append("</body></html>")
+    return "\n".join(h) + "\n"
+
+
+def _head(model: ReportModel, rp: Path) -> list[str]:
+    """The document head and the table of what the report covers (profile, dirs, counts, LATEST, Data Docs)."""
+    work = model.work_dir
+    counts = model.counts()
     h: list[str] = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -226,9 +251,12 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
             "links below are static pages)</span></td></tr>"
         )
     h.append("</table>")
-    h.extend(plan_section(model.plan))
-    h.extend(charts.top_section(model))
+    return h
 
+
+def _sources_section(model: ReportModel) -> list[str]:
+    """Prompt sources: read/accepted/rejected and the reject-rate threshold of each."""
+    h: list[str] = []
     if model.sources:
         h.append("<h2>Prompt sources</h2>")
         h.append(
@@ -251,8 +279,12 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
                 f"<td>{_badge(src.status, why)}</td><td>{_e(reasons)}</td></tr>"
             )
         h.append("</table>")
-    h.extend(decontamination_section(model.decontamination))
+    return h
 
+
+def _gates_section(model: ReportModel, frags: list[dict[str, str]]) -> list[str]:
+    """The shards x gates table, then every failed or warned expectation and quarantine by reason."""
+    h: list[str] = []
     h.append("<h2>Gates by shard</h2>")
     h.append(
         "<table><tr><th>shard</th>"
@@ -270,24 +302,30 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
     h.append("<h2>Failed and warned expectations, quarantine by reason</h2>")
     h.extend(details or ["<p>Every expectation passed on every shard that ran; nothing quarantined by a gate.</p>"])
 
-    h.extend(charts.source_gate_section(model))
+    return h
+
+
+def _shard_charts(model: ReportModel, frags: list[dict[str, str]]) -> list[str]:
     by_shard = {row.shard: f for row, f in zip(model.shards, frags)}
     shard_charts = [by_shard[k]["charts"] for k in sorted(by_shard) if by_shard[k]["charts"]]
-    if shard_charts:
-        h.append(charts.SHARD_SECTIONS_TITLE)
-        h.extend(shard_charts)
+    return [charts.SHARD_SECTIONS_TITLE, *shard_charts] if shard_charts else []
 
-    h.extend(turns_section(model.turns))
-    h.extend(acceptance_section(model.acceptance))
-    h.extend(probes_section(model.probes))
 
+def _other_section(frags: list[dict[str, str]]) -> list[str]:
     other = [f["other"] for f in frags if f["other"]]
-    if other:
-        h.append("<h2>Other rejects, quarantine and flagged rows</h2>")
-        h.append("<table><tr><th>shard</th><th>table</th><th>reason</th><th>rows</th></tr>")
-        h.extend(other)
-        h.append("</table>")
+    if not other:
+        return []
+    return [
+        "<h2>Other rejects, quarantine and flagged rows</h2>",
+        "<table><tr><th>shard</th><th>table</th><th>reason</th><th>rows</th></tr>",
+        *other,
+        "</table>",
+    ]
 
+
+def _snapshots_section(model: ReportModel) -> list[str]:
+    """Each snapshot: whether it is LATEST, published, drifted; its shards included or excluded and why."""
+    h: list[str] = []
     h.append("<h2>Snapshots</h2>")
     if not model.snapshots:
         h.append("<p>No training_dataset snapshot published yet.</p>")
@@ -312,10 +350,4 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
                 f'<td class="num">{x["rows"]}</td></tr>'
             )
         h.append("</table>")
-    h.append(
-        '<p class="small">Written by eagle3-dagster from data/gates/&lt;gate&gt;/shard=NNNN.json, the '
-        "rejects/quarantine Parquet files and data/snapshots/*/manifest.json; regenerate with "
-        "<code>eagle3 report</code>.</p>"
-    )
-    h.append("</body></html>")
-    return "\n".join(h) + "\n"
+    return h

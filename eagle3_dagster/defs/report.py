@@ -1,0 +1,76 @@
+"""The offline HTML quality report as its own asset: `quality_report`.
+
+The gated steps (tokenize, generate, train, publish) only store their gate results; this asset reads
+everything stored (gate results, snapshots, Data Docs pages) and renders <work_dir>/reports/index.html
+once per run, after them. The `report` job (defs/automation.py) runs it: the demo's and the nightly's
+last run, whatever the publish run's outcome, so a night that published nothing still shows why.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+
+from ..orchestration.partitions import N_SHARDS
+from ..orchestration.resources import PipelineSettings
+from ..quality.gx_context import refresh_docs_index
+from ..quality.report.html import write_report
+from .common import ASSET_GROUP, STAGE_TAG
+
+STAGE = "report"
+REPORT_ASSET = "quality_report"
+# the start of the lines the report step logs: the run driver (orchestration/run.py) reads them back,
+# so the summary names a failed write instead of pointing at the report an earlier run left
+REPORT_NOT_WRITTEN = "quality report not written"
+REPORT_WRITTEN = "quality report: "
+
+
+def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:
+    """The metadata entry naming where the report is (the ingest step points at it)."""
+    return {"quality_report": dg.MetadataValue.path(str(path))}
+
+
+def refresh_data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> Path | None:
+    """Prune the GX validations to EAGLE3_GX_KEEP_VALIDATIONS and rebuild the Data Docs index.
+    Docs are a view: a failure is a warning naming the cause, the report is still written."""
+    try:
+        return refresh_docs_index(pipeline.gx_context_dir, pipeline.gx_keep_validations)
+    except Exception as e:
+        log.warning(f"GX Data Docs index not refreshed: {type(e).__name__}: {e}")
+        return None
+
+
+def render_report(log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None) -> Path:
+    """Write the report from everything stored; a write that fails is logged (REPORT_NOT_WRITTEN) and
+    fails the step, so neither the run nor the summary claims a report this run did not write."""
+    try:
+        path = write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
+    except Exception as e:
+        line = f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}"
+        log.warning(line)
+        raise dg.Failure(description=line, allow_retries=False) from None
+    log.info(f"{REPORT_WRITTEN}{path}")
+    return path
+
+
+@dg.asset(
+    name=REPORT_ASSET,
+    group_name=ASSET_GROUP,
+    deps=["tokenized_prompts", "generations", "training_samples", "training_dataset"],
+    description="The offline HTML quality report (<work_dir>/reports/index.html): publish/drift, charts, shards x "
+    "gates with their Data Docs pages, failures, quarantine, snapshots. Rendered from the stored gate results "
+    "after the gated steps (the `report` job); the GX Data Docs index is pruned and rebuilt first.",
+    kinds={"html"},
+    tags={STAGE_TAG: STAGE},
+)
+def quality_report(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
+    docs = refresh_data_docs(context.log, pipeline)
+    path = render_report(context.log, pipeline, pipeline.profile().name)
+    metadata: dict[str, dg.MetadataValue] = {"path": dg.MetadataValue.path(str(path))}
+    if docs is not None:
+        metadata["data_docs"] = dg.MetadataValue.url("file://" + str(docs))
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions(assets=[quality_report])
