@@ -16,8 +16,6 @@ import ast
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from eagle3_dagster.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "eagle3_dagster"
@@ -116,7 +114,6 @@ def test_the_function_scanner_measures_from_def_to_last_line():
     assert long_functions(nested, 3) == ["2: m (5)", "3: g (4)"]
 
 
-@pytest.mark.xfail(strict=False, reason="until the refactor lands")
 def test_no_function_is_longer_than_80_lines():
     too_long = {}
     for rel, path in _modules().items():
