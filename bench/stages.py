@@ -13,7 +13,7 @@
                        (parse + round trip through tokenize/fast_bpe.py, ids + loss mask, the sorted
                        table write, row features, stats), the shard summary, the training_samples gate;
                        (the fast BPE twin encodes on one thread: two were measured slower, see
-                       train/parse.py batch_encode)
+                       tokenize/parse.py batch_encode)
    CPU is time.process_time() of the child: every thread counted. Per stage:
    - steady_samples_per_s_per_core = (N_large - N_small) / (CPU_large - CPU_small) of the stage proper:
      the per-sample rate once the process is up (`train_samples_per_s_per_core`, the headline; target

@@ -790,7 +790,7 @@ def set_in_this_process(values: Mapping[str, str]) -> Settings:
 def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:
     """Put the validated TOKENIZERS_PARALLELISM (default true) in the environment, where the `tokenizers`
     Rust library reads it at each batch call: the training stage's batch decode/encode then runs on every
-    core (train/parse.py). Set it to 0 to keep a step on one thread. Returns the value applied."""
+    core (tokenize/parse.py). Set it to 0 to keep a step on one thread. Returns the value applied."""
     s = s or settings()
     os.environ[TOKENIZERS_PARALLELISM_ENV] = "true" if s.tokenizers_parallelism else "false"
     return s.tokenizers_parallelism

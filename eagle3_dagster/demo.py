@@ -207,7 +207,7 @@ def _check_word(ok: bool, asset_rows: int | None, sh, check: str) -> str:
 
 def shard_table(outcome, data_dir: DataPath) -> list[str]:
     """The summary's table: per shard its rows at each stage and its checks, the unmaterialized assets named."""
-    from .defs.common import SHARD_ASSETS
+    from .orchestration.asset_names import SHARD_ASSETS
 
     lines: list[str] = []
     header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"

@@ -166,7 +166,7 @@ def test_troubleshooting_names_every_reason_code() -> None:
         "generate/client.py",
         "generate/sse.py",
         "generate/engine.py",
-        "train/parse.py",
+        "tokenize/parse.py",
         "ingest/normalize.py",
     ):
         codes |= _literal_reasons(pkg / module)

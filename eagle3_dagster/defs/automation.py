@@ -34,9 +34,8 @@ import dagster as dg
 
 from ..config import settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
+from ..orchestration.asset_names import REPORT_ASSET, SHARD_ASSETS, AssetName, stage_assets
 from ..orchestration.partitions import shard_partitions
-from .common import SHARD_ASSETS, AssetName, stage_assets
-from .report import REPORT_ASSET
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -195,10 +194,11 @@ def night_requests(
     return verdict, shards
 
 
-def report_request(night: str) -> dg.RunRequest:
-    """The night's one `report` run (its run key: a later tick asks again and Dagster launches nothing)."""
+def report_request(night: str, ended: str) -> dg.RunRequest:
+    """The `report` run of a night that `ended` ("failed", "published"): one each, by its run key, so a later
+    tick asks again and Dagster launches nothing, and a night rescued by a re-run is reported again."""
     tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night}
-    return dg.RunRequest(run_key=f"report:{night}", job_name=report_job.name, tags=tags)
+    return dg.RunRequest(run_key=f"report:{night}:{ended}", job_name=report_job.name, tags=tags)
 
 
 @dg.sensor(
@@ -225,7 +225,7 @@ def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.
         if publish[0].status in IN_PROGRESS:
             yield dg.SkipReason(f"night {night}: publish run started")
         else:
-            yield report_request(night)
+            yield report_request(night, "published")
         return
     step = night_requests(night, shard_statuses(context.instance, night), list(shard_partitions.get_partition_keys()))
     if isinstance(step, list):
@@ -237,7 +237,7 @@ def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.
         if context.cursor != night:  # said once a night at ERROR; the report run shows it too
             context.log.error(msg)
             context.update_cursor(night)
-        yield report_request(night)
+        yield report_request(night, "failed")
         return
     yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
 

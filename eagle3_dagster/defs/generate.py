@@ -46,6 +46,7 @@ from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
 from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
+from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
 from ..orchestration.metadata import to_metadata
 from ..orchestration.pools import GENERATE_POOL
@@ -61,7 +62,6 @@ from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter
 from ..stopping import StopRequested
 from ..storage import as_data_path, shard_dir, streamed_features
-from .common import AssetName
 
 STAGE = "generate"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids

@@ -13,6 +13,7 @@ from ..ingest.errors import EmptySourceError
 from ..ingest.health import assess
 from ..ingest.pipeline import EvalSet
 from ..ingest.preview import prompts_preview_markdown
+from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.metadata import to_metadata
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
@@ -20,7 +21,6 @@ from ..plan.actual import plan_headlines
 from ..plan.build import read_plan
 from ..quality.report.html import default_report_path
 from ..storage import display_uri, read_parquet
-from .common import ASSET_GROUP, STAGE_TAG, AssetName
 from .report import report_metadata
 
 STAGE = "ingest"

@@ -9,6 +9,7 @@ import dagster as dg
 
 from ..config import settings
 from ..ingest import load_source_specs
+from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..publish.card import CARD_FILE, card_config
@@ -19,7 +20,6 @@ from ..quality import read_gate_result
 from ..stopping import StopRequested
 from ..storage import DataDirLocked
 from ..train.summary import headline
-from .common import ASSET_GROUP, STAGE_TAG, AssetName
 
 STAGE = "publish"
 

@@ -10,18 +10,13 @@ from pathlib import Path
 
 import dagster as dg
 
+from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, STAGE_TAG
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..quality.gx_context import refresh_docs_index
 from ..quality.report.html import write_report
-from .common import ASSET_GROUP, STAGE_TAG
 
 STAGE = "report"
-REPORT_ASSET = "quality_report"
-# the start of the lines the report step logs: the run driver (orchestration/run.py) reads them back,
-# so the summary names a failed write instead of pointing at the report an earlier run left
-REPORT_NOT_WRITTEN = "quality report not written"
-REPORT_WRITTEN = "quality report: "
 
 
 def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:

@@ -9,6 +9,7 @@ import polars as pl
 
 from ..config import settings
 from ..ingest import load_source_specs
+from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
@@ -17,7 +18,6 @@ from ..quality.report.previews import histograms_markdown
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, arrow_batch, detached, parquet_file, write_frame_atomic
 from ..tokenize import tokenize_prompts
-from .common import AssetName
 
 STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)

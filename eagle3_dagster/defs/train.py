@@ -16,6 +16,7 @@ from ..generate.multiturn import current_turns, turn_generations, turn_prompt_ro
 from ..generate.probes import without_probes
 from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
+from ..orchestration.asset_names import AssetName
 from ..orchestration.metadata import to_metadata
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
@@ -27,7 +28,6 @@ from ..train.multiturn import rows_by_turn, with_turns
 from ..train.samples import ACCEPTANCE_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
-from .common import AssetName
 from .generate import tokenized_source
 
 STAGE = "train"

@@ -6,7 +6,7 @@ the tokenize stage's renderer (tokenize/render.py `PromptRenderer.render`: nativ
 Jinja fallback, the same rules) and ending with the generation prompt. Turn 1's ids are the
 tokenized prompt of the conversation (gated by the prompts gate like any prompt).
 
-The regenerated assistant message is built from the output ids exactly as train/parse.py parses a
+The regenerated assistant message is built from the output ids exactly as tokenize/parse.py parses a
 generation: `reasoning_content`, `content`, `tool_calls` (arguments: the JSON text the model
 emitted). The template decides what of it the next prompt shows (Kimi-K2.5: `<think></think>content`
 for history turns, the reasoning kept after the last non-tool-call assistant message; Qwen3 its own
@@ -56,8 +56,8 @@ from .. import schemas
 from ..ingest.canonical import canonical_json
 from ..profiles import ModelProfile
 from ..storage import DataPath, as_data_path, read_parquet
+from ..tokenize.parse import parse_generation
 from ..tokenize.render import RenderRequest
-from ..train.parse import parse_generation
 from .config import sample_key
 
 log = logging.getLogger(__name__)

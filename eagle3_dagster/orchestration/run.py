@@ -19,8 +19,7 @@ import dagster as dg
 import psutil
 
 from ..config import PartitionKeyError
-from ..defs.common import SHARD_ASSETS, AssetName, stage_assets
-from ..defs.report import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN
+from .asset_names import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
 from .partitions import shard_partitions
 

@@ -15,9 +15,9 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..defs.common import ASSET_GROUP, STAGE_TAG
 from ..profiles import ModelProfile
 from ..storage import parse_shard_key, shard_dir
+from .asset_names import ASSET_GROUP, STAGE_TAG
 from .gate_step import gated_result
 from .gates import HeadlineCheck, gate_check_specs
 from .partitions import shard_partitions

@@ -1,7 +1,7 @@
 """An exact, faster encode/decode for byte-level BPE tokenizers: a `tiktoken` encoding built from the
 loaded Hugging Face tokenizer itself.
 
-Why: the training stage re-encodes every assistant turn (the round trip, train/parse.py). Through the
+Why: the training stage re-encodes every assistant turn (the round trip, tokenize/parse.py). Through the
 `tokenizers` library most of that time is its pre-tokenizer regex (Oniguruma); `tiktoken` runs the
 same regex (fancy-regex) and the same byte-level BPE several times faster, and decodes ids to bytes
 without building token strings.

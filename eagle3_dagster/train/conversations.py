@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from ..profiles import ModelProfile
-from .parse import IdBatch, parse_generations_batch, round_trip_mismatches
+from ..tokenize.parse import IdBatch, parse_generations_batch, round_trip_mismatches
 
 PARSE_BATCH = 256  # samples parsed, decoded and re-encoded per batch
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from eagle3_dagster.defs.common import stage_assets
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
 from eagle3_dagster.ingest.decontaminate import DEFAULT_OVERLAP_THRESHOLD, normalize_text, words
 from eagle3_dagster.ingest.pipeline import DECONTAMINATION_FILE, EvalSet
+from eagle3_dagster.orchestration.asset_names import stage_assets
 
 VERBATIM = 20  # question index: the training prompt is the question as is
 SHOUTED = 21  # upper case, doubled spaces, extra punctuation: equal after normalisation

@@ -26,7 +26,7 @@ from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
 from eagle3_dagster.tokenize.kimi_tools import compute_tools_ts_str
 from eagle3_dagster.tokenize.loading import load_tokenizer
-from eagle3_dagster.train.parse import parse_generation
+from eagle3_dagster.tokenize.parse import parse_generation
 
 pytestmark = pytest.mark.integration
 

@@ -34,8 +34,8 @@ from sim_ctl import Sim
 
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.defs.common import stage_assets
 from eagle3_dagster.generate import sample_key
+from eagle3_dagster.orchestration.asset_names import stage_assets
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet, resources_from_settings
 from eagle3_dagster.orchestration.run import QUIET
 from eagle3_dagster.quality.gate import read_gate_result

@@ -119,11 +119,17 @@ def test_one_sensor_publishes_a_night_only_when_every_shard_run_succeeded():
         waiting = tick()
         assert not waiting.run_requests and f"waiting for shard(s) {shards[-1]}" in waiting.skip_message
         instance.report_run_failed(instance.get_run_by_id(last))
-        failed = tick()
-        assert not failed.run_requests and "failed; nothing published, LATEST unchanged" in failed.skip_message
+        failed = tick().run_requests  # the night ended without publishing: its report says why
+        assert [(r.job_name, r.tags[NIGHT_TAG]) for r in failed] == [("report", night)]
         _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: shards[-1]})
         publish = tick().run_requests  # the failed shard was re-run and succeeded: every shard has passed
         assert [(r.job_name, r.tags[NIGHT_TAG]) for r in publish] == [("publish", night)]
+        run = _add_run(instance, "publish", dg.DagsterRunStatus.STARTED, **{NIGHT_TAG: night})
+        assert not tick().run_requests  # no report while the publish runs
+        instance.report_run_failed(instance.get_run_by_id(run))
+        reported = tick().run_requests  # the publish run ended (here: failed), the report is rendered again
+        assert [(r.job_name, r.run_key) for r in reported] == [("report", f"report:{night}:published")]
+        assert reported[0].run_key != failed[0].run_key  # a new request, not one Dagster would skip
 
 
 def test_an_open_night_holds_the_next_one_until_it_publishes_or_loses_a_shard():

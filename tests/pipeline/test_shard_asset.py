@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from eagle3_dagster.defs.common import STAGE_TAG
+from eagle3_dagster.orchestration.asset_names import STAGE_TAG
 from eagle3_dagster.orchestration.partitions import shard_partitions
 from eagle3_dagster.orchestration.shard_asset import (
     GatedShard,

@@ -3,7 +3,7 @@ own format, agent loops that end, and answers that depend on the whole prompt.
 
 Prompts are rendered the way the pipeline renders them (tokenize.PromptRenderer: the model's chat
 template, Kimi tools as tools_ts_str); outputs are parsed the way the pipeline parses them
-(train/parse.py), so these tests also prove the parse of the simulator's tool calls into
+(tokenize/parse.py), so these tests also prove the parse of the simulator's tool calls into
 OpenAI-shape `tool_calls` for both profiles.
 """
 
@@ -18,7 +18,7 @@ from sim_helpers import gen
 
 from eagle3_dagster.profiles import ModelProfile
 from eagle3_dagster.tokenize import PromptRenderer
-from eagle3_dagster.train.parse import parse_generation, round_trips
+from eagle3_dagster.tokenize.parse import parse_generation, round_trips
 
 pytestmark = pytest.mark.integration  # the simulators are reached through getfixturevalue
 

@@ -11,7 +11,7 @@ import pytest
 from dataset_texts import dataset_strings
 
 from eagle3_dagster.tokenize.fast_bpe import FastBPE, byte_to_unicode, fast_bpe_for, grouped_pattern
-from eagle3_dagster.train.parse import batch_decode, batch_encode
+from eagle3_dagster.tokenize.parse import batch_decode, batch_encode
 
 LOGGER = "eagle3_dagster.tokenize.fast_bpe"
 

@@ -660,7 +660,7 @@ def _multi_turn_conversation(rng: random.Random, kimi: bool) -> tuple[list[dict[
             for _ in range(k):
                 name = _pick(rng, ["get_weather", "search"])
                 args = _pick(rng, [{"city": "Paris"}, {"q": "é <&>", "n": [1, 2.5, None]}, {}])
-                if rng.random() < 0.5:  # the model's own bytes, as train/parse.py keeps them
+                if rng.random() < 0.5:  # the model's own bytes, as tokenize/parse.py keeps them
                     args = json.dumps(args, ensure_ascii=rng.random() < 0.5)
                 call_id = f"functions.{name}:{n_calls}" if kimi else f"call_{n_calls}"
                 calls.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": args}})

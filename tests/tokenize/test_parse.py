@@ -8,8 +8,8 @@ import polars as pl
 import pytest
 from dataset_texts import dataset_strings
 
+from eagle3_dagster.tokenize.parse import parse_generation, round_trip_mismatch, round_trips
 from eagle3_dagster.train.conversations import parse_generations
-from eagle3_dagster.train.parse import parse_generation, round_trip_mismatch, round_trips
 
 TOOL_TURN = (
     "The user wants Paris weather.</think>Let me check."
@@ -201,7 +201,7 @@ def test_batched_parse_and_round_trip_equal_the_per_sample_path(
 ):
     from transformers import AutoTokenizer
 
-    from eagle3_dagster.train.parse import parse_generations_batch, round_trip_mismatches
+    from eagle3_dagster.tokenize.parse import parse_generations_batch, round_trip_mismatches
 
     profile, tok = (
         (kimi_profile, kimi_tokenizer)
@@ -229,7 +229,7 @@ def test_batched_parse_and_round_trip_equal_the_per_sample_path(
 def test_the_batch_path_reads_sliced_chunked_and_missing_outputs_like_lists(kimi_profile, kimi_tokenizer):
     """IdBatch reads a polars/Arrow list column zero-copy: a slice of it, a column of several chunks and a
     missing output (read as empty: no_end_of_turn) give what the same lists give the per-sample path."""
-    from eagle3_dagster.train.parse import IdBatch, parse_generations_batch, round_trip_mismatches
+    from eagle3_dagster.tokenize.parse import IdBatch, parse_generations_batch, round_trip_mismatches
 
     enc = kimi_tokenizer.encode
     turns = ["a</think>b<|im_end|>", "r1</think>answer two<|im_end|>", "no end", "x</think>y", "q</think>z<|im_end|>"]

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..profiles import ModelProfile
-from ..tokenize.fast_bpe import fast_bpe_for
+from .fast_bpe import fast_bpe_for
 
 
 @dataclass
