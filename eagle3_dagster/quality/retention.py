@@ -139,8 +139,3 @@ def prune_all(gx_root: Path, keep: int) -> PruneStats:
 
 def _dirs(base: Path) -> list[Path]:
     return [p for p in base.iterdir() if p.is_dir()] if base.is_dir() else []
-
-
-def count_validations(gx_root: Path, suite: str) -> tuple[int, int]:
-    """(stored results, Data Docs pages) of a suite: for tests and reports."""
-    return (len(_run_dirs(gx_root / VALIDATIONS_BASE / suite)), len(_run_dirs(gx_root / DOCS_VALIDATIONS_BASE / suite)))
