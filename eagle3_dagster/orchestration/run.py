@@ -67,6 +67,14 @@ def _owner_alive(tags: Mapping[str, str]) -> bool:
         return False
 
 
+def free_pool_slots(instance: dg.DagsterInstance, run_id: str) -> None:
+    """Give back the pool slots a dead run still holds. Dagster 1.13 frees them only from the daemon's run
+    monitoring (`free_slots_after_run_end_seconds`), through this same storage call; the demo and the
+    tests run without a daemon, and without it two killed runs leave the `sglang` pool stalled
+    (tests/reliability/test_fault_matrix.py). No public instance method does this in 1.13."""
+    instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     """Fail the unfinished runs of this host whose owning process is gone, and free their pool slots.
 
@@ -88,7 +96,7 @@ def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
             f"the process that ran this run (pid {run.tags.get(PID_TAG)} on {host}) is gone; "
             "marked failed and its concurrency slots freed before a new run",
         )
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        free_pool_slots(instance, run.run_id)
         reaped.append(run.run_id)
     return reaped
 
