@@ -27,7 +27,7 @@ def test_demo_runs_are_the_named_jobs_of_the_code_location(tmp_path: Path):
     label = f"__repository__@{location.location_name}"  # how the UI's job pages filter their runs
     with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
         runs = list(reversed(instance.get_runs()))  # newest first -> in the order they ran
-        assert [run.job_name for run in runs] == ["ingest", "shard_pipeline", "publish"]
+        assert [run.job_name for run in runs] == ["ingest", "shard_pipeline", "publish", "report"]
         assert all(run.tags.get(REPOSITORY_LABEL_TAG) == label for run in runs)
         assert runs[1].tags.get("dagster/partition") == "0000"
         shown = instance.get_runs(filters=dg.RunsFilter(job_name="shard_pipeline", tags={REPOSITORY_LABEL_TAG: label}))
