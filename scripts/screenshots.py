@@ -46,7 +46,15 @@ from rel_helpers import (  # noqa: E402
 from eagle3_dagster.sim.process import free_port  # noqa: E402
 
 # the demo's assets, in graph order (source__demo is the demo source YAML's asset)
-DEMO_ASSETS = ("source__demo", "prompts", "tokenized_prompts", "generations", "training_samples", "training_dataset")
+DEMO_ASSETS = (
+    "source__demo",
+    "prompts",
+    "tokenized_prompts",
+    "generations",
+    "training_samples",
+    "training_dataset",
+    "quality_report",
+)
 IMAGES = ROOT / "docs" / "images"
 MAX_PNG_BYTES = 200_000  # tests/test_docs_reference.py
 LINEAGE_VIEWPORT = {"width": 1400, "height": 2000}  # room for the vertical graph at NODE_WIDTH

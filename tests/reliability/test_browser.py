@@ -134,8 +134,16 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     assert "think_end_count" in page.inner_text("body")
     page.screenshot(path=str(tmp_path / "8-data-docs-generations-suite.png"), full_page=False)
 
-    # 6. the offline quality report (written after every gate result, beside gx/ in the work dir, which
-    # is the data dir here) renders without the network: every shard row, shard 0000 passed all gates
+    # 6. the offline quality report: its own asset (the gated steps never draw it), materialized from the
+    # `report` job's page, written beside gx/ in the work dir (the data dir here); it renders without the
+    # network: every shard row, shard 0000 passed all gates
+    page.goto(f"{base}{LOCATION}/jobs/report", wait_until="networkidle")
+    page.get_by_role("button", name="Materialize").first.click()
+    # nothing published yet: the UI warns that training_dataset (upstream) was never materialized; the
+    # report draws what is stored, so go on
+    page.get_by_role("button", name="Confirm").click()
+    report_run = _launch_and_open_run(page)
+    _wait_run_success(page, report_run, tmp_path / "9a-report-run.png")
     report = eagle3_ui.data / "reports" / "index.html"
     page.goto(report.as_uri(), wait_until="load")
     for shard in ("0000", "0001", "0002", "0003"):
