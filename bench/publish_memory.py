@@ -4,7 +4,7 @@
 
 For each size N: `eagle3 demo --samples N --output-tokens T` (one shard of N distinct prompts from
 ../shared/datasets, repeated with a variant number when N exceeds the distinct prompts there: see
-eagle3_dagster/bigshard.py; a real simulator process with ~T-token outputs; a real Dagster instance)
+eagle3_dagster/devtools/sample_shard.py; a real simulator process with ~T-token outputs; a real Dagster instance)
 runs the whole pipeline; `demo` is the peak RSS of its largest process (ru_maxrss of the children of a
 wrapper process that only runs the demo: the demo process itself and every step process it waits for).
 Then each step runs again in a FRESH process on that data, its output removed first so it does all its
@@ -87,9 +87,9 @@ print(json.dumps({"success": r.success, "maxrss_kb": hwm, "wall_s": time.perf_co
 _REPORT_CHILD = (
     r"""
 import json, time
-from eagle3_dagster.quality.report.cli import report_main
+from eagle3_dagster.app.cli import main
 t0 = time.perf_counter()
-rc = report_main([])
+rc = main(["report"])
 hwm = """
     + _HWM
     + r"""
@@ -100,7 +100,7 @@ print(json.dumps({"success": rc == 0, "maxrss_kb": hwm, "wall_s": time.perf_coun
 _DEMO_WRAPPER = r"""
 import json, resource, subprocess, sys, time
 t0 = time.perf_counter()
-r = subprocess.run([sys.executable, "-m", "eagle3_dagster.cli", "demo", *sys.argv[1:]], capture_output=True, text=True)
+r = subprocess.run([sys.executable, "-m", "eagle3_dagster.app.cli", "demo", *sys.argv[1:]], capture_output=True, text=True)
 if r.returncode:
     print(r.stdout[-3000:], r.stderr[-3000:], file=sys.stderr)
 print(json.dumps({"demo_exit": r.returncode, "maxrss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU lane (docs/real-sglang.md): the demo sources through the whole graph against a real SGLang
-# server with a small Qwen3-family reasoning model, then one JSON line (python -m eagle3_dagster.smoke).
+# server with a small Qwen3-family reasoning model, then one JSON line (python -m eagle3_dagster.app.smoke).
 #
 #   EAGLE3_GPU_MODEL_PATH=/models/Qwen3-0.6B bash scripts/gpu-smoke.sh      (or: make gpu-smoke)
 #
@@ -21,7 +21,7 @@ STEPS=(
   "install sglang==\$SGLANG_VERSION into its own venv (\$GPU_VENV) and check torch.cuda.is_available() there"
   "start python -m sglang.launch_server --model-path \$EAGLE3_GPU_MODEL_PATH (with a draft model: --speculative-algorithm EAGLE3 --speculative-draft-model-path \$EAGLE3_GPU_DRAFT_MODEL_PATH) on 127.0.0.1 and wait for /health_generate"
   "run eagle3 demo (the demo sources through the whole graph) with EAGLE3_SGLANG_URL set to it and EAGLE3_MODEL=qwen3"
-  "print one JSON line: python -m eagle3_dagster.smoke on the demo's data dir (with a draft model: --expect-drafter, every generation carries its spec_* figures)"
+  "print one JSON line: python -m eagle3_dagster.app.smoke on the demo's data dir (with a draft model: --expect-drafter, every generation carries its spec_* figures)"
   "stop the server"
 )
 
@@ -96,13 +96,13 @@ demo_rc=0
 check_budget "the demo"
 env DAGSTER_HOME="$WORK/home" EAGLE3_DATA_DIR="$WORK/data" EAGLE3_SGLANG_URL="$url" EAGLE3_MODEL=qwen3 \
   EAGLE3_TOKENIZER="$EAGLE3_GPU_MODEL_PATH" HF_HUB_OFFLINE=1 \
-  timeout "$(left)" "$PROJECT_PY" -m eagle3_dagster.cli demo >"$WORK/demo.log" 2>&1 || demo_rc=$?
+  timeout "$(left)" "$PROJECT_PY" -m eagle3_dagster.app.cli demo >"$WORK/demo.log" 2>&1 || demo_rc=$?
 say "eagle3 demo exited $demo_rc after ${SECONDS}s (log: $WORK/demo.log)"
 
 step 5
 smoke_rc=0
 EAGLE3_MODEL=qwen3 EAGLE3_TOKENIZER="$EAGLE3_GPU_MODEL_PATH" HF_HUB_OFFLINE=1 \
-  "$PROJECT_PY" -m eagle3_dagster.smoke "$WORK/data" ${smoke_args[@]+"${smoke_args[@]}"} || smoke_rc=$?
+  "$PROJECT_PY" -m eagle3_dagster.app.smoke "$WORK/data" ${smoke_args[@]+"${smoke_args[@]}"} || smoke_rc=$?
 [ "$smoke_rc" -eq 0 ] || say "the draft model's spec_* figures did not arrive on every generation (see failed_gates)"
 
 step 6

@@ -89,7 +89,7 @@ def run_demo(root: Path) -> DemoRun:
     log = root / "demo.log"
     with open(log, "wb") as logf:
         rc = subprocess.run(
-            [sys.executable, "-m", "eagle3_dagster.cli", "demo"],
+            [sys.executable, "-m", "eagle3_dagster.app.cli", "demo"],
             cwd=ROOT,
             env=run.env(),
             stdout=logf,

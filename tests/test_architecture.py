@@ -2,7 +2,7 @@
 
 From the top down (CONTRIBUTING.md draws them):
 
-    App      the `eagle3` command, the demo, developer tools       cli.py, demo.py, docs_gen.py, ...
+    App      the `eagle3` command, the demo, developer tools       app/ (cli, demo, ui, ...), devtools/
     Wiring   Dagster: assets, checks, resources, automation          defs/, orchestration/, definitions.py
     Report   reads stored results and draws                          quality/report*, charts, svg
     Stages   one package per stage, plain functions                  ingest/ tokenize/ generate/ train/ plan/ publish/
@@ -27,7 +27,7 @@ PACKAGE = PROJECT_ROOT / "eagle3_dagster"
 
 APP, WIRING, REPORT, STAGES, GATES, BASE, SIM = "App", "Wiring", "Report", "Stages", "Gates", "Base", "Sim"
 RANK = {APP: 5, WIRING: 4, REPORT: 3, STAGES: 2, GATES: 2, BASE: 1}
-APP_FILES = {"cli.py", "demo.py", "demo_stop.py", "docs_gen.py", "smoke.py", "bigshard.py", "checkup.py", "__main__.py"}
+APP_FILES = {"cli.py", "__main__.py"}  # cli.py: the installed console script's old entry point, app/cli.py's main
 REPORT_FILES = {"reports.py", "charts.py", "svg.py", "turns_report.py"} | {
     p.name for p in (PACKAGE / "quality").glob("report_*.py")
 }
@@ -52,7 +52,7 @@ def layer(rel: str) -> str:
         return STAGES
     if top in ("storage",):
         return BASE
-    if top in ("app", "tools"):
+    if top in ("app", "devtools"):
         return APP
     raise AssertionError(f"{rel}: no layer for this folder; add it to tests/test_architecture.py and CONTRIBUTING.md")
 

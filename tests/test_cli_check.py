@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 def _check(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "check", *args],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "check", *args],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_dagster import docs_gen
 from eagle3_dagster.config import PROJECT_ROOT, setting_fields
+from eagle3_dagster.devtools import docs_gen
 from eagle3_dagster.generate.answer_checks import REFUSALS as ANSWER_REFUSALS
 from eagle3_dagster.generate.inputs import PROMPT_TOO_LONG_FOR_SERVER
 from eagle3_dagster.ingest import spec as spec_module
@@ -31,7 +31,9 @@ README = PROJECT_ROOT / "README.md"
 
 def test_the_committed_reference_pages_are_what_the_code_says() -> None:
     stale = docs_gen.stale_pages()
-    assert not stale, f"stale generated pages {stale}: run `.venv/bin/python -m eagle3_dagster.docs_gen` and commit"
+    assert not stale, (
+        f"stale generated pages {stale}: run `.venv/bin/python -m eagle3_dagster.devtools.docs_gen` and commit"
+    )
 
 
 def test_check_mode_fails_on_an_edited_page_and_writing_repairs_it(tmp_path, capsys) -> None:

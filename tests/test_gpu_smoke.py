@@ -1,5 +1,5 @@
 """The GPU lane (scripts/gpu-smoke.sh, docs/real-sglang.md) on a machine without a GPU, and its JSON summary
-(eagle3_dagster.smoke) on real demo runs against the simulator with the Qwen3 profile."""
+(eagle3_dagster.app.smoke) on real demo runs against the simulator with the Qwen3 profile."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from eagle3_dagster.app.smoke import SmokeSummary, smoke_summary
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate.active import read_active_generations
 from eagle3_dagster.sim.process import free_port
-from eagle3_dagster.smoke import SmokeSummary, smoke_summary
 
 SCRIPT = PROJECT_ROOT / "scripts" / "gpu-smoke.sh"
 DOCS = PROJECT_ROOT / "docs" / "real-sglang.md"
@@ -82,7 +82,7 @@ def _demo(tmp_path: Path, *sim_args: str, shards: str) -> Path:
     )
     args = [f"--sim-arg={s}" for s in sim_args]
     subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "demo", "--shards", shards, *args],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "demo", "--shards", shards, *args],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, derived_fields
-from eagle3_dagster.docs_gen import variables_read_by_settings
+from eagle3_dagster.devtools.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.config import deployment_fields, generation_config
 from eagle3_dagster.generate.store import lock_path_for
@@ -24,7 +24,7 @@ CONFIG_PAGE = PROJECT_ROOT / "docs" / "reference" / "configuration.md"
 
 def documented_variables() -> dict[str, str]:
     """Variable -> its row in the configuration reference (docs/reference/configuration.md, generated from
-    Settings by eagle3_dagster/docs_gen.py; tests/test_docs_reference.py checks the file is current)."""
+    Settings by eagle3_dagster/devtools/docs_gen.py; tests/test_docs_reference.py checks the file is current)."""
     rows = [ln for ln in CONFIG_PAGE.read_text().splitlines() if ln.startswith(("| `", "| [`"))]
     out: dict[str, str] = {}
     for row in rows:

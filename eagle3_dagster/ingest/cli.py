@@ -18,42 +18,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .errors import IngestFileError, SourceSpecError
-from .normalize import FORMAT_ALIASES, PROMPT_RULES
 from .pipeline import ingest_source
 from .spec import SourceSpec
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="eagle3 ingest", description="Ingest one prompt file (JSONL, JSON, Parquet; gzip ok)."
-    )
-    p.add_argument("file", help="the data file (or a quoted glob); a path or a URI, e.g. s3://bucket/x/*.jsonl.gz")
-    p.add_argument(
-        "--out", required=True, help="output folder for accepted/rejects Parquet (a path or a URI, e.g. s3://bucket/x)"
-    )
-    p.add_argument("--format", default="auto", choices=sorted(FORMAT_ALIASES), help="record layout (default: auto)")
-    p.add_argument("--name", help="source name written on every row (default: the file name's stem)")
-    p.add_argument("--prompt-rule", default="last_user_or_tool", choices=PROMPT_RULES)
-    p.add_argument("--n-shards", type=int, default=None, help="1 to 4096; default: EAGLE3_N_SHARDS (4)")
-    p.add_argument("--max-bytes", type=int, default=200_000, help="rows larger than this are rejected (too_large)")
-    p.add_argument("--limit", type=int, default=None, help="stop after this many accepted prompts")
-    p.add_argument(
-        "--allow-empty", action="store_true", help="exit 0 even when no prompt was accepted (default: exit 1)"
-    )
-    p.add_argument(
-        "--function-docs",
-        metavar="DIR",
-        help="BFCL multi-turn files: their multi_turn_func_doc/ folder (docs/bfcl.md)",
-    )
-    p.add_argument(
-        "--field",
-        action="append",
-        default=[],
-        metavar="CANONICAL=SOURCE",
-        help="field_map entry, e.g. --field messages=dialog (repeatable)",
-    )
-    return p
-
 
 _WILDCARD = re.compile(r"[*?\[]")
 
@@ -70,8 +36,8 @@ def default_source_name(path: str) -> str:
     return "cli"
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`eagle3 ingest` with its parsed arguments (app/cli.py declares them); the exit code."""
     field_map: dict[str, str] = {}
     for item in args.field:
         canonical, sep, source = item.partition("=")
@@ -135,7 +101,3 @@ def main(argv: list[str]) -> int:
         )
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

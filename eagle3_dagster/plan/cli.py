@@ -13,55 +13,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..generate.config import GenerationConfig
     from .build import Fleet
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="eagle3 plan", description="Plan a run: prompts, tokens, cache, ETA, disk.")
-    p.add_argument(
-        "--tokens-per-s-per-server",
-        metavar="X",
-        type=float,
-        default=None,
-        help="declared output tokens/s of one server; default: measured by a short probe of EAGLE3_SGLANG_URL",
-    )
-    p.add_argument(
-        "--servers",
-        metavar="N",
-        type=int,
-        default=None,
-        help="servers in the fleet (default: one per endpoint, a router's listed workers)",
-    )
-    p.add_argument(
-        "--gpus-per-server", metavar="G", type=int, default=8, help="GPUs one server uses, for GPU-hours (default 8)"
-    )
-    p.add_argument(
-        "--probe-requests",
-        metavar="K",
-        type=int,
-        default=8,
-        help="concurrent probe requests per server (a router: per worker; default 8)",
-    )
-    p.add_argument(
-        "--probe-max-new-tokens", metavar="T", type=int, default=128, help="tokens a probe request asks for (128)"
-    )
-    p.add_argument(
-        "--max-new-tokens", metavar="M", type=int, default=None, help="as the run's (default: the profile's)"
-    )
-    p.add_argument(
-        "--model-revision", metavar="REV", default=None, help="the revision cache keys use (default: as the run)"
-    )
-    p.add_argument(
-        "--regen-seed", metavar="S", type=int, default=None, help="as the sglang resource's regen_seed (default none)"
-    )
-    p.add_argument("--json", metavar="PATH", type=Path, default=None, help="also write the plan JSON here")
-    return p
 
 
 def _positive(args: argparse.Namespace) -> list[str]:
@@ -108,8 +65,8 @@ def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> F
     return fleet
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`eagle3 plan` with its parsed arguments (app/cli.py declares them); the exit code."""
     problems = _positive(args)
     if problems:
         for line in problems:

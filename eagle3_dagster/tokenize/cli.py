@@ -18,7 +18,6 @@ import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TextIO
 
 from ..config import settings
@@ -29,25 +28,6 @@ from .render import PromptRenderer, RenderRequest
 
 INVALID_REQUEST = "invalid_request"
 _BATCH_LINES = 1024
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="eagle3 render", description="Render chat requests to exact prompt token ids."
-    )
-    parser.add_argument("--model", required=True, help="profile name (in <assets>/models) or path to a profile YAML")
-    parser.add_argument(
-        "--tokenizer", help="tokenizer folder or Hugging Face id; overrides the profile (and EAGLE3_TOKENIZER)"
-    )
-    parser.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        help="answer budget for the length check (default: the profile's sampling.max_new_tokens)",
-    )
-    parser.add_argument("input", type=Path, help="input JSONL file")
-    parser.add_argument("output", type=Path, help="output JSONL file (written atomically)")
-    return parser
 
 
 def request_from_record(record: Any) -> tuple[RenderRequest | None, str | None]:
@@ -122,9 +102,9 @@ def _iter_batches(stream: TextIO):
         yield batch
 
 
-def main(argv: list[str], *, make_renderer: Callable[[ModelProfile], PromptRenderer] = PromptRenderer) -> int:
-    """`eagle3 render ...` (argv excludes "render"). make_renderer lets a caller reuse a loaded tokenizer."""
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace, *, make_renderer: Callable[[ModelProfile], PromptRenderer] = PromptRenderer) -> int:
+    """`eagle3 render` with its parsed arguments (app/cli.py declares them); the exit code. make_renderer lets a
+    caller reuse a loaded tokenizer."""
     if not args.input.is_file():
         print(f"eagle3 render: input file not found: {args.input}", file=sys.stderr)
         return 2
@@ -167,7 +147,3 @@ def main(argv: list[str], *, make_renderer: Callable[[ModelProfile], PromptRende
         f"errors {errors}{' (' + by_reason + ')' if by_reason else ''} -> {args.output}"
     )
     return 1 if errors else 0
-
-
-if __name__ == "__main__":  # python -m eagle3_dagster.tokenize.cli render-args...
-    raise SystemExit(main(sys.argv[1:]))

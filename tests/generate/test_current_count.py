@@ -9,7 +9,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from eagle3_dagster.demo import current_generations
+from eagle3_dagster.app.demo import current_generations
 from eagle3_dagster.generate import read_generations
 from eagle3_dagster.generate import store as store_mod
 from eagle3_dagster.generate.store import ShardStore, count_current_samples

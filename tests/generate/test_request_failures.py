@@ -10,7 +10,7 @@ import pytest
 from gen_helpers import make_config, make_prompts
 
 from eagle3_dagster import schemas
-from eagle3_dagster.demo import request_failures, warnings_line
+from eagle3_dagster.app.demo import request_failures, warnings_line
 from eagle3_dagster.generate import generate_shard, read_generations
 from eagle3_dagster.generate.endpoint_info import context_length_of
 from eagle3_dagster.generate.report import result_line

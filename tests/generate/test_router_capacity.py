@@ -60,7 +60,7 @@ def _eagle3(tmp_path: Path, url: str, *args: str) -> subprocess.CompletedProcess
         HF_HUB_OFFLINE="1",
     )
     return subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", *args],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", *args],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,

@@ -20,6 +20,7 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
+from eagle3_dagster.app.cli import main as eagle3
 from eagle3_dagster.generate.multiturn import conversations_from_prompts
 from eagle3_dagster.ingest import (
     IngestFileError,
@@ -30,7 +31,6 @@ from eagle3_dagster.ingest import (
     load_source_spec,
 )
 from eagle3_dagster.ingest.bfcl import ADDITIONAL_FUNCTION_PROMPT, MULTI_TURN_FUNC_DOC_FILE_MAPPING
-from eagle3_dagster.ingest.cli import main as ingest_cli
 from eagle3_dagster.ingest.fingerprint import source_files_fingerprint
 from eagle3_dagster.ingest.normalize import normalize_tools
 from eagle3_dagster.profiles import ModelProfile
@@ -267,11 +267,11 @@ def test_an_edited_function_doc_is_a_source_change_for_the_sensor(tmp_path: Path
 
 def test_the_cli_takes_the_function_docs_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = [str(BASE), "--out", str(tmp_path / "out"), "--format", "bfcl", "--n-shards", "1"]
-    assert ingest_cli([*args, "--function-docs", str(DOCS)]) == 0
+    assert eagle3(["ingest", *args, "--function-docs", str(DOCS)]) == 0
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert (counts["read"], counts["accepted"], counts["rejected"]) == (200, 200, 0)
-    assert ingest_cli(args) == 1  # without the docs nothing is accepted, and the reason is named
+    assert eagle3(["ingest", *args]) == 1  # without the docs nothing is accepted, and the reason is named
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert counts["rejects_by_reason"] == {"missing_field": 200}
-    assert ingest_cli([*args, "--function-docs", str(tmp_path / "nowhere")]) == 2
+    assert eagle3(["ingest", *args, "--function-docs", str(tmp_path / "nowhere")]) == 2
     assert f"field 'function_docs': folder not found: {tmp_path / 'nowhere'}" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from eagle3_dagster.ingest.cli import main
+from eagle3_dagster.app.cli import main
 
 BAD_DIR = Path(__file__).resolve().parent.parent / "data" / "bad"
 
@@ -19,7 +19,9 @@ def test_cli_ingests_a_real_dataset_and_prints_counts_last(
     datasets_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = datasets_dir / "glaive_toolcall_sharegpt_en" / "glaive_toolcall_en_demo.json"
-    rc = main([str(data), "--format", "sharegpt", "--name", "glaive", "--out", str(tmp_path), "--n-shards", "3"])
+    rc = main(
+        ["ingest", str(data), "--format", "sharegpt", "--name", "glaive", "--out", str(tmp_path), "--n-shards", "3"]
+    )
     assert rc == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     counts = json.loads(last)
@@ -31,7 +33,7 @@ def test_cli_ingests_a_real_dataset_and_prints_counts_last(
 
 
 def test_cli_reports_rejects_by_reason(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(BAD_DIR / "orphan_tool_result.jsonl"), "--out", str(tmp_path)]) == 0
+    assert main(["ingest", str(BAD_DIR / "orphan_tool_result.jsonl"), "--out", str(tmp_path)]) == 0
     counts = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert counts["rejects_by_reason"] == {"orphan_tool_result": 1} and counts["accepted"] == 2
     # without --name the source is named after the file
@@ -39,7 +41,7 @@ def test_cli_reports_rejects_by_reason(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_cli_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert main(["ingest", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "nope.jsonl" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
@@ -48,7 +50,7 @@ def test_cli_missing_file_is_a_clear_error(tmp_path: Path, capsys: pytest.Captur
 def test_eagle3_ingest_console_entry_point(datasets_dir: Path, tmp_path: Path) -> None:
     data = datasets_dir / "bfcl_live_simple" / "BFCL_v4_live_simple.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "ingest", str(data), "--out", str(tmp_path)],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "ingest", str(data), "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -65,7 +67,7 @@ def test_cli_exits_non_zero_naming_the_counts_when_nothing_is_accepted(tmp_path:
     garbage.write_bytes(b'hello world\n\x00\xff\xfe binary\n{"messages": 3}\n')
     out = tmp_path / "out"
     proc = subprocess.run(
-        ["/bin/sh", "-c", f'"{sys.executable}" -m eagle3_dagster.cli ingest "{garbage}" --out "{out}"'],
+        ["/bin/sh", "-c", f'"{sys.executable}" -m eagle3_dagster.app.cli ingest "{garbage}" --out "{out}"'],
         capture_output=True,
         text=True,
         timeout=120,
@@ -83,9 +85,9 @@ def test_cli_exits_non_zero_naming_the_counts_when_nothing_is_accepted(tmp_path:
 def test_cli_allow_empty_exits_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_text("not json at all\n")
-    assert main([str(garbage), "--out", str(tmp_path / "o")]) == 1
+    assert main(["ingest", str(garbage), "--out", str(tmp_path / "o")]) == 1
     assert "no prompt accepted" in capsys.readouterr().err
-    assert main([str(garbage), "--out", str(tmp_path / "o"), "--allow-empty"]) == 0
+    assert main(["ingest", str(garbage), "--out", str(tmp_path / "o"), "--allow-empty"]) == 0
 
 
 def test_a_quoted_glob_without_name_is_named_after_its_folder(
@@ -96,9 +98,9 @@ def test_a_quoted_glob_without_name_is_named_after_its_folder(
     for i, text in enumerate(("Hi", "Yo")):
         (chats / f"part-{i}.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n")
     (chats / "logs-1.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "Hey"}]}) + "\n")
-    assert main([str(chats / "*.jsonl"), "--out", str(tmp_path / "a")]) == 0, capsys.readouterr().err
+    assert main(["ingest", str(chats / "*.jsonl"), "--out", str(tmp_path / "a")]) == 0, capsys.readouterr().err
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["accepted"] == 3
     assert set(pq.read_table(tmp_path / "a" / "accepted.parquet").column("source").to_pylist()) == {"my-chats"}
     # a wildcard inside the file name: the part before it
-    assert main([str(chats / "part-*.jsonl"), "--out", str(tmp_path / "b")]) == 0
+    assert main(["ingest", str(chats / "part-*.jsonl"), "--out", str(tmp_path / "b")]) == 0
     assert set(pq.read_table(tmp_path / "b" / "accepted.parquet").column("source").to_pylist()) == {"part"}

@@ -237,13 +237,14 @@ def test_remote_glob_is_sorted_and_file_uri_reads_locally(mem_root: str, tmp_pat
 
 
 def test_cli_takes_a_source_uri(mem_root: str, datasets_dir: Path, tmp_path: Path, capsys) -> None:
-    from eagle3_dagster.ingest.cli import main
+    from eagle3_dagster.app.cli import main
 
     data = (datasets_dir / "gsm8k_test" / "test.jsonl").read_bytes()
     uri = _put(mem_root, "cli/gsm8k.jsonl.gz", gzip.compress(data))
     assert (
         main(
             [
+                "ingest",
                 f"memory://{mem_root}/cli/*.jsonl.gz",
                 "--format",
                 "question",
@@ -262,9 +263,14 @@ def test_cli_takes_a_source_uri(mem_root: str, datasets_dir: Path, tmp_path: Pat
     rows = _rows(tmp_path / "accepted.parquet")
     assert {(r["source"], r["source_file"]) for r in rows} == {("gsm8k", uri)}
     # without --name the name comes from the file name of the URI (no query)
-    assert main([f"memory://{mem_root}/cli/gsm8k.jsonl.gz", "--format", "question", "--out", str(tmp_path / "n")]) == 0
+    assert (
+        main(
+            ["ingest", f"memory://{mem_root}/cli/gsm8k.jsonl.gz", "--format", "question", "--out", str(tmp_path / "n")]
+        )
+        == 0
+    )
     assert {r["source"] for r in _rows(tmp_path / "n" / "accepted.parquet")} == {"gsm8k"}
-    assert main([f"memory://{mem_root}/cli/*.parquet", "--name", "p", "--out", str(tmp_path / "x")]) == 2
+    assert main(["ingest", f"memory://{mem_root}/cli/*.parquet", "--name", "p", "--out", str(tmp_path / "x")]) == 2
     assert "no file matches" in capsys.readouterr().err
 
 

@@ -83,7 +83,7 @@ def definitions_snapshot(defs: dg.Definitions) -> dict[str, Any]:
         name: {"type": type(r).__name__, "fields": sorted(type(r).model_fields)}
         for name, r in sorted((defs.resources or {}).items())
     }
-    from eagle3_dagster.demo import INSTANCE_YAML
+    from eagle3_dagster.app.instance import INSTANCE_YAML
 
     return {
         "assets": assets,

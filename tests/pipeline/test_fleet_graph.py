@@ -12,8 +12,8 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 from sim_ctl import Sim
 
+from eagle3_dagster.app.demo import current_generations, summarize
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.demo import current_generations, summarize
 from eagle3_dagster.generate import read_generation_errors, read_generations
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import free_port

@@ -7,7 +7,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from eagle3_dagster.demo import INSTANCE_YAML, ensure_dagster_home, instance_yaml
+from eagle3_dagster.app.instance import INSTANCE_YAML, ensure_dagster_home, instance_yaml
 from eagle3_dagster.orchestration.pools import generate_pool_limit, size_pools
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from eagle3_dagster.demo import INSTANCE_YAML, dagster_dev_command, ensure_dagster_home
+from eagle3_dagster.app.instance import INSTANCE_YAML, ensure_dagster_home
+from eagle3_dagster.app.ui import dagster_dev_command
 
 
 def test_instance_has_telemetry_and_the_community_popup_off(tmp_path: Path) -> None:

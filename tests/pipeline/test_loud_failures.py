@@ -54,7 +54,7 @@ def _env(tmp_path: Path, assets: Path | None = None, **extra: str) -> dict[str, 
 
 def _eagle3(args: list[str], env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", *args],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", *args],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,
@@ -150,10 +150,10 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
     assert pl.read_parquet(data / "prompts" / "prompts.parquet").height == 2
     assert pl.read_parquet(data / "prompts" / "prompt_rejects.parquet").height == 6
 
-    from eagle3_dagster.quality.report.cli import report_main
+    from eagle3_dagster.app.cli import main as eagle3
 
     report = tmp_path / "report.html"
-    assert report_main(["--data-dir", str(data), "--out", str(report)]) == 0
+    assert eagle3(["report", "--data-dir", str(data), "--out", str(report)]) == 0
     html = report.read_text()
     section = html.split("<h2>Prompt sources</h2>")[1].split("<h2>")[0]
     rows = {r.split("</code>")[0]: r for r in section.split("<tr><td><code>")[1:]}
@@ -229,11 +229,11 @@ def test_n_shards_has_an_upper_bound_named_in_the_error(tmp_path):
     (problem,) = e.value.problems
     assert problem.startswith("EAGLE3_N_SHARDS must be at most 4096 (") and problem.endswith(", got '100000'")
     # the ingest CLI's own --n-shards has the same bound, before any work
-    from eagle3_dagster.ingest.cli import main as ingest_main
+    from eagle3_dagster.app.cli import main as eagle3
 
     data = tmp_path / "p.jsonl"
     data.write_text('{"question": "q"}\n')
-    assert ingest_main([str(data), "--out", str(tmp_path / "o"), "--n-shards", "5000"]) == 2
+    assert eagle3(["ingest", str(data), "--out", str(tmp_path / "o"), "--n-shards", "5000"]) == 2
     assert not (tmp_path / "o").exists()
 
 
@@ -303,7 +303,7 @@ _FIRST_USE = """
 import sys, time
 from pathlib import Path
 import dagster as dg
-from eagle3_dagster.demo import ensure_dagster_home
+from eagle3_dagster.app.instance import ensure_dagster_home
 
 @dg.asset
 def first_use(): return 1
@@ -348,9 +348,9 @@ def test_failed_publish_step_makes_the_demo_outcome_failed(tmp_path, kimi_profil
     """A training_dataset run that fails (here: `gates` is a file, not a folder, so the publish attempt cannot be
     recorded) is FAILED, named, with a next step. (With nothing to publish the publish gate refuses anyway:
     tests/pipeline/test_publish_gates.py; this is about an unexpected error in the step.)"""
+    from eagle3_dagster.app.demo import problem_lines
     from eagle3_dagster.config import settings
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.demo import problem_lines
 
     data = tmp_path / "data"
     data.mkdir()

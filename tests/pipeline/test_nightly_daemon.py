@@ -25,8 +25,8 @@ import psutil
 import pytest
 from sim_ctl import Sim
 
+from eagle3_dagster.app.instance import INSTANCE_YAML
 from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.demo import INSTANCE_YAML
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ import httpx
 import pytest
 from graph_helpers import shard_with_most_prompts
 
+from eagle3_dagster.app.demo import summarize
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.demo import summarize
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.quality import gx_docs, read_gate_result

@@ -10,8 +10,8 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster import stopping
+from eagle3_dagster.app.stop import stopped_line
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.demo_stop import stopped_line
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.publish import snapshot
 from eagle3_dagster.publish.snapshot import read_latest, unpublished_versions

@@ -22,7 +22,7 @@ WITHOUT_AIOHTTP = """
 import sys
 sys.modules["aiohttp"] = None
 
-import eagle3_dagster.cli
+import eagle3_dagster.app.cli
 import eagle3_dagster.definitions as d
 
 repo = d.defs.get_repository_def()

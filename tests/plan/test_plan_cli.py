@@ -34,7 +34,7 @@ def _env(tmp_path: Path, url: str) -> dict[str, str]:
 
 def _plan(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "plan", *args],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "plan", *args],
         env=env,
         cwd=PROJECT_ROOT,
         capture_output=True,

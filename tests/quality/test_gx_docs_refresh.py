@@ -98,7 +98,7 @@ def test_end_of_run_refresh_failure_is_a_warning_not_a_failed_asset(monkeypatch,
 
 
 def test_eagle3_report_brings_the_data_docs_index_up_to_date(kimi, kimi_profile, gx_dirs, capsys):
-    from eagle3_dagster.quality.report.cli import report_main
+    from eagle3_dagster.app.cli import main as eagle3
 
     feats = prompt_features(tokenized_rows(kimi, {"p0": "What is 2+2?"}), kimi_profile)
     results = [run_gate("prompts", feats, profile=kimi_profile, **gx_dirs) for _ in range(3)]
@@ -106,5 +106,5 @@ def test_eagle3_report_brings_the_data_docs_index_up_to_date(kimi, kimi_profile,
     site = index.parent
     assert len(_linked_pages(index)) == 1  # the later gates did not rebuild it (inside the interval)
     work = gx_dirs["context_dir"].parent
-    assert report_main(["--data-dir", str(work), "--work-dir", str(work)]) == 0
+    assert eagle3(["report", "--data-dir", str(work), "--work-dir", str(work)]) == 0
     assert _linked_pages(index) == _pages_on_disk(site) and len(_pages_on_disk(site)) == 3

@@ -35,7 +35,7 @@ def _report(data: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
         [
             sys.executable,
             "-m",
-            "eagle3_dagster.cli",
+            "eagle3_dagster.app.cli",
             "report",
             "--data-dir",
             str(data),

@@ -275,7 +275,16 @@ def test_cli_report(stored, tmp_path):
     env = {**os.environ, "EAGLE3_WORK_DIR": str(stored["work"])}
     out = tmp_path / "cli" / "report.html"
     r = subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", str(stored["data"]), "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "eagle3_dagster.app.cli",
+            "report",
+            "--data-dir",
+            str(stored["data"]),
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -286,7 +295,7 @@ def test_cli_report(stored, tmp_path):
     assert r.stdout.strip() == str(out)
     assert_offline(out.read_text(), out)
     r = subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "report", "--data-dir", "s3://u:p@bucket/x"],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "report", "--data-dir", "s3://u:p@bucket/x"],
         capture_output=True,
         text=True,
         env=env,
@@ -378,7 +387,7 @@ def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
     env = {**os.environ, "EAGLE3_DATA_DIR": str(data)}
     env.pop("EAGLE3_WORK_DIR", None)
     r = subprocess.run(
-        [sys.executable, "-m", "eagle3_dagster.cli", "report"],
+        [sys.executable, "-m", "eagle3_dagster.app.cli", "report"],
         capture_output=True,
         text=True,
         env=env,
@@ -418,7 +427,7 @@ def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
 
 
 def test_demo_summary_prints_report_path(stored, monkeypatch):
-    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.app.demo import summarize
     from eagle3_dagster.orchestration.run import GraphOutcome
     from eagle3_dagster.storage import data_root
 
@@ -435,7 +444,7 @@ def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, mon
     import pyarrow.parquet as pq
 
     from eagle3_dagster import schemas
-    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.app.demo import summarize
     from eagle3_dagster.orchestration.run import GraphOutcome, ShardOutcome
     from eagle3_dagster.storage import data_root
 
@@ -471,7 +480,7 @@ def test_demo_summary_shard_table_fits_100_columns(stored, monkeypatch):
     import pyarrow.parquet as pq
 
     from eagle3_dagster import schemas
-    from eagle3_dagster.demo import summarize
+    from eagle3_dagster.app.demo import summarize
     from eagle3_dagster.orchestration.run import GraphOutcome, ShardOutcome
     from eagle3_dagster.storage import data_root
 

@@ -9,8 +9,8 @@ import pytest
 from quality_helpers import EXPECTATIONS_DIR, generation_rows, tokenized_rows
 
 from eagle3_dagster import schemas
+from eagle3_dagster.app.cli import main as eagle3
 from eagle3_dagster.quality import generation_features, run_gate, write_gate_result
-from eagle3_dagster.quality.report.cli import main as inspect_main
 from eagle3_dagster.quality.report.previews import histograms_markdown, sample_preview_markdown
 from eagle3_dagster.storage import shard_dir, write_frame_atomic
 
@@ -90,17 +90,17 @@ def test_inspect_prints_preview_and_stored_gate(shard, kimi_profile, kimi_tokeni
     )
     write_gate_result(data, "generations", 2, res)
     monkeypatch.setenv("EAGLE3_TOKENIZER", kimi_profile.tokenizer)
-    assert inspect_main(["--shard", "2", "--data-dir", str(data), "--model", "kimi-k2.5", "-n", "2"]) == 0
+    assert eagle3(["inspect", "--shard", "2", "--data-dir", str(data), "--model", "kimi-k2.5", "-n", "2"]) == 0
     out = capsys.readouterr().out
     assert out.count("#### ") == 2 and "Two plus two is four." in out
     assert "gate `generations`: FAILED" in out
     assert "`s-broken`: 163607 present (think-end exactly once)" in out
     assert "gate `prompts`: no stored result" in out
-    assert inspect_main(["--shard", "2", "--data-dir", str(data), "-n", "0", "--histograms"]) == 0
+    assert eagle3(["inspect", "--shard", "2", "--data-dir", str(data), "-n", "0", "--histograms"]) == 0
     out = capsys.readouterr().out
     assert "**reasoning_len** — n=2 nulls=1" in out and "**prompt_len**" in out
 
 
 def test_inspect_reports_a_missing_shard(tmp_path, capsys):
-    assert inspect_main(["--shard", "7", "--data-dir", str(tmp_path)]) == 1
+    assert eagle3(["inspect", "--shard", "7", "--data-dir", str(tmp_path)]) == 1
     assert "no generations" in capsys.readouterr().err

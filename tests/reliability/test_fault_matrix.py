@@ -50,7 +50,7 @@ from fault_helpers import (
 )
 from rel_helpers import PYTHON, ROOT, child_env
 
-from eagle3_dagster.demo import INSTANCE_YAML
+from eagle3_dagster.app.instance import INSTANCE_YAML
 from eagle3_dagster.orchestration.run import ShardOutcome
 
 pytestmark = pytest.mark.integration

@@ -216,10 +216,10 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
     assert set(os.listdir(PROJECT_ROOT)) - root_before == set()
 
     # ---- `eagle3 inspect` reads the shard straight from S3 (EAGLE3_DATA_DIR is still the URI)
-    from eagle3_dagster.quality.report.cli import main as inspect_main
+    from eagle3_dagster.app.cli import main as eagle3
 
     capsys.readouterr()
-    assert inspect_main(["--shard", str(int(shard)), "-n", "1"]) == 0
+    assert eagle3(["inspect", "--shard", str(int(shard)), "-n", "1"]) == 0
     printed = capsys.readouterr().out
     assert "163607" in printed and "Stored gate result" in printed and SECRET not in printed
     print(

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
+from eagle3_dagster.app.cli import build_parser, main
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.tokenize import PromptRenderer
-from eagle3_dagster.tokenize.cli import main
+from eagle3_dagster.tokenize.cli import run as render
 
 _GOLDEN = PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5" / "golden"
 CASES = (
@@ -48,10 +47,8 @@ def test_render_kimi_goldens_and_bad_lines(tmp_path: Path, shared_dir: Path, kim
         seen_profiles.append(profile)
         return PromptRenderer(profile, kimi_tok)
 
-    code = main(
-        ["--model", "kimi-k2.5", "--tokenizer", str(shared_dir / "tokenizers" / "kimi-k2.5"), str(src), str(out)],
-        make_renderer=reuse_session_tokenizer,
-    )
+    argv = ["--model", "kimi-k2.5", "--tokenizer", str(shared_dir / "tokenizers" / "kimi-k2.5"), str(src), str(out)]
+    code = render(build_parser().parse_args(["render", *argv]), make_renderer=reuse_session_tokenizer)
     assert [p.name for p in seen_profiles] == ["kimi-k2.5"]
     assert seen_profiles[0].tokenizer == str(shared_dir / "tokenizers" / "kimi-k2.5")
     assert code == 1  # some lines carry errors
@@ -79,11 +76,11 @@ def test_render_profile_from_assets_dir_and_yaml_path(tmp_path: Path, shared_dir
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(tmp_path / "assets"))
     monkeypatch.setenv("EAGLE3_TOKENIZER", str(shared_dir / "tokenizers" / "qwen3"))
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
-    assert main(["--model", "myqwen", str(src), str(tmp_path / "a.jsonl")]) == 0
+    assert main(["render", "--model", "myqwen", str(src), str(tmp_path / "a.jsonl")]) == 0
     [row] = _read_jsonl(tmp_path / "a.jsonl")
     assert row["text"].endswith("<|im_start|>assistant\n") and row["prompt_len"] == len(row["input_ids"])
     # a YAML path works the same
-    assert main(["--model", str(models / "myqwen.yaml"), str(src), str(tmp_path / "b.jsonl")]) == 0
+    assert main(["render", "--model", str(models / "myqwen.yaml"), str(src), str(tmp_path / "b.jsonl")]) == 0
     assert _read_jsonl(tmp_path / "b.jsonl") == [row]
 
 
@@ -91,6 +88,7 @@ def test_render_flags_prompts_the_pipeline_would_quarantine(tmp_path: Path, shar
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"messages": [{"role": "user", "content": "hi"}]})])
     code = main(
         [
+            "render",
             "--model",
             "qwen3",
             "--tokenizer",
@@ -107,11 +105,10 @@ def test_render_flags_prompts_the_pipeline_would_quarantine(tmp_path: Path, shar
 
 
 def test_render_unknown_profile_or_missing_input(tmp_path: Path, capsys) -> None:
-    assert main(["--model", "kimi-k2.5", str(tmp_path / "missing.jsonl"), str(tmp_path / "o.jsonl")]) == 2
+    assert main(["render", "--model", "kimi-k2.5", str(tmp_path / "missing.jsonl"), str(tmp_path / "o.jsonl")]) == 2
     assert "missing.jsonl" in capsys.readouterr().err
     src = _write_jsonl(tmp_path / "in.jsonl", ["{}"])
-    assert main(["--model", "no-such-model", str(src), str(tmp_path / "o.jsonl")]) == 2
+    assert main(["render", "--model", "no-such-model", str(src), str(tmp_path / "o.jsonl")]) == 2
     assert "no-such-model" in capsys.readouterr().err
     assert not (tmp_path / "o.jsonl").exists()
-    with pytest.raises(SystemExit):
-        main(["in.jsonl"])  # --model is required
+    assert main(["render", "in.jsonl"]) == 2  # --model is required: argparse's usage line

@@ -1,7 +1,7 @@
 """`eagle3 inspect`: preview a shard's generations and show its stored gate results.
 
     eagle3 inspect --shard N [--data-dir DIR] [--model PROFILE] [-n K] [--sample-id ID ...]
-    eagle3 report [--data-dir URI] [--work-dir DIR] [--out FILE]   (report_main: the offline HTML report,
+    eagle3 report [--data-dir URI] [--work-dir DIR] [--out FILE]   (run_report: the offline HTML report,
                                                                     after the GX Data Docs index refresh)
 
 Reads data/generations/shard=NNNN/part-*.parquet and data/tokenized_prompts/shard=NNNN/part-*.parquet,
@@ -22,8 +22,6 @@ from ..gate import read_gate_result
 from ..suites import GATES
 from .previews import histograms_markdown, sample_preview_markdown
 
-_DATA_DIR_HELP = "data directory, a path or a URI such as s3://bucket/prefix (default: EAGLE3_DATA_DIR or ./data)"
-
 
 def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | None:
     """The --data-dir argument opened (or the configured one); None after printing why it is refused."""
@@ -34,21 +32,8 @@ def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | None:
         return None
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="eagle3 inspect", description="Preview a shard's generations and its gate results."
-    )
-    p.add_argument("--shard", type=int, required=True, help="shard number (e.g. 3 for shard=0003)")
-    p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
-    p.add_argument("--model", default=None, help="model profile name or YAML path (default: EAGLE3_MODEL)")
-    p.add_argument("-n", type=int, default=3, help="how many samples to preview (default 3)")
-    p.add_argument("--sample-id", action="append", default=None, help="preview these sample ids (repeatable)")
-    p.add_argument("--histograms", action="store_true", help="also print feature histograms (computes features)")
-    return p
-
-
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def run_inspect(args: argparse.Namespace) -> int:
+    """`eagle3 inspect` with its parsed arguments (app/cli.py declares them); the exit code."""
     s = settings()
     data_dir = _data_dir("eagle3 inspect", args.data_dir, s)
     if data_dir is None:
@@ -117,29 +102,11 @@ def main(argv: list[str]) -> int:
 # `eagle3 report`
 
 
-def _report_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="eagle3 report",
-        description="Rebuild the offline HTML data-quality report (shards x gates, failed expectations, quarantine "
-        "by reason, snapshots) from the stored gate results. No scripts or external resources: opens on an "
-        "air-gapped machine.",
-    )
-    p.add_argument("--data-dir", default=None, help=_DATA_DIR_HELP)
-    p.add_argument(
-        "--work-dir",
-        default=None,
-        help="local work dir holding gx/ (default: EAGLE3_WORK_DIR, else the data dir when local)",
-    )
-    p.add_argument("--out", default=None, help="output HTML file (default: <work dir>/reports/index.html)")
-    p.add_argument("--model", default=None, help="model profile shown in the header (default: from the gate results)")
-    return p
-
-
-def report_main(argv: list[str]) -> int:
+def run_report(args: argparse.Namespace) -> int:
+    """`eagle3 report` with its parsed arguments (app/cli.py declares them); the exit code."""
     from ...config import work_dir_for
     from .html import write_report
 
-    args = _report_parser().parse_args(argv)
     s = settings()  # validates every setting (EAGLE3_SNAPSHOT_MAX_AGE too: the report compares LATEST's age to it)
     data_dir = _data_dir("eagle3 report", args.data_dir, s)
     if data_dir is None:

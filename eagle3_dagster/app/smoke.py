@@ -1,6 +1,6 @@
 """The GPU lane's one-line result (scripts/gpu-smoke.sh, docs/real-sglang.md), read from a demo run's output.
 
-    python -m eagle3_dagster.smoke DATA_DIR    # prints one JSON line
+    python -m eagle3_dagster.app.smoke DATA_DIR    # prints one JSON line
 
 Everything comes from what the pipeline wrote into the data dir: the latest snapshot's manifest.json
 (its rows and version, the publish gate), `demo_summary.json` (each shard's failed checks and step
@@ -19,7 +19,7 @@ the gates left out of the snapshot still shows what the server did:
   steps) and rate, and the drafters that served them. With `--expect-drafter` (the lane started the server
   with a draft model) every generation must carry them, else the line fails and names how many do not.
 
-    python -m eagle3_dagster.smoke DATA_DIR [--expect-drafter]
+    python -m eagle3_dagster.app.smoke DATA_DIR [--expect-drafter]
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 
 import polars as pl
 
-from .generate.active import ACTIVE_FILE, read_active_generations
-from .publish.snapshot import read_latest, read_manifest
-from .storage import DataPath, PathLike, as_data_path, read_parquet
+from ..generate.active import ACTIVE_FILE, read_active_generations
+from ..publish.snapshot import read_latest, read_manifest
+from ..storage import DataPath, PathLike, as_data_path, read_parquet
 
 
 @dataclass(frozen=True)
@@ -178,10 +178,10 @@ def main(argv: list[str]) -> int:
     expect_drafter = "--expect-drafter" in argv
     argv = [a for a in argv if a != "--expect-drafter"]
     if len(argv) != 1:
-        print("usage: python -m eagle3_dagster.smoke DATA_DIR [--expect-drafter]", file=sys.stderr)
+        print("usage: python -m eagle3_dagster.app.smoke DATA_DIR [--expect-drafter]", file=sys.stderr)
         return 2
-    from .config import settings
-    from .profiles import resolve_profile
+    from ..config import settings
+    from ..profiles import resolve_profile
 
     s = settings()  # EAGLE3_MODEL / EAGLE3_ASSETS_DIR: the profile the demo ran with
     profile = resolve_profile(s.model, s.assets_dir / "models")

@@ -31,7 +31,7 @@ class StopOnSignal:
         self._tty_err = 2
 
     def __call__(self, signo: int, frame: Any) -> None:
-        from . import stopping
+        from .. import stopping
 
         if self.requested:
             raise KeyboardInterrupt
@@ -46,7 +46,7 @@ class StopOnSignal:
         )
         if self.instance is not None:
             try:
-                from .orchestration.run import cancel_own_runs
+                from ..orchestration.run import cancel_own_runs
 
                 cancel_own_runs(self.instance)
             except Exception as e:

@@ -1,126 +1,25 @@
-"""`eagle3 demo` and `eagle3 ui`: the whole graph on a local instance, with a simulator if needed.
+"""`eagle3 demo`: the whole graph on a local instance, with a simulator if needed, and its summary.
 
 The simulator is started only when EAGLE3_SGLANG_URL is unset; pointing that variable at a real
 SGLang server (or router) runs the very same code against it. Nothing here writes the process
 environment: the instance is opened from its folder, the simulator's URL reaches the runs as the
-`sglang` resource (`eagle3 demo`) or in the environment of the `dagster dev` child (`eagle3 ui`).
+`sglang` resource.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
-import os
-import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-from .config import PROJECT_ROOT, Settings, child_process_env, interactive_endpoint_wait_s, settings
-from .demo_stop import StopOnSignal, stopped_line
-from .orchestration.checks_column import checks_column
-from .orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
-from .storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
+from ..config import interactive_endpoint_wait_s, settings
+from ..orchestration.checks_column import checks_column
+from ..storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
+from .instance import ensure_dagster_home, sglang_endpoint
+from .stop import StopOnSignal, stopped_line
 
-INSTANCE_HEADER = "# Written by eagle3-dagster: a local instance (SQLite under this folder)."
-
-
-def instance_yaml(pool_limit: int = 1 + DEFAULT_OVERLAP, max_concurrent_runs: int | None = None) -> str:
-    """The project's dagster.yaml: `pool_limit` shard steps generate at once (pool "sglang"), and the run
-    queue admits `max_concurrent_runs` runs (default pool_limit x RUNS_PER_POOL_SLOT: per generating
-    shard one training behind and one tokenizing ahead). `eagle3 check` sizes both from the fleet
-    (orchestration/pools.py)."""
-    runs = pool_limit * RUNS_PER_POOL_SLOT if max_concurrent_runs is None else max_concurrent_runs
-    return f"""\
-{INSTANCE_HEADER}
-telemetry:
-  enabled: false
-nux:
-  enabled: false     # no "Join the Dagster community" pop-up over the UI
-concurrency:
-  pools:
-    default_limit: {pool_limit}   # shard steps talking to the SGLang fleet at once (pool "sglang"; docs/fleet.md)
-  runs:
-    max_concurrent_runs: {runs}   # runs the daemon's queue starts at once (backfills, nights)
-python_logs:
-  python_log_level: INFO   # a run's console log (what `eagle3 ui` prints) without every DEBUG engine event
-"""
-
-
-INSTANCE_YAML = instance_yaml()  # before `eagle3 check` has probed a fleet
-
-
-INSTANCE_LOCK = ".eagle3-instance.lock"
 DEMO_LOCK = ".eagle3-demo.lock"  # in the data dir (storage/locks.py): one `eagle3 demo` at a time on it
-
-
-def ensure_dagster_home(home: Path | None = None, instance_config: str | None = None) -> Path:
-    """DAGSTER_HOME (default ./.dagster_home) with its dagster.yaml and its storage created, once.
-
-    Under an exclusive file lock in the folder: two first uses at the same time (two `eagle3 demo`
-    on a fresh folder) would otherwise both create the SQLite tables and one would crash with
-    `table run_tags already exists`. The second waits, then finds everything in place.
-
-    `instance_config` (instance_yaml(...) sized by `eagle3 check`) replaces a dagster.yaml this
-    project wrote; a user's own dagster.yaml is never touched.
-    """
-    home = Path(home or settings().dagster_home).resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / INSTANCE_LOCK, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        cfg = home / "dagster.yaml"
-        ours = cfg.exists() and cfg.read_text().startswith(INSTANCE_HEADER)
-        wanted = instance_config or INSTANCE_YAML
-        if (
-            not cfg.exists()
-            or _our_outdated_instance_yaml(cfg)
-            or (ours and instance_config and cfg.read_text() != wanted)
-        ):
-            tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")
-            tmp.write_text(wanted)
-            tmp.replace(cfg)
-        _create_instance_storage(home)
-    return home
-
-
-def _our_outdated_instance_yaml(cfg: Path) -> bool:
-    """An instance this project wrote before the UI's pop-up was switched off or its runs' console log
-    was set to INFO (never a user's own file)."""
-    text = cfg.read_text()
-    return text.startswith(INSTANCE_HEADER) and ("\nnux:" not in text or "\npython_logs:" not in text)
-
-
-def _create_instance_storage(home: Path) -> None:
-    """Open the instance once and touch each storage, so their tables exist before any run."""
-    import dagster as dg
-
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.get_runs(limit=1)  # run storage
-        instance.fetch_materializations(dg.AssetKey("eagle3_instance_probe"), limit=1)  # event log storage
-        instance.all_instigator_state()  # schedule/sensor storage
-
-
-@contextlib.contextmanager
-def sglang_endpoint(s: Settings, extra_sim_args: list[str] | None = None) -> Iterator[str]:
-    """Yield the SGLang URL(s) to use: EAGLE3_SGLANG_URL if set, else a simulator we start and stop.
-
-    The caller hands the URL over explicitly (the `sglang` resource, a child's environment).
-    """
-    if s.sglang_url_configured:
-        yield ",".join(s.sglang_urls)
-        return
-    from .sim.process import start_simulator
-
-    # A short drain: on a stop the client has already aborted its requests.
-    sim = start_simulator(extra_args=["--drain-timeout", "3", *(extra_sim_args or [])])
-    try:
-        print(f"[demo] simulator (eagle3-sim) at {sim.url}, pid {sim.pid}", flush=True)
-        yield sim.url
-    finally:
-        sim.stop(timeout=5)
 
 
 def _rows(folder: DataPath, pattern: str = "part-*.parquet") -> int:
@@ -149,8 +48,8 @@ def current_generations(folder: DataPath) -> int:
     A shard folder also keeps samples of earlier revisions / sampling settings; error rows are never
     in it. Without active.parquet the step did not complete: nothing is current.
     """
-    from .generate.store import count_current_samples
-    from .storage import read_parquet
+    from ..generate.store import count_current_samples
+    from ..storage import read_parquet
 
     active = folder / "active.parquet"
     if not active.exists():
@@ -164,8 +63,8 @@ def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict
 
     These requests have no row anywhere else: without this they would be a silent hole in the shard.
     """
-    from .generate.report import failures_by_reason
-    from .generate.store import read_generation_errors
+    from ..generate.report import failures_by_reason
+    from ..generate.store import read_generation_errors
 
     out = {}
     for k in shard_ids:
@@ -183,7 +82,7 @@ def warnings_line(
 
     Never `none` while a request of a shard failed permanently or a run logged a warning.
     """
-    from .generate.report import failures_text
+    from ..generate.report import failures_text
 
     parts = [f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items())]
     for key, by_reason in sorted(failures.items()):
@@ -207,7 +106,7 @@ def _check_word(ok: bool, asset_rows: int | None, sh, check: str) -> str:
 
 def shard_table(outcome, data_dir: DataPath) -> list[str]:
     """The summary's table: per shard its rows at each stage and its checks, the unmaterialized assets named."""
-    from .orchestration.asset_names import SHARD_ASSETS
+    from ..orchestration.asset_names import SHARD_ASSETS
 
     lines: list[str] = []
     header = f"{'shard':>6} {'tokenized':>10} {'generated':>10} {'training':>9}  checks"
@@ -259,7 +158,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
     failures = request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])
     lines.append(warnings_line(warned, failures, len(getattr(outcome, "logged_warnings", []))))
     snap = outcome.snapshot_version
-    from .quality.report.html import default_report_path
+    from ..quality.report.html import default_report_path
 
     report = default_report_path(s.work_dir)
     lines += [
@@ -286,7 +185,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
 
 def _not_latest(data_dir: DataPath, snap: str | None) -> str:
     """A snapshot that LATEST does not name is marked: it is not the published one."""
-    from .publish.snapshot import read_latest
+    from ..publish.snapshot import read_latest
 
     latest = read_latest(data_dir / "snapshots") if snap else None
     return f" -- NOT published (LATEST is {latest or 'none'})" if snap and latest != snap else ""
@@ -396,9 +295,10 @@ def endpoint_advice(errors: list[str]) -> str | None:
 
 
 def _big_shard(n: int) -> None:
-    """--samples N: the run's only source is N distinct prompts (bigshard.py), in one shard (EAGLE3_N_SHARDS=1)."""
-    from .bigshard import prepare_big_shard
-    from .config import PROJECT_ROOT, set_in_this_process
+    """--samples N: the run's only source is N distinct prompts (devtools/sample_shard.py), in one shard
+    (EAGLE3_N_SHARDS=1)."""
+    from ..config import PROJECT_ROOT, set_in_this_process
+    from ..devtools.sample_shard import prepare_big_shard
 
     s = settings()
     assets = prepare_big_shard(n, s.work_dir / "big_shard", PROJECT_ROOT.parent / "shared" / "datasets", s.assets_dir)
@@ -406,13 +306,8 @@ def _big_shard(n: int) -> None:
     set_in_this_process({"EAGLE3_ASSETS_DIR": str(assets), "EAGLE3_N_SHARDS": "1"})
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="eagle3 demo", description=__doc__)
-    ap.add_argument("--shards", help="comma-separated shard keys (default: all)")
-    ap.add_argument("--sim-arg", action="append", default=[], help="extra argument for eagle3-sim (repeatable)")
-    ap.add_argument("--samples", type=int, help="one big shard of N distinct prompts from ../shared/datasets")
-    ap.add_argument("--output-tokens", type=int, help="simulator outputs of about T tokens (long reasoning)")
-    args = ap.parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """`eagle3 demo` with its parsed arguments (app/cli.py declares them); the exit code."""
     if args.output_tokens:
         args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
     # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
@@ -420,8 +315,8 @@ def main(argv: list[str]) -> int:
     s = settings()
     if args.samples is None:  # (--samples rewrites the settings first; _main_locked validates those)
         # a bad shard key or source YAML fails before anything, the lock file included, is created
-        from .ingest import load_source_specs
-        from .orchestration.run import check_shard_keys
+        from ..ingest import load_source_specs
+        from ..orchestration.run import check_shard_keys
 
         check_shard_keys(args.shards.split(",") if args.shards else None)
         load_source_specs(s.sources_dir)
@@ -449,10 +344,10 @@ def _main_locked(args: argparse.Namespace) -> int:
         _big_shard(args.samples)
     s = settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
     shards = args.shards.split(",") if args.shards else None
-    from .orchestration.run import check_shard_keys
+    from ..orchestration.run import check_shard_keys
 
     check_shard_keys(shards)  # an unknown key fails here, listing the valid ones, before anything is written
-    from .ingest import load_source_specs
+    from ..ingest import load_source_specs
 
     load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
     home = ensure_dagster_home(s.dagster_home)
@@ -462,13 +357,13 @@ def _main_locked(args: argparse.Namespace) -> int:
         print(f"[demo] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails", flush=True)
     import dagster as dg
 
-    from .definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
-    from .orchestration.resources import SGLangFleet
+    from ..definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
+    from ..orchestration.resources import SGLangFleet
 
     with StopOnSignal() as stopper:
         try:
             with sglang_endpoint(s, args.sim_arg) as url, dg.DagsterInstance.from_config(str(home)) as instance:
-                from .orchestration.run import materialize_graph
+                from ..orchestration.run import materialize_graph
 
                 stopper.instance = instance
                 # the URL (a configured fleet or the simulator just started) reaches every run as the
@@ -511,65 +406,3 @@ def _main_locked(args: argparse.Namespace) -> int:
         )
     )
     return 0 if outcome.success else 1
-
-
-# `dagster dev` warns on every start that `dg dev` supersedes it; `dg dev` needs a dg project layout
-# this repository does not have, so that one warning is filtered (every other warning still shows).
-DAGSTER_DEV_WARNING_FILTER = ["-W", "ignore:Function `dev_command` is superseded"]
-
-
-def dagster_dev_command(port: str, workspace: Path = PROJECT_ROOT / "workspace.yaml") -> list[str]:
-    """`dagster dev` on 127.0.0.1:`port` for `workspace`, as `eagle3 ui` starts it."""
-    return [
-        sys.executable,
-        *DAGSTER_DEV_WARNING_FILTER,
-        "-m",
-        "dagster",
-        "dev",
-        "-w",
-        str(workspace),
-        "-h",
-        "127.0.0.1",
-        "-p",
-        port,
-    ]
-
-
-def ui_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="eagle3 ui",
-        description="Start the Dagster UI (dagster dev: webserver, daemon, code server) on 127.0.0.1 for this "
-        "project's definitions, with an SGLang simulator behind it unless EAGLE3_SGLANG_URL is set. "
-        "Settings and source YAMLs are validated first. Ctrl-C stops everything.",
-    )
-    ap.add_argument("--port", default="3000", help="the UI's port on 127.0.0.1 (default: %(default)s)")
-    args = ap.parse_args(argv)
-    s = settings()  # validated before the UI starts
-    home = ensure_dagster_home(s.dagster_home)
-    import time
-
-    from .ingest import load_source_specs
-    from .sim.process import die_with_parent
-
-    load_source_specs(s.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
-    with StopOnSignal() as stopper, sglang_endpoint(s) as url:
-        # `dagster dev` and the runs it starts get the instance and the URL in their own environment
-        env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})
-        cmd = dagster_dev_command(args.port)
-        print(f"[ui] Dagster UI on http://127.0.0.1:{args.port}  (Ctrl-C to stop)", flush=True)
-        proc = subprocess.Popen(cmd, env=env, cwd=PROJECT_ROOT, preexec_fn=die_with_parent(signal.SIGTERM))
-        deadline = None
-        try:
-            while proc.poll() is None:
-                if stopper.requested and deadline is None:
-                    # A Ctrl-C in a terminal reached `dagster dev` too; a SIGTERM only us: pass it on.
-                    print("[ui] stopping Dagster (webserver, daemon, code server; at most 20 s)", flush=True)
-                    proc.send_signal(signal.SIGTERM)
-                    deadline = time.monotonic() + 20
-                if deadline is not None and time.monotonic() > deadline:
-                    proc.kill()
-                time.sleep(0.2)
-        except KeyboardInterrupt:  # a second signal: do not wait any longer
-            proc.kill()
-        proc.wait()
-        return 0 if stopper.requested else proc.returncode

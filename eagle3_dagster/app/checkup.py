@@ -1,0 +1,140 @@
+"""What `eagle3 check` finds wrong before anything runs: every problem, one line each, none hidden behind another.
+
+Source YAMLs (every bad field of every file), the source files they name (local ones: a missing file fails
+the ingest otherwise), the data and work dirs (writable), and the configured SGLang endpoints (they answer,
+as SGLang, to our key). `run_check` is the command: it prints what the plain functions return and, when
+nothing is wrong, writes the Dagster instance sized from the fleet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..generate.fleet_capacity import endpoint_problems
+from ..ingest.errors import IngestFileError
+from ..ingest.remote import is_remote
+from ..ingest.spec import SourceSpec, read_source_specs
+
+if TYPE_CHECKING:
+    from ..config import Settings
+    from ..generate.fleet_capacity import EndpointCapacity
+    from ..orchestration.pools import PoolSizing
+
+
+def source_problems(sources_dir: Path) -> tuple[list[SourceSpec], list[str]]:
+    """The valid specs, and a line per problem: each bad field of each YAML, each local source file missing."""
+    loaded, problems = read_source_specs(sources_dir)
+    for yaml_file, spec in loaded:
+        if is_remote(spec.path):
+            continue  # listing a bucket needs its credentials and the network: the ingest names a missing one
+        try:
+            spec.files()
+        except IngestFileError as e:
+            problems.append(f"{yaml_file}: field 'path': {str(e).removeprefix(f'source {spec.name!r}: ')}")
+    return [spec for _, spec in loaded], problems
+
+
+def writable_dir_problem(setting: str, folder: Path) -> str | None:
+    """None when the run can write in `folder`, else the line that says why not. Nothing is created: a
+    missing folder is judged by the nearest existing one above it; an existing one by writing a probe file."""
+    fix = f"point {setting} at a folder you can write to"
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{setting} {folder}: {existing} is a file, not a folder; {fix}"
+    if existing != folder:
+        if os.access(existing, os.W_OK | os.X_OK):
+            return None
+        return f"{setting} {folder}: cannot be created in {existing} (not writable); {fix}"
+    probe = folder / f".eagle3-check-{uuid.uuid4().hex}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"eagle3 check\n")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        return f"{setting} {folder}: not writable ({e.strerror or type(e).__name__}); {fix}"
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
+
+
+def dead_endpoint_lines(s: Settings) -> list[str]:
+    """At the start of an interactive run: a line per configured endpoint that does not answer as SGLang
+    (3 s a probe), so a wrong EAGLE3_SGLANG_URL is named before ingest and tokenize have run."""
+    from ..generate.fleet_capacity import probe_fleet
+
+    if not s.sglang_url_configured:
+        return []
+    headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
+    return endpoint_problems(probe_fleet(s.sglang_urls, headers=headers))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """Validate settings, source YAMLs and files, the data dir and the endpoints; create the Dagster instance
+    (make instance runs this). Every problem is one line; any problem: exit 2 and no instance written.
+
+    The instance's `sglang` pool and run queue are sized from the fleet (orchestration/pools.py):
+    each configured endpoint's max_running_requests from /server_info (a router: its workers', one line
+    each router), and the prompts per shard of the last ingest when there is one. `--offline` skips the
+    endpoint probe (the pool is then sized as for an unknown fleet).
+    """
+    from ..config import settings
+    from .instance import ensure_dagster_home, instance_yaml
+
+    s = settings()
+    specs, problems = source_problems(s.sources_dir)
+    dirs = [("EAGLE3_DATA_DIR", s.data_dir.local_path)] if s.data_dir.is_local else []
+    dirs += [("EAGLE3_WORK_DIR", s.work_dir)] if s.work_dir not in [d for _, d in dirs] else []
+    problems += [p for name, d in dirs if (p := writable_dir_problem(name, d))]
+    sizing, routers, fleet = fleet_pool_sizing(s, probe=not args.offline)
+    problems += endpoint_problems(fleet)
+    if problems:
+        for line in problems:
+            print(f"eagle3 check: error: {line}", file=sys.stderr)
+        print(f"eagle3 check: {len(problems)} problem(s); nothing was written", file=sys.stderr)
+        return 2
+    home = ensure_dagster_home(instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs))
+    probed = "endpoints not probed (--offline)" if args.offline and s.sglang_url_configured else ""
+    print(
+        f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
+        f"{len(specs)} source(s) OK; instance ready at {home}" + (f"; {probed}" if probed else "")
+    )
+    for line in routers:
+        print(f"eagle3 check: {line}")
+    own = (home / "dagster.yaml").read_text() == instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs)
+    print(f"eagle3 check: {sizing.describe()}" + ("" if own else "; NOT written: dagster.yaml is your own file"))
+    return 0
+
+
+def fleet_pool_sizing(s: Settings, *, probe: bool = True) -> tuple[PoolSizing, list[str], list[EndpointCapacity]]:
+    """PoolSizing from the configured endpoints (probed unless `probe` is false) and the last ingest's
+    prompts per shard, a line per router endpoint (its workers, their slots, any worker counted as the
+    mean), and what each endpoint answered."""
+    from ..generate.endpoint_info import display_url
+    from ..generate.fleet_capacity import probe_fleet
+    from ..orchestration.pools import size_pools
+    from ..storage import parquet_num_rows
+
+    routers: list[str] = []
+    fleet: list[EndpointCapacity] = []
+    if s.sglang_url_configured and not probe:
+        capacity: dict[str, int | None] = {display_url(u): None for u in s.sglang_urls}  # no credentials
+    elif s.sglang_url_configured:
+        headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
+        fleet = probe_fleet(s.sglang_urls, headers=headers)
+        capacity = {c.endpoint: c.slots for c in fleet}
+        routers = [c.describe() for c in fleet if c.workers is not None]
+    else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
+        capacity = {"the simulator eagle3 demo/ui starts": None}
+    prompts = s.data_dir / "prompts" / "prompts.parquet"
+    per_shard = None
+    if prompts.exists():
+        per_shard = max(1, parquet_num_rows(prompts) // s.n_shards)
+    return size_pools(capacity, shard_requests=per_shard), routers, fleet
