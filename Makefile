@@ -102,10 +102,10 @@ format: $(STAMP)
 lint: ruff typecheck format-check
 
 # The docs site under docs/ (mkdocs.yml) into .site/: first the generated reference pages are compared with
-# what the code says (eagle3_dagster/docs_gen.py; `$(PY) -m eagle3_dagster.docs_gen` rewrites them), then
+# what the code says (eagle3_dagster/devtools/docs_gen.py; `$(PY) -m eagle3_dagster.devtools.docs_gen` rewrites them), then
 # `mkdocs build --strict` fails on any warning (a broken link, a page missing from the nav).
 docs: $(STAMP)
-	$(PY) -m eagle3_dagster.docs_gen --check
+	$(PY) -m eagle3_dagster.devtools.docs_gen --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d .site
 
 # Two lanes (tests/serial_lane.py). The parallel lane runs in TEST_WORKERS pytest-xdist processes: most

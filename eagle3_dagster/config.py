@@ -4,7 +4,7 @@ Every environment variable the pipeline reads is read here, and nowhere else (te
 scans for it; the simulator, a program of its own, reads its own in sim/settings.py). Each setting is
 declared once, as a field of `Settings` (its metadata a `SettingSpec`): its variable, default, parser (with its
 bounds), section and meaning together; `Settings.from_env`, the generated reference page
-(docs/reference/configuration.md, docs_gen.py) and the tests all read those declarations. Domain
+(docs/reference/configuration.md, devtools/docs_gen.py) and the tests all read those declarations. Domain
 functions take their values as parameters; the callers (definitions, CLIs, the demo) pass them from one
 Settings object. The SGLang API key (SGLANG_API_KEY) is handed over as a `Secret` that never prints
 itself. A bad value raises SettingsError whose message has one line per problem, each naming the

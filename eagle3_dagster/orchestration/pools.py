@@ -11,7 +11,7 @@ ahead): with fewer, the fleet waits for the next shard's tokenization (measured:
 
 These are plain functions; `eagle3 check` probes the configured endpoints (generate/fleet_capacity.py:
 a router counts its workers) and writes the result into the instance's `dagster.yaml`
-(`concurrency.pools.default_limit`, demo.py).
+(`concurrency.pools.default_limit`, app/instance.py).
 """
 
 from __future__ import annotations

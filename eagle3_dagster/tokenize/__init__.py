@@ -5,7 +5,7 @@ PromptRenderer(profile, tokenizer=None).render / render_batch / submit_batch    
 native Kimi-K2.5 / Qwen3 template renderers (same text as Jinja)              native.py
 tokenize_prompts(prompts, renderer, *, max_new_tokens) -> (tokenized, rejects)  pipeline.py
 compute_tools_ts_str(tools) -> (sorted tools, tools_ts_str | None, fallback reason)  kimi_tools.py
-`eagle3 render` -> cli.main(argv)                                          cli.py
+`eagle3 render` -> cli.run(args) (app/cli.py parses)                      cli.py
 """
 
 from .kimi_tools import ToolSchemaError, compute_tools_ts_str, deep_sort, tools_to_typescript
