@@ -5,7 +5,8 @@ location. Taking it from the settings (config.py, which reads the environment) k
 deployment decision: the same code runs steps in one process on a laptop and one Kubernetes pod per
 step in a cluster.
 
-    EAGLE3_EXECUTOR=multiprocess   (default) each step in its own process on this machine;
+    EAGLE3_EXECUTOR=multiprocess   (default) each step in its own process on this machine, forked
+                                   from a per-run forkserver that preloads STEP_PRELOAD_MODULES;
                                    `execution: {config: {in_process: {}}}` in run config still
                                    selects in-process, as with Dagster's stock default
     EAGLE3_EXECUTOR=in_process     every step in the run's process
@@ -39,10 +40,33 @@ def executor_from_env(env: Mapping[str, str] | None = None) -> dg.ExecutorDefini
     return executor_for(name)
 
 
+# The slow imports of every step process. The multiprocess executor forks its step processes from one
+# forkserver per run that has imported these once, instead of spawning fresh interpreters that each import
+# Dagster, Great Expectations and transformers again (about ten seconds of CPU per step). Polars, and so the
+# project's own modules, stay out: Polars must not be loaded in a process that forks (its thread pool does
+# not survive a fork), so each step imports it fresh (tests/reliability/test_executors.py).
+STEP_PRELOAD_MODULES = ("dagster", "great_expectations", "transformers.models.auto.tokenization_auto")
+
+
+def _forkserver_by_default(config: dict) -> dict:
+    """Run config of the multiprocess executor with the forkserver start method unless it names its own."""
+    if "multiprocess" not in config or "start_method" in (config["multiprocess"] or {}):
+        return config
+    forkserver = {"forkserver": {"preload_modules": list(STEP_PRELOAD_MODULES)}}
+    return {"multiprocess": {**(config["multiprocess"] or {}), "start_method": forkserver}}
+
+
+multiprocess_executor = dg.multi_or_in_process_executor.configured(
+    _forkserver_by_default,
+    name="multi_or_in_process_executor",
+    config_schema=dg.multi_or_in_process_executor.config_schema.as_field(),
+)
+
+
 def executor_for(name: str) -> dg.ExecutorDefinition:
     """The executor for a validated EAGLE3_EXECUTOR value (Settings.executor)."""
     if name == "multiprocess":
-        return dg.multi_or_in_process_executor
+        return multiprocess_executor
     if name == "in_process":
         return dg.in_process_executor
     if name == "k8s":

@@ -10,6 +10,7 @@ docs/scale-out.md tells users to paste validates against that job's schema.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -46,6 +47,34 @@ def _documented_step_pod_run_config() -> dict:
     found = [yaml.safe_load(b) for b in blocks if b.lstrip().startswith("execution:")]
     assert len(found) == 1, "docs/scale-out.md should show exactly one executor run config"
     return found[0]
+
+
+@pytest.mark.integration
+def test_step_processes_fork_from_a_server_that_never_loaded_polars():
+    """The default multiprocess executor starts steps from a forkserver that preloaded the slow imports;
+    a process that loaded Polars must never fork (Polars' thread pool does not survive it)."""
+    from eagle3_dagster.orchestration.executors import STEP_PRELOAD_MODULES, _forkserver_by_default
+
+    config = _forkserver_by_default({"multiprocess": {}})
+    assert config == {"multiprocess": {"start_method": {"forkserver": {"preload_modules": list(STEP_PRELOAD_MODULES)}}}}
+    # a user's own choice stands
+    assert _forkserver_by_default({"in_process": {}}) == {"in_process": {}}
+    spawn = {"multiprocess": {"max_concurrent": 2, "start_method": {"spawn": {}}}}
+    assert _forkserver_by_default(spawn) == spawn
+    loaded = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            f"import sys, json; [__import__(m) for m in {list(STEP_PRELOAD_MODULES)!r}]; print(json.dumps(list(sys.modules)))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    tops = {name.split(".")[0] for name in json.loads(loaded)}
+    assert {"great_expectations", "dagster", "transformers"} <= tops
+    assert "polars" not in tops and "eagle3_dagster" not in tops
 
 
 @pytest.mark.integration
@@ -127,8 +156,6 @@ def test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_pr
         )
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
-        import os
-
         os.environ["DAGSTER_PG_URL"] = pg.url
         try:
             with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -149,6 +176,9 @@ def test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_pr
     steps = {"tokenized_prompts", "generations", "training_samples"}
     # the multiprocess executor announces a worker process for each step; in-process emits none
     assert steps <= starting and steps <= started, sorted(starting | started)
+    # each step in its own process, forked from the run's forkserver (executors.STEP_PRELOAD_MODULES)
+    pids = {rec.step_key: rec.dagster_event.pid for rec in logs if rec.dagster_event and rec.step_key in steps}
+    assert len(set(pids.values())) == len(steps) and os.getpid() not in pids.values(), pids
     assert steps <= succeeded
     assert [m.partition_key for m in materialized] == ["0002"]
     assert (data / "training_samples" / "shard=0002" / "part-0000.parquet").exists()
