@@ -27,7 +27,7 @@ PACKAGE = PROJECT_ROOT / "eagle3_dagster"
 
 APP, WIRING, REPORT, STAGES, GATES, BASE, SIM = "App", "Wiring", "Report", "Stages", "Gates", "Base", "Sim"
 RANK = {APP: 5, WIRING: 4, REPORT: 3, STAGES: 2, GATES: 2, BASE: 1}
-APP_FILES = {"cli.py", "__main__.py"}  # cli.py: the installed console script's old entry point, app/cli.py's main
+APP_FILES = {"__main__.py"}
 REPORT_FILES = {"reports.py", "charts.py", "svg.py", "turns_report.py"} | {
     p.name for p in (PACKAGE / "quality").glob("report_*.py")
 }
