@@ -112,6 +112,7 @@ docs: $(STAMP)
 # slow tests wait on the processes they start (simulator, Dagster, Postgres, moto), so 3 workers keep
 # 2 cores busy. --dist loadfile keeps a module on one worker, so a module-scoped simulator or Dagster
 # deployment is built once. Every test has its own tmp dirs and free ports: the workers share nothing.
+# The longest modules are handed out first (LONG_MODULES in tests/serial_lane.py), so none runs alone at the end.
 # The serial lane then runs, alone and one after another, the tests marked `serial`: wall-clock bounds
 # on waits, stalls and timeouts, signals to process groups, the browser, the session's `eagle3 ui`.
 # (Not --dist loadgroup with an xdist_group: with pytest 9.2 xdist 3.8 silently ignores the groups,

@@ -9,7 +9,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
-from serial_lane import is_serial
+from serial_lane import is_serial, long_modules_first
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import ModelProfile, load_profile
@@ -72,6 +72,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         info = getattr(item, "_fixtureinfo", None)
         if is_serial(item.nodeid.split("::")[0], info.name2fixturedefs if info else ()):
             item.add_marker(pytest.mark.serial)
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
+    items[:] = [item for module in long_modules_first(list(by_module)) for item in by_module[module]]
 
 
 @pytest.hookimpl(wrapper=True)

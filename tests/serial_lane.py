@@ -37,6 +37,25 @@ SERIAL_MODULES = frozenset(
         "tests/reliability/test_screenshots.py",
     }
 )
+# The parallel lane's longest modules (seconds of one worker, measured), started first: xdist hands modules out in
+# collection order, so a long one collected last would run alone at the end while the other workers sit idle.
+LONG_MODULES = (
+    "tests/pipeline/test_nightly_daemon.py",
+    "tests/test_gpu_smoke.py",
+    "tests/pipeline/test_fleet_backfill.py",
+    "tests/plan/test_plan_cli.py",
+    "tests/quality/test_quality_html_report.py",
+    "tests/generate/test_router_capacity.py",
+    "tests/pipeline/test_demo_named_jobs.py",
+    "tests/reliability/test_object_storage.py",
+    "tests/pipeline/test_acceptance_drift_graph.py",
+    "tests/pipeline/test_probe_graph.py",
+    "tests/pipeline/test_multiturn_graph.py",
+    "tests/pipeline/test_bfcl_multiturn_graph.py",
+    "tests/pipeline/test_requeue_quarantined.py",
+    "tests/train/test_specforge_lane.py",
+    "tests/pipeline/test_publish_gates.py",
+)
 # the session's `eagle3 ui` (a simulator and `dagster dev`) starts once, in the serial lane, not once per worker
 SERIAL_FIXTURES = frozenset({"eagle3_ui"})
 
@@ -44,3 +63,9 @@ SERIAL_FIXTURES = frozenset({"eagle3_ui"})
 def is_serial(module: str, fixtures: Collection[str]) -> bool:
     """Whether a test in `module` (its path from the project root) using `fixtures` runs in the serial lane."""
     return module in SERIAL_MODULES or not SERIAL_FIXTURES.isdisjoint(fixtures)
+
+
+def long_modules_first(modules: list[str]) -> list[str]:
+    """`modules` (paths from the project root, in collection order) with LONG_MODULES first, in their order."""
+    rank = {m: i for i, m in enumerate(LONG_MODULES)}
+    return sorted(modules, key=lambda m: rank.get(m, len(rank)))

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serial_lane import SERIAL_MODULES, is_serial
+from serial_lane import LONG_MODULES, SERIAL_MODULES, is_serial, long_modules_first
 
 from eagle3_dagster.config import PROJECT_ROOT
 
@@ -27,6 +27,14 @@ def test_timing_sensitive_modules_and_the_ui_run_in_the_serial_lane():
 def test_every_serial_module_exists():
     missing = sorted(m for m in SERIAL_MODULES if not (PROJECT_ROOT / m).is_file())
     assert not missing, f"moved or removed: update SERIAL_MODULES in tests/serial_lane.py: {missing}"
+
+
+def test_the_longest_parallel_modules_are_handed_out_first():
+    missing = sorted(m for m in LONG_MODULES if not (PROJECT_ROOT / m).is_file())
+    assert not missing, f"moved or removed: update LONG_MODULES in tests/serial_lane.py: {missing}"
+    assert not set(LONG_MODULES) & SERIAL_MODULES
+    collected = ["tests/a.py", LONG_MODULES[2], "tests/b.py", LONG_MODULES[0]]
+    assert long_modules_first(collected) == [LONG_MODULES[0], LONG_MODULES[2], "tests/a.py", "tests/b.py"]
 
 
 SAMPLE = """
