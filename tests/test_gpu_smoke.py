@@ -92,12 +92,19 @@ def _demo(tmp_path: Path, *sim_args: str, shards: str) -> Path:
 
 
 @pytest.mark.integration
-def test_the_summary_of_a_demo_run_is_what_its_tables_hold(tmp_path: Path):
-    data = _demo(tmp_path, "--noncanonical-rate", "0.5", "--token-latency-ms", "1", shards="0000,0001")
+def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
+    """A server that drops </think> (the bug this product exists to catch): the JSON line says so."""
+    data = _demo(tmp_path, "--mode", "drop-think-end", shards="0000")
     s = smoke_summary(data, QWEN_THINK_END)
-    assert json.loads(s.json_line()) == json.loads(json.dumps(s.__dict__))  # one JSON object, every field
-    assert "\n" not in s.json_line()
-    # the figures, recomputed from the tables the run wrote
+    assert isinstance(s, SmokeSummary) and not s.success, s
+    assert s.generated > 0 and s.think_end_present_rate == 0.0  # counted over the generations, published or not
+    assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
+
+
+def _check_summary_against_tables(summary: dict, data: Path) -> None:
+    """The JSON line is the summary of the tables the run wrote, each figure recomputed from them."""
+    s = smoke_summary(data, QWEN_THINK_END)
+    assert summary == json.loads(s.json_line()) == json.loads(json.dumps(s.__dict__))  # one object, every field
     train = pl.concat([pl.read_parquet(f) for f in sorted((data / "training_samples").glob("shard=*/part-*.parquet"))])
     gens = pl.concat([read_active_generations(d) for d in sorted((data / "generations").glob("shard=*"))])
     assert s.success and s.failed_gates == [] and s.snapshot is not None, s
@@ -110,16 +117,6 @@ def test_the_summary_of_a_demo_run_is_what_its_tables_hold(tmp_path: Path):
     assert s.non_canonical_rate == pytest.approx(flagged / train.height, abs=1e-6)
     assert s.output_tokens_per_s and s.ideal_tokens_per_s and s.ideal_tokens_per_s >= s.output_tokens_per_s
     assert s.fraction_of_ideal is not None and 0 < s.fraction_of_ideal <= 1
-
-
-@pytest.mark.integration
-def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
-    """A server that drops </think> (the bug this product exists to catch): the JSON line says so."""
-    data = _demo(tmp_path, "--mode", "drop-think-end", shards="0000")
-    s = smoke_summary(data, QWEN_THINK_END)
-    assert isinstance(s, SmokeSummary) and not s.success, s
-    assert s.generated > 0 and s.think_end_present_rate == 0.0  # counted over the generations, published or not
-    assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
 
 
 def _stand_in_env(tmp_path: Path) -> dict[str, str]:
@@ -144,7 +141,7 @@ def _stand_in_env(tmp_path: Path) -> dict[str, str]:
         "    spec=()\n"
         "    shift 2; while [ $# -gt 0 ]; do case $1 in --model-path) m=$2;; --host) h=$2;; --port) p=$2;;\n"
         "      --speculative-*) spec+=($1 $2);; esac; shift; done\n"
-        f'    exec {sim} --model qwen3 --tokenizer "$m" --host "$h" --port "$p" --log-level WARNING "${{spec[@]}}" ;;\n'
+        f'    exec {sim} --model qwen3 --tokenizer "$m" --host "$h" --port "$p" --log-level WARNING "${{spec[@]}}" $SIM_ARGS ;;\n'
         "esac\n"
         "exit 9\n"
     )
@@ -166,8 +163,10 @@ def _stand_in_env(tmp_path: Path) -> dict[str, str]:
 @pytest.mark.integration
 def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
     """Steps 3-6 of the script for real (server start, readiness wait, the demo, the JSON line, the stop), with a
-    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile)."""
+    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile), a
+    messy one: half its samples split non-canonically, 1 ms per token."""
     env = _stand_in_env(tmp_path)
+    env["SIM_ARGS"] = "--noncanonical-rate 0.5 --token-latency-ms 1"
     port = int(env["GPU_SMOKE_PORT"])
     r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
     assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
@@ -176,6 +175,7 @@ def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(
     assert summary["success"] and summary["failed_gates"] == [] and summary["rows"] == summary["generated"] > 10
     assert summary["think_end_present_rate"] == 1.0 and summary["finish_reasons"]
     assert summary["spec_rows"] == 0 and summary["drafter_ids"] == []  # no draft model: no figures
+    _check_summary_against_tables(summary, tmp_path / "work" / "data")
     said = [ln for ln in r.stderr.splitlines() if " step " in ln]
     assert [ln.split("step ", 1)[1].split(":", 1)[0] for ln in said] == [f"{i}/6" for i in range(1, 7)], said
     # the server is stopped: nothing answers on its port any more
