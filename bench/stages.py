@@ -243,7 +243,7 @@ def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> 
     from eagle3_dagster.config import GX_KEEP_VALIDATIONS_DEFAULT
     from eagle3_dagster.quality import run_gate, write_gate_result
     from eagle3_dagster.quality.gx_context import refresh_docs_index
-    from eagle3_dagster.quality.report.html import update_report
+    from eagle3_dagster.report.html import update_report
 
     profile = _profile()
     data = work / f"fixed-{n_shards}"
@@ -260,8 +260,8 @@ def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> 
 
 def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
     from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
-    from eagle3_dagster.quality.report.html import update_report, write_report
     from eagle3_dagster.quality.suites import GATES
+    from eagle3_dagster.report.html import update_report, write_report
 
     data = work / "report"
     n = results // len(GATES)

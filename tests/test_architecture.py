@@ -4,7 +4,7 @@ From the top down (CONTRIBUTING.md draws them):
 
     App      the `eagle3` command, the demo, developer tools       app/ (cli, demo, ui, ...), devtools/
     Wiring   Dagster: assets, checks, resources, automation          defs/, orchestration/, definitions.py
-    Report   reads stored results and draws                          quality/report*, charts, svg
+    Report   reads stored results and draws                          report/
     Stages   one package per stage, plain functions                  ingest/ tokenize/ generate/ train/ plan/ publish/
     Gates    features, suites, the GX engine                         quality/ (the rest)
     Base     settings, profiles, schemas, storage                    config.py, storage/, ...
@@ -28,9 +28,6 @@ PACKAGE = PROJECT_ROOT / "eagle3_dagster"
 APP, WIRING, REPORT, STAGES, GATES, BASE, SIM = "App", "Wiring", "Report", "Stages", "Gates", "Base", "Sim"
 RANK = {APP: 5, WIRING: 4, REPORT: 3, STAGES: 2, GATES: 2, BASE: 1}
 APP_FILES = {"__main__.py"}
-REPORT_FILES = {"reports.py", "charts.py", "svg.py", "turns_report.py"} | {
-    p.name for p in (PACKAGE / "quality").glob("report_*.py")
-}
 STAGE_DIRS = {"ingest", "tokenize", "generate", "train", "plan", "publish"}
 
 
@@ -44,8 +41,10 @@ def layer(rel: str) -> str:
         return WIRING if rel == "definitions.py" else BASE
     if top in ("defs", "orchestration"):
         return WIRING
+    if top == "report":
+        return REPORT
     if top == "quality":
-        return REPORT if parts[1] == "report" or parts[1] in REPORT_FILES else GATES
+        return GATES
     if top == "sim":
         return SIM
     if top in STAGE_DIRS:

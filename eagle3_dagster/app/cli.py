@@ -209,13 +209,13 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from ..quality.report.cli import run_inspect
+    from ..report.cli import run_inspect
 
     return run_inspect(args)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from ..quality.report.cli import run_report
+    from ..report.cli import run_report
 
     return run_report(args)
 

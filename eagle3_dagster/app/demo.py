@@ -158,7 +158,7 @@ def summarize(outcome, data_dir: DataPath) -> str:
     failures = request_failures(data_dir, [int(sh.shard) for sh in outcome.shards])
     lines.append(warnings_line(warned, failures, len(getattr(outcome, "logged_warnings", []))))
     snap = outcome.snapshot_version
-    from ..quality.report.html import default_report_path
+    from ..report.html import default_report_path
 
     report = default_report_path(s.work_dir)
     lines += [

@@ -56,8 +56,8 @@ from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, g
 from ..quality import generation_features
 from ..quality.acceptance import acceptance_metadata, shard_acceptance
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
-from ..quality.report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
+from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..schemas import TOKENIZED_PROMPTS
 from ..secret import RedactingFilter
 from ..stopping import StopRequested

@@ -19,7 +19,7 @@ from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..plan.actual import plan_headlines
 from ..plan.build import read_plan
-from ..quality.report.html import default_report_path
+from ..report.html import default_report_path
 from ..storage import display_uri, read_parquet
 from .report import report_metadata
 

@@ -14,7 +14,7 @@ from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, REPORT_NOT_WR
 from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..quality.gx_context import refresh_docs_index
-from ..quality.report.html import write_report
+from ..report.html import write_report
 
 STAGE = "report"
 

@@ -14,7 +14,7 @@ from ..orchestration.gates import HeadlineCheck
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import prompt_features
-from ..quality.report.previews import histograms_markdown
+from ..report.previews import histograms_markdown
 from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
 from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, arrow_batch, detached, parquet_file, write_frame_atomic
 from ..tokenize import tokenize_prompts

@@ -1,4 +1,4 @@
-"""Quality gates: polars feature frames, GX gates (suites in expectations/); the report is in quality/report/.
+"""Quality gates: polars feature frames, GX gates (suites in expectations/); the report is in report/.
 
 No Dagster imports here: the asset checks in eagle3_dagster/defs/ call these functions.
 """

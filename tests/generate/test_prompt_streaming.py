@@ -101,7 +101,7 @@ def test_echo_feature_from_the_view_equals_the_full_prompts(prompts, kimi_profil
 
 def test_sample_preview_from_the_view_equals_the_full_prompts(prompts, kimi_profile, kimi_tokenizer):
     from eagle3_dagster.defs.generate import ECHO_WINDOW
-    from eagle3_dagster.quality.report.previews import PREVIEW_PROMPT_TAIL, sample_preview_markdown
+    from eagle3_dagster.report.previews import PREVIEW_PROMPT_TAIL, sample_preview_markdown
 
     head = prompts.head(3)
     gens = pl.DataFrame(

@@ -106,7 +106,7 @@ def test_requests_lost_by_one_run_are_sent_again_and_the_report_shows_they_came_
     """Run 1 loses two requests to resets (and one to a 400, which is permanent); run 2 sends the two
     again, one comes back and one fails again; run 3 brings the last one back. Each run's outcome is in
     its result line, its metadata and the quality report; the 400 is never sent again."""
-    from eagle3_dagster.quality.report.html import collect, render
+    from eagle3_dagster.report.html import collect, render
 
     sim = start_sim("--context-length", "50")
     prompts = prompts_with_one_long(6, long_len=46)  # the long one: a 400 from the server (scheduler), every time

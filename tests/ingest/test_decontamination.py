@@ -271,8 +271,8 @@ def test_bad_role_fields_are_named(tmp_path, body: str, problem: str) -> None:
 
 
 def test_report_has_a_decontamination_section(tmp_path, datasets_dir) -> None:
-    from eagle3_dagster.quality.report.model import collect
-    from eagle3_dagster.quality.report.render import render
+    from eagle3_dagster.report.model import collect
+    from eagle3_dagster.report.render import render
 
     sources, planted = _write_sources(tmp_path, datasets_dir)
     counts = _ingest_all(sources, tmp_path / "data")

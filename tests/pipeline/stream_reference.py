@@ -117,7 +117,7 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
     from eagle3_dagster.defs.generate import ECHO_WINDOW, tokenized_source
     from eagle3_dagster.generate.inputs import prompt_view
     from eagle3_dagster.quality import generation_features
-    from eagle3_dagster.quality.report.previews import PREVIEW_PROMPT_TAIL
+    from eagle3_dagster.report.previews import PREVIEW_PROMPT_TAIL
 
     view = prompt_view(tokenized_source(data, k), tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     gfeats = generation_features(gens, view, profile, tokenizer=tokenizer, echo_window=ECHO_WINDOW)

@@ -13,7 +13,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from eagle3_dagster.app.demo import summarize
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.run import materialize_graph
-from eagle3_dagster.quality.report import html as report_html
+from eagle3_dagster.report import html as report_html
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import data_root
 

@@ -96,7 +96,7 @@ def test_plan_probes_the_fleet_and_matches_the_run(tmp_path, kimi_profile):
     assert got["requests generated"] == (plan["requests_to_send"], generated.height)
     assert got["output tokens"][1] == int(generated["completion_tokens"].sum())
     assert got["generate time (s)"][1] > 0
-    from eagle3_dagster.quality.report.html import write_report
+    from eagle3_dagster.report.html import write_report
 
     page = write_report(data, tmp_path / "work").read_text()
     assert "Plan vs actual" in page and "requests generated" in page

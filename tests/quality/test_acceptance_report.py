@@ -1,4 +1,4 @@
-"""Where the drafter is weak (quality/acceptance.py, quality/report/acceptance.py): sums by source, turn, length and
+"""Where the drafter is weak (quality/acceptance.py, report/acceptance.py): sums by source, turn, length and
 tool calls, the weakest prompts, the histogram, float metadata, and the quality report's section."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from eagle3_dagster.quality.acceptance import (
     acceptance_summary,
     merge_groups,
 )
-from eagle3_dagster.quality.report.acceptance import acceptance_section
+from eagle3_dagster.report.acceptance import acceptance_section
 
 
 def _gen(sid: str, source: str, n: int, vct: int, correct: int, hist: list[int] | None = None) -> dict:

@@ -1,5 +1,5 @@
-"""The gates (quality/*.py outside quality/report/) never import the report: a gate only gates, and
-importing `eagle3_dagster.quality` must not pull in the HTML/SVG drawing code."""
+"""The gates (quality/) never import the report (report/): a gate only gates, and importing
+`eagle3_dagster.quality` must not pull in the HTML/SVG drawing code."""
 
 from __future__ import annotations
 
@@ -9,27 +9,21 @@ from pathlib import Path
 from eagle3_dagster.config import PROJECT_ROOT
 
 QUALITY = PROJECT_ROOT / "eagle3_dagster" / "quality"
-# the modules that moved into quality/report/, by the names they had beside the gates
-REPORT_NAMES = {"report", "reports", "charts", "svg", "turns_report", "acceptance_report", "cli"}
 
 
-def _quality_imports(path: Path) -> list[str]:
-    """The quality-level modules `path` imports (relative `.x` / `from . import x`, or absolute)."""
+def _report_imports(path: Path) -> list[str]:
+    """The report modules `path` (a module directly in quality/) imports, relative (`..report`) or absolute."""
     out: list[str] = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
-            if node.level == 1:
-                out += [mod.split(".")[0]] if mod else [a.name for a in node.names]
-            elif mod.startswith("eagle3_dagster.quality."):
-                out.append(mod.split(".")[2])
+            if (node.level == 2 and mod.split(".")[0] == "report") or mod.startswith("eagle3_dagster.report"):
+                out.append(mod)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("eagle3_dagster.report")]
     return out
 
 
 def test_no_gate_module_imports_a_report_module():
-    offenders = {
-        p.name: bad
-        for p in sorted(QUALITY.glob("*.py"))
-        if (bad := [m for m in _quality_imports(p) if m in REPORT_NAMES or m.startswith("report_")])
-    }
+    offenders = {p.name: bad for p in sorted(QUALITY.rglob("*.py")) if (bad := _report_imports(p))}
     assert offenders == {}, f"gate modules importing the report: {offenders}"

@@ -11,7 +11,7 @@ from quality_helpers import generation_rows
 
 from eagle3_dagster.ingest.preview import prompts_preview_markdown
 from eagle3_dagster.markdown import code_span, fence
-from eagle3_dagster.quality.report.previews import histograms_markdown, sample_preview_markdown
+from eagle3_dagster.report.previews import histograms_markdown, sample_preview_markdown
 
 IMG = "![pixel](https://tracker.example/p.png)"
 HOSTILE = [

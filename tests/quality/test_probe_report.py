@@ -1,5 +1,5 @@
 """The probe results table, the acceptance log's pure functions and the report's drafter section, on real
-Parquet files in a data dir (generate/probe_results.py, quality/acceptance_drift.py, quality/report/probes.py)."""
+Parquet files in a data dir (generate/probe_results.py, quality/acceptance_drift.py, report/probes.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from eagle3_dagster.quality.acceptance_drift import (
     previous_night,
     read_log,
 )
-from eagle3_dagster.quality.report.probes import collect_probes, probes_section
+from eagle3_dagster.report.probes import collect_probes, probes_section
 
 T0 = datetime(2026, 11, 1, 2, 0, tzinfo=UTC)
 

@@ -170,7 +170,7 @@ def test_empty_shard_is_shown_empty_not_pass(kimi, kimi_profile, gx_dirs, tmp_pa
     from eagle3_dagster.defs.generate import GENERATION_HEADLINES
     from eagle3_dagster.orchestration.gates import gate_check_results
     from eagle3_dagster.quality import write_gate_result
-    from eagle3_dagster.quality.report.html import collect, write_report
+    from eagle3_dagster.report.html import collect, write_report
 
     res = run_gate("generations", generation_features(generation_rows([]), None, kimi_profile), **gx_dirs)
     assert (res.success, res.n_rows, res.status) == (True, 0, "EMPTY")

@@ -1,4 +1,4 @@
-"""The offline HTML quality report (eagle3_dagster/quality/report/html.py).
+"""The offline HTML quality report (eagle3_dagster/report/html.py).
 
 Offline means: no scripts, no external styles/fonts/images, every link a relative path, a file:// URI
 or an in-page anchor, and each of them resolves. Built from stored results only, so it is the same
@@ -22,7 +22,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
-from eagle3_dagster.quality.report.html import collect, default_report_path, render, write_report
+from eagle3_dagster.report.html import collect, default_report_path, render, write_report
 
 BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
 VOID = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}

@@ -11,7 +11,7 @@ from quality_helpers import EXPECTATIONS_DIR, generation_rows, tokenized_rows
 from eagle3_dagster import schemas
 from eagle3_dagster.app.cli import main as eagle3
 from eagle3_dagster.quality import generation_features, run_gate, write_gate_result
-from eagle3_dagster.quality.report.previews import histograms_markdown, sample_preview_markdown
+from eagle3_dagster.report.previews import histograms_markdown, sample_preview_markdown
 from eagle3_dagster.storage import shard_dir, write_frame_atomic
 
 TOOL = ("functions.get_weather:0", '{"city": "Paris"}')

@@ -21,7 +21,7 @@ from eagle3_dagster.publish.snapshot import build_snapshot
 from eagle3_dagster.publish.snapshot_gates import judge_snapshot
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features, write_gate_result
 from eagle3_dagster.quality.features import available_source_shares
-from eagle3_dagster.quality.report.html import write_report
+from eagle3_dagster.report.html import write_report
 from eagle3_dagster.storage import write_frame_atomic
 from eagle3_dagster.train.summary import SUMMARY_FILE, summarize_samples
 

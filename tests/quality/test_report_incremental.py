@@ -16,10 +16,10 @@ import polars as pl
 import pytest
 
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
-from eagle3_dagster.quality.report.html import update_report, write_report
-from eagle3_dagster.quality.report.index import index_path
 from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE, prune_validations
 from eagle3_dagster.quality.suites import GATES
+from eagle3_dagster.report.html import update_report, write_report
+from eagle3_dagster.report.index import index_path
 
 NOW = dt.datetime(2026, 12, 3, 12, 0, tzinfo=dt.UTC)
 N = 6

@@ -13,7 +13,7 @@ from test_train_snapshot import _gates, _write_shard
 
 from eagle3_dagster import stopping
 from eagle3_dagster.publish.snapshot import build_snapshot, read_latest, read_manifest, unpublished_versions
-from eagle3_dagster.quality.report.model import collect_snapshots
+from eagle3_dagster.report.model import collect_snapshots
 from eagle3_dagster.storage import as_data_path
 
 

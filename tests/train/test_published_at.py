@@ -11,8 +11,8 @@ from types import SimpleNamespace
 from test_train_snapshot import _gates, _write_shard
 
 from eagle3_dagster.publish.snapshot import build_snapshot
-from eagle3_dagster.quality.report.charts import top_section
-from eagle3_dagster.quality.report.html import latest_age
+from eagle3_dagster.report.charts import top_section
+from eagle3_dagster.report.html import latest_age
 
 DAY = dt.timedelta(days=1)
 

@@ -26,9 +26,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from ...storage import PathLike, as_data_path, display_uri, parse_shard_key, shard_key
-from ..retention import prune_stamp
-from ..suites import GATES
+from ..quality.retention import prune_stamp
+from ..quality.suites import GATES
+from ..storage import PathLike, as_data_path, display_uri, parse_shard_key, shard_key
 from . import index as report_index
 from .model import (
     GATE_ASSET,

@@ -15,9 +15,9 @@ from typing import Any
 
 import polars as pl
 
-from ...generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
-from ...storage import DataPath, read_parquet
-from ..acceptance_drift import LOG_COLUMNS
+from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
+from ..quality.acceptance_drift import LOG_COLUMNS
+from ..storage import DataPath, read_parquet
 from . import svg
 
 

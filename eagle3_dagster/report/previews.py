@@ -13,8 +13,8 @@ from typing import Any, cast
 
 import polars as pl
 
-from ...markdown import code_span, fence
-from ...profiles import ModelProfile
+from ..markdown import code_span, fence
+from ..profiles import ModelProfile
 
 _BAR = 40
 

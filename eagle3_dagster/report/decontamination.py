@@ -11,8 +11,8 @@ import html
 import json
 from typing import Any
 
-from ...ingest.pipeline import DECONTAMINATION_FILE
-from ...storage import DataPath
+from ..ingest.pipeline import DECONTAMINATION_FILE
+from ..storage import DataPath
 
 
 def collect_decontamination(data: DataPath) -> dict[str, Any] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..acceptance import accept_length, accept_rate, merge_groups
+from ..quality.acceptance import accept_length, accept_rate, merge_groups
 
 _TABLES = (
     ("by_source", "source"),

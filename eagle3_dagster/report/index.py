@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...storage import parse_shard_key
+from ..storage import parse_shard_key
 from .model import GateCell, ShardRow, existing_page
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ...storage import PathLike
+from ..storage import PathLike
 from . import charts
 from .acceptance import acceptance_section
 from .decontamination import decontamination_section

@@ -14,12 +14,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ...config import Settings, settings
-from ...profiles import ProfileError, resolve_profile
-from ...schemas import GENERATIONS, TOKENIZED_PROMPTS
-from ...storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
-from ..gate import read_gate_result
-from ..suites import GATES
+from ..config import Settings, settings
+from ..profiles import ProfileError, resolve_profile
+from ..quality.gate import read_gate_result
+from ..quality.suites import GATES
+from ..schemas import GENERATIONS, TOKENIZED_PROMPTS
+from ..storage import DataPath, StorageError, data_root, read_parquet_dir, shard_dir
 from .previews import histograms_markdown, sample_preview_markdown
 
 
@@ -62,7 +62,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         )
         return 1
     if gens.height:
-        from ...tokenize.loading import load_tokenizer
+        from ..tokenize.loading import load_tokenizer
 
         tokenizer = load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
         print(
@@ -71,7 +71,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             )
         )
         if args.histograms:
-            from ..features import generation_features, prompt_features
+            from ..quality.features import generation_features, prompt_features
 
             feats = generation_features(gens, tokenized if tokenized.height else None, profile, tokenizer)
             print()
@@ -104,7 +104,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_report(args: argparse.Namespace) -> int:
     """`eagle3 report` with its parsed arguments (app/cli.py declares them); the exit code."""
-    from ...config import work_dir_for
+    from ..config import work_dir_for
     from .html import write_report
 
     s = settings()  # validates every setting (EAGLE3_SNAPSHOT_MAX_AGE too: the report compares LATEST's age to it)
@@ -130,7 +130,7 @@ def run_report(args: argparse.Namespace) -> int:
 def _refresh_docs(work: Path, keep: int) -> None:
     """The GX Data Docs index brought up to date (pruned, rebuilt) before the report links its pages;
     a failure is a warning on stderr (the report is still written)."""
-    from ..gx_context import refresh_docs_index
+    from ..quality.gx_context import refresh_docs_index
 
     try:
         refresh_docs_index(work / "gx", keep)

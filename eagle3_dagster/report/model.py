@@ -22,13 +22,13 @@ from typing import Any
 
 import polars as pl
 
-from ...publish.snapshot import unpublished_versions
-from ...storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
-from ...train.summary import SUMMARY_FILE
-from ..acceptance import collect_acceptance
-from ..gate import read_gate_result
-from ..retention import DOCS_INDEX
-from ..suites import GATES
+from ..publish.snapshot import unpublished_versions
+from ..quality.acceptance import collect_acceptance
+from ..quality.gate import read_gate_result
+from ..quality.retention import DOCS_INDEX
+from ..quality.suites import GATES
+from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
+from ..train.summary import SUMMARY_FILE
 from .decontamination import collect_decontamination
 from .probes import collect_probes
 from .turns import collect_turns
@@ -186,7 +186,7 @@ def latest_age(
     Published-at is the LATEST file's modification time (rewritten by every publish, also of an
     identical snapshot); when the store does not report one, the snapshot's manifest created_at.
     """
-    from ...config import settings
+    from ..config import settings
 
     data = as_data_path(data_dir)
     f = data / "snapshots" / "LATEST"
@@ -373,7 +373,7 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
 
 def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
     """A shard's permanently failed generation requests (errors.parquet): "reason (e.g. prompt ids)" -> count."""
-    from ...generate.report import failures_section
+    from ..generate.report import failures_section
 
     if not f.exists():
         return {}
@@ -389,7 +389,7 @@ def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
 
 def _previous_failures(gen_dir: DataPath) -> dict[str, int]:
     """The latest run's outcome for the requests an earlier run lost (retried.json): came back or not."""
-    from ...generate.retried import read_retried
+    from ..generate.retried import read_retried
 
     out: dict[str, int] = {}
     for reason, c in (read_retried(gen_dir).get("by_reason") or {}).items():
@@ -533,8 +533,8 @@ def assemble(
 
 
 def _plan_view(data: DataPath) -> dict[str, Any] | None:
-    from ...plan.actual import plan_vs_actual
-    from ...plan.build import read_plan
+    from ..plan.actual import plan_vs_actual
+    from ..plan.build import read_plan
 
     return plan_vs_actual(data, read_plan(data))
 

@@ -10,8 +10,8 @@ import html
 from collections.abc import Iterable
 from typing import Any
 
-from ...generate.multiturn import TURNS_SUMMARY_FILE
-from ...storage import DataPath, read_shard_json
+from ..generate.multiturn import TURNS_SUMMARY_FILE
+from ..storage import DataPath, read_shard_json
 
 
 def collect_turns(data: DataPath, shards: Iterable[int]) -> dict[str, dict[str, Any]]:
