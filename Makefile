@@ -112,7 +112,8 @@ docs: $(STAMP)
 # slow tests wait on the processes they start (simulator, Dagster, Postgres, moto), so 3 workers keep
 # 2 cores busy. --dist loadfile keeps a module on one worker, so a module-scoped simulator or Dagster
 # deployment is built once. Every test has its own tmp dirs and free ports: the workers share nothing.
-# The longest modules are handed out first (LONG_MODULES in tests/serial_lane.py), so none runs alone at the end.
+# The longest modules are handed out first (LONG_MODULES in tests/serial_lane.py), so none runs alone at the end
+# (--no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first).
 # The serial lane then runs, alone and one after another, the tests marked `serial`: wall-clock bounds
 # on waits, stalls and timeouts, signals to process groups, the browser, the session's `eagle3 ui`.
 # (Not --dist loadgroup with an xdist_group: with pytest 9.2 xdist 3.8 silently ignores the groups,
@@ -120,7 +121,7 @@ docs: $(STAMP)
 TEST_WORKERS ?= 3
 test: instance services ruff format-check typecheck docs
 	rc=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not serial" --durations=30 || rc=1; \
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=30 || rc=1; \
 	$(PY) -m pytest -q -m serial --durations=30 || rc=1; \
 	exit $$rc
 
@@ -129,7 +130,7 @@ test: instance services ruff format-check typecheck docs
 # in an xdist worker as in a plain run). CPU-bound: one worker per core, then the serial lane's own.
 test-fast: instance ruff format-check typecheck docs
 	rc=0; \
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not integration and not serial" || rc=1; \
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not integration and not serial" || rc=1; \
 	$(PY) -m pytest -q -m "serial and not integration" || rc=1; \
 	exit $$rc
 

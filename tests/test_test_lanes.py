@@ -97,3 +97,33 @@ def test_the_two_lanes_split_the_suite_and_an_unmarked_process_still_fails_in_a_
     )
     serial = _run_sample(suite, "-m", "serial")
     assert serial.returncode == 0 and "3 passed, 6 deselected" in serial.stdout, serial.stdout + serial.stderr
+
+
+def _parallel_lane_flags() -> list[str]:
+    """The xdist flags of `make test`'s parallel lane, read from the Makefile."""
+    recipe = next(ln for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if '-m "not serial"' in ln)
+    flags = recipe.split("pytest", 1)[1].split("-m", 1)[0].split()
+    return [f for f in flags if f not in ("-q", "-n", "$(TEST_WORKERS)")]
+
+
+@pytest.mark.integration
+def test_the_parallel_lane_starts_a_long_module_before_one_with_more_tests(tmp_path: Path):
+    """xdist, as `make test` runs it, hands out LONG_MODULES first, not the modules with the most tests."""
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    shutil.copy(TESTS / "conftest.py", suite / "conftest.py")
+    lanes = (TESTS / "serial_lane.py").read_text() + '\nLONG_MODULES = ("test_long.py",)\n'
+    (suite / "serial_lane.py").write_text(lanes)
+    record = "import os\n\ndef _ran(name):\n    with open(os.environ['ORDER_FILE'], 'a') as f:\n        f.write(name + '\\n')\n"
+    many = "".join(f"\n\ndef test_many_{i}():\n    _ran('many')\n" for i in range(5))
+    (suite / "test_many.py").write_text(record + many)
+    (suite / "test_long.py").write_text(record + "\n\ndef test_long():\n    _ran('long')\n")
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    integration\n    serial\n")
+    order = tmp_path / "order.txt"
+    os.environ["ORDER_FILE"] = str(order)
+    try:
+        run = _run_sample(suite, "-n", "1", *_parallel_lane_flags(), "-m", "not serial")
+    finally:
+        del os.environ["ORDER_FILE"]
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert order.read_text().split()[0] == "long", order.read_text()
