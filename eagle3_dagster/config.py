@@ -22,7 +22,7 @@ from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from .secret import Secret
 from .storage import DataPath, data_root
@@ -255,7 +255,6 @@ class SettingSpec:
 
     env: str  # the environment variable
     parse: Callable[[str, str], Any]  # (variable, non-blank raw value) -> value; raises _Problem
-    section: str  # the heading it is listed under
     meaning: str  # Markdown
     per_run: (
         str  # how it changes for one run: a resource field (`sglang.urls`), "load time (...)", RUN_START or "never ..."
@@ -265,7 +264,6 @@ class SettingSpec:
     default_from: str | None = None
 
 
-SECTIONS = ("SGLang fleet", "Model", "Storage", "Shards and schedule", "Stage behaviour", "Dagster")
 SPEC_KEY = "setting"
 DERIVED_KEY = "derived"
 
@@ -281,15 +279,17 @@ def _parse_with(fn: Callable[..., Any]) -> Callable[[str, str], Any]:
 
 
 @dataclass(frozen=True)
-class Settings:
-    # ---- SGLang fleet
+class FleetSettings:
+    """The SGLang endpoints and their key, and how the client waits for them, streams, and treats prompts too long for them."""
+
+    SECTION: ClassVar[str] = "SGLang fleet"
+
     sglang_urls: Endpoints = field(
         default=parse_endpoint_urls("http://127.0.0.1:30000"),
         metadata=_declares(
             SettingSpec(
                 "EAGLE3_SGLANG_URL",
                 _parse_with(_urls),
-                "SGLang fleet",
                 "SGLang server(s) or an sglang-router, comma-separated `http(s)://host:port` URLs; a "
                 "`user:password@` is sent as Basic auth (never printed: refused next to `SGLANG_API_KEY`, which it "
                 "would replace, and then not bound into run config)",
@@ -304,7 +304,6 @@ class Settings:
             SettingSpec(
                 API_KEY_ENV,
                 _parse_with(Secret),  # never echoed in a message, not even when bad
-                "SGLang fleet",
                 "bearer key for the server; read by the settings module only and handed to the client as a masked "
                 "`Secret`: never in logs, metadata, run config or data (server texts quoting it are redacted)",
                 "never (a secret: the environment of the run only)",
@@ -318,7 +317,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_ENDPOINT_WAIT_S",
                 _seconds,
-                "SGLang fleet",
                 "how long the `generations` steps wait for a routable endpoint — once per graph run (a demo, a "
                 "nightly, a backfill): when it runs out in one shard, the run's other shards fail at once with the "
                 "same line (generate/run_wait.py); every endpoint and its state (`connection refused`, `not an SGLang "
@@ -336,7 +334,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_STREAM",
                 _bool,
-                "SGLang fleet",
                 "stream `/generate` (SSE) so a request that goes quiet is caught by `EAGLE3_STALL_TIMEOUT_S`; `0`: one "
                 "JSON answer, bounded only by the 3600 s read timeout",
                 "`sglang.stream`",
@@ -351,7 +348,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_STALL_TIMEOUT_S",
                 _seconds,
-                "SGLang fleet",
                 "silence between stream chunks that counts as a stalled request: it is aborted and retried with a new "
                 "rid. Chunks come every `stream_interval` tokens (about 4 per sample, 16-2048 tokens), so this must "
                 "exceed that many tokens at the fleet's slowest per-request speed",
@@ -366,7 +362,6 @@ class Settings:
             SettingSpec(
                 CONTEXT_OVERFLOW_ENV,
                 _parse_with(_context_overflow),
-                "SGLang fleet",
                 "a prompt shorter than the server's context length whose prompt + `max_new_tokens` exceeds it (SGLang "
                 "answers such a request 400): `fit` sends it with `max_new_tokens` lowered to context - prompt tokens "
                 "(what `--allow-auto-truncate` would do, done by the client: its cache key has that budget); `skip` "
@@ -383,7 +378,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_ALLOW_OLD_SGLANG",
                 _bool,
-                "SGLang fleet",
                 "`1` accepts servers whose `/server_info` version is older than 0.5.9 (refused by default: older "
                 "releases can put prompt-tail ids at the front of `output_ids`)",
                 RUN_START,
@@ -392,14 +386,20 @@ class Settings:
             )
         ),
     )
-    # ---- Model
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The model profile, and the tokenizer folder that may replace its own."""
+
+    SECTION: ClassVar[str] = "Model"
+
     model: str = field(
         default="kimi-k2.5",
         metadata=_declares(
             SettingSpec(
                 "EAGLE3_MODEL",
                 _parse_with(_model),
-                "Model",
                 "model profile name in `assets/models/` (or a YAML path)",
                 "`pipeline.model`",
             )
@@ -411,7 +411,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_TOKENIZER",
                 _parse_with(_tokenizer),
-                "Model",
                 "tokenizer folder or Hugging Face id",
                 "`pipeline.tokenizer`",
                 default_doc="`../shared/tokenizers/<model>` when that folder exists (then also `HF_HUB_OFFLINE=1`), "
@@ -419,14 +418,20 @@ class Settings:
             )
         ),
     )
-    # ---- Storage
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    """Where the data, the work files, the asset YAMLs and the expectation suites live."""
+
+    SECTION: ClassVar[str] = "Storage"
+
     data_dir: DataPath = field(
         default=data_root(PROJECT_ROOT / "data"),
         metadata=_declares(
             SettingSpec(
                 "EAGLE3_DATA_DIR",
                 _parse_with(_data_dir),
-                "Storage",
                 "where every table is written: a local path or a URI — `s3://bucket/prefix?region=…` (S3-compatible "
                 "stores with `&endpoint_override=host:port&scheme=http`), `gs://…`, `abfs://…`, any fsspec protocol; "
                 "credentials only from the provider's environment (`AWS_ACCESS_KEY_ID`, …), never in the URI "
@@ -443,7 +448,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_WORK_DIR",
                 _parse_with(_path),
-                "Storage",
                 "local scratch that never goes to object storage: the GX file context and Data Docs (`gx/`), "
                 "generation shard locks",
                 "`pipeline.work_dir`",
@@ -457,7 +461,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_ASSETS_DIR",
                 _existing_dir,
-                "Storage",
                 "folder of `sources/*.yaml` and `models/*.yaml`; a source's `path:` is a local file/glob or a URI "
                 "(`s3://bucket/x/*.jsonl.gz?region=…`, `gs://…`, `memory://…`; "
                 f"[scale-out §5]({_SCALE_OUT}#prompt-sources-in-object-storage))",
@@ -472,21 +475,26 @@ class Settings:
             SettingSpec(
                 "EAGLE3_EXPECTATIONS_DIR",
                 _existing_dir,
-                "Storage",
                 "the GX suites ([gates reference](gates.md))",
                 "`pipeline.expectations_dir`",
                 default_doc="`./expectations`",
             )
         ),
     )
-    # ---- Shards and schedule
+
+
+@dataclass(frozen=True)
+class ShardSettings:
+    """The shard partitions, the nightly schedule and its freshness check, the sensors, the step executor."""
+
+    SECTION: ClassVar[str] = "Shards and schedule"
+
     n_shards: int = field(
         default=4,
         metadata=_declares(
             SettingSpec(
                 "EAGLE3_N_SHARDS",
                 _n_shards,
-                "Shards and schedule",
                 "shard partitions (`hash(prompt_id) % n`), 1 to 4096 (`config.MAX_N_SHARDS`: each shard is a Dagster "
                 "partition)",
                 "load time (the partitions)",
@@ -499,7 +507,6 @@ class Settings:
             SettingSpec(
                 NIGHTLY_CRON_ENV,
                 _parse_with(_cron),
-                "Shards and schedule",
                 "when the nightly regeneration starts (5-field cron)",
                 "load time (the schedule)",
             )
@@ -511,7 +518,6 @@ class Settings:
             SettingSpec(
                 NIGHTLY_TZ_ENV,
                 _parse_with(_tz),
-                "Shards and schedule",
                 "the time zone `EAGLE3_NIGHTLY_CRON` is read in (IANA name)",
                 "load time (the schedule)",
             )
@@ -523,7 +529,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_SNAPSHOT_MAX_AGE",
                 _duration,
-                "Shards and schedule",
                 "the `training_dataset` freshness check fails when the last publish is older (`s`/`m`/`h`/`d`)",
                 "load time (the freshness check)",
                 default_doc="`26h`",
@@ -536,7 +541,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_SENSOR_INTERVAL_S",
                 partial(_int, minimum=1),
-                "Shards and schedule",
                 "minimum seconds between evaluations of each of the project's sensors",
                 "load time (the sensors)",
             )
@@ -548,21 +552,26 @@ class Settings:
             SettingSpec(
                 EXECUTOR_ENV,
                 _parse_with(_executor),
-                "Shards and schedule",
                 "step executor of the jobs: `multiprocess`, `in_process`, or `k8s` (one pod per step; "
                 '`pip install ".[k8s]"`)',
                 "load time (run config can configure the executor, not choose it)",
             )
         ),
     )
-    # ---- Stage behaviour
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    """What the stages keep and how they work: compaction, validation and snapshot retention, tokenizer threads, acceptance columns."""
+
+    SECTION: ClassVar[str] = "Stage behaviour"
+
     generation_compact_after_chunks: int | None = field(
         default=None,
         metadata=_declares(
             SettingSpec(
                 COMPACT_ENV,
                 partial(_int, minimum=0, note=" (0 = never compact)"),
-                "Stage behaviour",
                 "after a successful `generations` shard run with more than this many chunk files, merge them into one "
                 "(crash-safe: one new chunk, then the old ones are deleted; readers see the same rows throughout); "
                 "`0` never compacts",
@@ -577,7 +586,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_GX_KEEP_VALIDATIONS",
                 partial(_int, minimum=0, note=" (0 = keep all)"),
-                "Stage behaviour",
                 "GX validation results kept per gate suite in the work dir's GX context (older results and their Data "
                 "Docs pages are pruned when the Data Docs index is rebuilt, under the context lock: at most every 30 s "
                 "during a run and at its end, so up to 30 s of newer results can be kept beyond the count until then; "
@@ -592,7 +600,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_SNAPSHOT_RETENTION",
                 partial(_int, minimum=1),
-                "Stage behaviour",
                 "published snapshots kept (older ones are deleted after a publish; never the one `LATEST` names)",
                 RUN_START,
             )
@@ -604,7 +611,6 @@ class Settings:
             SettingSpec(
                 TOKENIZERS_PARALLELISM_ENV,  # read by the `tokenizers` Rust library itself at each batch call
                 _bool,
-                "Stage behaviour",
                 "threads of the `tokenizers` Rust library (its batch decode/encode) where the `training_samples` "
                 "round trip uses it; the round trip normally goes through an exact `tiktoken` twin of a byte-level BPE "
                 "tokenizer (`tokenize/fast_bpe.py`, probed against the tokenizer at load, else the `tokenizers` path "
@@ -620,7 +626,6 @@ class Settings:
             SettingSpec(
                 "EAGLE3_TRAIN_ACCEPTANCE",
                 _bool,
-                "Stage behaviour",
                 "`1`: the `training_samples` tables, the snapshot and the `input_ids` + `loss_mask` export "
                 "(`specforge_prompts.jsonl`) carry each row's `spec_accept_rate` and `spec_accept_length`: the "
                 "drafter's acceptance the speculating server reported when the row was generated (null where it did "
@@ -630,20 +635,39 @@ class Settings:
             )
         ),
     )
-    # ---- Dagster
+
+
+@dataclass(frozen=True)
+class DagsterSettings:
+    """The Dagster instance's folder."""
+
+    SECTION: ClassVar[str] = "Dagster"
+
     dagster_home: Path = field(
         default=PROJECT_ROOT / ".dagster_home",
         metadata=_declares(
             SettingSpec(
                 "DAGSTER_HOME",
                 _parse_with(_path),
-                "Dagster",
                 "the Dagster instance (`eagle3 check` creates its storage once, under a file lock)",
                 "never (the instance itself)",
                 default_doc="`./.dagster_home`",
             )
         ),
     )
+
+
+# The sections, in the order of the reference page: one typed model each, its fields declared once (the value's type
+# and default, and in its SettingSpec the variable, parser and bounds, and meaning).
+SETTINGS_SECTIONS = (FleetSettings, ModelSettings, StorageSettings, ShardSettings, StageSettings, DagsterSettings)
+SECTIONS = tuple(section.SECTION for section in SETTINGS_SECTIONS)
+
+
+@dataclass(frozen=True)
+class Settings(DagsterSettings, StageSettings, ShardSettings, StorageSettings, ModelSettings, FleetSettings):
+    """Every setting: the fields of the section models above (declaration order: fleet first), read from the
+    environment by `Settings.from_env` / `settings()`."""
+
     # Derived: EAGLE3_SGLANG_URL was set (else the default URL / a demo simulator)
     sglang_url_configured: bool = field(default=False, metadata={DERIVED_KEY: "EAGLE3_SGLANG_URL is set"})
 
@@ -679,6 +703,11 @@ class Settings:
 def setting_fields() -> list[tuple[Field[Any], SettingSpec]]:
     """Every `Settings` field read from a variable, with its declaration, in declaration order."""
     return [(f, f.metadata[SPEC_KEY]) for f in fields(Settings) if SPEC_KEY in f.metadata]
+
+
+def section_of(name: str) -> str:
+    """The section title of the `Settings` field `name`: the title of the section model that declares it."""
+    return next(c.SECTION for c in SETTINGS_SECTIONS if name in {f.name for f in fields(c)})
 
 
 def derived_fields() -> dict[str, str]:

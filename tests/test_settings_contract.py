@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT, Settings, SettingsError, derived_fields
+from eagle3_dagster.config import (
+    PROJECT_ROOT,
+    SECTIONS,
+    SETTINGS_SECTIONS,
+    Settings,
+    SettingsError,
+    derived_fields,
+    section_of,
+    setting_fields,
+)
 from eagle3_dagster.devtools.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.config import deployment_fields, generation_config
@@ -103,6 +112,21 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
     assert set(by_field) | set(derived_fields()) == {f.name for f in fields(Settings)}, (
         f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(derived_fields())}"
     )
+
+
+def test_each_setting_is_declared_by_exactly_one_section_model():
+    """One typed model per section declares its settings; `Settings` is their union plus what is derived from them."""
+    declared = [f.name for section in SETTINGS_SECTIONS for f in fields(section)]
+    assert len(declared) == len(set(declared)), "a setting declared by two sections"
+    assert set(declared) == {f.name for f, _ in setting_fields()}
+    assert {f.name for f in fields(Settings)} == set(declared) | set(derived_fields())
+    # the reference page lists the sections in this order, each variable under the model that declares it
+    page = (PROJECT_ROOT / "docs" / "reference" / "configuration.md").read_text()
+    headings = [line[3:] for line in page.splitlines() if line.startswith("## ")]
+    assert [h for h in headings if h in SECTIONS] == list(SECTIONS)
+    for f, spec in setting_fields():
+        under = page.split(f"### `{spec.env}`", 1)[0].rsplit("\n## ", 1)[1].splitlines()[0]
+        assert under == section_of(f.name), (spec.env, under)
 
 
 def test_one_parser_for_endpoint_lists(kimi_profile):
