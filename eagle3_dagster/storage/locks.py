@@ -56,6 +56,10 @@ def lock_file_for(data_dir: PathLike, rel: str, local_lock_dir: Path | None = No
     return folder / f"{name}-{key}.lock", False
 
 
+# How long a waiter gives a new holder to write its owner before saying it waits for an unknown process.
+OWNER_GRACE_S = 1.0
+
+
 def describe_owner(owner: dict[str, Any] | None) -> str:
     if not owner:
         return "an unknown process (no owner written yet)"
@@ -162,7 +166,8 @@ class DataDirLock:
             if waited >= self.wait_s:
                 fh.close()
                 raise DataDirLocked(self._held_line(owner, waited if self.wait_s else 0), self.path, owner)
-            if not told and self.on_wait is not None:
+            # the holder writes its owner just after taking the lock: name it rather than "an unknown process"
+            if not told and self.on_wait is not None and (owner is not None or waited >= OWNER_GRACE_S):
                 self.on_wait(self._held_line(owner, 0) + f"; waiting up to {self.wait_s:.0f}s")
                 told = True
             time.sleep(self.poll_s)
