@@ -44,8 +44,9 @@ def executor_from_env(env: Mapping[str, str] | None = None) -> dg.ExecutorDefini
 # forkserver per run that has imported these once, instead of spawning fresh interpreters that each import
 # Dagster, Great Expectations and transformers again (about ten seconds of CPU per step). Polars, and so the
 # project's own modules, stay out: Polars must not be loaded in a process that forks (its thread pool does
-# not survive a fork), so each step imports it fresh (tests/reliability/test_executors.py).
-STEP_PRELOAD_MODULES = ("dagster", "great_expectations", "transformers.models.auto.tokenization_auto")
+# not survive a fork), so each step imports it fresh (tests/reliability/test_executors.py). The tokenizer
+# module is the one a tokenizer.json folder loads through (tokenize/loading.py), which needs no torch.
+STEP_PRELOAD_MODULES = ("dagster", "great_expectations", "transformers.tokenization_utils_tokenizers")
 
 
 def _forkserver_by_default(config: dict) -> dict:

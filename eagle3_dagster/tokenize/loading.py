@@ -100,22 +100,46 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _load_folder(folder: Path, *, trust_remote_code: bool, cache_dir: Path | None):
-    from transformers import AutoTokenizer
-
     config_path = folder / "tokenizer_config.json"
     config = _read_json(config_path) if config_path.exists() else {}
     needs_remote_code = "auto_map" in config
     if trust_remote_code:
+        from transformers import AutoTokenizer
+
         tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=True))
     elif needs_remote_code or (not _has_plain_tokenizer_files(folder) and _tiktoken_file(folder) is not None):
         # A remote-code release: build a plain, code-free copy (tokenizer.json + clean config) once.
         plain = _guarded(folder, lambda: _plain_copy(folder, config, cache_dir or default_cache_dir()))
-        tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(plain), trust_remote_code=False))
+        tokenizer = _guarded(folder, lambda: _from_plain_folder(plain))
     else:
-        tokenizer = _guarded(folder, lambda: AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False))
+        tokenizer = _guarded(folder, lambda: _from_plain_folder(folder))
     if getattr(tokenizer, "backend_tokenizer", None) is None:
         raise TokenizerLoadError(f"{folder}: loaded {type(tokenizer).__name__}, which is not a fast tokenizer")
     return tokenizer
+
+
+# The classes AutoTokenizer resolves a bare tokenizer.json folder to. Such a folder is loaded by that class
+# directly: AutoTokenizer's model registry imports torch when it is installed (about 1.7 s of CPU in every
+# process that loads a tokenizer: each step, CLI and simulator), and a plain tokenizer.json needs none of it.
+_TOKENIZER_JSON_CLASSES = frozenset({"PreTrainedTokenizerFast", "TokenizersBackend"})
+
+
+def _from_plain_folder(folder: Path):
+    """A code-free folder's tokenizer: its tokenizer.json class directly when it declares one of
+    `_TOKENIZER_JSON_CLASSES` (and no model config that could map it elsewhere), else AutoTokenizer."""
+    config_path = folder / "tokenizer_config.json"
+    config = _read_json(config_path) if config_path.exists() else {}
+    if (
+        config.get("tokenizer_class") in _TOKENIZER_JSON_CLASSES
+        and (folder / "tokenizer.json").exists()
+        and not (folder / "config.json").exists()
+    ):
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
 
 
 def _guarded(folder: Path, load):

@@ -163,3 +163,19 @@ def test_broken_rank_file_is_a_clear_error_and_leaves_no_cache(tmp_path: Path) -
     with pytest.raises(TokenizerLoadError, match=r"tiktoken\.model: ranks are not a dense"):
         load_tokenizer(str(folder), cache_dir=tmp_path / "cache")
     assert not any((tmp_path / "cache").iterdir())
+
+
+@pytest.mark.integration
+def test_a_tokenizer_json_folder_loads_without_importing_torch(shared_dir: Path) -> None:
+    # Every step, CLI and simulator process loads the tokenizer; AutoTokenizer's registry would import torch
+    # (installed for the SpecForge lane) in each of them, for nothing a tokenizer.json needs.
+    code = (
+        "import sys\n"
+        "from eagle3_dagster.tokenize import load_tokenizer\n"
+        "tok = load_tokenizer(sys.argv[1])\n"
+        "print(len(tok), tok.convert_tokens_to_ids('</think>'), 'torch' in sys.modules)\n"
+    )
+    folder = shared_dir / "tokenizers" / "kimi-k2.5"
+    out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["163840", "163607", "False"]
