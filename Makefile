@@ -108,21 +108,32 @@ docs: $(STAMP)
 	$(PY) -m eagle3_dagster.devtools.docs_gen --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d .site
 
-# Two lanes (tests/serial_lane.py). The parallel lane runs in TEST_WORKERS pytest-xdist processes: most
-# slow tests wait on the processes they start (simulator, Dagster, Postgres, moto), so 3 workers keep
-# 2 cores busy. --dist loadfile keeps a module on one worker, so a module-scoped simulator or Dagster
-# deployment is built once. Every test has its own tmp dirs and free ports: the workers share nothing.
-# The longest modules are handed out first (LONG_MODULES in tests/serial_lane.py), so none runs alone at the end
-# (--no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first).
-# The serial lane then runs, alone and one after another, the tests marked `serial`: wall-clock bounds
-# on waits, stalls and timeouts, signals to process groups, the browser, the session's `eagle3 ui`.
-# (Not --dist loadgroup with an xdist_group: with pytest 9.2 xdist 3.8 silently ignores the groups,
-# pytest-xdist issue 1386.) Both lanes always run; either failing fails the target.
+# Two lanes (tests/serial_lane.py), run at the same time. The serial lane runs in the foreground, one test
+# after another: the tests marked `serial` (wall-clock bounds on waits, stalls and timeouts, signals to
+# process groups, the browser, the session's `eagle3 ui`). It keeps about one core busy. The parallel lane
+# runs beside it on what is left: in a session of its own at the lowest CPU priority (nice 19, its scheduler
+# group too, and every session it starts: tests/background/sitecustomize.py), so the serial lane's bounds
+# see a quiet machine. Its report follows the serial lane's (it is written to PARALLEL_LOG meanwhile).
+# The parallel lane runs in TEST_WORKERS pytest-xdist processes: most slow tests wait on the processes they
+# start (simulator, Dagster, Postgres, moto), so 3 workers keep 2 cores busy. --dist loadfile keeps a module
+# on one worker, so a module-scoped simulator or Dagster deployment is built once. Every test has its own tmp
+# dirs and free ports: the workers share nothing. The longest modules are handed out first (LONG_MODULES in
+# tests/serial_lane.py), so none runs alone at the end (--no-loadscope-reorder: xdist would otherwise hand
+# out the modules with the most tests first). (Not --dist loadgroup with an xdist_group: with pytest 9.2
+# xdist 3.8 silently ignores the groups, pytest-xdist issue 1386.) Both lanes always run; either failing
+# fails the target; Ctrl-C stops both.
 TEST_WORKERS ?= 3
+PARALLEL_LOG := .pytest-parallel-lane.log
 test: instance services ruff format-check typecheck docs
+	@echo "[test] the parallel lane runs beside the serial lane at the lowest CPU priority; its report follows (log: $(PARALLEL_LOG))"
 	rc=0; \
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=30 || rc=1; \
+	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=30 \
+	  > $(PARALLEL_LOG) 2>&1 & lane=$$!; \
+	trap 'kill -TERM -- -$$lane 2>/dev/null; exit 130' INT TERM; \
 	$(PY) -m pytest -q -m serial --durations=30 || rc=1; \
+	wait $$lane || rc=1; \
+	echo "[test] the parallel lane:"; cat $(PARALLEL_LOG); \
 	exit $$rc
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium

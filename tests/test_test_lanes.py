@@ -127,3 +127,28 @@ def test_the_parallel_lane_starts_a_long_module_before_one_with_more_tests(tmp_p
         del os.environ["ORDER_FILE"]
     assert run.returncode == 0, run.stdout + run.stderr
     assert order.read_text().split()[0] == "long", order.read_text()
+
+
+def _autogroup_of_child(env: dict[str, str], new_session: bool) -> str:
+    code = "print(open('/proc/self/autogroup').read().split()[-1])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, start_new_session=new_session
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="a kernel without sched_autogroup")
+def test_a_session_the_parallel_lane_starts_runs_at_the_lowest_priority():
+    """The parallel lane's processes that start a session of their own (a simulator, a Dagster daemon) lower
+    their scheduler group to nice 19 (tests/background/sitecustomize.py); nothing else is touched."""
+    recipe = (PROJECT_ROOT / "Makefile").read_text().split('-m "not serial"', 1)[0].rsplit("rc=0;", 1)[1]
+    assert "EAGLE3_TEST_BACKGROUND=1" in recipe and "nice -n 19 setsid" in recipe
+    assert "PYTHONPATH=$(CURDIR)/tests/background" in recipe
+    lane = {**os.environ, "EAGLE3_TEST_BACKGROUND": "1", "PYTHONPATH": str(TESTS / "background")}
+    ours = Path("/proc/self/autogroup").read_text().split()[-1]
+    assert _autogroup_of_child(lane, new_session=True) == "19"
+    assert _autogroup_of_child(lane, new_session=False) == ours  # the caller's group is left alone
+    plain = {k: v for k, v in lane.items() if k != "EAGLE3_TEST_BACKGROUND"}
+    assert _autogroup_of_child(plain, new_session=True) == "0"
