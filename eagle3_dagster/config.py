@@ -769,7 +769,7 @@ _cached: tuple[tuple[str | None, ...], Settings] | None = None  # (cwd + the raw
 def settings() -> Settings:
     """This process's validated settings, read from the environment on first use (never at import) and again
     only when one of the variables `Settings` reads, or the working directory, has changed since
-    (`set_in_this_process`, a test's monkeypatch): every caller shares one parsed object."""
+    (a test's monkeypatch): every caller shares one parsed object."""
     global _cached
     raw = (os.getcwd(), *(os.environ.get(var) for var in _VARIABLES))  # relative paths resolve against the cwd
     if _cached is None or _cached[0] != raw:
@@ -803,17 +803,6 @@ def child_process_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(extra or {})
     return env
-
-
-def set_in_this_process(values: Mapping[str, str]) -> Settings:
-    """Set EAGLE3_* variables for this process and the step processes it starts, validated first.
-
-    Only `eagle3 demo --samples` uses it: the partition count and the assets folder are load-time
-    settings (they shape the asset graph), so they must be in the environment the definitions load from.
-    """
-    new = Settings.from_env({**os.environ, **values})  # a bad value fails here, naming the variable
-    os.environ.update(values)
-    return new
 
 
 def apply_tokenizers_parallelism(s: Settings | None = None) -> bool:

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..config import interactive_endpoint_wait_s, settings
+from ..config import Settings, interactive_endpoint_wait_s, settings
 from ..orchestration.checks_column import checks_column
 from ..storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 from .instance import ensure_dagster_home, sglang_endpoint
@@ -130,8 +130,10 @@ def shard_table(outcome, data_dir: DataPath) -> list[str]:
     return lines
 
 
-def summarize(outcome, data_dir: DataPath) -> str:
-    s = settings()
+def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
+    """The demo's summary of `outcome`; `s`: the settings its definitions were built from (default: this
+    process's)."""
+    s = s or settings()
     lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
     prompts = data_dir / "prompts" / "prompts.parquet"
     rej = data_dir / "prompts" / "prompt_rejects.parquet"
@@ -294,16 +296,17 @@ def endpoint_advice(errors: list[str]) -> str | None:
     return None
 
 
-def _big_shard(n: int) -> None:
-    """--samples N: the run's only source is N distinct prompts (devtools/sample_shard.py), in one shard
-    (EAGLE3_N_SHARDS=1)."""
-    from ..config import PROJECT_ROOT, set_in_this_process
+def big_shard_settings(s: Settings, n: int) -> Settings:
+    """--samples N: `s` changed so that the run's only source is N distinct prompts (devtools/sample_shard.py),
+    in one shard. A copy: this process's environment (and so `settings()`) is left as it was; the demo's
+    definitions are built from the copy and its runs execute in this process."""
+    import dataclasses
+
+    from ..config import PROJECT_ROOT, check_n_shards
     from ..devtools.sample_shard import prepare_big_shard
 
-    s = settings()
     assets = prepare_big_shard(n, s.work_dir / "big_shard", PROJECT_ROOT.parent / "shared" / "datasets", s.assets_dir)
-    # load-time settings, read by settings() in this process and its step processes
-    set_in_this_process({"EAGLE3_ASSETS_DIR": str(assets), "EAGLE3_N_SHARDS": "1"})
+    return dataclasses.replace(s, n_shards=check_n_shards(1), assets_dir=assets.resolve())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -313,12 +316,13 @@ def run(args: argparse.Namespace) -> int:
     # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
     # folders as the first. Refused at once, in one line naming the running demo and the lock file.
     s = settings()
-    if args.samples is None:  # (--samples rewrites the settings first; _main_locked validates those)
+    if args.samples is None:  # (--samples builds its assets folder first; _main_locked validates those)
         # a bad shard key or source YAML fails before anything, the lock file included, is created
         from ..ingest import load_source_specs
+        from ..orchestration.partitions import shard_keys
         from ..orchestration.run import check_shard_keys
 
-        check_shard_keys(args.shards.split(",") if args.shards else None)
+        check_shard_keys(args.shards.split(",") if args.shards else None, shard_keys(s.n_shards))
         load_source_specs(s.sources_dir)
     lock = DataDirLock(s.data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0, local_lock_dir=s.work_dir / "locks")
     try:
@@ -334,19 +338,18 @@ def run(args: argparse.Namespace) -> int:
         warning = lock.host_only_warning()
         if warning:
             print(f"[demo] warning: {warning}", file=sys.stderr, flush=True)
-        return _main_locked(args)
+        return _main_locked(args, s if args.samples is None else big_shard_settings(s, args.samples))
     finally:
         lock.release()
 
 
-def _main_locked(args: argparse.Namespace) -> int:
-    if args.samples is not None:
-        _big_shard(args.samples)
-    s = settings()  # every setting validated before any work (cli.py prints a SettingsError as one line each)
+def _main_locked(args: argparse.Namespace, s: Settings) -> int:
+    """The demo on the settings `s` (validated: cli.py prints a SettingsError as one line each)."""
     shards = args.shards.split(",") if args.shards else None
+    from ..orchestration.partitions import shard_keys
     from ..orchestration.run import check_shard_keys
 
-    check_shard_keys(shards)  # an unknown key fails here, listing the valid ones, before anything is written
+    check_shard_keys(shards, shard_keys(s.n_shards))  # an unknown key fails here, before anything is written
     from ..ingest import load_source_specs
 
     load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
@@ -357,7 +360,9 @@ def _main_locked(args: argparse.Namespace) -> int:
         print(f"[demo] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails", flush=True)
     import dagster as dg
 
-    from ..definitions import defs  # loads the source YAMLs: a bad one fails here, one line per problem
+    from ..definitions import build_definitions
+
+    defs = build_definitions(s)  # loads the source YAMLs: a bad one fails here, one line per problem
     from ..orchestration.resources import SGLangFleet
 
     with StopOnSignal() as stopper:
@@ -390,7 +395,7 @@ def _main_locked(args: argparse.Namespace) -> int:
     if outcome.stopped:
         print(stopped_line(outcome), file=sys.stderr, flush=True)
         return 130
-    print(summarize(outcome, s.data_dir), flush=True)
+    print(summarize(outcome, s.data_dir, s), flush=True)
     summary_path = s.data_dir / "demo_summary.json"
     summary_path.write_text(
         json.dumps(

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 
 import dagster as dg
 
-from ..config import settings
+from ..config import Settings, settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.asset_names import REPORT_ASSET, SHARD_ASSETS, AssetName, stage_assets
-from ..orchestration.partitions import shard_partitions
+from ..orchestration.partitions import shard_keys
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
@@ -171,8 +172,6 @@ def build_nightly_schedule(cron: str | None = None, timezone: str | None = None)
     return nightly_regeneration
 
 
-nightly_regeneration = build_nightly_schedule()
-
 # ---------------------------------------------------------------------------------------- sensors
 
 
@@ -201,97 +200,119 @@ def report_request(night: str, ended: str) -> dg.RunRequest:
     return dg.RunRequest(run_key=f"report:{night}:{ended}", job_name=report_job.name, tags=tags)
 
 
-@dg.sensor(
-    name=NIGHTLY_SENSOR,
-    jobs=[shard_pipeline_job, publish_job, report_job],
-    minimum_interval_seconds=settings().sensor_interval_s,
-    description="Moves the latest tagged night on (nightly or source change): after its successful `ingest` run, "
-    "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run; when the night ended "
-    "(published, or a shard lost), the `report` run. A night with a failed shard publishes nothing (LATEST "
-    "unchanged; the freshness check turns red).",
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
-    night_run = latest_night(context.instance)
-    if night_run is None or night_run.status != dg.DagsterRunStatus.SUCCESS:
-        what = "no nightly or source-change ingest run yet" if night_run is None else f"ingest {night_run.status.value}"
-        yield dg.SkipReason(f"nothing to move on: {what}")
-        return
-    night = night_run.run_id
-    publish = context.instance.get_runs(
-        filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
+def build_nightly_sensor(n_shards: int, interval_s: int) -> dg.SensorDefinition:
+    """The `nightly` sensor over the shard keys of `n_shards` shards (the partitions of the same definitions)."""
+    expected = shard_keys(n_shards)
+
+    @dg.sensor(
+        name=NIGHTLY_SENSOR,
+        jobs=[shard_pipeline_job, publish_job, report_job],
+        minimum_interval_seconds=interval_s,
+        description="Moves the latest tagged night on (nightly or source change): after its successful `ingest` run, "
+        "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run; when the night ended "
+        "(published, or a shard lost), the `report` run. A night with a failed shard publishes nothing (LATEST "
+        "unchanged; the freshness check turns red).",
+        default_status=dg.DefaultSensorStatus.STOPPED,
     )
-    if publish:
-        if publish[0].status in IN_PROGRESS:
-            yield dg.SkipReason(f"night {night}: publish run started")
-        else:
-            yield report_request(night, "published")
-        return
-    step = night_requests(night, shard_statuses(context.instance, night), list(shard_partitions.get_partition_keys()))
-    if isinstance(step, list):
-        yield from step
-        return
-    verdict, shards = step
-    if verdict == "failed":
-        msg = f"night {night}: shard run(s) {', '.join(shards)} failed; nothing published, LATEST unchanged"
-        if context.cursor != night:  # said once a night at ERROR; the report run shows it too
-            context.log.error(msg)
-            context.update_cursor(night)
-        yield report_request(night, "failed")
-        return
-    yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
+    def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
+        night_run = latest_night(context.instance)
+        if night_run is None or night_run.status != dg.DagsterRunStatus.SUCCESS:
+            what = (
+                "no nightly or source-change ingest run yet"
+                if night_run is None
+                else f"ingest {night_run.status.value}"
+            )
+            yield dg.SkipReason(f"nothing to move on: {what}")
+            return
+        night = night_run.run_id
+        publish = context.instance.get_runs(
+            filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
+        )
+        if publish:
+            if publish[0].status in IN_PROGRESS:
+                yield dg.SkipReason(f"night {night}: publish run started")
+            else:
+                yield report_request(night, "published")
+            return
+        step = night_requests(night, shard_statuses(context.instance, night), expected)
+        if isinstance(step, list):
+            yield from step
+            return
+        verdict, shards = step
+        if verdict == "failed":
+            msg = f"night {night}: shard run(s) {', '.join(shards)} failed; nothing published, LATEST unchanged"
+            if context.cursor != night:  # said once a night at ERROR; the report run shows it too
+                context.log.error(msg)
+                context.update_cursor(night)
+            yield report_request(night, "failed")
+            return
+        yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
+
+    return nightly
 
 
-@dg.run_status_sensor(
-    name="nightly_failed",
-    run_status=dg.DagsterRunStatus.FAILURE,
-    monitored_jobs=[ingest_job, shard_pipeline_job, publish_job],
-    minimum_interval_seconds=settings().sensor_interval_s,
-    description="Names every failed run of a night on its tick (and in the daemon log at ERROR): the night "
-    "published nothing and LATEST is unchanged.",
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
-    run = context.dagster_run
-    if run.tags.get(NIGHTLY_TAG) != "true":
-        return dg.SkipReason(f"{run.job_name} run {run.run_id} failed outside the nightly automation")
-    night = run.tags.get(NIGHT_TAG) or run.run_id  # an ingest run names its own night
-    shard = run.tags.get("dagster/partition")
-    what = f"{run.job_name} run {run.run_id}" + (f" (shard {shard})" if shard else "")
-    msg = f"night {night}: {what} FAILED; nothing published, LATEST unchanged"
-    context.log.error(msg)
-    return dg.SkipReason(msg)
+def build_nightly_failed_sensor(interval_s: int) -> dg.SensorDefinition:
+    """The `nightly_failed` run-status sensor."""
+
+    @dg.run_status_sensor(
+        name="nightly_failed",
+        run_status=dg.DagsterRunStatus.FAILURE,
+        monitored_jobs=[ingest_job, shard_pipeline_job, publish_job],
+        minimum_interval_seconds=interval_s,
+        description="Names every failed run of a night on its tick (and in the daemon log at ERROR): the night "
+        "published nothing and LATEST is unchanged.",
+        default_status=dg.DefaultSensorStatus.STOPPED,
+    )
+    def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
+        run = context.dagster_run
+        if run.tags.get(NIGHTLY_TAG) != "true":
+            return dg.SkipReason(f"{run.job_name} run {run.run_id} failed outside the nightly automation")
+        night = run.tags.get(NIGHT_TAG) or run.run_id  # an ingest run names its own night
+        shard = run.tags.get("dagster/partition")
+        what = f"{run.job_name} run {run.run_id}" + (f" (shard {shard})" if shard else "")
+        msg = f"night {night}: {what} FAILED; nothing published, LATEST unchanged"
+        context.log.error(msg)
+        return dg.SkipReason(msg)
+
+    return nightly_failed
 
 
-@dg.sensor(
-    name="prompt_source_sensor",
-    job=ingest_job,
-    minimum_interval_seconds=settings().sensor_interval_s,
-    description="Launches a (tagged) ingest run when prompt-source files are added or change; the fan-out and the "
-    "publish follow as for a night. Waits (keeps the change) while a night is running.",
-    default_status=dg.DefaultSensorStatus.STOPPED,
-)
-def prompt_source_sensor(context: dg.SensorEvaluationContext):
-    try:
-        fp = source_files_fingerprint(settings().sources_dir)
-    except SourceListingError as e:
-        return dg.SkipReason(f"cannot list a remote prompt source, will retry: {e}")
-    if context.cursor == fp:
-        return dg.SkipReason("prompt sources unchanged")
-    try:
-        busy = _nightly_in_progress(context.instance)
-    except dg.DagsterInvariantViolationError:  # a bare test context without an instance
-        busy = []
-    if busy:
-        return dg.SkipReason(f"prompt sources changed; waiting for the running night ({', '.join(busy)})")
-    context.update_cursor(fp)
-    return dg.RunRequest(run_key=f"sources-{fp}", tags={NIGHTLY_TAG: "true", "eagle3/sources": fp})
+def build_prompt_source_sensor(sources_dir: Path, interval_s: int) -> dg.SensorDefinition:
+    """`prompt_source_sensor`, watching the source YAMLs (and the files they name) of `sources_dir`."""
+
+    @dg.sensor(
+        name="prompt_source_sensor",
+        job=ingest_job,
+        minimum_interval_seconds=interval_s,
+        description="Launches a (tagged) ingest run when prompt-source files are added or change; the fan-out and the "
+        "publish follow as for a night. Waits (keeps the change) while a night is running.",
+        default_status=dg.DefaultSensorStatus.STOPPED,
+    )
+    def prompt_source_sensor(context: dg.SensorEvaluationContext):
+        try:
+            fp = source_files_fingerprint(sources_dir)
+        except SourceListingError as e:
+            return dg.SkipReason(f"cannot list a remote prompt source, will retry: {e}")
+        if context.cursor == fp:
+            return dg.SkipReason("prompt sources unchanged")
+        try:
+            busy = _nightly_in_progress(context.instance)
+        except dg.DagsterInvariantViolationError:  # a bare test context without an instance
+            busy = []
+        if busy:
+            return dg.SkipReason(f"prompt sources changed; waiting for the running night ({', '.join(busy)})")
+        context.update_cursor(fp)
+        return dg.RunRequest(run_key=f"sources-{fp}", tags={NIGHTLY_TAG: "true", "eagle3/sources": fp})
+
+    return prompt_source_sensor
 
 
 # -------------------------------------------------------------------------------------- freshness
 
 
-def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:
+def build_freshness(
+    max_age=None, interval_s: int | None = None
+) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:
     """The `training_dataset` freshness check (ERROR when the last publish is older than max_age) and its sensor.
 
     Dagster 1.13 marks these factories "superseded" by FreshnessPolicy; they are kept because their
@@ -311,18 +332,27 @@ def build_freshness(max_age=None) -> tuple[list[dg.AssetChecksDefinition], dg.Se
         sensor = dg.build_sensor_for_freshness_checks(
             freshness_checks=checks,
             name=FRESHNESS_SENSOR,
-            minimum_interval_seconds=settings().sensor_interval_s,
+            minimum_interval_seconds=interval_s or settings().sensor_interval_s,
         )
     return checks, sensor
 
 
-freshness_checks, snapshot_freshness = build_freshness()
-
 JOBS = [ingest_job, shard_pipeline_job, publish_job, report_job]
-SCHEDULES = [nightly_regeneration]
-SENSORS = [nightly, nightly_failed, prompt_source_sensor, snapshot_freshness]
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(asset_checks=freshness_checks, jobs=JOBS, schedules=SCHEDULES, sensors=SENSORS)
+def build_defs(s: Settings) -> dg.Definitions:
+    """The jobs, the schedule, the sensors and the freshness check, configured from `s`."""
+    interval = s.sensor_interval_s
+    freshness_checks, snapshot_freshness = build_freshness(s.snapshot_max_age, interval)
+    sensors = [
+        build_nightly_sensor(s.n_shards, interval),
+        build_nightly_failed_sensor(interval),
+        build_prompt_source_sensor(s.sources_dir, interval),
+        snapshot_freshness,
+    ]
+    return dg.Definitions(
+        asset_checks=freshness_checks,
+        jobs=JOBS,
+        schedules=[build_nightly_schedule(s.nightly_cron, s.nightly_tz)],
+        sensors=sensors,
+    )

@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..config import settings
+from ..config import Settings, settings
 from ..generate import (
     AuthError,
     GenerationConfig,
@@ -49,6 +49,7 @@ from ..ingest.spec import probe_source_names
 from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
 from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
 from ..orchestration.pools import GENERATE_POOL
 from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
@@ -213,7 +214,7 @@ def shard_generation_config(step: ShardStep, sglang: SGLangFleet) -> GenerationC
         sglang.endpoints(),
         settings(),
         run_fields,
-        probe_sources=probe_source_names(settings().sources_dir),
+        probe_sources=probe_source_names(step.pipeline.sources_path),
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(step.pipeline.work_path, run_key),
     )
@@ -378,11 +379,14 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     )
 
 
-@gated_shard_asset(GENERATE)
-def generations(step: ShardStep) -> GatedShard:
+def generate_step(step: ShardStep) -> GatedShard:
     return generate_and_gate(step, step.resource("sglang"))
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[generations])
+def generations(s: Settings) -> dg.AssetsDefinition:
+    """`generations` over the shard partitions of `s`."""
+    return gated_shard_asset(GENERATE, shard_partitions(s.n_shards))(generate_step)
+
+
+def build_defs(s: Settings) -> dg.Definitions:
+    return dg.Definitions(assets=[generations(s)])

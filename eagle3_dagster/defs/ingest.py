@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..config import settings
+from ..config import Settings
 from ..ingest import SourceSpec, combine_sources, ingest_source, load_source_specs
 from ..ingest.decontaminate import DEFAULT_OVERLAP_THRESHOLD
 from ..ingest.errors import EmptySourceError
@@ -15,7 +15,6 @@ from ..ingest.pipeline import EvalSet
 from ..ingest.preview import prompts_preview_markdown
 from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.metadata import to_metadata
-from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..plan.actual import plan_headlines
 from ..plan.build import read_plan
@@ -64,7 +63,7 @@ def source_yield_check(counts: Any, health: Any) -> dg.AssetCheckResult:
     )
 
 
-def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
+def _source_asset(spec: SourceSpec, n_shards: int) -> dg.AssetsDefinition:
     name = source_asset_name(spec)
 
     @dg.asset(
@@ -88,7 +87,7 @@ def _source_asset(spec: SourceSpec) -> dg.AssetsDefinition:
         out_dir = pipeline.data_path / "sources" / spec.name
         try:
             # an empty source (unless allowed) fails here and writes nothing: the previous outputs stay
-            counts = ingest_source(spec, out_dir, n_shards=N_SHARDS, require_accepted=not spec.allow_empty)
+            counts = ingest_source(spec, out_dir, n_shards=n_shards, require_accepted=not spec.allow_empty)
         except EmptySourceError as e:
             context.log.error(str(e))
             raise dg.Failure(description=str(e)) from None
@@ -136,13 +135,15 @@ def log_combined(context: Any, counts: Any, evals: list[SourceSpec], probes: lis
         )
 
 
-def build_ingest_assets() -> list[dg.AssetsDefinition]:
-    specs = load_source_specs(settings().sources_dir)
-    source_assets = [_source_asset(s) for s in specs]
+def build_ingest_assets(s: Settings) -> list[dg.AssetsDefinition]:
+    """One asset per source YAML of `s.sources_dir` and `prompts`, sharding into `s.n_shards` shards."""
+    n_shards = s.n_shards
+    specs = load_source_specs(s.sources_dir)
+    source_assets = [_source_asset(spec, n_shards) for spec in specs]
     # probe sets last: a training prompt equal to a probe prompt is quarantined (probe_overlap), not deduplicated
-    names = [s.name for s in specs if s.role == "train"] + [s.name for s in specs if s.role == "probe"]
-    evals = [s for s in specs if s.role == "eval"]
-    probes = [s for s in specs if s.role == "probe"]
+    names = [x.name for x in specs if x.role == "train"] + [x.name for x in specs if x.role == "probe"]
+    evals = [x for x in specs if x.role == "eval"]
+    probes = [x for x in specs if x.role == "probe"]
 
     @dg.asset(
         name=AssetName.PROMPTS,
@@ -156,17 +157,17 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
     def prompts(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
         data = pipeline.data_path
         eval_sets = [
-            EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in evals
+            EvalSet(x.name, data / "sources" / x.name, x.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for x in evals
         ]
         probe_sets = [
-            EvalSet(s.name, data / "sources" / s.name, s.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for s in probes
+            EvalSet(x.name, data / "sources" / x.name, x.overlap_threshold or DEFAULT_OVERLAP_THRESHOLD) for x in probes
         ]
         counts = combine_sources(
             [data / "sources" / n for n in names],
             data / "prompts",
-            n_shards=N_SHARDS,
+            n_shards=n_shards,
             eval_sets=eval_sets,
-            control_text={s.name: s.control_text for s in specs},
+            control_text={x.name: x.control_text for x in specs},
             probe_sets=probe_sets,
         )
         out = data / "prompts" / "prompts.parquet"
@@ -185,7 +186,7 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
                 **to_metadata(counts),
                 **plan_meta,
                 "rows_per_shard": dg.MetadataValue.json({f"{r['shard']:04d}": r["len"] for r in per_shard}),
-                "n_shards": N_SHARDS,
+                "n_shards": n_shards,
                 "path": dg.MetadataValue.path(str(out)),
                 "preview": dg.MetadataValue.md(
                     prompts_preview_markdown(read_parquet(out, n_rows=8) if out.exists() else pl.DataFrame())
@@ -197,7 +198,6 @@ def build_ingest_assets() -> list[dg.AssetsDefinition]:
     return [*source_assets, prompts]
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    """One asset per source YAML (the list is read when the definitions load) and `prompts`."""
-    return dg.Definitions(assets=build_ingest_assets())
+def build_defs(s: Settings) -> dg.Definitions:
+    """One asset per source YAML (the list is read when the definitions are built) and `prompts`."""
+    return dg.Definitions(assets=build_ingest_assets(s))

@@ -7,10 +7,9 @@ from typing import Any
 
 import dagster as dg
 
-from ..config import settings
+from ..config import Settings, settings
 from ..ingest import load_source_specs
 from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
-from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..publish.card import CARD_FILE, card_config
 from ..publish.export import SPECFORGE_FILE, exporters_for
@@ -35,47 +34,52 @@ PUBLISH_CHECK = "publish_gate"
 DRIFT_CHECK = "drift_gate"
 
 
-@dg.asset(
-    name=AssetName.TRAINING_DATASET,
-    group_name=ASSET_GROUP,
-    deps=[AssetName.TRAINING_SAMPLES],
-    description="A versioned snapshot of every gated shard (copied, with a manifest: content identity, rows, sha256 "
-    "per file, shards included/excluded and why, gate results, distribution summary, drift against the previous "
-    "snapshot, config), plus exports: specforge_prompts.jsonl (SpecForge online, vllm speculators), "
-    "specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (re-rendering trainers; not "
-    "token-exact). Published (LATEST moves) only when the publish gate passes (expectations/publish.json) and the "
-    "drift policy allows (expectations/drift.json).",
-    kinds={"parquet", "json"},
-    tags={STAGE_TAG: STAGE},
-    check_specs=[
-        dg.AssetCheckSpec(
-            PUBLISH_CHECK,
-            asset=AssetName.TRAINING_DATASET,
-            blocking=True,
-            description="expectations/publish.json: not empty, some shard included, not a sudden drop "
-            "against the previous snapshot; a failure means nothing is published and LATEST stays.",
-        ),
-        dg.AssetCheckSpec(
-            DRIFT_CHECK,
-            asset=AssetName.TRAINING_DATASET,
-            blocking=True,
-            description="expectations/drift.json: the snapshot's distribution summary against the "
-            "previous published snapshot's (reasoning/output/answer lengths, rates, model revision).",
-        ),
-    ],
-)
-def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
-    snap = build_and_judge(context, pipeline, snapshot_config(pipeline, sglang))
-    log_snapshot(context, snap)
-    checks = snapshot_check_results(snap, snap.verdict)
-    if not snap.published:
+def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
+    """`training_dataset`: the snapshot of shards 0 .. n_shards-1 (the partitions of the same definitions)."""
+
+    @dg.asset(
+        name=AssetName.TRAINING_DATASET,
+        group_name=ASSET_GROUP,
+        deps=[AssetName.TRAINING_SAMPLES],
+        description="A versioned snapshot of every gated shard (copied, with a manifest: content identity, rows, sha256 "
+        "per file, shards included/excluded and why, gate results, distribution summary, drift against the previous "
+        "snapshot, config), plus exports: specforge_prompts.jsonl (SpecForge online, vllm speculators), "
+        "specforge_preformatted.jsonl (SpecForge offline) and conversations.jsonl (re-rendering trainers; not "
+        "token-exact). Published (LATEST moves) only when the publish gate passes (expectations/publish.json) and the "
+        "drift policy allows (expectations/drift.json).",
+        kinds={"parquet", "json"},
+        tags={STAGE_TAG: STAGE},
+        check_specs=[
+            dg.AssetCheckSpec(
+                PUBLISH_CHECK,
+                asset=AssetName.TRAINING_DATASET,
+                blocking=True,
+                description="expectations/publish.json: not empty, some shard included, not a sudden drop "
+                "against the previous snapshot; a failure means nothing is published and LATEST stays.",
+            ),
+            dg.AssetCheckSpec(
+                DRIFT_CHECK,
+                asset=AssetName.TRAINING_DATASET,
+                blocking=True,
+                description="expectations/drift.json: the snapshot's distribution summary against the "
+                "previous published snapshot's (reasoning/output/answer lengths, rates, model revision).",
+            ),
+        ],
+    )
+    def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
+        snap = build_and_judge(context, pipeline, snapshot_config(pipeline, sglang, n_shards), n_shards)
+        log_snapshot(context, snap)
+        checks = snapshot_check_results(snap, snap.verdict)
+        if not snap.published:
+            yield from checks
+            raise not_published(context, snap)
+        yield dg.MaterializeResult(metadata=published_metadata(snap), data_version=dg.DataVersion(snap.version))
         yield from checks
-        raise not_published(context, snap)
-    yield dg.MaterializeResult(metadata=published_metadata(snap), data_version=dg.DataVersion(snap.version))
-    yield from checks
+
+    return training_dataset
 
 
-def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet) -> dict[str, Any]:
+def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: int) -> dict[str, Any]:
     """What a snapshot records as its config (and the data card's model and sources: train/card.py)."""
     profile = pipeline.profile()
     return {
@@ -83,13 +87,15 @@ def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet) -> dict[str
         "profile_fingerprint": profile.fingerprint(),
         "max_new_tokens": profile.max_new_tokens_for(pipeline.max_new_tokens),
         "regen_seed": sglang.regen_seed,
-        "n_shards": N_SHARDS,
+        "n_shards": n_shards,
         # the data card's model and sources (publish/card.py): tokenizer, sampling, licences and origins
-        **card_config(profile, load_source_specs(settings().sources_dir)),
+        **card_config(profile, load_source_specs(pipeline.sources_path)),
     }
 
 
-def build_and_judge(context: dg.AssetExecutionContext, pipeline: PipelineSettings, config: dict[str, Any]) -> Any:
+def build_and_judge(
+    context: dg.AssetExecutionContext, pipeline: PipelineSettings, config: dict[str, Any], n_shards: int
+) -> Any:
     """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they pass)."""
     data = pipeline.data_path
     profile = pipeline.profile()
@@ -109,7 +115,7 @@ def build_and_judge(context: dg.AssetExecutionContext, pipeline: PipelineSetting
     try:
         return build_snapshot(
             data,
-            range(N_SHARDS),
+            range(n_shards),
             lambda g, k: read_gate_result(data, g, k),
             config=config,
             keep=settings().snapshot_retention,
@@ -250,6 +256,5 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.Ass
     return out
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[training_dataset])
+def build_defs(s: Settings) -> dg.Definitions:
+    return dg.Definitions(assets=[training_dataset_asset(s.n_shards)])

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from ..config import Settings
 from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, STAGE_TAG
-from ..orchestration.partitions import N_SHARDS
 from ..orchestration.resources import PipelineSettings
 from ..quality.gx_context import refresh_docs_index
 from ..report.html import write_report
@@ -34,11 +34,13 @@ def refresh_data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> 
         return None
 
 
-def render_report(log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None) -> Path:
+def render_report(
+    log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None, n_shards: int
+) -> Path:
     """Write the report from everything stored; a write that fails is logged (REPORT_NOT_WRITTEN) and
     fails the step, so neither the run nor the summary claims a report this run did not write."""
     try:
-        path = write_report(pipeline.data_path, pipeline.work_path, n_shards=N_SHARDS, profile=profile_name)
+        path = write_report(pipeline.data_path, pipeline.work_path, n_shards=n_shards, profile=profile_name)
     except Exception as e:
         line = f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}"
         log.warning(line)
@@ -47,25 +49,29 @@ def render_report(log: dg.DagsterLogManager, pipeline: PipelineSettings, profile
     return path
 
 
-@dg.asset(
-    name=REPORT_ASSET,
-    group_name=ASSET_GROUP,
-    deps=["tokenized_prompts", "generations", "training_samples", "training_dataset"],
-    description="The offline HTML quality report (<work_dir>/reports/index.html): publish/drift, charts, shards x "
-    "gates with their Data Docs pages, failures, quarantine, snapshots. Rendered from the stored gate results "
-    "after the gated steps (the `report` job); the GX Data Docs index is pruned and rebuilt first.",
-    kinds={"html"},
-    tags={STAGE_TAG: STAGE},
-)
-def quality_report(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
-    docs = refresh_data_docs(context.log, pipeline)
-    path = render_report(context.log, pipeline, pipeline.profile().name)
-    metadata: dict[str, dg.MetadataValue] = {"path": dg.MetadataValue.path(str(path))}
-    if docs is not None:
-        metadata["data_docs"] = dg.MetadataValue.url("file://" + str(docs))
-    return dg.MaterializeResult(metadata=metadata)
+def quality_report_asset(n_shards: int) -> dg.AssetsDefinition:
+    """`quality_report` over shards 0 .. n_shards-1 (the partitions of the same definitions)."""
+
+    @dg.asset(
+        name=REPORT_ASSET,
+        group_name=ASSET_GROUP,
+        deps=["tokenized_prompts", "generations", "training_samples", "training_dataset"],
+        description="The offline HTML quality report (<work_dir>/reports/index.html): publish/drift, charts, shards x "
+        "gates with their Data Docs pages, failures, quarantine, snapshots. Rendered from the stored gate results "
+        "after the gated steps (the `report` job); the GX Data Docs index is pruned and rebuilt first.",
+        kinds={"html"},
+        tags={STAGE_TAG: STAGE},
+    )
+    def quality_report(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
+        docs = refresh_data_docs(context.log, pipeline)
+        path = render_report(context.log, pipeline, pipeline.profile().name, n_shards)
+        metadata: dict[str, dg.MetadataValue] = {"path": dg.MetadataValue.path(str(path))}
+        if docs is not None:
+            metadata["data_docs"] = dg.MetadataValue.url("file://" + str(docs))
+        return dg.MaterializeResult(metadata=metadata)
+
+    return quality_report
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[quality_report])
+def build_defs(s: Settings) -> dg.Definitions:
+    return dg.Definitions(assets=[quality_report_asset(s.n_shards)])

@@ -2,15 +2,17 @@
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
 import polars as pl
 
-from ..config import settings
+from ..config import Settings
 from ..ingest import load_source_specs
 from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
+from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import prompt_features
@@ -23,10 +25,9 @@ STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
 
 
-def source_control_text() -> dict[str, str]:
+def source_control_text(sources_dir: Path) -> dict[str, str]:
     """Source name -> its YAML's `control_text` policy (tokenize/control_text.py); {} without a sources folder
     (every source then gets the default, reject)."""
-    sources_dir = settings().sources_dir
     if not sources_dir.is_dir():
         return {}
     return {spec.name: spec.control_text for spec in load_source_specs(sources_dir)}
@@ -87,7 +88,7 @@ def tokenize_shard(step: ShardStep, renderer: Any, out: Any) -> TokenizedShard:
     n_in = n_ok = 0
     rejected: list[pl.DataFrame] = []
     feats: list[pl.DataFrame] = []
-    control_text = source_control_text()
+    control_text = source_control_text(step.pipeline.sources_path)
     sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS, buffer_bytes=ONE_ROW_GROUP_BYTES)
     try:
         for prompts in shard_prompts(step.data / "prompts" / "prompts.parquet", step.shard):
@@ -130,8 +131,7 @@ def tokenize_metadata(step: ShardStep, done: TokenizedShard, renderer: Any, out:
     }
 
 
-@gated_shard_asset(TOKENIZE)
-def tokenized_prompts(step: ShardStep) -> GatedShard:
+def tokenize_step(step: ShardStep) -> GatedShard:
     renderer = cached_renderer(step.profile)
     out = step.folder("tokenized_prompts")
     done = tokenize_shard(step, renderer, out)
@@ -141,6 +141,10 @@ def tokenized_prompts(step: ShardStep) -> GatedShard:
     return GatedShard(done.features, tokenize_metadata(step, done, renderer, out))
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[tokenized_prompts])
+def tokenized_prompts(s: Settings) -> dg.AssetsDefinition:
+    """`tokenized_prompts` over the shard partitions of `s`."""
+    return gated_shard_asset(TOKENIZE, shard_partitions(s.n_shards))(tokenize_step)
+
+
+def build_defs(s: Settings) -> dg.Definitions:
+    return dg.Definitions(assets=[tokenized_prompts(s)])

@@ -9,7 +9,7 @@ from typing import Any, cast
 import dagster as dg
 import polars as pl
 
-from ..config import apply_tokenizers_parallelism, settings
+from ..config import Settings, apply_tokenizers_parallelism, settings
 from ..generate.active import ActiveSamplesMissingError, read_active_samples
 from ..generate.inputs import iter_batches
 from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
@@ -18,6 +18,7 @@ from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
 from ..orchestration.asset_names import AssetName
 from ..orchestration.metadata import to_metadata
+from ..orchestration.partitions import shard_partitions
 from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import GateFailedError, require_gate_passed
@@ -83,7 +84,7 @@ def training_candidates(step: ShardStep, gen_dir: Any, source_of: pl.DataFrame) 
         active_samples = read_active_samples(gen_dir)
     except ActiveSamplesMissingError as e:
         raise dg.Failure(f"shard {step.key}: {e}") from None
-    probe_sources = probe_source_names(settings().sources_dir)
+    probe_sources = probe_source_names(step.pipeline.sources_path)
     training_only = without_probes(active_samples, source_of, probe_sources)  # probe sets: never trained on
     if training_only.height != active_samples.height:
         step.log.info(
@@ -212,8 +213,7 @@ def training_metadata(step: ShardStep, built: Any, summary: dict[str, Any], line
     }
 
 
-@gated_shard_asset(TRAIN)
-def training_samples(step: ShardStep) -> GatedShard:
+def train_step(step: ShardStep) -> GatedShard:
     apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
     renderer = cached_renderer(step.profile)
     inputs = training_inputs(step, renderer)
@@ -226,6 +226,10 @@ def training_samples(step: ShardStep) -> GatedShard:
     return GatedShard(features, training_metadata(step, built, summary, inputs.turns.lineage is not None, out))
 
 
-@dg.definitions
-def defs() -> dg.Definitions:
-    return dg.Definitions(assets=[training_samples])
+def training_samples(s: Settings) -> dg.AssetsDefinition:
+    """`training_samples` over the shard partitions of `s`."""
+    return gated_shard_asset(TRAIN, shard_partitions(s.n_shards))(train_step)
+
+
+def build_defs(s: Settings) -> dg.Definitions:
+    return dg.Definitions(assets=[training_samples(s)])

@@ -1,11 +1,34 @@
-"""Shard partitions: fixed at definitions load from EAGLE3_N_SHARDS (default 4)."""
+"""Shard partitions: one StaticPartitionsDefinition per shard count, built when the definitions are.
+
+Nothing here reads the settings: `definitions.build_definitions(s)` passes `s.n_shards` to every asset,
+sensor and run driver that needs the keys, so two definitions built from two settings in one process
+(the demo's one-shard `--samples` run beside the deployment's) each have their own partitions.
+"""
 
 from __future__ import annotations
 
+import functools
+
 import dagster as dg
 
-from ..config import settings
+from ..config import check_n_shards
 from ..storage import shard_key
 
-N_SHARDS = settings().n_shards
-shard_partitions = dg.StaticPartitionsDefinition([shard_key(i) for i in range(N_SHARDS)])
+
+@functools.cache
+def shard_partitions(n_shards: int) -> dg.StaticPartitionsDefinition:
+    """The partitions "0000" .. of `n_shards` shards (1 to config.MAX_N_SHARDS), one object per count."""
+    return dg.StaticPartitionsDefinition([shard_key(i) for i in range(check_n_shards(n_shards))])
+
+
+def shard_keys(n_shards: int) -> list[str]:
+    """The partition keys of `n_shards` shards, in order."""
+    return list(shard_partitions(n_shards).get_partition_keys())
+
+
+def definitions_shard_keys(defs: dg.Definitions, asset: str) -> list[str]:
+    """The partition keys of the shard asset `asset` in `defs` (what a run of those definitions may target)."""
+    partitions = defs.resolve_assets_def(asset).partitions_def
+    if partitions is None:
+        raise ValueError(f"{asset} is not partitioned in these definitions")
+    return list(partitions.get_partition_keys())

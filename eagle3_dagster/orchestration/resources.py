@@ -67,6 +67,11 @@ class PipelineSettings(dg.ConfigurableResource):
         return Path(self.assets_dir).resolve() if self.assets_dir else settings().assets_dir
 
     @property
+    def sources_path(self) -> Path:
+        """The prompt-source YAMLs of these definitions (<assets_dir>/sources): the ones ingest read."""
+        return self.assets_path / "sources"
+
+    @property
     def expectations_path(self) -> Path:
         return Path(self.expectations_dir).resolve() if self.expectations_dir else settings().expectations_dir
 

@@ -21,7 +21,6 @@ import psutil
 from ..config import PartitionKeyError
 from .asset_names import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
-from .partitions import shard_partitions
 
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -119,9 +118,18 @@ def cancel_own_runs(instance: dg.DagsterInstance) -> list[str]:
     return [r.run_id for r in runs]
 
 
-def check_shard_keys(shards: list[str] | None, valid: list[str] | None = None) -> None:
-    """Refuse unknown shard keys before anything is written, listing the valid ones."""
-    valid = list(shard_partitions.get_partition_keys()) if valid is None else valid
+def graph_shard_keys(defs: dg.Definitions) -> list[str]:
+    """The shard keys of `defs`: the partitions of its shard assets ([] for a test's definitions without one)."""
+    for asset in defs.assets or []:
+        if isinstance(asset, dg.AssetsDefinition) and asset.partitions_def is not None:
+            if any(dg.AssetKey(name) in asset.keys for name in SHARD_ASSETS):
+                return list(asset.partitions_def.get_partition_keys())
+    return []
+
+
+def check_shard_keys(shards: list[str] | None, valid: list[str]) -> None:
+    """Refuse unknown shard keys before anything is written, listing the valid ones (the partitions the
+    definitions were built with: `graph_shard_keys`, or `partitions.shard_keys(s.n_shards)`)."""
     bad = [k for k in shards or [] if k not in valid]
     if bad:
         shown = ", ".join(valid) if len(valid) <= 16 else f"{', '.join(valid[:8])}, ..., {valid[-1]}"
@@ -392,7 +400,8 @@ def materialize_graph(
     shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
     is started: the outcome says `stopped`.
     """
-    check_shard_keys(shards)  # before anything is written: an unknown key lists the valid ones
+    keys = graph_shard_keys(defs)  # the partitions these definitions were built with
+    check_shard_keys(shards, keys)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
     reaped = reap_dead_runs(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
@@ -403,7 +412,7 @@ def materialize_graph(
         if not ingest.success or stop():
             return _ingest_failed(ingest, reaped, instance)
     outcomes = []
-    for key in shards if shards is not None else shard_partitions.get_partition_keys():
+    for key in shards if shards is not None else keys:
         if stop():
             break
         outcomes.append(runner.shard(key))

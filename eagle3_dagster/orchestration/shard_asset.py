@@ -1,6 +1,6 @@
 """One factory for the gated shard assets (tokenize, generate, train): the asset body is the stage's call.
 
-Everything a shard step shares lives here once: the shard partitions, the pool and retry policy, the
+Everything a shard step shares lives here once: the partitions it is given, the pool and retry policy, the
 gate's asset checks, resources, turning a stage error into a loud `dg.Failure`, and, after the stage
 has run, the gate over its per-row features (stored, quarantined rows written, checks and metadata
 returned). A stage's body receives a `ShardStep` and returns a `GatedShard`: its features, metadata,
@@ -20,7 +20,6 @@ from ..storage import parse_shard_key, shard_dir
 from .asset_names import ASSET_GROUP, STAGE_TAG
 from .gate_step import gated_result
 from .gates import HeadlineCheck, gate_check_specs
-from .partitions import shard_partitions
 from .resources import PipelineSettings
 
 
@@ -115,15 +114,18 @@ def run_gated_step(spec: ShardAssetSpec, body: StageBody, context: dg.AssetExecu
     return result
 
 
-def gated_shard_asset(spec: ShardAssetSpec) -> Callable[[StageBody], dg.AssetsDefinition]:
-    """Decorator: a stage body (ShardStep -> GatedShard) as the partitioned, gated asset `spec` describes."""
+def gated_shard_asset(
+    spec: ShardAssetSpec, partitions: dg.PartitionsDefinition
+) -> Callable[[StageBody], dg.AssetsDefinition]:
+    """Decorator: a stage body (ShardStep -> GatedShard) as the gated asset `spec` describes, over `partitions`
+    (orchestration/partitions.shard_partitions of the settings the definitions are built from)."""
 
     def build(body: StageBody) -> dg.AssetsDefinition:
         @dg.asset(
             name=spec.name,
             group_name=ASSET_GROUP,
             deps=list(spec.deps),
-            partitions_def=shard_partitions,
+            partitions_def=partitions,
             pool=spec.pool,
             retry_policy=spec.retry_policy,
             check_specs=spec.check_specs(),

@@ -307,18 +307,18 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
     fill most: training prompts are tokenized there, no eval prompt is (so none can be generated)."""
     import dagster as dg
 
-    from eagle3_dagster.config import PROJECT_ROOT
+    from eagle3_dagster.config import PROJECT_ROOT, settings
     from eagle3_dagster.defs.ingest import build_ingest_assets
     from eagle3_dagster.defs.tokenize import tokenized_prompts
     from eagle3_dagster.ingest import shard_of
-    from eagle3_dagster.orchestration.partitions import N_SHARDS
     from eagle3_dagster.orchestration.resources import PipelineSettings
 
     sources, _ = _write_sources(tmp_path, datasets_dir)
     (sources.parent / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(sources.parent))
     data = tmp_path / "data"
-    assets = [*build_ingest_assets(), tokenized_prompts]
+    s = settings()
+    assets = [*build_ingest_assets(s), tokenized_prompts(s)]
     res = {
         "pipeline": PipelineSettings(
             data_dir=str(data), work_dir=str(tmp_path / "work"), tokenizer=kimi_profile.tokenizer
@@ -330,7 +330,7 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
         meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
         assert meta["eval_prompts"].value == 1319 and meta["eval_overlap"].value > 0
         eval_ids = set(pl.read_parquet(data / "sources" / "gsm8k_test" / "accepted.parquet")["prompt_id"])
-        by_shard = pl.DataFrame({"shard": [shard_of(p, N_SHARDS) for p in eval_ids]}).group_by("shard").len()
+        by_shard = pl.DataFrame({"shard": [shard_of(p, s.n_shards) for p in eval_ids]}).group_by("shard").len()
         shard = by_shard.sort(["len", "shard"], descending=[True, False])["shard"][0]
         key = f"{shard:04d}"
         t = dg.materialize(

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from s3_moto import moto_s3_server, s3_uri, set_aws_env
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.ingest import IngestFileError, SourceSpec, SourceSpecError, ingest_source, load_source_specs
 from eagle3_dagster.storage import DataPath
 
@@ -339,7 +339,8 @@ def test_source_sensor_notices_new_and_changed_remote_files(mem_root: str, tmp_p
 
     def tick(cursor):
         ctx = dg.build_sensor_context(cursor=cursor)
-        return automation.prompt_source_sensor(ctx), ctx.cursor
+        sensor = automation.build_prompt_source_sensor(settings().sources_dir, settings().sensor_interval_s)
+        return sensor(ctx), ctx.cursor
 
     first, cur = tick(None)
     assert isinstance(first, dg.RunRequest)
@@ -393,7 +394,9 @@ def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     defs = dg.Definitions(
-        assets=build_ingest_assets(), jobs=[ingest_job], resources={"pipeline": PipelineSettings(data_dir=str(data))}
+        assets=build_ingest_assets(settings()),
+        jobs=[ingest_job],
+        resources={"pipeline": PipelineSettings(data_dir=str(data))},
     )
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("ingest").execute_in_process(instance=instance)
@@ -467,9 +470,10 @@ def test_s3_prompt_sources_materialize_like_local_files(
     )
 
     # the source sensor on S3: size + LastModified from the listing
-    from eagle3_dagster.defs.automation import prompt_source_sensor
+    from eagle3_dagster.defs.automation import build_prompt_source_sensor
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(s3_assets))
+    prompt_source_sensor = build_prompt_source_sensor(settings().sources_dir, settings().sensor_interval_s)
     ctx = dg.build_sensor_context(cursor=None)
     assert isinstance(prompt_source_sensor(ctx), dg.RunRequest)
     cur = ctx.cursor

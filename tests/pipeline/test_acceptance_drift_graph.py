@@ -15,7 +15,7 @@ import dagster as dg
 import httpx
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.drafter import drafter_of
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
@@ -37,7 +37,7 @@ def _defs() -> dg.Definitions:
         for a in (defs.assets or [])
         if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
     ]
-    return dg.Definitions(assets=[*build_ingest_assets(), *ingest_free])
+    return dg.Definitions(assets=[*build_ingest_assets(settings()), *ingest_free])
 
 
 def _source(assets: Path, datasets_dir: Path, limit: int) -> None:

@@ -17,7 +17,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.multiturn import conversations_from_prompts
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
@@ -42,7 +42,7 @@ def _defs() -> dg.Definitions:
         for a in (defs.assets or [])
         if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
     ]
-    return dg.Definitions(assets=[*build_ingest_assets(), *ingest_free])
+    return dg.Definitions(assets=[*build_ingest_assets(settings()), *ingest_free])
 
 
 def _assets(tmp_path: Path) -> Path:

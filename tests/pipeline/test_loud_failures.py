@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from graph_helpers import graph_resources
 
-from eagle3_dagster.config import MAX_N_SHARDS, PROJECT_ROOT, PartitionKeyError, Settings, SettingsError
+from eagle3_dagster.config import MAX_N_SHARDS, PROJECT_ROOT, PartitionKeyError, Settings, SettingsError, settings
 from eagle3_dagster.orchestration.run import materialize_graph
 
 pytestmark = pytest.mark.integration
@@ -128,7 +128,7 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     from eagle3_dagster.defs.ingest import build_ingest_assets
 
-    defs = dg.Definitions(assets=build_ingest_assets())
+    defs = dg.Definitions(assets=build_ingest_assets(settings()))
     data = tmp_path / "data"
     res = graph_resources(data, kimi_profile.tokenizer, UNUSED_URL)
     with dg.instance_for_test() as instance:

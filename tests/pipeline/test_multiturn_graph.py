@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 from graph_helpers import shard_with_most_prompts
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.orchestration.run import materialize_graph
@@ -58,7 +58,7 @@ def _defs() -> dg.Definitions:
         for a in (defs.assets or [])
         if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
     ]
-    return dg.Definitions(assets=[*build_ingest_assets(), *ingest_free])
+    return dg.Definitions(assets=[*build_ingest_assets(settings()), *ingest_free])
 
 
 def _turn_rows(data: Path, shard: str) -> pl.DataFrame:

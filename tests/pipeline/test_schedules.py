@@ -22,12 +22,18 @@ from eagle3_dagster.defs.automation import (
     NIGHTLY_TAG,
     build_freshness,
     build_nightly_schedule,
+    build_prompt_source_sensor,
     night_verdict,
-    prompt_source_sensor,
 )
 from eagle3_dagster.orchestration.resources import PipelineSettings
 
 PART = "dagster/partition"
+
+
+def prompt_source_sensor(context: dg.SensorEvaluationContext):
+    """One tick of the source sensor as the definitions build it, watching the sources of the settings now."""
+    s = config.settings()
+    return build_prompt_source_sensor(s.sources_dir, s.sensor_interval_s)(context)
 
 
 def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatch):

@@ -36,8 +36,9 @@ def _stopped(step: ShardStep) -> GatedShard:
 
 
 def test_the_spec_makes_a_partitioned_pooled_retried_asset_with_its_gate_checks():
-    asset = gated_shard_asset(SPEC)(_stopped)
-    assert asset.key == dg.AssetKey("widgets") and asset.partitions_def == shard_partitions
+    asset = gated_shard_asset(SPEC, shard_partitions(3))(_stopped)
+    assert asset.key == dg.AssetKey("widgets") and asset.partitions_def == shard_partitions(3)
+    assert list(asset.partitions_def.get_partition_keys()) == ["0000", "0001", "0002"]
     assert asset.op.pool == "sglang" and asset.op.retry_policy == dg.RetryPolicy(max_retries=2)
     assert {"pipeline", "sglang"} <= asset.required_resource_keys
     assert [(c.name, c.blocking) for c in asset.check_specs] == [("widgets_gate", True)]

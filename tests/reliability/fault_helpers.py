@@ -132,14 +132,15 @@ def write_source(root: Path, n: int = 200, seed: int = 5) -> Path:
 
 def ingest_prompts(spec_path: Path, data: Path) -> str:
     """data/prompts/prompts.parquet via the project's ingest; returns the shard with the most prompts."""
+    from eagle3_dagster.config import settings
     from eagle3_dagster.ingest import combine_sources, ingest_source
     from eagle3_dagster.ingest.spec import load_source_spec
-    from eagle3_dagster.orchestration.partitions import N_SHARDS
 
+    n_shards = settings().n_shards
     spec = load_source_spec(spec_path)
     src = data / "sources" / spec.name
-    ingest_source(spec, src, n_shards=N_SHARDS)
-    combine_sources([src], data / "prompts", n_shards=N_SHARDS)
+    ingest_source(spec, src, n_shards=n_shards)
+    combine_sources([src], data / "prompts", n_shards=n_shards)
     return shard_with_most_prompts(data)
 
 
