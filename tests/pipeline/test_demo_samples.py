@@ -1,0 +1,54 @@
+"""`eagle3 demo --samples N` runs one big shard from its own assets folder by building its definitions from a
+changed copy of the settings: this process's environment, and so every other reader of `settings()`, is
+left exactly as it was."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+
+from eagle3_dagster.app import demo
+from eagle3_dagster.app.cli import build_parser
+from eagle3_dagster.config import settings
+from eagle3_dagster.orchestration import run as run_module
+from eagle3_dagster.orchestration.run import graph_shard_keys
+
+pytestmark = pytest.mark.integration  # the ingest run executes in process on a real instance
+
+
+def test_demo_samples_runs_one_shard_without_touching_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("EAGLE3_SGLANG_URL", "http://127.0.0.1:9")  # no simulator: no request is sent
+    for var in ("EAGLE3_N_SHARDS", "EAGLE3_ASSETS_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    before = dict(os.environ)
+    seen: dict[str, Any] = {}
+    real = run_module.materialize_graph
+
+    def ingest_only(defs: dg.Definitions, instance: dg.DagsterInstance, **kw: Any) -> Any:
+        """The demo's graph run, up to its ingest run (the shard runs need a server): what it was handed."""
+        seen.update(kw, keys=graph_shard_keys(defs), defs=defs)
+        return real(defs, instance, **{**kw, "shards": [], "run_publish": False})
+
+    monkeypatch.setattr(run_module, "materialize_graph", ingest_only)
+    args = build_parser().parse_args(["demo", "--samples", "3"])
+    assert demo.run(args) == 0
+
+    assert dict(os.environ) == before
+    assert settings().n_shards == 4 and settings().assets_dir != tmp_path / "data" / "big_shard" / "assets"
+    assert seen["keys"] == ["0000"] and seen["shards"] is None  # every shard of its definitions: the one
+    pipeline = seen["defs"].resources["pipeline"]
+    assert Path(pipeline.assets_dir).parent.name == "big_shard"
+    with dg.DagsterInstance.from_config(str(tmp_path / "home")) as instance:
+        [ingest] = instance.get_runs()
+        prompts = instance.get_latest_materialization_event(dg.AssetKey("prompts"))
+        assert prompts is not None and ingest.job_name == "ingest"
+        meta = prompts.asset_materialization.metadata
+    assert meta["n_shards"].value == 1 and meta["rows_per_shard"].value == {"0000": 3}
+    sources = sorted(k.to_user_string() for a in seen["defs"].assets for k in a.keys if "source__" in str(k))
+    assert sources == ["source__big_shard"]
