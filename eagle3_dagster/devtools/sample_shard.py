@@ -3,8 +3,9 @@
 The prompts are the user turns found in ../shared/datasets (every file, every dataset), repeated as
 often as needed with a variant number appended, so every prompt (and so every sample id) is distinct.
 They are written as one openai-format JSONL source in a fresh assets folder (the project's model
-profiles beside it), and the demo runs with EAGLE3_N_SHARDS=1: one shard holds all N samples, which is
-what the memory measurement (bench/publish_memory.py) needs.
+profiles beside it), and the demo builds its definitions from a copy of the settings with that assets
+folder and one shard (app/demo.py `big_shard_settings`): one shard holds all N samples, which is what the
+memory measurement (bench/publish_memory.py) needs.
 """
 
 from __future__ import annotations
