@@ -4,10 +4,13 @@ settings in one process each have their own shard partitions, sensors and resour
 from __future__ import annotations
 
 import dataclasses
+import types
 import uuid
 
 import dagster as dg
+import pytest
 
+from eagle3_dagster import definitions
 from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import build_definitions
 from eagle3_dagster.defs.automation import NIGHTLY_SENSOR, NIGHTLY_TAG
@@ -52,3 +55,10 @@ def test_the_ingest_assets_and_resources_come_from_the_settings_given(tmp_path):
     assert sources == ["source__only"]
     assert defs.resources is not None and defs.resources["pipeline"].assets_dir == str(assets)
     assert settings().assets_dir == s.assets_dir
+
+
+def test_a_defs_module_without_build_defs_fails_the_load_naming_it():
+    stray = types.ModuleType("eagle3_dagster.defs.stray")
+    stray.defs = lambda: dg.Definitions()  # type: ignore[attr-defined]  # the old @dg.definitions style
+    with pytest.raises(TypeError, match=r"eagle3_dagster\.defs\.stray .* no `build_defs"):
+        definitions._builder(stray)
