@@ -69,6 +69,9 @@ report_job = dg.define_asset_job(
     description="Render the offline HTML quality report (`quality_report`) from the stored gate results and snapshots.",
 )
 
+# Every job a night runs (`nightly` launches them in this order); `nightly_failed` watches them all.
+NIGHT_JOBS = (ingest_job, shard_pipeline_job, publish_job, report_job)
+
 # ----------------------------------------------------------------------------------- night logic
 
 IN_PROGRESS = [
@@ -257,24 +260,32 @@ def build_nightly_failed_sensor(interval_s: int) -> dg.SensorDefinition:
     @dg.run_status_sensor(
         name="nightly_failed",
         run_status=dg.DagsterRunStatus.FAILURE,
-        monitored_jobs=[ingest_job, shard_pipeline_job, publish_job],
+        monitored_jobs=list(NIGHT_JOBS),
         minimum_interval_seconds=interval_s,
-        description="Names every failed run of a night on its tick (and in the daemon log at ERROR): the night "
-        "published nothing and LATEST is unchanged.",
+        description="Names every failed run of a night on its tick (and in the daemon log at ERROR): a failed "
+        "ingest, shard or publish run means the night published nothing and LATEST is unchanged; a failed report "
+        "run means the night's quality report was not written.",
         default_status=dg.DefaultSensorStatus.STOPPED,
     )
     def nightly_failed(context: dg.RunStatusSensorContext) -> dg.SkipReason:
         run = context.dagster_run
         if run.tags.get(NIGHTLY_TAG) != "true":
             return dg.SkipReason(f"{run.job_name} run {run.run_id} failed outside the nightly automation")
-        night = run.tags.get(NIGHT_TAG) or run.run_id  # an ingest run names its own night
-        shard = run.tags.get("dagster/partition")
-        what = f"{run.job_name} run {run.run_id}" + (f" (shard {shard})" if shard else "")
-        msg = f"night {night}: {what} FAILED; nothing published, LATEST unchanged"
+        msg = failed_night_run_message(run.job_name, run.run_id, run.tags)
         context.log.error(msg)
         return dg.SkipReason(msg)
 
     return nightly_failed
+
+
+def failed_night_run_message(job_name: str, run_id: str, tags: Mapping[str, str]) -> str:
+    """What `nightly_failed` says of a failed run of a night: which run, and what the night lost by it."""
+    night = tags.get(NIGHT_TAG) or run_id  # an ingest run names its own night
+    shard = tags.get("dagster/partition")
+    what = f"{job_name} run {run_id}" + (f" (shard {shard})" if shard else "")
+    if job_name == report_job.name:
+        return f"night {night}: {what} FAILED; the night's quality report was not written"
+    return f"night {night}: {what} FAILED; nothing published, LATEST unchanged"
 
 
 def build_prompt_source_sensor(sources_dir: Path, interval_s: int) -> dg.SensorDefinition:
@@ -337,9 +348,6 @@ def build_freshness(
     return checks, sensor
 
 
-JOBS = [ingest_job, shard_pipeline_job, publish_job, report_job]
-
-
 def build_defs(s: Settings) -> dg.Definitions:
     """The jobs, the schedule, the sensors and the freshness check, configured from `s`."""
     interval = s.sensor_interval_s
@@ -352,7 +360,7 @@ def build_defs(s: Settings) -> dg.Definitions:
     ]
     return dg.Definitions(
         asset_checks=freshness_checks,
-        jobs=JOBS,
+        jobs=list(NIGHT_JOBS),
         schedules=[build_nightly_schedule(s.nightly_cron, s.nightly_tz)],
         sensors=sensors,
     )

@@ -216,3 +216,42 @@ def test_source_sensor_fires_on_new_or_changed_sources_only(tmp_path, monkeypatc
         skip = prompt_source_sensor(busy)
         assert isinstance(skip, dg.SkipReason) and "waiting for the running night" in skip.skip_message
         assert busy.cursor == ctx3.cursor
+
+
+def _failed_run(instance: dg.DagsterInstance, job_name: str, tags: dict[str, str]):
+    @dg.op
+    def boom() -> None:
+        raise RuntimeError("the step failed")
+
+    @dg.job(name=job_name)
+    def job() -> None:
+        boom()
+
+    result = job.execute_in_process(instance=instance, tags=tags, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.RUN_FAILURE]
+    return instance.get_run_by_id(result.run_id), failure
+
+
+@pytest.mark.parametrize(
+    ("job_name", "said"),
+    [
+        ("report", "FAILED; the night's quality report was not written"),
+        ("publish", "FAILED; nothing published, LATEST unchanged"),
+    ],
+)
+def test_nightly_failed_names_every_failed_run_of_a_night_the_report_included(job_name, said):
+    """Every job a night runs is watched (the report too), and each failure says what the night lost by it."""
+    from eagle3_dagster.defs.automation import NIGHT_JOBS, NIGHT_TAG, NIGHTLY_TAG, build_nightly_failed_sensor
+
+    assert (
+        {j.name for j in NIGHT_JOBS} == {j.name for j in defs.jobs} == {"ingest", "shard_pipeline", "publish", "report"}
+    )
+    sensor = build_nightly_failed_sensor(30)
+    instance = dg.DagsterInstance.ephemeral()
+    run, failure = _failed_run(instance, job_name, {NIGHTLY_TAG: "true", NIGHT_TAG: "night-7"})
+    context = dg.build_run_status_sensor_context(
+        sensor_name=sensor.name, dagster_event=failure, dagster_instance=instance, dagster_run=run
+    )
+    skip = sensor(context)
+    assert skip.skip_message == f"night night-7: {job_name} run {run.run_id} {said}"
