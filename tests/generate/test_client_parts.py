@@ -22,7 +22,12 @@ from eagle3_dagster.generate.client import (
     _unfinished,
 )
 from eagle3_dagster.generate.endpoint_info import AuthError, Endpoint
-from eagle3_dagster.generate.request_errors import FinalFailure, RetryableFailure, UnroutableEndpoint
+from eagle3_dagster.generate.request_errors import (
+    FinalFailure,
+    RetryableFailure,
+    UnroutableEndpoint,
+    counts_against_circuit,
+)
 
 EP = Endpoint(url="http://127.0.0.1:1", name="127.0.0.1:1", server_version="0.5.23")
 TIMEOUT = httpx.Timeout(connect=1.0, read=7.0, write=61.0, pool=None)
@@ -54,6 +59,23 @@ def test_transport_failures_are_retried_and_only_a_slow_server_spares_the_circui
 ) -> None:
     r = _transport_retry(error, EP, TIMEOUT, None)
     assert (r.kind, r.breaker) == (kind, breaker)
+
+
+def test_one_rule_says_which_failures_count_against_the_circuit() -> None:
+    assert [k for k in ("connect", "reset", "bad_body", "transport") if counts_against_circuit(k, None)] == [
+        "connect",
+        "reset",
+        "bad_body",
+        "transport",
+    ]
+    assert not any(counts_against_circuit(k, None) for k in ("read_timeout", "stall", "duplicate_rid"))
+    assert [st for st in (400, 408, 429, 500, 502, 503, 504) if counts_against_circuit(f"http_{st}", st)] == [
+        500,
+        502,
+        504,
+    ]
+    with pytest.raises(ValueError, match="no circuit rule"):
+        RetryableFailure("new_kind", None, "x")  # a new kind must be placed on one side of the rule
 
 
 def test_a_read_timeout_names_the_wait_and_a_streamed_one_is_a_stall() -> None:
