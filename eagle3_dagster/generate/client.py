@@ -28,7 +28,13 @@ from .endpoint_info import Endpoint, auth_refused, display_url, jittered_backoff
 from .endpoint_info import error_message as _error_message
 from .endpoints import EndpointPool
 from .report import RunStats
-from .request_errors import RETRYABLE_STATUS, FinalFailure, RetryableFailure, UnroutableEndpoint
+from .request_errors import (
+    RETRYABLE_STATUS,
+    FinalFailure,
+    RetryableFailure,
+    UnroutableEndpoint,
+    counts_against_circuit,
+)
 from .sse import StreamMode, read_stream
 
 log = logging.getLogger(__name__)
@@ -223,7 +229,7 @@ async def _attempt(
         if reply.status != 200:
             raise _status_failure(reply, ep, pool, headers)
         data = _result_of_200(reply, ep, stream)
-        ok = True
+        ok, breaker = answer_release(data, ep)
         return data, ep, loop.time() - t0
     except RetryableFailure as e:
         breaker = e.breaker
@@ -327,6 +333,17 @@ def _unfinished(data: dict[str, Any], ep: Endpoint) -> tuple[str, int | None, st
     said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
     msg = redact(said)  # an abort message is the server's text (it may quote the request)
     return ("unfinished_answer" if unfinished else "aborted"), code, msg
+
+
+def answer_release(data: dict[str, Any], ep: Endpoint) -> tuple[bool, bool]:
+    """(succeeded, counts against the circuit) of a 200 result, for the endpoint's pool. An abort that
+    carries a status is how a stream says what a non-streamed request answers as that HTTP status (a
+    scheduler refusal: 503 queue full, 400 input too long; spec §3.5, §4.1): released as that error is."""
+    partial = _unfinished(data, ep)
+    code = partial[1] if partial is not None else None
+    if not isinstance(code, int):
+        return True, False
+    return False, counts_against_circuit(f"http_{code}", code)
 
 
 def _partial_is_final(code: int | None) -> bool:

@@ -20,6 +20,7 @@ from eagle3_dagster.generate.client import (
     _transport_retry,
     _Tries,
     _unfinished,
+    answer_release,
 )
 from eagle3_dagster.generate.endpoint_info import AuthError, Endpoint
 from eagle3_dagster.generate.request_errors import (
@@ -190,3 +191,17 @@ def test_stream_chunks_fold_deltas_into_the_last_answer() -> None:
     acc.add(b'{"output_ids":[3],"text":"c","meta_info":{}}', EP)
     assert acc.fold({"output_ids": [3], "text": "c", "meta_info": {}}, EP)["output_ids"] == [1, 2, 3]
     assert acc.fold({"error": {"message": "x"}}, EP) == {"error": {"message": "x"}}  # an error is left as said
+
+
+@pytest.mark.parametrize("code", [400, 500, 502, 503])
+def test_a_streamed_abort_with_a_status_is_released_as_that_http_status(code: int) -> None:
+    plain = _status_failure(status(code, {"error": {"message": "x"}}), EP, FakePool(), {})  # type: ignore[arg-type]
+    plain_breaker = plain.breaker if isinstance(plain, RetryableFailure) else False  # a 400 is final: no circuit
+    aborted = answer({"type": "abort", "message": "x", "status_code": code})
+    assert answer_release(aborted, EP) == (False, plain_breaker)
+
+
+def test_finished_unfinished_and_our_own_aborts_leave_the_circuit_alone() -> None:
+    assert answer_release(answer({"type": "stop"}), EP) == (True, False)
+    assert answer_release(answer(None), EP) == (True, False)  # retried as unfinished, not an endpoint failure
+    assert answer_release(answer({"type": "abort", "message": "Aborted", "status_code": None}), EP) == (True, False)
