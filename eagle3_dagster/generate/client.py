@@ -28,14 +28,16 @@ from .endpoint_info import Endpoint, auth_refused, display_url, jittered_backoff
 from .endpoint_info import error_message as _error_message
 from .endpoints import EndpointPool
 from .report import RunStats
-from .request_errors import FinalFailure, RetryableFailure, UnroutableEndpoint
+from .request_errors import (
+    RETRYABLE_STATUS,
+    FinalFailure,
+    RetryableFailure,
+    UnroutableEndpoint,
+    counts_against_circuit,
+)
 from .sse import StreamMode, read_stream
 
 log = logging.getLogger(__name__)
-
-RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-# Statuses that say "busy", not "broken": retried, but they do not open the circuit.
-BUSY_STATUS = frozenset({408, 429, 503})
 
 
 @dataclass
@@ -125,28 +127,23 @@ async def _post(
 def _transport_retry(
     e: httpx.TransportError, ep: Endpoint, timeout: httpx.Timeout, stream: StreamMode | None
 ) -> RetryableFailure:
-    """A transport failure as a retry; `breaker`: whether it counts against the endpoint's circuit."""
+    """A transport failure as a retry (whether it counts against the circuit: request_errors.counts_against_circuit)."""
     name = ep.name
     if isinstance(e, httpx.ConnectError):
-        return RetryableFailure("connect", None, f"{name}: connect error: {type(e).__name__}", breaker=True)
+        return RetryableFailure("connect", None, f"{name}: connect error: {type(e).__name__}")
     if isinstance(e, httpx.ConnectTimeout):
-        return RetryableFailure("connect", None, f"{name}: connect timeout", breaker=True)
+        return RetryableFailure("connect", None, f"{name}: connect timeout")
     if isinstance(e, httpx.ReadTimeout):
         if stream is not None:
             # No response headers within the first-chunk limit: the same silence as a stall.
             wait = stream.first_chunk_timeout_s
-            return RetryableFailure("stall", None, f"{name}: no answer within {wait:g}s", breaker=False, url=ep.url)
-        # Not a breaker failure: a slow server is working, only our patience ran out.
-        return RetryableFailure(
-            "read_timeout", None, f"{name}: read timeout after {timeout.read}s", breaker=False, url=ep.url
-        )
+            return RetryableFailure("stall", None, f"{name}: no answer within {wait:g}s", url=ep.url)
+        return RetryableFailure("read_timeout", None, f"{name}: read timeout after {timeout.read}s", url=ep.url)
     if isinstance(
         e, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.PoolTimeout, httpx.WriteTimeout)
     ):
-        return RetryableFailure(
-            "reset", None, f"{name}: {type(e).__name__}: connection reset or body cut", breaker=True
-        )
-    return RetryableFailure("transport", None, f"{name}: {type(e).__name__}", breaker=True)
+        return RetryableFailure("reset", None, f"{name}: {type(e).__name__}: connection reset or body cut")
+    return RetryableFailure("transport", None, f"{name}: {type(e).__name__}")
 
 
 def _stream_error_chunk(err: dict[str, Any], why: str, ep: Endpoint) -> None:
@@ -158,7 +155,7 @@ def _stream_error_chunk(err: dict[str, Any], why: str, ep: Endpoint) -> None:
         code = 400
     if isinstance(code, int):
         if code in RETRYABLE_STATUS or err.get("retryable") is True:
-            raise RetryableFailure(f"http_{code}", code, why, breaker=False)
+            raise RetryableFailure(f"http_{code}", code, why)
         raise FinalFailure(f"http_{code}", code, why)
 
 
@@ -170,7 +167,7 @@ def _result_of_200(reply: _Reply, ep: Endpoint, stream: StreamMode | None) -> di
             data = json.loads(reply.raw)
         except ValueError:
             msg = f"{ep.name}: 200 with a body that is not JSON ({reply.content_type})"
-            raise RetryableFailure("bad_body", 200, msg, breaker=True) from None
+            raise RetryableFailure("bad_body", 200, msg) from None
     why = not_a_result(data)
     if why is None:
         return data
@@ -190,13 +187,13 @@ def _status_failure(reply: _Reply, ep: Endpoint, pool: EndpointPool, headers: di
         return auth_refused(f"{ep.name}/generate", st, ep.url, headers)
     if st == 400 and "Duplicate request ID" in msg:
         # A rid of ours still in flight server-side (a killed earlier run): retry with a fresh rid.
-        return RetryableFailure("duplicate_rid", st, msg, breaker=False)
+        return RetryableFailure("duplicate_rid", st, msg)
     if st == 503 and "No available workers" in msg:
         # sglang-router with no healthy worker: the endpoint is unroutable, not this sample broken.
         pool.mark_unroutable(ep, f"router: {msg[:120]}")
         return UnroutableEndpoint(f"{ep.name}: 503 {msg[:200]}")
     if st in RETRYABLE_STATUS:
-        return RetryableFailure(f"http_{st}", st, msg, breaker=st not in BUSY_STATUS)
+        return RetryableFailure(f"http_{st}", st, msg)
     return FinalFailure(f"http_{st}", st, msg)
 
 
@@ -232,7 +229,7 @@ async def _attempt(
         if reply.status != 200:
             raise _status_failure(reply, ep, pool, headers)
         data = _result_of_200(reply, ep, stream)
-        ok = True
+        ok, breaker = answer_release(data, ep)
         return data, ep, loop.time() - t0
     except RetryableFailure as e:
         breaker = e.breaker
@@ -336,6 +333,17 @@ def _unfinished(data: dict[str, Any], ep: Endpoint) -> tuple[str, int | None, st
     said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
     msg = redact(said)  # an abort message is the server's text (it may quote the request)
     return ("unfinished_answer" if unfinished else "aborted"), code, msg
+
+
+def answer_release(data: dict[str, Any], ep: Endpoint) -> tuple[bool, bool]:
+    """(succeeded, counts against the circuit) of a 200 result, for the endpoint's pool. An abort that
+    carries a status is how a stream says what a non-streamed request answers as that HTTP status (a
+    scheduler refusal: 503 queue full, 400 input too long; spec §3.5, §4.1): released as that error is."""
+    partial = _unfinished(data, ep)
+    code = partial[1] if partial is not None else None
+    if not isinstance(code, int):
+        return True, False
+    return False, counts_against_circuit(f"http_{code}", code)
 
 
 def _partial_is_final(code: int | None) -> bool:

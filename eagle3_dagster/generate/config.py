@@ -54,7 +54,7 @@ class GenerationConfig:
     health_timeout_s: float = 10.0
     health_interval_s: float = 5.0  # re-check routable endpoints (a draining server answers /health 503)
     probe_interval_s: float = 1.0  # how often unroutable / circuit-open endpoints are probed back in
-    breaker_threshold: int = 5  # consecutive transport/5xx failures that take an endpoint out
+    breaker_threshold: int = 5  # consecutive failures that take an endpoint out (request_errors.counts_against_circuit)
     breaker_cooldown_s: float = 1.0  # first open period; doubles on each re-open up to backoff_max_s
     # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it; with
     # `endpoint_wait`, one per graph run):

@@ -2,7 +2,8 @@
 
 States: an endpoint is routable when its last /health was 200 and its circuit is not open.
 /health 503 means starting or draining (spec §4.3): not routable yet, probed again. After
-`breaker_threshold` consecutive transport/5xx failures the circuit opens for a cooldown (doubling
+`breaker_threshold` consecutive failures that say it is broken (request_errors.counts_against_circuit: connect
+errors, cut answers, bodies that are not JSON, 500/502/504; streamed or not) the circuit opens for a cooldown (doubling
 on every re-open, capped); after it, a /health 200 makes it half-open: one trial request at a
 time; a success closes the circuit, a failure opens it again. /health alone cannot close it,
 because a server can answer /health while every /generate fails.

@@ -80,7 +80,7 @@ class StreamChunks:
             d = json.loads(payload)
         except ValueError:  # never out of the request: it would crash the shard's step
             msg = f"{ep.name}: stream chunk {self.events} that is not JSON"
-            raise RetryableFailure("bad_body", 200, msg, breaker=False) from None
+            raise RetryableFailure("bad_body", 200, msg) from None
         if isinstance(d, dict) and isinstance(d.get("output_ids"), list):
             if self.incremental:
                 self.ids.extend(d["output_ids"])
@@ -113,11 +113,11 @@ async def read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> Any:
     await _consume(r, ep, mode, events, acc)
     if not events.done or acc.last is None:
         msg = f"{ep.name}: stream ended without [DONE] after {acc.events} chunks"
-        raise RetryableFailure("reset", None, msg, breaker=False)
+        raise RetryableFailure("reset", None, msg)
     try:
         data = json.loads(acc.last)
     except ValueError:
-        raise RetryableFailure("bad_body", 200, f"{ep.name}: stream chunk that is not JSON", breaker=False) from None
+        raise RetryableFailure("bad_body", 200, f"{ep.name}: stream chunk that is not JSON") from None
     return acc.fold(data, ep)
 
 
@@ -136,7 +136,7 @@ async def _consume(r: httpx.Response, ep: Endpoint, mode: StreamMode, events: Ss
         what = "first chunk" if acc.events == 0 else f"chunk {acc.events + 1}"
         wait = mode.first_chunk_timeout_s if acc.events == 0 else mode.stall_timeout_s
         msg = f"{ep.name}: stream silent for {wait:g}s waiting for the {what}"
-        raise RetryableFailure("stall", None, msg, breaker=False, url=ep.url) from None
+        raise RetryableFailure("stall", None, msg, url=ep.url) from None
 
 
 _TOLD_DELTA: set[str] = set()  # endpoints whose delta streams were logged once

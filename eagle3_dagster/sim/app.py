@@ -25,7 +25,8 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        plus the fleet faults of fleet_faults.py: "error_body" (200 {"error": ...}), "stall" (silent
        with the connection open), "nan_finish", "out_of_vocab" (an output id >= the vocab size),
        "stale_answer" (the answer sent before: another rid's), "unfinished" (finish_reason null, half
-       the ids; a stream without its final chunk), "quote_headers" (errors quoting the request's headers,
+       the ids; a stream without its final chunk), "cut_stream" (a stream that ends cleanly after its first
+       chunk, without [DONE]), "quote_headers" (errors quoting the request's headers,
        Authorization included), "truncate_prompt" (a gateway cut the prompt: prompt_tokens reports the
        rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" / "huge_id" (output ids written as
        no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"

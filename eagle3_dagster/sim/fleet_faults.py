@@ -18,6 +18,11 @@ POST /_sim/faults like the others).
      "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
                                       finish_reason is null and that holds half the output ids (a proxy's
                                       snapshot of a running request); a stream: its final chunk is not sent
+     "cut_stream": N,                 next N streamed requests end after their first chunk as a normal end of
+                                      the response (the chunked body closed, no error): no final chunk, no
+                                      [DONE]; a proxy or gateway that lost the stream upstream (an idle
+                                      timeout, a crashed worker) and closes its own side cleanly. Requests
+                                      without streaming do not take it
      "quote_headers": N,              next N /generate calls fail with a message quoting the request's
      "quote_headers_as": [...],       headers, Authorization included (as gateways and validation errors
                                       do), in the shapes listed, taken in turn: "http_400" (HTTP 400; in a
@@ -83,6 +88,7 @@ class FleetFaults:
     out_of_vocab: int = 0
     stale_answer: int = 0
     unfinished: int = 0
+    cut_stream: int = 0
     quote_headers: int = 0
     quote_headers_as: list[str] = field(default_factory=lambda: ["http_400"])
     truncate_prompt: int = 0
@@ -134,6 +140,9 @@ class FleetFaults:
 
     def take_unfinished(self) -> bool:
         return self._take("unfinished")
+
+    def take_cut_stream(self) -> bool:
+        return self._take("cut_stream")
 
     def take_quote_headers(self) -> str | None:
         """The shape of this request's header-quoting error, or None (shapes taken in turn)."""
@@ -212,6 +221,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "out_of_vocab",
         "stale_answer",
         "unfinished",
+        "cut_stream",
         "quote_headers",
         "truncate_prompt",
         "truncate_prompt_tokens",

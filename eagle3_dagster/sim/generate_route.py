@@ -238,6 +238,7 @@ class GenerateRoutes:
         elif parsed.is_single and self.last_stream_answer is not None and sim.fleet.take_stale_answer():
             await resp.write(self.last_stream_answer)  # another request's answer (fleet fault stale_answer)
         else:
+            sender.end_early = not sender.cut and sim.fleet.take_cut_stream()
             await self._stream_items(sender, parsed)
             return resp
         await resp.write(b"data: [DONE]\n\n")
@@ -258,8 +259,8 @@ class GenerateRoutes:
         try:
             await asyncio.gather(*(one(it) for it in parsed.items))
             await sender.resp.write(b"data: [DONE]\n\n")
-        except ConnectionResetError:
-            # Our own reset fault, or the client went away: abort the remaining items.
+        except (ConnectionResetError, StreamEndedEarly):
+            # Our own reset or cut_stream fault, or the client went away: abort the remaining items.
             for it in parsed.items:
                 st = sim.in_flight.get(it.rid)
                 if st:
@@ -297,9 +298,16 @@ def stream_chunk(sim: Sim, pr: Progress, final: bool, incremental: bool) -> dict
     return chunk
 
 
+class StreamEndedEarly(Exception):
+    """The fleet fault cut_stream: the response ends here as if complete (no final chunk, no [DONE])."""
+
+
 class StreamSender:
     """Writes one /generate stream's chunks, one at a time; a reset_mid_body or crash_after fault cuts the
-    stream after its first chunk, and the fleet fault unfinished drops the final one."""
+    stream after its first chunk, the fleet fault cut_stream ends it there cleanly (`end_early`), and the
+    fleet fault unfinished drops the final one."""
+
+    end_early = False
 
     def __init__(
         self,
@@ -328,6 +336,8 @@ class StreamSender:
             return
         if not self.is_single:
             chunk["index"] = pr.item.index
+        if final and self.end_early:
+            raise StreamEndedEarly  # never the final chunk
         async with self.lock:
             data = sse(chunk)
             await self.resp.write(data)
@@ -338,3 +348,5 @@ class StreamSender:
                     hard_exit()
                 reset_connection(self.request)
                 raise ConnectionResetError("reset_mid_body fault")
+            if self.end_early:  # a first chunk sent, then the response ends as if complete
+                raise StreamEndedEarly

@@ -20,9 +20,15 @@ from eagle3_dagster.generate.client import (
     _transport_retry,
     _Tries,
     _unfinished,
+    answer_release,
 )
 from eagle3_dagster.generate.endpoint_info import AuthError, Endpoint
-from eagle3_dagster.generate.request_errors import FinalFailure, RetryableFailure, UnroutableEndpoint
+from eagle3_dagster.generate.request_errors import (
+    FinalFailure,
+    RetryableFailure,
+    UnroutableEndpoint,
+    counts_against_circuit,
+)
 
 EP = Endpoint(url="http://127.0.0.1:1", name="127.0.0.1:1", server_version="0.5.23")
 TIMEOUT = httpx.Timeout(connect=1.0, read=7.0, write=61.0, pool=None)
@@ -54,6 +60,23 @@ def test_transport_failures_are_retried_and_only_a_slow_server_spares_the_circui
 ) -> None:
     r = _transport_retry(error, EP, TIMEOUT, None)
     assert (r.kind, r.breaker) == (kind, breaker)
+
+
+def test_one_rule_says_which_failures_count_against_the_circuit() -> None:
+    assert [k for k in ("connect", "reset", "bad_body", "transport") if counts_against_circuit(k, None)] == [
+        "connect",
+        "reset",
+        "bad_body",
+        "transport",
+    ]
+    assert not any(counts_against_circuit(k, None) for k in ("read_timeout", "stall", "duplicate_rid"))
+    assert [st for st in (400, 408, 429, 500, 502, 503, 504) if counts_against_circuit(f"http_{st}", st)] == [
+        500,
+        502,
+        504,
+    ]
+    with pytest.raises(ValueError, match="no circuit rule"):
+        RetryableFailure("new_kind", None, "x")  # a new kind must be placed on one side of the rule
 
 
 def test_a_read_timeout_names_the_wait_and_a_streamed_one_is_a_stall() -> None:
@@ -168,3 +191,17 @@ def test_stream_chunks_fold_deltas_into_the_last_answer() -> None:
     acc.add(b'{"output_ids":[3],"text":"c","meta_info":{}}', EP)
     assert acc.fold({"output_ids": [3], "text": "c", "meta_info": {}}, EP)["output_ids"] == [1, 2, 3]
     assert acc.fold({"error": {"message": "x"}}, EP) == {"error": {"message": "x"}}  # an error is left as said
+
+
+@pytest.mark.parametrize("code", [400, 500, 502, 503])
+def test_a_streamed_abort_with_a_status_is_released_as_that_http_status(code: int) -> None:
+    plain = _status_failure(status(code, {"error": {"message": "x"}}), EP, FakePool(), {})  # type: ignore[arg-type]
+    plain_breaker = plain.breaker if isinstance(plain, RetryableFailure) else False  # a 400 is final: no circuit
+    aborted = answer({"type": "abort", "message": "x", "status_code": code})
+    assert answer_release(aborted, EP) == (False, plain_breaker)
+
+
+def test_finished_unfinished_and_our_own_aborts_leave_the_circuit_alone() -> None:
+    assert answer_release(answer({"type": "stop"}), EP) == (True, False)
+    assert answer_release(answer(None), EP) == (True, False)  # retried as unfinished, not an endpoint failure
+    assert answer_release(answer({"type": "abort", "message": "Aborted", "status_code": None}), EP) == (True, False)

@@ -52,6 +52,24 @@ def test_503_burst_is_retried(clean_sim: Sim, prompts, reference, tmp_path: Path
     assert_same_as_clean(tmp_path / "s", reference)
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_503_burst_counts_as_failures_of_the_endpoint_streamed_or_not(
+    clean_sim: Sim, prompts, stream: bool, tmp_path: Path
+):
+    # Streamed, the queue-full refusal is a 200 stream whose chunk aborts with status 503 (spec §3.5);
+    # without streaming an HTTP 503: the endpoint's figures say the same either way.
+    clean_sim.faults(queue_full_burst=7)
+    rep = generate_shard(prompts, tmp_path / "s", make_config(clean_sim.url, stream=stream))
+    assert rep.retried_by_kind == {"http_503": 7} and (rep.succeeded, rep.failed) == (N, 0)
+    figures = rep.per_endpoint[clean_sim.url]
+    assert (figures["requests"], figures["succeeded"], figures["failures"], figures["circuit_opens"]) == (
+        N + 7,
+        N,
+        7,
+        0,
+    )
+
+
 def test_reset_mid_body_is_retried_with_fresh_rids(clean_sim: Sim, prompts, reference, tmp_path: Path):
     clean_sim.faults(reset_mid_body=4)
     before = clean_sim.stats()["rids_repeated"]

@@ -25,6 +25,7 @@ from eagle3_dagster.generate import (
     read_generation_errors,
     read_generations,
 )
+from eagle3_dagster.generate.endpoint_info import display_url
 from eagle3_dagster.secret import Secret
 
 pytestmark = pytest.mark.integration
@@ -116,6 +117,30 @@ def test_circuit_breaker_takes_a_failing_endpoint_out(sims, tmp_path: Path):
     good_only = generate_shard(prompts, tmp_path / "ref", make_config(good.url))
     assert good_only.succeeded == 40
     assert as_map(read_generations(tmp_path / "s")) == as_map(read_generations(tmp_path / "ref"))
+
+
+def test_an_endpoint_that_cuts_every_stream_is_taken_out_by_the_circuit(sims, tmp_path: Path, caplog):
+    """Streams that end cleanly without [DONE] (a gateway that lost the stream upstream and closes its side as a
+    normal end) count against the circuit like a body cut without streaming: the endpoint leaves the rotation."""
+    good, bad = sims
+    bad.faults(cut_stream=10_000)  # /health 200, every stream ends after its first chunk, no [DONE]
+    bad0, cut0 = _requests(bad), bad.stats()["faults_injected"].get("cut_stream", 0)
+    prompts = make_prompts(40, seed=35)
+    cfg = make_config(good.url, bad.url, stream=True, max_in_flight=4, breaker_threshold=3, breaker_cooldown_s=30)
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate.endpoints")
+    rep = generate_shard(prompts, tmp_path / "s", cfg)
+    bad_n = _requests(bad) - bad0
+    assert bad.stats()["faults_injected"]["cut_stream"] - cut0 == bad_n  # every request there was cut
+    rows, errors = read_generations(tmp_path / "s"), read_generation_errors(tmp_path / "s")
+    assert (rep.succeeded, rep.failed, rows.height, errors.height) == (40, 0, 40, 0)  # in = out + errors
+    assert sorted(rows["prompt_id"].to_list()) == sorted(prompts["prompt_id"].to_list())  # each row exactly once
+    assert rep.per_endpoint[bad.url]["circuit_opens"] == 1 and rep.per_endpoint[bad.url]["succeeded"] == 0
+    opened = [r.getMessage() for r in caplog.records if "out of rotation" in r.getMessage()]
+    assert opened and all(display_url(bad.url) in m and "3 times in a row" in m for m in opened), opened
+    # Out of rotation after 3 consecutive cuts (plus the few already in flight then), not a share of every row.
+    assert 3 <= bad_n <= 3 + 4
+    assert rep.retried_by_kind == {"reset": bad_n}
+    assert rep.per_endpoint[good.url]["succeeded"] == 40
 
 
 def test_max_in_flight_from_server_info(start_sim, tmp_path: Path):

@@ -160,6 +160,20 @@ def test_reset_mid_body(sim):
     assert stats(sim)["faults_injected"]["reset_mid_body"] >= 2
 
 
+def test_cut_stream_ends_a_stream_cleanly_after_one_chunk_without_done(sim):
+    body = {"input_ids": P, "stream": True, "sampling_params": {"max_new_tokens": 50, "stream_interval": 5}}
+    before = stats(sim)["faults_injected"].get("cut_stream", 0)
+    faults(sim, cut_stream=1)
+    plain = gen(sim, {"input_ids": P, "sampling_params": {"max_new_tokens": 50}})
+    assert plain.status_code == 200 and plain.json()["meta_info"]["finish_reason"]  # no stream: not taken
+    r = gen(sim, body)  # the response ends as a normal end: no transport error
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    ev = sse_events(r.text)
+    assert len(ev) == 1 and json.loads(ev[0])["meta_info"]["finish_reason"] is None  # no final chunk, no [DONE]
+    assert sse_events(gen(sim, body).text)[-1] == "[DONE]"  # the next stream is whole
+    assert stats(sim)["faults_injected"]["cut_stream"] - before == 1
+
+
 def test_runtime_health_states(sim):
     faults(sim, health="draining")
     assert httpx.get(sim.url + "/health").status_code == 503
