@@ -7,8 +7,9 @@ Every number comes from the pipeline's own functions, so the plan and the run ag
 - prompt tokens: `tokenize_prompts` with the real tokenizer (the `tokenized_prompts` asset), a
   slice of PLAN_SLICE_ROWS prompts at a time (ids are summed, never held);
 - cached requests: the generate step's cache key of every tokenized prompt (built by its own
-  `generate.inputs.SampleKeys`: a probe set's prompts hold the fleet's drafter and the probe seed), classified against the shard's stored sample ids with `generate.inputs.classify`
-  (the same decision `plan_shard` makes), and the earlier permanent failures it does not resend.
+  `generate.inputs.SampleKeys`: a probe set's prompts hold the fleet's drafter and the probe seed),
+  classified against the shard's stored sample ids with `generate.inputs.classify` (the same
+  decision `plan_shard` makes), and the earlier permanent failures it does not resend.
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ def _keys(sample_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
 @dataclass(frozen=True)
 class PlanKeys:
     """The generate step's cache keys as the plan can know them (`SampleKeys` builds each one). A probe set's
-    keys hold the fleet's drafter: with none known (`probes.drafter_key` None: no endpoint answered and none
+    keys hold the fleet's drafter: with none known (`drafter_key` None: no endpoint answered and none
     stored) its prompts cannot match a stored key and count as to be sent (the caller states that)."""
 
     model_revision: str | None

@@ -19,9 +19,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from eagle3_dagster import schemas
-from eagle3_dagster.generate import fleet_capacity
+from eagle3_dagster.generate import fleet_capacity, read_generations
 from eagle3_dagster.generate.config import GenerationConfig, sample_key, sampling_hash
 from eagle3_dagster.generate.drafter import drafter_of
+from eagle3_dagster.generate.probe_results import update_shard_results
 from eagle3_dagster.generate.probes import fleet_drafter_key
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.plan.build import Fleet, Plan, build_plan
@@ -167,3 +168,19 @@ def test_without_a_drafter_the_probe_prompts_count_as_sent_and_the_plan_says_so(
     assert (plan.requests_cached, plan.requests_to_send) == (len(TRAIN), len(PROBE))
     assert plan.drafter_key is None and plan.drafter_basis == "unknown"
     assert any(a.startswith("no drafter known") and "probe_set" in a for a in plan.assumptions), plan.assumptions
+
+
+def test_not_asking_the_fleet_the_drafter_is_the_stored_probe_results_one(
+    tmp_path, kimi_profile, night_on_a, monkeypatch
+) -> None:
+    specs, _, data, key_a = night_on_a
+    _fleet_serving(monkeypatch, None)  # servers and throughput declared: the plan does not ask the fleet
+    declared = Fleet(tokens_per_s_per_server=1000.0, servers=1)
+    now = dt.datetime.now(dt.UTC)
+    for shard in range(N_SHARDS):
+        gens = read_generations(Path(str(shard_dir(data, "generations", shard))))
+        update_shard_results(data, shard, gens.filter(pl.col("source") == "probe_set"), key_a, now)
+    plan = _plan(tmp_path, kimi_profile, specs, data, _config(kimi_profile), declared)
+    assert (plan.requests_cached, plan.requests_to_send) == (len(TRAIN) + len(PROBE), 0)
+    assert plan.drafter_key == key_a and plan.drafter_basis.startswith("the newest stored probe results")
+    assert any(a.startswith(f"the fleet's drafter is {key_a}") for a in plan.assumptions), plan.assumptions
