@@ -185,6 +185,13 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--regen-seed", metavar="S", type=int, default=None, help="as the sglang resource's regen_seed (default none)"
     )
+    p.add_argument(
+        "--probe-seed",
+        metavar="S",
+        type=int,
+        default=None,
+        help="as the sglang resource's probe_seed (default none): in the keys of the role: probe sources only",
+    )
     p.add_argument("--json", metavar="PATH", type=Path, default=None, help="also write the plan JSON here")
 
 

@@ -6,6 +6,9 @@ it answers `/readiness`) says nothing useful there (0.3.2 serves a stub), so its
 sizes its in-flight window (endpoints.EndpointPool._check_router_workers): a worker that does not
 answer counts with the mean of those that do (`router_window`), and the line printed says so.
 
+The same `/server_info` answers name the drafter each endpoint speculates with (drafter.drafter_of; a
+router: its workers' one, drafter.router_drafter), which a probe prompt's cache key holds (probes.py).
+
 Nothing is raised: an endpoint that is down is unknown (slots None, and why), and the caller says so.
 """
 
@@ -17,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from .drafter import DrafterIdentity, drafter_of, router_drafter
 from .endpoint_info import (
     ROUTER_WORKER_LISTS,
     describe_error,
@@ -38,6 +42,9 @@ class EndpointCapacity:
     workers: int | None = None  # a router: the workers it lists; None: a plain server
     unreachable: tuple[str, ...] = ()  # a router's workers whose /server_info did not tell their capacity
     why: str = ""  # why the capacity is unknown
+    # the drafter its /server_info names (None: no speculation); drafter_known False: no /server_info answered
+    drafter: DrafterIdentity | None = None
+    drafter_known: bool = False
 
     @property
     def servers(self) -> int:
@@ -59,14 +66,21 @@ class EndpointCapacity:
         return f"{head}, {self.slots} slots{note}"
 
 
-def router_capacity(endpoint: str, per_worker: Mapping[str, int | None]) -> EndpointCapacity:
-    """A router's capacity from each listed worker's max_running_requests (None: not reachable / not said)."""
+def router_capacity(
+    endpoint: str, per_worker: Mapping[str, int | None], drafters: Mapping[str, DrafterIdentity | None] | None = None
+) -> EndpointCapacity:
+    """A router's capacity from each listed worker's max_running_requests (None: not reachable / not said),
+    and its drafter from the workers' (`drafters`; a worker not reachable counts as not speculating, as the
+    router's own stub /server_info says)."""
     if not per_worker:
         return EndpointCapacity(endpoint, None, 0, why="the router lists no worker (/workers, /list_workers)")
     slots = router_window(list(per_worker.values()))
     unreachable = tuple(w for w, v in per_worker.items() if not v)
     why = "" if slots else f"no worker told its max_running_requests: {', '.join(unreachable)}"
-    return EndpointCapacity(endpoint, slots, len(per_worker), unreachable if slots else (), why)
+    drafter = router_drafter(endpoint, dict(drafters)) if drafters else None
+    return EndpointCapacity(
+        endpoint, slots, len(per_worker), unreachable if slots else (), why, drafter, drafters is not None
+    )
 
 
 def _get_json(client: httpx.Client, url: str, path: str) -> tuple[Any, str]:
@@ -94,16 +108,21 @@ def probe_endpoint(client: httpx.Client, url: str) -> EndpointCapacity:
     if not router:
         info, why = _get_json(client, base, "/server_info")
         slots = max_running_of(info) if isinstance(info, dict) else None
-        return EndpointCapacity(name, slots, why=why or ("" if slots else "/server_info has no max_running_requests"))
+        said = isinstance(info, dict)
+        why = why or ("" if slots else "/server_info has no max_running_requests")
+        return EndpointCapacity(name, slots, why=why, drafter=drafter_of(info) if said else None, drafter_known=said)
     workers: list[dict[str, Any]] = []
     for path in ROUTER_WORKER_LISTS:
         workers = workers or workers_listed(_get_json(client, base, path)[0])
     per_worker: dict[str, int | None] = {}
+    drafters: dict[str, DrafterIdentity | None] = {}
     for w in workers:
         wurl = worker_url(w)
         info = _get_json(client, wurl, "/server_info")[0] if wurl else None
-        per_worker[display_url(wurl) or "?"] = max_running_of(info) if isinstance(info, dict) else None
-    return router_capacity(name, per_worker)
+        winfo: dict[str, Any] | None = info if isinstance(info, dict) else None
+        per_worker[display_url(wurl) or "?"] = max_running_of(winfo) if winfo is not None else None
+        drafters[display_url(wurl) or "?"] = drafter_of(winfo)
+    return router_capacity(name, per_worker, drafters)
 
 
 def probe_fleet(

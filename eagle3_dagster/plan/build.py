@@ -18,12 +18,15 @@ import polars as pl
 from ..generate.config import GenerationConfig, sampling_hash, sampling_params
 from ..generate.context_fit import ContextBudget
 from ..generate.fleet_capacity import EndpointCapacity, probe_fleet
+from ..generate.probe_results import read_all_results
+from ..generate.probes import fleet_drafter_key
 from ..ingest import SourceSpec
 from ..profiles import ModelProfile
 from ..storage import DataPath
 from ..tokenize import PromptRenderer
 from .counts import (
     CacheCounts,
+    PlanKeys,
     PromptCounts,
     TokenizedRows,
     count_cached,
@@ -102,6 +105,11 @@ class Plan:
     requests_context_fitted: int = 0
     requests_context_skipped: int = 0
     requests_too_long_for_server: int = 0
+    # the fleet's drafter a probe prompt's cache key holds (generate/probes.py), where it comes from, and the
+    # `role: probe` sources whose prompts carry it (none: every key is a training key)
+    drafter_key: str | None = None
+    drafter_basis: str = "no probe source"
+    probe_sources: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return as_jsonable(asdict(self))
@@ -145,15 +153,11 @@ def build_plan(
     known = [p.context_length for p in probes]
     server_ctx = min(c for c in known if c is not None) if known and None not in known else None
     budget = ContextBudget.of(config, server_ctx)
-    cache = count_cached(
-        rows.frame,
-        data,
-        model_revision=revision,
-        s_hash=sampling_hash(config),
-        regen_seed=config.regen_seed,
-        retry_permanent_errors=config.retry_permanent_errors,
-        row_hash=budget.hash_for if server_ctx is not None else None,
+    keys, drafter_basis = _plan_keys(
+        specs, config, revision, capacity, data, budget if server_ctx is not None else None
     )
+    assumptions += _drafter_assumptions(keys, drafter_basis)
+    cache = count_cached(rows.frame, data, keys, retry_permanent_errors=config.retry_permanent_errors)
     expect = output_expectation(data, max_new)
     assumptions.append(_output_assumption(expect, max_new))
     fit = fit_to_context(cache.send, expect, server_ctx=server_ctx, fit_mode=budget.mode == "fit", max_new=max_new)
@@ -182,6 +186,9 @@ def build_plan(
         requests_context_fitted=fit.fitted,
         requests_context_skipped=fit.skipped,
         requests_too_long_for_server=fit.too_long,
+        drafter_key=keys.drafter_key,
+        drafter_basis=drafter_basis,
+        probe_sources=sorted(keys.probe_sources),
     )
 
 
@@ -366,6 +373,59 @@ def _revision(
     return None, "unknown"
 
 
+def _drafter(capacity: Sequence[EndpointCapacity], data: DataPath) -> tuple[str | None, str]:
+    """The fleet's drafter key as the generate step makes it (probes.fleet_drafter_key over the endpoints whose
+    /server_info answered); none answered (or not asked): the one the newest stored probe results hold."""
+    answered = [c for c in capacity if c.drafter_known]
+    if answered:
+        return fleet_drafter_key(c.drafter for c in answered), "served by the endpoints (/server_info)"
+    stored = read_all_results(data).filter(pl.col("drafter_key").is_not_null())
+    if stored.height:
+        newest = stored.sort("last_seen", nulls_last=False).row(-1, named=True)
+        return str(newest["drafter_key"]), "the newest stored probe results (assumed unchanged; probe to be sure)"
+    return None, "unknown"
+
+
+def _plan_keys(
+    specs: Sequence[SourceSpec],
+    config: GenerationConfig,
+    revision: str | None,
+    capacity: Sequence[EndpointCapacity],
+    data: DataPath,
+    budget: ContextBudget | None,
+) -> tuple[PlanKeys, str]:
+    """The run's cache keys as the generate step makes them: its probe sources are the `role: probe` source
+    YAMLs (ingest.probe_source_names), their keys hold the fleet's drafter and the probe seed."""
+    probe_sources = frozenset(s.name for s in specs if s.role == "probe")
+    drafter, basis = _drafter(capacity, data) if probe_sources else (None, "no probe source")
+    keys = PlanKeys(
+        revision,
+        sampling_hash(config),
+        config.regen_seed,
+        row_hash=budget.hash_for if budget is not None else None,
+        probe_sources=probe_sources,
+        drafter_key=drafter,
+        probe_seed=config.probe_seed,
+    )
+    return keys, basis
+
+
+def _drafter_assumptions(keys: PlanKeys, basis: str) -> list[str]:
+    """What the probe prompts' keys rest on: the drafter and seed, or that no drafter is known."""
+    if not keys.probe_sources:
+        return []
+    names = ", ".join(sorted(keys.probe_sources))
+    drafter, probe_seed = keys.drafter_key, keys.probe_seed
+    if drafter is None:
+        return [
+            f"no drafter known (no endpoint answered, no probe result stored): every prompt of the probe source(s) "
+            f"{names} counts as to be sent"
+        ]
+    if basis.startswith("served"):
+        return []
+    return [f"the fleet's drafter is {drafter} ({basis}), probe seed {probe_seed}: it keys the probe source(s) {names}"]
+
+
 def plan_table(plan: Plan) -> str:
     """The short human table `eagle3 plan` prints."""
     f = plan.fleet
@@ -383,6 +443,16 @@ def plan_table(plan: Plan) -> str:
             f"{plan.requests_failed_before:,} + to send {plan.requests_to_send:,}",
         ),
         ("model revision", f"{plan.model_revision or 'unknown'}  ({plan.revision_basis})"),
+        *(
+            [
+                (
+                    "drafter",
+                    f"{plan.drafter_key or 'unknown'}  ({plan.drafter_basis}; keys {len(plan.probe_sources)} probe source(s))",
+                )
+            ]
+            if plan.probe_sources
+            else []
+        ),
         *(
             [
                 (

@@ -89,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)
         config = generation_config(
-            profile, s.sglang_urls, s, {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed}
+            profile,
+            s.sglang_urls,
+            s,
+            {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed, "probe_seed": args.probe_seed},
         )
         plan = build_plan(
             specs,

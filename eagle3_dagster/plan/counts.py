@@ -6,9 +6,10 @@ Every number comes from the pipeline's own functions, so the plan and the run ag
   assets), written to a scratch folder that is deleted afterwards;
 - prompt tokens: `tokenize_prompts` with the real tokenizer (the `tokenized_prompts` asset), a
   slice of PLAN_SLICE_ROWS prompts at a time (ids are summed, never held);
-- cached requests: the generate step's cache key (`generate.config.sample_key`) of every
-  tokenized prompt, classified against the shard's stored sample ids with `generate.inputs.classify`
-  (the same decision `plan_shard` makes), and the earlier permanent failures it does not resend.
+- cached requests: the generate step's cache key of every tokenized prompt (built by its own
+  `generate.inputs.SampleKeys`: a probe set's prompts hold the fleet's drafter and the probe seed),
+  classified against the shard's stored sample ids with `generate.inputs.classify` (the same
+  decision `plan_shard` makes), and the earlier permanent failures it does not resend.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from ..generate.config import sample_key
-from ..generate.inputs import classify, stored_keys
+from ..generate.inputs import SampleKeys, classify, stored_keys
+from ..generate.probes import NO_DRAFTER, ProbeKeys
 from ..generate.rows import is_permanent_reason
 from ..generate.store import read_generation_errors
 from ..ingest import SourceSpec, combine_sources, ingest_source
@@ -153,47 +154,81 @@ def _keys(sample_ids: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return hi, lo
 
 
+@dataclass(frozen=True)
+class PlanKeys:
+    """The generate step's cache keys as the plan can know them (`SampleKeys` builds each one). A probe set's
+    keys hold the fleet's drafter: with none known (`drafter_key` None: no endpoint answered and none
+    stored) its prompts cannot match a stored key and count as to be sent (the caller states that)."""
+
+    model_revision: str | None
+    s_hash: str
+    regen_seed: int | None
+    row_hash: Callable[[int], str] | None = None
+    probe_sources: frozenset[str] = frozenset()
+    drafter_key: str | None = None
+    probe_seed: int | None = None
+
+    def sample_keys(self) -> SampleKeys | None:
+        if self.model_revision is None:
+            return None
+        probes = ProbeKeys(self.probe_sources, self.drafter_key or NO_DRAFTER, self.probe_seed)
+        return SampleKeys(self.model_revision, self.s_hash, self.regen_seed, self.row_hash, probes)
+
+    def unknown(self, sources: Sequence[str | None]) -> np.ndarray:
+        """Per row: no key can be known (no revision, or a probe prompt with no drafter known)."""
+        if self.model_revision is None:
+            return np.ones(len(sources), dtype=bool)
+        if self.drafter_key is not None or not self.probe_sources:
+            return np.zeros(len(sources), dtype=bool)
+        return np.fromiter((s in self.probe_sources for s in sources), dtype=bool, count=len(sources))
+
+
+def _shard_ids(part: pl.DataFrame, keys: PlanKeys) -> list[str]:
+    """Each row's sample_id, built by the generate step's own SampleKeys (one place builds a key)."""
+    sk = keys.sample_keys()
+    if sk is None:
+        return []
+    return [
+        sk.of(p, t, int(n), src)[0]
+        for p, t, n, src in zip(part["prompt_id"], part["template_hash"], part["prompt_len"], part["source"])
+    ]
+
+
+def _permanent_skips(gen_dir: DataPath, sids: list[str]) -> np.ndarray:
+    """Per key: an earlier permanent failure (a 400, a bad prompt) the generate step does not send again."""
+    prior = read_generation_errors(gen_dir)
+    permanent = {r for r, reason in prior.select("sample_id", "reason").iter_rows() if is_permanent_reason(reason)}
+    if not permanent:
+        return np.zeros(len(sids), dtype=bool)
+    return np.fromiter((s in permanent for s in sids), dtype=bool, count=len(sids))
+
+
 def count_cached(
     rows: pl.DataFrame,
     data: DataPath,
+    keys: PlanKeys,
     *,
-    model_revision: str | None,
-    s_hash: str,
-    regen_seed: int | None,
     retry_permanent_errors: bool = False,
-    row_hash: Callable[[int], str] | None = None,
 ) -> CacheCounts:
     """Which of the tokenized prompts the generate step would send, shard by shard.
 
     Without a model revision (no endpoint answered and nothing is stored) no key can match: every
-    request counts as to be sent (the caller states that assumption)."""
+    request counts as to be sent, and so does every probe prompt without a known drafter (the caller
+    states those assumptions)."""
     requested = cached = failed_before = 0
     send_parts: list[pl.DataFrame] = []
     for (shard,), part in rows.partition_by("shard", as_dict=True, maintain_order=True).items():
-        shard_no = int(cast(Any, shard))
-        pids = part["prompt_id"].to_list()
-        ths = part["template_hash"].to_list()
-        # a prompt the generate step fits to the server's context has its own sampling hash (context_fit.py)
-        hashes = [row_hash(int(n)) for n in part["prompt_len"]] if row_hash is not None else [s_hash] * len(pids)
-        sids = (
-            [sample_key(p, model_revision, t or "", h, regen_seed) for p, t, h in zip(pids, ths, hashes)]
-            if model_revision is not None
-            else []
-        )
-        gen_dir = shard_dir(data, "generations", shard_no)
-        if model_revision is None:
-            first = np.ones(len(pids), dtype=bool)
-            in_store = np.zeros(len(pids), dtype=bool)
-        else:
+        gen_dir = shard_dir(data, "generations", int(cast(Any, shard)))
+        sids = _shard_ids(part, keys)
+        unknown = keys.unknown(part["source"].to_list())
+        if sids:
             first, in_store = classify(*_keys(sids), *stored_keys(gen_dir))
-        skip = np.zeros(len(pids), dtype=bool)
-        if model_revision is not None and not retry_permanent_errors:
-            prior = read_generation_errors(gen_dir)
-            permanent = {
-                r for r, reason in prior.select("sample_id", "reason").iter_rows() if is_permanent_reason(reason)
-            }
-            if permanent:
-                skip = np.fromiter((s in permanent for s in sids), dtype=bool, count=len(sids))
+            in_store &= ~unknown
+        else:
+            first, in_store = np.ones(part.height, dtype=bool), np.zeros(part.height, dtype=bool)
+        skip = np.zeros(part.height, dtype=bool)
+        if sids and not retry_permanent_errors:
+            skip = _permanent_skips(gen_dir, sids) & ~unknown
         send = first & ~in_store & ~skip
         requested += int(first.sum())
         cached += int((first & in_store).sum())

@@ -140,3 +140,72 @@ def test_bad_settings_and_unreachable_endpoints_are_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 2
     r = _plan({**env, "EAGLE3_N_SHARDS": "0"}, "--tokens-per-s-per-server", "10")
     assert r.returncode == 2 and "EAGLE3_N_SHARDS" in r.stderr and "Traceback" not in r.stderr
+
+
+N_PROBE = 3
+SPEC = ("--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+
+
+def _probe_assets(tmp_path: Path, datasets_dir: Path) -> Path:
+    """A training source and a `role: probe` source (the shared datasets), the repo's model profiles."""
+    assets = tmp_path / "assets"
+    (assets / "sources").mkdir(parents=True)
+    (assets / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
+    gsm8k = datasets_dir / "gsm8k_test" / "test.jsonl"
+    (assets / "sources" / "probe_math.yaml").write_text(
+        f"path: {gsm8k}\nformat: gsm8k\nlimit: {N_PROBE}\nrole: probe\n"
+    )
+    alpaca = datasets_dir / "alpaca_gpt4_en_demo" / "alpaca_en_demo.json"
+    (assets / "sources" / "alpaca.yaml").write_text(f"path: {alpaca}\nformat: alpaca\nlimit: 12\n")
+    return assets
+
+
+def _generated(data: Path) -> pl.DataFrame:
+    return pl.read_parquet(data / "generations" / "shard=*" / "part-*.parquet", columns=["sample_id", "source"])
+
+
+def test_a_new_drafter_is_planned_as_the_probe_prompts_and_the_run_sends_them(
+    tmp_path, monkeypatch, datasets_dir, kimi_profile
+):
+    from eagle3_dagster.config import settings
+    from eagle3_dagster.definitions import defs as full
+    from eagle3_dagster.defs.ingest import build_ingest_assets
+    from eagle3_dagster.orchestration.run import materialize_graph
+
+    assets = _probe_assets(tmp_path, datasets_dir)
+    monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
+    ingest_free = [
+        a
+        for a in (full.assets or [])
+        if not any(k.path[0].startswith("source__") or k.path[0] == "prompts" for k in a.keys)
+    ]
+    defs = dg.Definitions(assets=[*build_ingest_assets(settings()), *ingest_free])
+    data, shards = tmp_path / "data", [f"{k:04d}" for k in range(4)]
+
+    def plan(url: str) -> dict:
+        env = {**_env(tmp_path, url), "EAGLE3_ASSETS_DIR": str(assets)}
+        r = _plan(env, "--max-new-tokens", str(MAX_NEW), "--tokens-per-s-per-server", "1000")
+        assert r.returncode == 0, r.stderr
+        return json.loads((data / "plan" / "plan.json").read_text())
+
+    def night(url: str) -> None:
+        res = graph_resources(data, kimi_profile.tokenizer, url, max_new_tokens=MAX_NEW)
+        with dg.instance_for_test() as instance:
+            assert materialize_graph(defs, instance, shards=shards, resources=res).success
+
+    sim_args = ("--token-latency-ms", "1", *SPEC, "--speculative-draft-model-path")
+    with start_simulator(extra_args=(*sim_args, "test/drafter-a")) as sim_a:
+        night(sim_a.url)
+        same = plan(sim_a.url)  # the drafter that generated them: every probe prompt is cached
+    first = _generated(data)
+    assert same["requests_to_send"] == 0 and same["requests_cached"] == same["requests"] == first.height
+    assert same["probe_sources"] == ["probe_math"] and same["drafter_key"].startswith("eagle3-")
+
+    with start_simulator(extra_args=(*sim_args, "test/drafter-b")) as sim_b:
+        new = plan(sim_b.url)  # a new drafter: exactly the probe prompts will be sent
+        assert new["drafter_key"] != same["drafter_key"]
+        assert new["requests_to_send"] == N_PROBE and new["requests_cached"] == new["requests"] - N_PROBE
+        night(sim_b.url)
+    sent = _generated(data).join(first, on="sample_id", how="anti")
+    assert sent.height == new["requests_to_send"]  # plan == actual
+    assert sent["source"].to_list() == ["probe_math"] * N_PROBE

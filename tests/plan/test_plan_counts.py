@@ -16,7 +16,7 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate.config import sample_key
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.plan.actual import plan_headlines
-from eagle3_dagster.plan.counts import count_cached, count_prompts, stored_revision, tokenize_for_plan
+from eagle3_dagster.plan.counts import PlanKeys, count_cached, count_prompts, stored_revision, tokenize_for_plan
 from eagle3_dagster.plan.estimate import (
     DEFAULT_BYTES_PER_TOKEN,
     bytes_per_token,
@@ -85,20 +85,18 @@ def test_cached_count_after_a_partial_run(demo_rows, tmp_path):
     errors = [{"sample_id": keys[2], "prompt_id": shard0["prompt_id"][2], "shard": 0, "reason": "http_400"}]
     pq.write_table(pa.Table.from_pylist(errors, schema=schemas.GENERATION_ERRORS), gen0 / "errors.parquet")
 
-    c = count_cached(rows.frame, data, model_revision=REV, s_hash=S_HASH, regen_seed=None)
+    c = count_cached(rows.frame, data, PlanKeys(REV, S_HASH, None))
     n = rows.frame.height
     assert (c.requested, c.cached, c.failed_before, c.to_send) == (n, 2, 1, n - 3)
     assert c.send.height == n - 3 and not set(c.send["prompt_id"]) & set(shard0["prompt_id"][:3])
     # another revision, sampling or seed: another cache key, nothing is cached
-    assert count_cached(rows.frame, data, model_revision="other@1", s_hash=S_HASH, regen_seed=None).cached == 0
-    assert count_cached(rows.frame, data, model_revision=REV, s_hash=S_HASH, regen_seed=1).to_send == n
+    assert count_cached(rows.frame, data, PlanKeys("other@1", S_HASH, None)).cached == 0
+    assert count_cached(rows.frame, data, PlanKeys(REV, S_HASH, 1)).to_send == n
     # a resend of permanent failures counts them as to send
-    again = count_cached(
-        rows.frame, data, model_revision=REV, s_hash=S_HASH, regen_seed=None, retry_permanent_errors=True
-    )
+    again = count_cached(rows.frame, data, PlanKeys(REV, S_HASH, None), retry_permanent_errors=True)
     assert (again.failed_before, again.to_send) == (0, n - 2)
     # without any revision known nothing can match
-    assert count_cached(rows.frame, data, model_revision=None, s_hash=S_HASH, regen_seed=None).to_send == n
+    assert count_cached(rows.frame, data, PlanKeys(None, S_HASH, None)).to_send == n
     assert stored_revision(data, range(4)) == REV
     assert stored_revision(data_root(tmp_path / "empty"), range(4)) is None
 
