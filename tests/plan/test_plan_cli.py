@@ -111,8 +111,9 @@ def test_plan_probes_the_fleet_and_matches_the_run(tmp_path, kimi_profile):
     ), said
     measured = json.loads((data / "plan" / "plan.json").read_text())["fleet"]
     assert measured["throughput_basis"].startswith("last measured: ") and measured["servers"] == 1
+    # plan.json keeps 3 decimals (plan/estimate.py as_jsonable): 84.640 for a measured 84.64024...
     assert measured["tokens_per_s_per_server"] == pytest.approx(
-        got["output tokens"][1] / got["generate time (s)"][1], rel=1e-6
+        got["output tokens"][1] / got["generate time (s)"][1], abs=5e-4 + 1e-9
     )
 
     # the next night, nothing new: the servers are down, the throughput declared; the revision comes
