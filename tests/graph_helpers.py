@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 
 
@@ -36,3 +37,22 @@ def shard_with_most_prompts(data_dir: Path) -> str:
     p = pl.read_parquet(Path(data_dir) / "prompts" / "prompts.parquet")
     top = p.group_by("shard").len().sort(["len", "shard"], descending=[True, False]).row(0, named=True)
     return f"{top['shard']:04d}"
+
+
+# the simulator's speculative flags as SGLang takes them (a drafter serving 3 steps of 1 token, 4 draft tokens)
+SPEC_ARGS = ("--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
+
+
+def probe_assets(tmp_path: Path, datasets_dir: Path, *, n_probe: int, train_limit: int) -> Path:
+    """An assets folder with a `role: probe` source (the first `n_probe` gsm8k questions) and a training source
+    (`train_limit` alpaca prompts) from the shared datasets, and the repo's model profiles."""
+    assets = tmp_path / "assets"
+    (assets / "sources").mkdir(parents=True)
+    (assets / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
+    gsm8k = datasets_dir / "gsm8k_test" / "test.jsonl"
+    (assets / "sources" / "probe_math.yaml").write_text(
+        f"path: {gsm8k}\nformat: gsm8k\nlimit: {n_probe}\nrole: probe\n"
+    )
+    alpaca = datasets_dir / "alpaca_gpt4_en_demo" / "alpaca_en_demo.json"
+    (assets / "sources" / "alpaca.yaml").write_text(f"path: {alpaca}\nformat: alpaca\nlimit: {train_limit}\n")
+    return assets

@@ -15,8 +15,9 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
+from graph_helpers import SPEC_ARGS, probe_assets
 
-from eagle3_dagster.config import PROJECT_ROOT, settings
+from eagle3_dagster.config import settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.probe_results import drafter_versions, read_all_results
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
@@ -27,19 +28,11 @@ from eagle3_dagster.sim.process import start_simulator
 pytestmark = pytest.mark.integration
 
 N_PROBE = 3
-SPEC = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
 
 
 def _assets(tmp_path: Path, datasets_dir: Path) -> Path:
-    assets = tmp_path / "assets"
-    (assets / "sources").mkdir(parents=True)
-    (assets / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
+    assets = probe_assets(tmp_path, datasets_dir, n_probe=N_PROBE, train_limit=40)
     gsm8k = datasets_dir / "gsm8k_test" / "test.jsonl"
-    (assets / "sources" / "probe_math.yaml").write_text(
-        f"path: {gsm8k}\nformat: gsm8k\nlimit: {N_PROBE}\nrole: probe\n"
-    )
-    alpaca = datasets_dir / "alpaca_gpt4_en_demo" / "alpaca_en_demo.json"
-    (assets / "sources" / "alpaca.yaml").write_text(f"path: {alpaca}\nformat: alpaca\nlimit: 40\n")
     # a training source whose first question is the first probe prompt: quarantined as probe_overlap
     (assets / "sources" / "math_train.yaml").write_text(f"path: {gsm8k}\nformat: gsm8k\nlimit: 1\n")
     return assets
@@ -84,7 +77,7 @@ def test_probe_prompts_are_measured_per_drafter_and_never_trained_on(
 
         runs = []
         for drafter in ("test/drafter-a", "test/drafter-b"):
-            with start_simulator(extra_args=["--speculative-draft-model-path", drafter, *SPEC]) as sim:
+            with start_simulator(extra_args=["--speculative-draft-model-path", drafter, *SPEC_ARGS]) as sim:
                 res["sglang"] = SGLangFleet(urls=sim.url, wait_for_endpoint_s=5)
                 runs.append(_night(defs, instance, res, shards))
 

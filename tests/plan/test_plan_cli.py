@@ -12,7 +12,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 import pytest
-from graph_helpers import graph_resources
+from graph_helpers import SPEC_ARGS, graph_resources, probe_assets
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.sim.process import start_simulator
@@ -144,21 +144,6 @@ def test_bad_settings_and_unreachable_endpoints_are_one_line(tmp_path):
 
 
 N_PROBE = 3
-SPEC = ("--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
-
-
-def _probe_assets(tmp_path: Path, datasets_dir: Path) -> Path:
-    """A training source and a `role: probe` source (the shared datasets), the repo's model profiles."""
-    assets = tmp_path / "assets"
-    (assets / "sources").mkdir(parents=True)
-    (assets / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
-    gsm8k = datasets_dir / "gsm8k_test" / "test.jsonl"
-    (assets / "sources" / "probe_math.yaml").write_text(
-        f"path: {gsm8k}\nformat: gsm8k\nlimit: {N_PROBE}\nrole: probe\n"
-    )
-    alpaca = datasets_dir / "alpaca_gpt4_en_demo" / "alpaca_en_demo.json"
-    (assets / "sources" / "alpaca.yaml").write_text(f"path: {alpaca}\nformat: alpaca\nlimit: 12\n")
-    return assets
 
 
 def _generated(data: Path) -> pl.DataFrame:
@@ -173,7 +158,7 @@ def test_a_new_drafter_is_planned_as_the_probe_prompts_and_the_run_sends_them(
     from eagle3_dagster.defs.ingest import build_ingest_assets
     from eagle3_dagster.orchestration.run import materialize_graph
 
-    assets = _probe_assets(tmp_path, datasets_dir)
+    assets = probe_assets(tmp_path, datasets_dir, n_probe=N_PROBE, train_limit=12)
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     ingest_free = [
         a
@@ -194,7 +179,7 @@ def test_a_new_drafter_is_planned_as_the_probe_prompts_and_the_run_sends_them(
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=shards, resources=res).success
 
-    sim_args = ("--token-latency-ms", "1", *SPEC, "--speculative-draft-model-path")
+    sim_args = ("--token-latency-ms", "1", *SPEC_ARGS, "--speculative-draft-model-path")
     with start_simulator(extra_args=(*sim_args, "test/drafter-a")) as sim_a:
         night(sim_a.url)
         same = plan(sim_a.url)  # the drafter that generated them: every probe prompt is cached
