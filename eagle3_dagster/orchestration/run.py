@@ -401,6 +401,8 @@ def materialize_graph(
     is started: the outcome says `stopped`.
     """
     keys = graph_shard_keys(defs)  # the partitions these definitions were built with
+    if shards is None and not keys:  # "every shard" of definitions without any: nothing would be generated
+        raise ValueError("these definitions have no shard assets: a graph run over every shard would generate nothing")
     check_shard_keys(shards, keys)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
     reaped = reap_dead_runs(instance)

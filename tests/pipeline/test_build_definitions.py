@@ -62,3 +62,13 @@ def test_a_defs_module_without_build_defs_fails_the_load_naming_it():
     stray.defs = lambda: dg.Definitions()  # type: ignore[attr-defined]  # the old @dg.definitions style
     with pytest.raises(TypeError, match=r"eagle3_dagster\.defs\.stray .* no `build_defs"):
         definitions._builder(stray)
+
+
+def test_a_graph_run_over_every_shard_of_definitions_without_shards_is_refused(tmp_path):
+    """Definitions without shard assets have no shard keys: "every shard" would silently generate nothing."""
+    from eagle3_dagster.defs.ingest import build_ingest_assets
+    from eagle3_dagster.orchestration.run import materialize_graph
+
+    only_ingest = dg.Definitions(assets=build_ingest_assets(settings()))
+    with pytest.raises(ValueError, match="no shard assets"):
+        materialize_graph(only_ingest, dg.DagsterInstance.ephemeral())
