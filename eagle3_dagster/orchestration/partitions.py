@@ -24,11 +24,3 @@ def shard_partitions(n_shards: int) -> dg.StaticPartitionsDefinition:
 def shard_keys(n_shards: int) -> list[str]:
     """The partition keys of `n_shards` shards, in order."""
     return list(shard_partitions(n_shards).get_partition_keys())
-
-
-def definitions_shard_keys(defs: dg.Definitions, asset: str) -> list[str]:
-    """The partition keys of the shard asset `asset` in `defs` (what a run of those definitions may target)."""
-    partitions = defs.resolve_assets_def(asset).partitions_def
-    if partitions is None:
-        raise ValueError(f"{asset} is not partitioned in these definitions")
-    return list(partitions.get_partition_keys())
