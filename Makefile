@@ -16,7 +16,7 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install instance services demo test test-fast lint ruff typecheck format-check format constraints ui \
+.PHONY: install instance bytecode services demo test test-fast lint ruff typecheck format-check format constraints ui \
 	check-defs bench backfill clean docs gpu-smoke
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
@@ -77,8 +77,14 @@ constraints:
 instance: $(STAMP)
 	$(VENV)/bin/eagle3 check
 
-demo: instance
+demo: instance bytecode
 	$(VENV)/bin/eagle3 demo
+
+# This environment sets PYTHONDONTWRITEBYTECODE=1, so an import never caches the project's own modules: every
+# process (a simulator, a run worker, a demo) would compile them again. pip compiled the installed packages;
+# this compiles ours (only what changed since the last time; a stale file is never used, Python checks).
+bytecode: $(STAMP)
+	$(PY) -m compileall -q -j 0 eagle3_dagster tests > /dev/null
 
 # OS packages the reliability tests drive: PostgreSQL (throwaway clusters) and Debian's Chromium.
 # Installs them with apt-get when missing and root; not root: warns, and the tests that need them skip.
@@ -124,7 +130,7 @@ docs: $(STAMP)
 # fails the target; Ctrl-C stops both.
 TEST_WORKERS ?= 3
 PARALLEL_LOG := .pytest-parallel-lane.log
-test: instance services ruff format-check typecheck docs
+test: instance bytecode services ruff format-check typecheck docs
 	@echo "[test] the parallel lane runs beside the serial lane at the lowest CPU priority; its report follows (log: $(PARALLEL_LOG))"
 	rc=0; \
 	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
@@ -139,7 +145,7 @@ test: instance services ruff format-check typecheck docs
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker,
 # in an xdist worker as in a plain run). CPU-bound: one worker per core, then the serial lane's own.
-test-fast: instance ruff format-check typecheck docs
+test-fast: instance bytecode ruff format-check typecheck docs
 	rc=0; \
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not integration and not serial" || rc=1; \
 	$(PY) -m pytest -q -m "serial and not integration" || rc=1; \

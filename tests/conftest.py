@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 from serial_lane import is_serial, long_modules_first
+from sim_forkserver import ForkLauncher
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import ModelProfile, load_profile
+from eagle3_dagster.sim.process import use_launcher
 
 SHARED = (PROJECT_ROOT.parent / "shared").resolve()
 KIMI_TOKENIZER_DIR = SHARED / "tokenizers" / "kimi-k2.5"
@@ -31,6 +33,9 @@ os.environ.setdefault("EAGLE3_TOKENIZER", str(KIMI_TOKENIZER_DIR))
 def pytest_configure(config: pytest.Config) -> None:
     if not KIMI_TOKENIZER_DIR.exists():
         raise pytest.UsageError(f"the tests need ../shared beside the project; not found: {SHARED}")
+    # The simulators this process starts fork from one warm server process (tests/sim_forkserver.py).
+    if os.environ.get("EAGLE3_TEST_SIM_EXEC") != "1":
+        use_launcher(ForkLauncher([KIMI_TOKENIZER_DIR, QWEN_TOKENIZER_DIR]))
 
 
 # --- the `integration` marker: every test that starts a process (simulator, Dagster, Postgres, Chromium,

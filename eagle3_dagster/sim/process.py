@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 
@@ -51,6 +51,50 @@ def die_with_parent(sig: int = signal.SIGKILL):
             os._exit(1)
 
     return _set
+
+
+class SimHandle(Protocol):
+    """What SimProcess needs of a started server process (subprocess.Popen has it)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Launcher(Protocol):
+    """Starts `eagle3_dagster.sim.server` with `args` in a new session, the environment `env`, its output
+    appended to `log_path`, dying with the process that started it."""
+
+    def __call__(self, args: list[str], env: dict[str, str], log_path: Path) -> SimHandle: ...
+
+
+def exec_launcher(args: list[str], env: dict[str, str], log_path: Path) -> SimHandle:
+    """The default: a new interpreter, `python -m eagle3_dagster.sim.server ARGS`."""
+    with open(log_path, "ab") as logf:
+        # Its own session (a Ctrl-C in the terminal reaches the parent, which stops it in order), and
+        # it dies with the parent (a `kill -9` of the parent leaves no simulator holding the port).
+        return subprocess.Popen(
+            [sys.executable, "-m", "eagle3_dagster.sim.server", *args],
+            stdout=logf,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
+
+
+_launcher: Launcher = exec_launcher
+
+
+def use_launcher(launcher: Launcher | None) -> None:
+    """How this process starts simulators from now on (None: `exec_launcher`). The test suite plugs in one
+    that forks them from a process that has already loaded the server and the shared tokenizers."""
+    global _launcher
+    _launcher = launcher or exec_launcher
 
 
 class SimulatorError(RuntimeError):
@@ -98,7 +142,7 @@ class SimProcess:
         self.wait_for = wait_for
         self._log_dir = Path(log_dir) if log_dir else Path(tempfile.mkdtemp(prefix="eagle3-sim-"))
         self.log_path = self._log_dir / "sim.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: SimHandle | None = None
 
     @property
     def url(self) -> str:
@@ -133,31 +177,9 @@ class SimProcess:
         raise last
 
     def _spawn_and_wait(self) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "eagle3_dagster.sim.server",
-            "--host",
-            self.host,
-            "--port",
-            str(self.port),
-            *self.extra_args,
-        ]
+        args = ["--host", self.host, "--port", str(self.port), *self.extra_args]
         env = child_env(self.env)  # ours + self.env, Hugging Face offline unless set (sim/settings.py)
-        logf = open(self.log_path, "ab")
-        try:
-            # Its own session (a Ctrl-C in the terminal reaches the parent, which stops it in order), and
-            # it dies with the parent (a `kill -9` of the parent leaves no simulator holding the port).
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=die_with_parent(),
-            )
-        finally:
-            logf.close()
+        self.proc = _launcher(args, env, self.log_path)
         mode = self.wait_for
         if mode == "auto":
             mode = "model_info" if _arg_value(self.extra_args, "--starting-seconds") else "health"
