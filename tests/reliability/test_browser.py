@@ -92,8 +92,9 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     launch.click()
     shard_run = _launch_and_open_run(page)
     _wait_run_success(page, shard_run, tmp_path / "5-shard-run.png")
-    header = page.inner_text("body")
-    assert re.search(r"partition:\s*0000", header) and "Success" in header  # the run's header
+    # the run's header: its status badge follows the log's RUN_SUCCESS on its own poll, so wait for it
+    page.get_by_text("Success", exact=True).first.wait_for(state="visible", timeout=RUN_TIMEOUT_MS)
+    assert re.search(r"partition:\s*0000", page.inner_text("body"))
 
     # the checks ran and passed for that shard (the assets' check pages say so)
     page.goto(f"{base}/assets/generations?view=checks", wait_until="networkidle")
