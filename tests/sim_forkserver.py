@@ -46,20 +46,33 @@ class ForkedSim:
     def __init__(self, pid: int, status: Path, args: list[str], server: subprocess.Popen[bytes]) -> None:
         self.pid, self.args, self._status, self._server = pid, args, status, server
         self.returncode: int | None = None
+        self._ended_at: float | None = None
         try:  # signals go to this process even after its pid is reused
             self._pidfd: int | None = os.pidfd_open(pid)
         except OSError:
             self._pidfd = None
+
+    # How long an ended child may go without the exit code its forkserver writes when it reaps it.
+    STATUS_GRACE_S = 5.0
 
     def poll(self) -> int | None:
         if self.returncode is None:
             try:
                 self.returncode = int(self._status.read_text())
             except FileNotFoundError:
-                if not (self._exited() and self._server.poll() is not None):
+                if not self._exited():
                     return None
-                # the forkserver that would have reaped it is gone, and took it along (PR_SET_PDEATHSIG)
-                self.returncode = -signal.SIGKILL
+                if self._server.poll() is not None:
+                    # the forkserver that would have reaped it is gone, and took it along (PR_SET_PDEATHSIG)
+                    self.returncode = -signal.SIGKILL
+                else:
+                    self._ended_at = self._ended_at or time.monotonic()
+                    if time.monotonic() - self._ended_at < self.STATUS_GRACE_S:
+                        return None
+                    raise RuntimeError(
+                        f"simulator pid {self.pid} ended, but its forkserver (pid {self._server.pid}) wrote no exit "
+                        f"code to {self._status} in {self.STATUS_GRACE_S:.0f} s (see the forkserver's stderr)"
+                    ) from None
             self._status.unlink(missing_ok=True)
             if self._pidfd is not None:
                 os.close(self._pidfd)
@@ -192,14 +205,12 @@ def _warm(tokenizer_dirs: list[str]) -> None:
         load_once(d)
 
 
-def _child(request: dict[str, Any], keep: list[int]) -> None:
+def _child(request: dict[str, Any], keep: list[int], die_with_forkserver: Any) -> None:
     """In the forked child: become the simulator the request describes, then exit with its code."""
     code = 1
     try:
         os.setsid()
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        die_with_forkserver()
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -246,6 +257,8 @@ def _child(request: dict[str, Any], keep: list[int]) -> None:
 
 
 def _serve() -> None:
+    from eagle3_dagster.sim.process import die_with_parent
+
     _warm(sys.argv[1:])
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -281,9 +294,10 @@ def _serve() -> None:
             while b"\n" in pending:
                 line, pending = pending.split(b"\n", 1)
                 request = json.loads(line)
+                die_with_forkserver = die_with_parent()  # made here: "parent" is this process
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, [wake_r, wake_w, sel.fileno()])
+                    _child(request, [wake_r, wake_w, sel.fileno()], die_with_forkserver)
                 status[pid] = request["status"]
                 os.write(1, json.dumps({"pid": pid}).encode() + b"\n")
 
@@ -302,8 +316,13 @@ def _reap(status: dict[int, str]) -> None:
                 with open(f"{path}.tmp", "w") as f:
                     f.write(str(os.waitstatus_to_exitcode(wstatus)))
                 os.replace(f"{path}.tmp", path)
-            except OSError:  # its folder is gone (the test that started it has ended): nobody is asking
-                pass
+            except OSError as e:  # the waiting handle names the missing code after its grace period
+                print(
+                    f"sim forkserver: exit code {os.waitstatus_to_exitcode(wstatus)} of pid {pid} "
+                    f"not written to {path}: {e}",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -103,3 +103,12 @@ def test_the_forked_simulators_die_with_the_forkserver(launcher, tmp_path: Path)
         assert s.proc.wait(10) == -signal.SIGKILL
         with pytest.raises(httpx.ConnectError):
             httpx.get(s.url + "/health", timeout=2)
+
+
+def test_an_exit_code_the_forkserver_could_not_write_is_an_error_not_a_hang(launcher, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(ForkedSim, "STATUS_GRACE_S", 0.5)
+    sim = start_simulator(extra_args=(*ARGS, "--tokenizer", str(KIMI)), log_dir=tmp_path / "f")
+    shutil.rmtree(launcher._status_dir)  # where the forkserver writes each child's exit code
+    sim.proc.send_signal(signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=rf"simulator pid {sim.proc.pid} ended, but its forkserver .* wrote no exit"):
+        sim.proc.wait(30)
