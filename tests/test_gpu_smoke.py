@@ -99,6 +99,7 @@ def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
     assert isinstance(s, SmokeSummary) and not s.success, s
     assert s.generated > 0 and s.think_end_present_rate == 0.0  # counted over the generations, published or not
     assert any(g.startswith("shard 0000 generations:think_end_present") for g in s.failed_gates), s.failed_gates
+    assert s.spec_rows == 0 and s.drafter_ids == []  # no draft model: no speculative-decoding figures, none made up
 
 
 def _check_summary_against_tables(summary: dict, data: Path) -> None:
@@ -162,40 +163,33 @@ def _stand_in_env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.integration
 def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
-    """Steps 3-6 of the script for real (server start, readiness wait, the demo, the JSON line, the stop), with a
-    fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim (qwen3 profile), a
-    messy one: half its samples split non-canonically, 1 ms per token."""
+    """Steps 3-6 of the script for real (server start with a draft model, readiness wait, the demo, the JSON line,
+    the stop), with a fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim
+    (qwen3 profile, speculating with SGLang's flags), a messy one: half its samples split non-canonically, 1 ms
+    per token. (Without a draft model the script passes no --speculative-* flag: the summary's no-figures case
+    is test_the_summary_names_the_gate_that_failed's.)"""
     env = _stand_in_env(tmp_path)
     env["SIM_ARGS"] = "--noncanonical-rate 0.5 --token-latency-ms 1"
+    draft = tmp_path / "Qwen3-EAGLE3-stand-in"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
+    env["EAGLE3_GPU_DRAFT_MODEL_PATH"] = str(draft)
     port = int(env["GPU_SMOKE_PORT"])
     r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
     assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
+    assert "--speculative-draft-model-path" in r.stderr  # the flags the server got, said once
     [line] = r.stdout.splitlines()
     summary = json.loads(line)
     assert summary["success"] and summary["failed_gates"] == [] and summary["rows"] == summary["generated"] > 10
     assert summary["think_end_present_rate"] == 1.0 and summary["finish_reasons"]
-    assert summary["spec_rows"] == 0 and summary["drafter_ids"] == []  # no draft model: no figures
+    assert summary["spec_rows"] == summary["generated"]
+    assert len(summary["drafter_ids"]) == 1 and 1.0 < summary["spec_accept_length"] <= 4.0
     _check_summary_against_tables(summary, tmp_path / "work" / "data")
     said = [ln for ln in r.stderr.splitlines() if " step " in ln]
     assert [ln.split("step ", 1)[1].split(":", 1)[0] for ln in said] == [f"{i}/6" for i in range(1, 7)], said
     # the server is stopped: nothing answers on its port any more
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
-
-
-@pytest.mark.integration
-def test_with_a_draft_model_the_server_speculates_and_the_line_checks_the_figures_arrive(tmp_path: Path):
-    env = _stand_in_env(tmp_path)
-    draft = tmp_path / "Qwen3-EAGLE3-stand-in"
-    draft.mkdir()
-    (draft / "config.json").write_text('{"architectures": ["LlamaForCausalLMEagle3"]}')
-    env["EAGLE3_GPU_DRAFT_MODEL_PATH"] = str(draft)
-    r = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=420)
-    assert r.returncode == 0, (r.stderr[-3000:], (tmp_path / "work" / "demo.log").read_text()[-3000:])
-    assert "--speculative-draft-model-path" in r.stderr  # the flags the server got, said once
-    summary = json.loads(r.stdout.splitlines()[-1])
-    assert summary["success"] and summary["spec_rows"] == summary["generated"] > 10
-    assert len(summary["drafter_ids"]) == 1 and 1.0 < summary["spec_accept_length"] <= 4.0
     # the check can fail: the same data dir judged as if its rows had come back without figures
     data = tmp_path / "work" / "data"
     for f in (data / "generations").glob("shard=*/part-*.parquet"):
