@@ -33,20 +33,23 @@ CONSTRAINT_EXTRAS := test,sim,dev,k8s,router,sglang_schema,speculators,docs
 # Reproducible installs: every package pinned to the versions in constraints.txt (`make constraints` refreshes it).
 CONSTRAINTS := constraints.txt
 PIP_INSTALL := $(PY) -m pip install -q --disable-pip-version-check
+# Installs go through uv (parallel downloads and unpacking, bytecode compiled on both cores): about half of pip's
+# time here. uv reads no pip.conf: scripts/uv_install.py hands it pip's configured indexes, find-links and constraints.
+UV_INSTALL := $(PY) scripts/uv_install.py
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# pip's own failures fail the target (pipefail); only the notes about absent local indexes are filtered.
-	set -o pipefail; $(PIP_INSTALL) --upgrade pip 2>&1 | { grep -v "is ignored" || true; }
-	set -o pipefail; $(PIP_INSTALL) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]' 2>&1 | { grep -v "is ignored" || true; }
+	set -o pipefail; $(PIP_INSTALL) -c $(CONSTRAINTS) uv 2>&1 | { grep -v "is ignored" || true; }
+	$(UV_INSTALL) -c $(CONSTRAINTS) -e '.[$(EXTRAS)]'
 	@# SpecForge lane: its data code only; --no-deps because its pins pull sglang and a CUDA torch.
-	set -o pipefail; $(PIP_INSTALL) --no-deps specforge==0.2.0 2>&1 | { grep -v "is ignored" || true; }
+	$(UV_INSTALL) --no-deps specforge==0.2.0
 	@# speculators lane: its data preparation only; --no-deps because its pins pull torchvision, torchaudio and
 	@# an older transformers and datasets (hs-connectors, which its import needs, is pure Python on the lane's torch).
-	set -o pipefail; $(PIP_INSTALL) --no-deps speculators==0.9.0 hs-connectors==0.9.0 2>&1 | { grep -v "is ignored" || true; }
+	$(UV_INSTALL) --no-deps speculators==0.9.0 hs-connectors==0.9.0
 	@# SGLang schema lane: SGLang's own request/response code only; --no-deps because its pins pull CUDA
 	@# torch, triton and the GPU kernels (the lane loads what it checks without them: docs/sglang-schema.md).
-	set -o pipefail; $(PIP_INSTALL) --no-deps sglang==0.5.23 2>&1 | { grep -v "is ignored" || true; }
+	$(UV_INSTALL) --no-deps sglang==0.5.23
 	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers, aiohttp"
 	$(PY) -c "import specforge.data.preprocessing, specforge.data.prompt_builder"
 	$(PY) -c "import speculators.cli.prepare_data, speculators.data_generation.preprocessing"
@@ -91,7 +94,7 @@ bytecode: $(STAMP)
 services:
 	bash scripts/ci-services.sh
 
-# Lint, format check and type check run before the tests (`make lint` runs the three alone;
+# Lint and format check run before the tests, the type check beside them (`make lint` runs the three alone;
 # `make format` rewrites the tree).
 ruff: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -130,16 +133,23 @@ docs: $(STAMP)
 # fails the target; Ctrl-C stops both.
 TEST_WORKERS ?= 3
 PARALLEL_LOG := .pytest-parallel-lane.log
-test: instance bytecode services ruff format-check typecheck docs
-	@echo "[test] the parallel lane runs beside the serial lane at the lowest CPU priority; its report follows (log: $(PARALLEL_LOG))"
+# The type check (mypy, about a minute on one core) runs beside the lanes in the parallel lane's place (lowest
+# priority, a session of its own): alone first, it would leave the other core idle. Its report comes last.
+TYPECHECK_LOG := .mypy-beside-tests.log
+test: instance bytecode services ruff format-check docs
+	@echo "[test] the parallel lane and mypy run beside the serial lane at the lowest CPU priority; their reports follow (logs: $(PARALLEL_LOG), $(TYPECHECK_LOG))"
 	rc=0; \
+	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
+	  $(VENV)/bin/mypy > $(TYPECHECK_LOG) 2>&1 & typecheck=$$!; \
 	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
 	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=30 \
 	  > $(PARALLEL_LOG) 2>&1 & lane=$$!; \
-	trap 'kill -TERM -- -$$lane 2>/dev/null; exit 130' INT TERM; \
+	trap 'kill -TERM -- -$$lane -$$typecheck 2>/dev/null; exit 130' INT TERM; \
 	$(PY) -m pytest -q -m serial --durations=30 || rc=1; \
 	wait $$lane || rc=1; \
 	echo "[test] the parallel lane:"; cat $(PARALLEL_LOG); \
+	wait $$typecheck || rc=1; \
+	echo "[test] mypy:"; cat $(TYPECHECK_LOG); \
 	exit $$rc
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
