@@ -28,6 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # Like the Makefile: the default (Kimi) profile's tokenizer is the offline copy in ../shared,
 # for this process and every process a test starts (simulator, Dagster).
 os.environ.setdefault("EAGLE3_TOKENIZER", str(KIMI_TOKENIZER_DIR))
+SIM_LAUNCHER = pytest.StashKey[ForkLauncher]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,7 +36,15 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"the tests need ../shared beside the project; not found: {SHARED}")
     # The simulators this process starts fork from one warm server process (tests/sim_forkserver.py).
     if os.environ.get("EAGLE3_TEST_SIM_EXEC") != "1":
-        use_launcher(ForkLauncher([KIMI_TOKENIZER_DIR, QWEN_TOKENIZER_DIR]))
+        config.stash[SIM_LAUNCHER] = ForkLauncher([KIMI_TOKENIZER_DIR, QWEN_TOKENIZER_DIR])
+        use_launcher(config.stash[SIM_LAUNCHER])
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    launcher = config.stash.get(SIM_LAUNCHER, None)
+    if launcher is not None:
+        use_launcher(None)
+        launcher.close()
 
 
 # --- the `integration` marker: every test that starts a process (simulator, Dagster, Postgres, Chromium,

@@ -21,6 +21,7 @@ import json
 import os
 import select
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -166,11 +167,12 @@ class ForkLauncher:
         return self.servers[key]
 
     def close(self) -> None:
-        """Stop the forkservers, and with them the simulators they forked."""
+        """Stop the forkservers, and with them the simulators they forked; remove the exit-code folder."""
         for server in self.servers.values():
             server.kill()
             server.wait()
         self.servers = {}
+        shutil.rmtree(self._status_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------------------- the forkserver
