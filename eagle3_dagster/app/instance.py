@@ -86,10 +86,13 @@ def _create_instance_storage(home: Path) -> None:
     """Open the instance once and touch each storage, so their tables exist before any run."""
     import dagster as dg
 
+    from ..orchestration.run import prime_pools
+
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.get_runs(limit=1)  # run storage
         instance.fetch_materializations(dg.AssetKey("eagle3_instance_probe"), limit=1)  # event log storage
         instance.all_instigator_state()  # schedule/sensor storage
+        prime_pools(instance)  # the pools' limit rows, before runs race to create them
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ import psutil
 from ..config import PartitionKeyError
 from .asset_names import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
+from .pools import GENERATE_POOL
 
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -72,6 +73,29 @@ def free_pool_slots(instance: dg.DagsterInstance, run_id: str) -> None:
     tests run without a daemon, and without it two killed runs leave the `sglang` pool stalled
     (tests/reliability/test_fault_matrix.py). No public instance method does this in 1.13."""
     instance.event_log_storage.free_concurrency_slots_for_run(run_id)
+
+
+def prime_pools(instance: dg.DagsterInstance, pools: Sequence[str] = (GENERATE_POOL,)) -> list[str]:
+    """Give each pool without a limit yet its row at the instance's `default_limit`, before any run claims a slot.
+
+    Dagster 1.13 creates a pool's row on the first claim. On PostgreSQL, shard runs claiming it at the same
+    moment on a fresh instance race on that insert, and one run fails (`UniqueViolation ...
+    concurrency_limits_concurrency_key_key`, seen with four shard runs at once:
+    tests/reliability/test_postgres_pool.py). This makes the storage call the first claim would make (same row,
+    same `using_default_limit`) once, from one process: at instance set-up and at the start of each graph run.
+    A pool that has a row (a limit set with `dagster instance concurrency set`) is left as it is. Returns the
+    pools it created; a failure (another process created it meanwhile) is logged, and the claim does it then."""
+    storage = instance.event_log_storage
+    if instance.global_op_concurrency_default_limit is None or not storage.supports_global_concurrency_limits:
+        return []
+    created = []
+    for pool in sorted(set(pools) - set(storage.get_concurrency_keys())):
+        try:
+            storage.initialize_concurrency_limit_to_default(pool)
+            created.append(pool)
+        except Exception as e:  # the first claim creates it, as it would without this
+            logging.getLogger(__name__).warning("pool %s: its limit row was not created ahead of the runs: %s", pool, e)
+    return created
 
 
 def reap_dead_runs(instance: dg.DagsterInstance) -> list[str]:
@@ -406,6 +430,7 @@ def materialize_graph(
     check_shard_keys(shards, keys)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
     reaped = reap_dead_runs(instance)
+    prime_pools(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
     runner = GraphRunner(defs, instance, resources, run_config or QUIET, tags)
     ingest: dg.ExecuteInProcessResult | None = None

@@ -10,7 +10,8 @@ How Dagster 1.13 enforces it: `generations` declares `pool="sglang"`. With no ex
 (in-process here; also multiprocess and step-delegating executors such as k8s) claims a slot for
 the pool in the instance's event-log storage (`claim_concurrency_slot`, a row lock in Postgres),
 and frees it after the step's success/failure event is written. An unconfigured pool gets
-`default_limit` on first use. So STEP_START of a `generations` step is written only while holding
+`default_limit` on first use (here by the ingest run's graph call, `orchestration.run.prime_pools`: four first
+claims at once race on creating it in PostgreSQL). So STEP_START of a `generations` step is written only while holding
 a slot and STEP_SUCCESS before releasing it: the event log shows the true overlap.
 """
 
@@ -164,7 +165,7 @@ def test_four_parallel_shard_runs_respect_pool_limit(pg, tmp_path):
     assert waiting >= 3, timeline
     # and the waiting was real: the last generation started only after an earlier one had ended
     assert max(s for s, _ in gen) >= min(e for _, e in gen), timeline
-    assert pool_slots == 2  # the pool was created from default_limit on first use
+    assert pool_slots == 2  # created from default_limit by the ingest run's process, before the four runs raced
 
 
 def sim_stats_json(url: str) -> dict:
