@@ -97,7 +97,11 @@ def _shown(v: Any) -> str:
 
 
 def _ids_refusal(ids: list[Any]) -> Refused | None:
-    bad = [(i, v) for i, v in enumerate(ids) if not _is_int(v)]
+    # the common case at C speed (an 8k-token answer: ~0.1 ms instead of ~1 ms); the rows named only on a refusal
+    all_int = set(map(type, ids)) <= {int}
+    if all_int and (not ids or max(ids) <= INT32_MAX):
+        return None
+    bad = [] if all_int else [(i, v) for i, v in enumerate(ids) if not _is_int(v)]
     if bad:
         first = ", ".join(f"output_ids[{i}] is {_shown(v)}" for i, v in bad[:3])
         return Refused(
