@@ -35,6 +35,7 @@ MARK = "EAGLE3_TEST_NIGHTLY_DAEMON"  # set in every process this test starts, to
 FAST = {
     "EAGLE3_N_SHARDS": "2",
     "EAGLE3_EXECUTOR": "in_process",
+    "EAGLE3_NIGHTLY_TZ": "UTC",  # the cron's minutes are computed in UTC (_cron_from)
     "EAGLE3_SENSOR_INTERVAL_S": "5",
     "EAGLE3_SNAPSHOT_MAX_AGE": "30s",
     "EAGLE3_ENDPOINT_WAIT_S": "5",
@@ -42,7 +43,7 @@ FAST = {
 
 
 def _cron_from(after_s: float) -> tuple[str, float]:
-    """A cron (UTC, the default EAGLE3_NIGHTLY_TZ) that fires at three minutes of each hour, the first of them
+    """A cron (in UTC, EAGLE3_NIGHTLY_TZ in FAST) that fires at three minutes of each hour, the first of them
     the first whole minute at least `after_s` from now, and that first tick's time: the schedule fires a few
     times in the test, not a night every minute (each night is four runs, and under load they pile up)."""
     tick = (int(time.time() + after_s) // 60 + 1) * 60
