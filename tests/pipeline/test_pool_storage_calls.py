@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from eagle3_dagster.app.instance import ensure_dagster_home, instance_yaml
 from eagle3_dagster.orchestration.pools import GENERATE_POOL
 from eagle3_dagster.orchestration.run import free_pool_slots, prime_pools
 
@@ -57,3 +58,26 @@ def test_prime_pools_leaves_a_limit_someone_set_and_does_nothing_without_a_defau
         assert info.slot_count == 5 and not info.using_default_limit
     with _instance(tmp_path / "none", None) as instance:
         assert prime_pools(instance) == [] and instance.event_log_storage.get_concurrency_keys() == set()
+
+
+def test_the_instance_set_up_creates_the_pool_row_before_any_run(tmp_path: Path) -> None:
+    """`eagle3 check` / demo / ui set the instance up: the `sglang` pool's row is there before a run claims it."""
+    home = ensure_dagster_home(tmp_path / "home", instance_config=instance_yaml(3))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        info = instance.event_log_storage.get_concurrency_info(GENERATE_POOL)
+        assert GENERATE_POOL in instance.event_log_storage.get_concurrency_keys()
+        assert info.slot_count == 3 and info.using_default_limit
+
+
+def test_a_pool_row_that_cannot_be_created_ahead_is_named_in_a_warning(tmp_path: Path, monkeypatch, caplog) -> None:
+    with _instance(tmp_path, 2) as instance:
+        storage = instance.event_log_storage
+
+        def refuse(pool: str) -> bool:
+            raise RuntimeError("duplicate key value violates unique constraint")
+
+        monkeypatch.setattr(storage, "initialize_concurrency_limit_to_default", refuse)
+        with caplog.at_level("WARNING"):
+            assert prime_pools(instance) == []
+        assert f"pool {GENERATE_POOL}: its limit row was not created ahead of the runs" in caplog.text
+        assert "duplicate key value" in caplog.text
