@@ -6,7 +6,7 @@
 takes about twice as long here), but uv reads no pip.conf and no PIP_* variable. This reads pip's own
 merged configuration (`pip config list`: its files, then PIP_* variables, which win) and turns the package
 locations and constraints into uv's flags: index-url, extra-index-url, find-links (each may hold several,
-space-separated) and constraint. A pip `cert` becomes --native-tls (uv then trusts the system's
+space-separated), constraint and no-index. A pip `cert` becomes --native-tls (uv then trusts the system's
 certificates, as pip was told to). --index-strategy unsafe-best-match picks each version across every
 index, as pip does. The exit code is uv's own.
 
@@ -28,21 +28,18 @@ FLAGS = {
 
 
 def pip_config() -> dict[str, str]:
-    """pip's configured options, by name; an environment variable (`:env:`) wins over a file (`global.` ...)."""
+    """pip's configured options, by name, as pip ranks them: an environment variable (`:env:`) over a file's
+    `[install]` section over its `[global]` one."""
     out = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
     ).stdout
-    found: dict[str, str] = {}
-    env: dict[str, str] = {}
+    by_section: dict[str, dict[str, str]] = {"global": {}, "install": {}, ":env:": {}}
     for line in out.splitlines():
         key, sep, value = line.partition("=")
-        if not sep:
-            continue
         section, _, name = key.rpartition(".")
-        if section not in (":env:", "global", "install"):
-            continue
-        (env if section == ":env:" else found)[name] = value.strip().strip("'\"")
-    return {**found, **env}
+        if sep and section in by_section:
+            by_section[section][name] = value.strip().strip("'\"")
+    return {**by_section["global"], **by_section["install"], **by_section[":env:"]}
 
 
 def uv_flags(config: dict[str, str]) -> list[str]:
@@ -50,6 +47,8 @@ def uv_flags(config: dict[str, str]) -> list[str]:
     for name, flag in FLAGS.items():
         for value in config.get(name, "").split():
             flags += [flag, value]
+    if config.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        flags.append("--no-index")  # pip may not reach an index here: neither may uv
     if config.get("cert"):
         flags.append("--native-tls")
     return flags

@@ -32,6 +32,7 @@ def test_every_configured_location_becomes_a_uv_flag():
             "extra-index-url": "file:///opt/a/simple file:///opt/b/simple",
             "find-links": "/opt/wheels",
             "constraint": "/etc/caps.txt",
+            "no-index": "true",
             "cert": "/etc/ssl/certs/ca.pem",
             "default-timeout": "180",
         }
@@ -47,15 +48,20 @@ def test_every_configured_location_becomes_a_uv_flag():
         "/opt/wheels",
         "--constraint",
         "/etc/caps.txt",
+        "--no-index",
         "--native-tls",
     ]
     assert _uv_install().uv_flags({}) == []
 
 
 @pytest.mark.integration
-def test_pip_config_files_and_variables_are_read_and_a_variable_wins(tmp_path: Path):
+def test_pip_config_files_and_variables_are_read_as_pip_ranks_them(tmp_path: Path):
     conf = tmp_path / "pip.conf"
-    conf.write_text("[global]\nfind-links = /from/file\nextra-index-url = file:///file/simple\n")
+    conf.write_text(
+        "[install]\nindex-url = https://install.example/simple\n"
+        "[global]\nfind-links = /from/file\nextra-index-url = file:///file/simple\n"
+        "index-url = https://global.example/simple\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=str(conf), PIP_FIND_LINKS="/from/env")
     code = (
@@ -66,3 +72,4 @@ def test_pip_config_files_and_variables_are_read_and_a_variable_wins(tmp_path: P
     assert out.returncode == 0, out.stderr
     config = json.loads(out.stdout)
     assert config["find-links"] == "/from/env" and config["extra-index-url"] == "file:///file/simple"
+    assert config["index-url"] == "https://install.example/simple"  # [install] over [global], as pip reads it
