@@ -55,7 +55,7 @@ from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import generation_features
-from ..quality.acceptance import acceptance_metadata, shard_acceptance
+from ..quality.acceptance import acceptance_metadata, shard_acceptance, summary_group
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
@@ -314,11 +314,15 @@ def generation_metadata(
     step: ShardStep, report: ShardReport, gens: GatedGenerations, night: AcceptanceNight, out: Any, active: Any
 ) -> dict[str, Any]:
     acceptance = shard_acceptance(out, active["sample_id"], gens.features, gens.turns)  # the drafter's figures
+    left_out = summary_group(acceptance).left_out_text()  # rows whose figures failed their checks: in no figure
+    if left_out:
+        step.log.warning(f"shard {step.key}: acceptance: {left_out}; they feed no figure, report or export")
     tokenizer = cached_renderer(step.profile).tokenizer
     return {
         **to_metadata(report),
         "stored_samples": gens.stored,
         **{k: dg.MetadataValue.float(v) for k, v in acceptance_metadata(acceptance).items()},
+        **({"spec_left_out": dg.MetadataValue.text(left_out)} if left_out else {}),
         **({"turn_rows": dg.MetadataValue.json(turns_summary(gens.turns))} if gens.turns is not None else {}),
         "sample_preview": dg.MetadataValue.md(
             sample_preview_markdown(gens.preview, gens.prompts, tokenizer, step.profile, n=3)
