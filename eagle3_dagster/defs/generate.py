@@ -40,7 +40,7 @@ from ..generate.multiturn import (
     turns_summary,
     write_turns_summary,
 )
-from ..generate.probe_results import new_training_rows, record_probe_results
+from ..generate.probe_results import new_training_rows, record_probe_results, stored_drafter_key
 from ..generate.probes import ProbeKeys
 from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
@@ -141,8 +141,10 @@ def probes_and_acceptance(
 ) -> AcceptanceNight:
     """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
     data, pipeline, context = step.data, step.pipeline, step.context
-    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
-    record_probe_results(data, step.shard, out, active, prompts, probes)
+    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py);
+    # a run that asked no endpoint saw no drafter: it records neither probe results nor a drafter of its own
+    if drafter_key:
+        record_probe_results(data, step.shard, out, active, prompts, probes)
     night = judge_night(
         data,
         step.shard,
@@ -156,8 +158,8 @@ def probes_and_acceptance(
         context_dir=pipeline.gx_context_dir,
         keep_validations=pipeline.gx_keep_validations,
     )
-    if night.change_line:
-        context.log.warning(night.change_line)
+    if night.change_line:  # from no drafter to one is information; any other change a warning
+        (context.log.warning if night.change_warns else context.log.info)(night.change_line)
     (context.log.warning if night.status in ("warned", "failed") else context.log.info)(night.line)
     return night
 
@@ -165,15 +167,24 @@ def probes_and_acceptance(
 ACCEPTANCE_CHECK = "acceptance_drift"
 
 
-def acceptance_check(night: AcceptanceNight) -> dg.AssetCheckResult:
-    """Tonight's acceptance against the previous night's (same drafter), and a drafter change, as a check."""
+def acceptance_checks(night: AcceptanceNight) -> tuple[dg.AssetCheckResult, ...]:
+    """Tonight's acceptance against the previous night's (same drafter), and a drafter change, as a check.
+
+    A night that was not judged (no earlier night to compare with, too few rows, another drafter, no
+    speculation, no endpoint asked) yields no result: a check that passes or fails would claim a verdict.
+    Dagster then shows the check as Skipped for this materialization (the run succeeded, the check did not
+    execute); why is in the step's log and in the asset's `acceptance_drift` metadata (`judged: false`)."""
+    if not night.judged:
+        return ()
     severity = dg.AssetCheckSeverity.ERROR if night.status == "failed" else dg.AssetCheckSeverity.WARN
-    return dg.AssetCheckResult(
-        check_name=ACCEPTANCE_CHECK,
-        passed=night.status not in ("warned", "failed"),
-        severity=severity,
-        description="; ".join(x for x in (night.change_line, night.line) if x),
-        metadata={"status": night.status, **{k: float(v) for k, v in night.values.items() if v is not None}},
+    return (
+        dg.AssetCheckResult(
+            check_name=ACCEPTANCE_CHECK,
+            passed=night.status not in ("warned", "failed"),
+            severity=severity,
+            description="; ".join(x for x in (night.change_line, night.line) if x),
+            metadata={"status": night.status, **{k: float(v) for k, v in night.values.items() if v is not None}},
+        ),
     )
 
 
@@ -188,9 +199,11 @@ GENERATE = ShardAssetSpec(
             ACCEPTANCE_CHECK,
             asset=AssetName.GENERATIONS,
             blocking=False,
-            description="Tonight's mean acceptance (spec_accept_length, spec_accept_rate) on the shard's new training "
-            "rows against its previous night with the same drafter (expectations/acceptance_drift.json; warnings by "
-            "default); a drafter change is named instead of judged.",
+            description="Tonight's acceptance (Σ tokens / Σ verify steps, Σ accepted / Σ proposed drafts) on the "
+            "shard's new training rows against its previous night with the same drafter and no flagged figures "
+            "(expectations/acceptance_drift.json; warnings by default). A night with nothing to compare (the first, "
+            "too few rows, a drafter change, no speculation) is not judged: the check is skipped, the asset's "
+            "acceptance_drift metadata says why.",
         ),
     ),
     pool=GENERATE_POOL,  # limits how many shard steps hit the fleet at once (instance concurrency pools)
@@ -209,12 +222,15 @@ def shard_generation_config(step: ShardStep, sglang: SGLangFleet) -> GenerationC
     bounded endpoint wait."""
     run_fields = {"max_new_tokens": step.pipeline.max_new_tokens, **sglang.generation_fields()}
     run_key = graph_run_key(step.context.run.tags, step.context.run_id)
+    probe_sources = probe_source_names(step.pipeline.sources_path)
     return generation_config(
         step.profile,
         sglang.endpoints(),
         settings(),
         run_fields,
-        probe_sources=probe_source_names(step.pipeline.sources_path),
+        probe_sources=probe_sources,
+        # what keyed the stored probe samples, for a run whose endpoints do not answer (as `eagle3 plan`)
+        stored_probe_drafter=stored_drafter_key(step.data) if probe_sources else None,
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(step.pipeline.work_path, run_key),
     )
@@ -331,9 +347,15 @@ def generation_metadata(
             histograms_markdown(gens.features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
         ),
         "path": dg.MetadataValue.path(str(out)),
-        "drafter_key": report.drafter_key,
+        "drafter_key": report.drafter_key if report.drafter_asked else "",
         "acceptance_drift": dg.MetadataValue.json(
-            {"status": night.status, "line": night.line, "drafter_change": night.change_line, **night.values}
+            {
+                "status": night.status,
+                "judged": night.judged,
+                "line": night.line,
+                "drafter_change": night.change_line,
+                **night.values,
+            }
         ),
     }
 
@@ -368,7 +390,8 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     active, probes = current_samples(config, report, prompts)
-    night = probes_and_acceptance(step, out, active, prompts, probes, report.drafter_key, started)
+    drafter_key = report.drafter_key if report.drafter_asked else ""  # "": no endpoint asked, drafter unknown
+    night = probes_and_acceptance(step, out, active, prompts, probes, drafter_key, started)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_active_samples(out, active)
@@ -379,7 +402,7 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
         generation_metadata(step, report, gens, night, out, active),
         quarantine=out / "quarantine.parquet",
         outcomes=shard_outcomes(step, config, report, night),
-        checks=(acceptance_check(night),),
+        checks=acceptance_checks(night),
     )
 
 

@@ -64,6 +64,7 @@ def trusted_figures(rows: pl.DataFrame) -> pl.DataFrame:
         return rows.with_columns(pl.lit(None, dtype=pl.String).alias(LEFT_OUT))
     checks = (
         pl.col("integrity_violations")
+        .cast(pl.List(pl.String))
         .list.eval(pl.element().filter(pl.element().str.starts_with(_PREFIX)).str.strip_prefix(_PREFIX))
         .list.join(",")
     )

@@ -134,7 +134,9 @@ def summary_group(summary: dict[str, Any] | None) -> GroupAcceptance:
     """The whole shard's group of a stored summary (its `all` sums and what was left out, by check)."""
     if not summary:
         return GroupAcceptance()
-    return GroupAcceptance.from_sums({**(summary.get("all") or {}), "left_out_by_check": summary.get("left_out_by_check")})
+    return GroupAcceptance.from_sums(
+        {**(summary.get("all") or {}), "left_out_by_check": summary.get("left_out_by_check")}
+    )
 
 
 def acceptance_metadata(summary: dict[str, Any] | None) -> dict[str, float]:
