@@ -62,8 +62,10 @@ def results_path(data: PathLike, shard: int) -> PathLike:
 
 
 def merge_results(old: pl.DataFrame | None, current: pl.DataFrame, drafter_key: str, now: datetime) -> pl.DataFrame:
-    """`old` with this run's probe samples (`current`: generations rows) upserted by sample_id."""
-    cur = current.select(GENERATION_COLUMNS).with_columns(
+    """`old` with this run's probe samples (`current`: generations rows; figures that failed their checks
+    are kept out, trusted_figures) upserted by sample_id."""
+    trusted = current if LEFT_OUT in current.columns else trusted_figures(current)
+    cur = trusted.select(GENERATION_COLUMNS).with_columns(
         pl.lit(drafter_key).alias("drafter_key"),
         pl.lit(now).cast(RESULT_COLUMNS["first_seen"]).alias("first_seen"),
         pl.lit(now).cast(RESULT_COLUMNS["last_seen"]).alias("last_seen"),
@@ -153,10 +155,7 @@ def record_probe_results(
         return 0
     sample_ids = active.filter(pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
     parts = list(iter_generations(gen_dir, only=sample_ids, columns=READ_COLUMNS))
-    if parts:  # a figure that failed its checks is kept out (null), and named
-        current = trusted_figures(pl.concat(parts, how="diagonal_relaxed")).select(GENERATION_COLUMNS)
-    else:
-        current = pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in GENERATION_COLUMNS})
+    current = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
     if current.height:
         update_shard_results(data, shard, current, probes.drafter_key, datetime.now(UTC))
     return current.height

@@ -141,3 +141,21 @@ def test_rows_whose_figures_failed_their_checks_feed_nothing_and_are_counted(tmp
     assert "2 row(s) left out: their speculative-decoding figures failed their checks" in page
     assert "correct_gt_proposed 1, length_below_1 1" in page and "2.000" not in page
     assert f"accept rate {GroupAcceptance.from_sums(honest['all']).accept_rate:.3f}" in page
+
+
+def test_the_demo_summary_names_the_acceptance_and_what_was_left_out(tmp_path):
+    from eagle3_dagster.app.speculative_demo import acceptance_lines
+    from eagle3_dagster.quality.acceptance import write_acceptance
+    from eagle3_dagster.storage import as_data_path
+
+    data = as_data_path(tmp_path / "data")
+    assert acceptance_lines(data, [0, 1]) == []  # nothing speculated: nothing said
+    s = _summary()
+    assert s is not None
+    for shard in (0, 1):
+        folder = data / "generations" / f"shard={shard:04d}"
+        folder.mkdir()
+        write_acceptance(folder, {**s, "all": {**s["all"], "left_out": 1}, "left_out_by_check": {"length_below_1": 1}})
+    (line,) = acceptance_lines(data, [0, 1])
+    assert line.startswith("acceptance: 8 row(s) with the drafter's figures: accept length 2.82 tokens per verify")
+    assert "2 row(s) left out" in line and "length_below_1 2" in line
