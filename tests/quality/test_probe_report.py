@@ -252,3 +252,20 @@ def test_one_definition_the_same_probe_rows_read_the_same_everywhere(tmp_path) -
         == want
     )
     assert version["accept_rate"] == by_drafter.accept_rate == entry["accept_rate"] == md["spec_accept_rate"]
+
+    # a sixth probe row whose figures failed their checks (rate 2.0): no table moves, each counts it
+    lying = rows.head(1).with_columns(
+        pl.lit("s5").alias("sample_id"),
+        pl.lit("p5").alias("prompt_id"),
+        pl.lit(2.0).alias("spec_accept_rate"),
+        pl.lit(100).cast(pl.Int64).alias("spec_num_correct_drafts"),
+        pl.lit(["spec_metrics_inconsistent:correct_gt_proposed"]).alias("integrity_violations"),
+    )
+    update_shard_results(tmp_path / "data", 0, pl.concat([rows, lying], how="diagonal_relaxed"), "eagle3-a", T0)
+    stored_lie = read_all_results(tmp_path / "data").filter(pl.col("sample_id") == "s5").row(0, named=True)
+    assert stored_lie["spec_accept_rate"] is None and stored_lie["spec_left_out"] == "correct_gt_proposed"
+    (again,) = drafter_versions(read_all_results(tmp_path / "data")).to_dicts()
+    assert (again["accept_length"], again["accept_rate"]) == (version["accept_length"], version["accept_rate"])
+    assert (again["rows"], again["left_out"], again["n_probe_prompts"]) == (5, 1, 6)
+    page = "\n".join(probes_section(collect_probes(tmp_path / "data")))
+    assert "1 row(s) left out of these figures" in page and "2.000" not in page
