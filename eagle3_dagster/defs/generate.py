@@ -361,7 +361,7 @@ def generation_metadata(
             histograms_markdown(gens.features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
         ),
         "path": dg.MetadataValue.path(str(out)),
-        "drafter_key": report.drafter_key if report.drafter_asked else "",
+        "drafter_key": report.drafter_key if report.drafter_asked else "unknown: no endpoint was asked",
         "acceptance_drift": dg.MetadataValue.json(
             {
                 "status": night.status,
