@@ -142,6 +142,12 @@ def _demo_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sim-arg", action="append", default=[], help="extra argument for eagle3-sim (repeatable)")
     p.add_argument("--samples", type=int, help="one big shard of N distinct prompts from ../shared/datasets")
     p.add_argument("--output-tokens", type=int, help="simulator outputs of about T tokens (long reasoning)")
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="the simulator speculates with an EAGLE3 drafter and the example probe set "
+        "(examples/speculative-demo) joins the sources: every row carries the drafter's acceptance",
+    )
 
 
 def _ui_args(p: argparse.ArgumentParser) -> None:

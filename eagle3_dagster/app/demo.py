@@ -98,9 +98,12 @@ def _fail_word(sh, check: str) -> str:
 
 
 def _check_word(ok: bool, asset_rows: int | None, sh, check: str) -> str:
-    """PASS / WARN / FAIL, or "empty" for a check that passed on an asset of 0 rows (nothing judged)."""
+    """PASS / WARN / FAIL, "empty" for a check that passed on an asset of 0 rows, "not-judged" for one that
+    had nothing to judge (its metadata says judged: false)."""
     if not ok:
         return _fail_word(sh, check)
+    if check in getattr(sh, "not_judged", ()):
+        return "not-judged"
     return "empty" if asset_rows == 0 else "PASS"
 
 
@@ -161,6 +164,7 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
     lines.append(warnings_line(warned, failures, len(getattr(outcome, "logged_warnings", []))))
     snap = outcome.snapshot_version
     from ..report.html import default_report_path
+    from .speculative_demo import acceptance_lines
 
     report = default_report_path(s.work_dir)
     lines += [
@@ -175,6 +179,7 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
             else ""
         ),
         *_text_exact_line(data_dir, snap),
+        *acceptance_lines(data_dir, [int(sh.shard) for sh in outcome.shards]),
         *_publish_lines(outcome),
         f"data docs:  {docs or 'not built'}",
         _report_line(report, getattr(outcome, "report_error", None)),
@@ -309,10 +314,32 @@ def big_shard_settings(s: Settings, n: int) -> Settings:
     return dataclasses.replace(s, n_shards=check_n_shards(1), assets_dir=assets.resolve())
 
 
+def demo_settings(args: argparse.Namespace, s: Settings) -> Settings:
+    """The settings the demo's definitions are built from: `s`, changed by --samples (one big shard) and
+    --speculative (the example probe set among the sources). Copies: the process's settings stay as they were."""
+    if args.samples is not None:
+        s = big_shard_settings(s, args.samples)
+    if getattr(args, "speculative", False):
+        from .speculative_demo import speculative_settings
+
+        s = speculative_settings(s)
+        if s.sglang_url_configured:
+            print(
+                "[demo] --speculative: EAGLE3_SGLANG_URL is set, so no simulator is started: the probe set measures "
+                "the fleet's own drafter (none if it does not speculate)",
+                flush=True,
+            )
+    return s
+
+
 def run(args: argparse.Namespace) -> int:
     """`eagle3 demo` with its parsed arguments (app/cli.py declares them); the exit code."""
     if args.output_tokens:
         args.sim_arg += ["--output-tokens-mean", str(args.output_tokens)]
+    if getattr(args, "speculative", False):  # a speculating simulator (app/speculative_demo.py)
+        from .speculative_demo import SPECULATIVE_SIM_ARGS
+
+        args.sim_arg = [*SPECULATIVE_SIM_ARGS, *args.sim_arg]
     # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
     # folders as the first. Refused at once, in one line naming the running demo and the lock file.
     s = settings()
@@ -338,7 +365,7 @@ def run(args: argparse.Namespace) -> int:
         warning = lock.host_only_warning()
         if warning:
             print(f"[demo] warning: {warning}", file=sys.stderr, flush=True)
-        return _main_locked(args, s if args.samples is None else big_shard_settings(s, args.samples))
+        return _main_locked(args, demo_settings(args, s))
     finally:
         lock.release()
 

@@ -40,7 +40,7 @@ from ..generate.multiturn import (
     turns_summary,
     write_turns_summary,
 )
-from ..generate.probe_results import new_training_rows, record_probe_results
+from ..generate.probe_results import new_training_rows, record_probe_results, stored_drafter_key
 from ..generate.probes import ProbeKeys
 from ..generate.report import progress_line, result_line
 from ..generate.run_wait import endpoint_wait_record
@@ -48,14 +48,14 @@ from ..generate.store import iter_generations
 from ..ingest.spec import probe_source_names
 from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
-from ..orchestration.metadata import to_metadata
+from ..orchestration.metadata import JUDGED_KEY, to_metadata
 from ..orchestration.partitions import shard_partitions
 from ..orchestration.pools import GENERATE_POOL
 from ..orchestration.resources import SGLangFleet, cached_renderer
 from ..orchestration.run import graph_run_key
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import generation_features
-from ..quality.acceptance import acceptance_metadata, shard_acceptance
+from ..quality.acceptance import acceptance_metadata, shard_acceptance, summary_group
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
@@ -141,8 +141,10 @@ def probes_and_acceptance(
 ) -> AcceptanceNight:
     """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
     data, pipeline, context = step.data, step.pipeline, step.context
-    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
-    record_probe_results(data, step.shard, out, active, prompts, probes)
+    # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py);
+    # a run that asked no endpoint saw no drafter: it records neither probe results nor a drafter of its own
+    if drafter_key:
+        record_probe_results(data, step.shard, out, active, prompts, probes)
     night = judge_night(
         data,
         step.shard,
@@ -156,8 +158,8 @@ def probes_and_acceptance(
         context_dir=pipeline.gx_context_dir,
         keep_validations=pipeline.gx_keep_validations,
     )
-    if night.change_line:
-        context.log.warning(night.change_line)
+    if night.change_line:  # from no drafter to one is information; any other change a warning
+        (context.log.warning if night.change_warns else context.log.info)(night.change_line)
     (context.log.warning if night.status in ("warned", "failed") else context.log.info)(night.line)
     return night
 
@@ -165,16 +167,50 @@ def probes_and_acceptance(
 ACCEPTANCE_CHECK = "acceptance_drift"
 
 
-def acceptance_check(night: AcceptanceNight) -> dg.AssetCheckResult:
-    """Tonight's acceptance against the previous night's (same drafter), and a drafter change, as a check."""
+def acceptance_checks(night: AcceptanceNight) -> tuple[dg.AssetCheckResult, ...]:
+    """Tonight's acceptance against the previous night's (same drafter), and a drafter change, as a check.
+
+    A night that was not judged (no earlier night to compare with, too few rows, another drafter, no
+    speculation, no endpoint asked) claims no verdict: Dagster 1.13 lets a check of an @asset only pass or fail,
+    so it passes with `judged: false` in its metadata and a description that starts "not judged" and says
+    why (the demo's summary shows `not-judged`)."""
+    description = "; ".join(x for x in (night.change_line, night.line) if x)
+    if not night.judged:
+        return (
+            dg.AssetCheckResult(
+                check_name=ACCEPTANCE_CHECK,
+                passed=True,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"not judged: {description}",
+                metadata={JUDGED_KEY: False, "status": "not judged"},
+            ),
+        )
     severity = dg.AssetCheckSeverity.ERROR if night.status == "failed" else dg.AssetCheckSeverity.WARN
-    return dg.AssetCheckResult(
-        check_name=ACCEPTANCE_CHECK,
-        passed=night.status not in ("warned", "failed"),
-        severity=severity,
-        description="; ".join(x for x in (night.change_line, night.line) if x),
-        metadata={"status": night.status, **{k: float(v) for k, v in night.values.items() if v is not None}},
+    return (
+        dg.AssetCheckResult(
+            check_name=ACCEPTANCE_CHECK,
+            passed=night.status not in ("warned", "failed"),
+            severity=severity,
+            description=description,
+            metadata={
+                JUDGED_KEY: True,
+                "status": night.status,
+                **{k: float(v) for k, v in night.values.items() if v is not None},
+            },
+        ),
     )
+
+
+ACCEPTANCE_CHECK_SPEC = dg.AssetCheckSpec(
+    ACCEPTANCE_CHECK,
+    asset=AssetName.GENERATIONS,
+    blocking=False,
+    description="Tonight's acceptance (Σ tokens / Σ verify steps, Σ accepted / Σ proposed drafts) on the "
+    "shard's new training rows against its previous night with the same drafter and no flagged figures "
+    "(expectations/acceptance_drift.json; warnings by default). A night with nothing to compare (the first, "
+    "too few rows, a drafter change, no speculation) is not judged: the check passes with judged: false in "
+    "its metadata and a description that starts 'not judged' and says why.",
+)
 
 
 GENERATE = ShardAssetSpec(
@@ -183,16 +219,7 @@ GENERATE = ShardAssetSpec(
     stage=STAGE,
     deps=(AssetName.TOKENIZED_PROMPTS,),
     headlines=GENERATION_HEADLINES,
-    extra_checks=(
-        dg.AssetCheckSpec(
-            ACCEPTANCE_CHECK,
-            asset=AssetName.GENERATIONS,
-            blocking=False,
-            description="Tonight's mean acceptance (spec_accept_length, spec_accept_rate) on the shard's new training "
-            "rows against its previous night with the same drafter (expectations/acceptance_drift.json; warnings by "
-            "default); a drafter change is named instead of judged.",
-        ),
-    ),
+    extra_checks=(ACCEPTANCE_CHECK_SPEC,),
     pool=GENERATE_POOL,  # limits how many shard steps hit the fleet at once (instance concurrency pools)
     retry_policy=dg.RetryPolicy(max_retries=2, delay=30, backoff=dg.Backoff.EXPONENTIAL),
     resources=frozenset({"pipeline", "sglang"}),
@@ -209,12 +236,15 @@ def shard_generation_config(step: ShardStep, sglang: SGLangFleet) -> GenerationC
     bounded endpoint wait."""
     run_fields = {"max_new_tokens": step.pipeline.max_new_tokens, **sglang.generation_fields()}
     run_key = graph_run_key(step.context.run.tags, step.context.run_id)
+    probe_sources = probe_source_names(step.pipeline.sources_path)
     return generation_config(
         step.profile,
         sglang.endpoints(),
         settings(),
         run_fields,
-        probe_sources=probe_source_names(step.pipeline.sources_path),
+        probe_sources=probe_sources,
+        # what keyed the stored probe samples, for a run whose endpoints do not answer (as `eagle3 plan`)
+        stored_probe_drafter=stored_drafter_key(step.data) if probe_sources else None,
         # one bounded endpoint wait for all shards of the graph run / backfill, not one per shard
         endpoint_wait=endpoint_wait_record(step.pipeline.work_path, run_key),
     )
@@ -314,11 +344,15 @@ def generation_metadata(
     step: ShardStep, report: ShardReport, gens: GatedGenerations, night: AcceptanceNight, out: Any, active: Any
 ) -> dict[str, Any]:
     acceptance = shard_acceptance(out, active["sample_id"], gens.features, gens.turns)  # the drafter's figures
+    left_out = summary_group(acceptance).left_out_text()  # rows whose figures failed their checks: in no figure
+    if left_out:
+        step.log.warning(f"shard {step.key}: acceptance: {left_out}; they feed no figure, report or export")
     tokenizer = cached_renderer(step.profile).tokenizer
     return {
         **to_metadata(report),
         "stored_samples": gens.stored,
         **{k: dg.MetadataValue.float(v) for k, v in acceptance_metadata(acceptance).items()},
+        **({"spec_left_out": dg.MetadataValue.text(left_out)} if left_out else {}),
         **({"turn_rows": dg.MetadataValue.json(turns_summary(gens.turns))} if gens.turns is not None else {}),
         "sample_preview": dg.MetadataValue.md(
             sample_preview_markdown(gens.preview, gens.prompts, tokenizer, step.profile, n=3)
@@ -327,9 +361,15 @@ def generation_metadata(
             histograms_markdown(gens.features, ["reasoning_len", "answer_len", "think_end_pos", "output_len"])
         ),
         "path": dg.MetadataValue.path(str(out)),
-        "drafter_key": report.drafter_key,
+        "drafter_key": report.drafter_key if report.drafter_asked else "unknown: no endpoint was asked",
         "acceptance_drift": dg.MetadataValue.json(
-            {"status": night.status, "line": night.line, "drafter_change": night.change_line, **night.values}
+            {
+                "status": night.status,
+                "judged": night.judged,
+                "line": night.line,
+                "drafter_change": night.change_line,
+                **night.values,
+            }
         ),
     }
 
@@ -364,7 +404,8 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     active, probes = current_samples(config, report, prompts)
-    night = probes_and_acceptance(step, out, active, prompts, probes, report.drafter_key, started)
+    drafter_key = report.drafter_key if report.drafter_asked else ""  # "": no endpoint asked, drafter unknown
+    night = probes_and_acceptance(step, out, active, prompts, probes, drafter_key, started)
     if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
     write_active_samples(out, active)
@@ -375,7 +416,7 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
         generation_metadata(step, report, gens, night, out, active),
         quarantine=out / "quarantine.parquet",
         outcomes=shard_outcomes(step, config, report, night),
-        checks=(acceptance_check(night),),
+        checks=acceptance_checks(night),
     )
 
 

@@ -26,7 +26,7 @@ from ..quality.features import available_source_shares, with_training_table_feat
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import KeyedRows, parquet_file, parquet_num_rows
 from ..train.multiturn import rows_by_turn, with_turns
-from ..train.samples import ACCEPTANCE_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
+from ..train.samples import ACCEPTANCE_INPUT_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from ..train.shard import build_training_shard
 from ..train.summary import SUMMARY_FILE, headline, summarize
 from .generate import tokenized_source
@@ -139,7 +139,7 @@ def training_inputs(step: ShardStep, renderer: Any) -> TrainingInputs:
         gen_dir,
         only=active,
         batch_rows=GENERATION_BATCH_ROWS,
-        columns=(*TRAINING_INPUT_COLUMNS, *(ACCEPTANCE_COLUMNS if acceptance else ())),
+        columns=(*TRAINING_INPUT_COLUMNS, *(ACCEPTANCE_INPUT_COLUMNS if acceptance else ())),
     )
     if turns.height:
         batches = itertools.chain(batches, [turn_generations(turns)])

@@ -9,6 +9,11 @@ is not resent), the step has nothing to send: it must not wait for the endpoint,
 revision it relied on. Anything else (a prompt not stored, all_turns conversations, prompts the
 server's context would have fitted) falls back to the normal path, which waits for the server. A shard
 without prompts has nothing to send under any revision.
+
+Probe prompts (`role: probe`) are keyed as `eagle3 plan` keys them when no endpoint answers: with the
+drafter of the newest stored probe results (`config.stored_probe_drafter`), so a night the plan says has
+nothing to send does not wait for a dead endpoint over its probe prompts. The report then says the drafter
+was not asked (`drafter_asked` False): the night records no drafter of its own.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import polars as pl
 from ..storage import DataPath, as_data_path, parquet_file
 from .config import GenerationConfig, sampling_hash
 from .inputs import TokenizedSource, plan_shard, stored_keys
+from .probes import NO_DRAFTER, ProbeKeys
 from .report import ShardReport
 from .rows import is_permanent_reason
 from .store import StoreDir, read_generation_errors
@@ -69,6 +75,7 @@ def cached_only_report(
     else:
         prior = prior.clear()
     s_hash = sampling_hash(config)
+    drafter_key = config.stored_probe_drafter or NO_DRAFTER  # as `eagle3 plan` keys them without an endpoint
     plan = plan_shard(
         tokenized,
         model_revision=revision or "",
@@ -76,6 +83,7 @@ def cached_only_report(
         regen_seed=config.regen_seed,
         stored=stored_keys(out),
         skip_ids=frozenset(prior.get_column("sample_id").to_list()),
+        probes=ProbeKeys(frozenset(config.probe_sources), drafter_key, config.probe_seed),
     )
     if plan.pending or (not revision and plan.requested):  # no revision known: only an empty shard is done
         return None
@@ -88,6 +96,8 @@ def cached_only_report(
         sampling_hash=s_hash,
         carried_failed=carried.height,
         failed=carried.height,
+        drafter_key=drafter_key,
+        drafter_asked=False,
     )
     for reason in carried.get_column("reason").to_list():
         report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1

@@ -79,6 +79,9 @@ class GenerationConfig:
     # role: probe sources (docs/probes.md): their samples' keys carry the fleet's drafter and probe_seed
     probe_sources: tuple[str, ...] = ()
     probe_seed: int | None = None  # bump to regenerate the probe sets only (same drafter)
+    # the drafter key of the newest stored probe results (probe_results.stored_drafter_key): a run whose
+    # endpoints do not answer keys the probe prompts with it, as `eagle3 plan` does (cached_only.py)
+    stored_probe_drafter: str | None = field(default=None, compare=False)
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
     # After a successful run with more than this many chunk files in the shard folder, merge them into

@@ -17,9 +17,11 @@ histogram comes with them whenever it is non-empty. The server's `/server_info` 
 `speculative_num_steps`, `speculative_eagle_topk`, `speculative_num_draft_tokens` (flat keys: SGLang's
 ServerArgs assembles its namespaces into one record and serves `resolved_dict()`).
 
-These figures are the server's claims: they are stored as received and checked against each other and
-the drafter; a row whose figures do not add up keeps its ids and is flagged
-(`spec_metrics_inconsistent:<which>` in integrity_violations).
+These figures are the server's claims: they are stored as received and checked against each other, the
+drafter and what SGLang can produce at all (more verify steps than tokens, a histogram longer than the
+draft tokens); a row whose figures fail keeps its ids and is flagged (`spec_metrics_inconsistent:<which>`
+in integrity_violations), and its figures feed nothing downstream (generate/group_acceptance.py). A count
+an int64 column cannot hold is stored null and flagged (`exceeds_int64_<field>`), never written as is.
 """
 
 from __future__ import annotations
@@ -119,7 +121,12 @@ def drafter_columns(drafter: DrafterIdentity | None) -> dict[str, Any]:
 
 
 def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an int too large for any float
+        return False
 
 
 def _is_count(v: Any) -> bool:
@@ -172,6 +179,42 @@ def _arithmetic(cols: Mapping[str, Any], completion_tokens: Any, draft_tokens: i
     return out
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _unstorable(cols: dict[str, Any]) -> list[str]:
+    """Counts an int64 column cannot hold (a histogram with such an entry): set to null in `cols` and named,
+    decided before the write (a value the chunk write cannot encode would fail the whole shard's step)."""
+    out: list[str] = []
+    for k in COUNT_KEYS:
+        if cols[k] is not None and not INT64_MIN <= cols[k] <= INT64_MAX:
+            cols[k] = None
+            out.append(f"exceeds_int64_{k}")
+    if cols[HISTOGRAM_KEY] is not None and any(not INT64_MIN <= x <= INT64_MAX for x in cols[HISTOGRAM_KEY]):
+        cols[HISTOGRAM_KEY] = None
+        out.append(f"exceeds_int64_{HISTOGRAM_KEY}")
+    return out
+
+
+def _impossible(cols: Mapping[str, Any], completion_tokens: Any, draft_tokens: int | None) -> list[str]:
+    """Figures SGLang cannot produce even when they agree with each other (each a short name):
+
+    - `length_below_1`: more verify steps than answer tokens (every verify step yields at least its bonus
+      token), or an accept length below 1;
+    - `histogram_length`: a histogram longer than `speculative_num_draft_tokens`, or ending in 0. SGLang
+      (`Req.update_spec_correct_drafts_histogram`, every release since 0.5.10) grows the list only as far as
+      the largest count of drafts one step accepted, and a step accepts at most num_draft_tokens - 1."""
+    out: list[str] = []
+    vct, length, hist = cols["spec_verify_ct"], cols["spec_accept_length"], cols[HISTOGRAM_KEY]
+    if (vct is not None and _is_count(completion_tokens) and vct > completion_tokens) or (
+        length is not None and length < 1
+    ):
+        out.append("length_below_1")
+    if hist and ((draft_tokens is not None and len(hist) > draft_tokens) or hist[-1] == 0):
+        out.append("histogram_length")
+    return out
+
+
 def _negative(cols: Mapping[str, Any]) -> bool:
     scalars = [cols[k] for k in (*FLOAT_KEYS, *COUNT_KEYS) if cols[k] is not None]
     return any(v < 0 for v in scalars) or any(x < 0 for x in cols[HISTOGRAM_KEY] or ())
@@ -193,11 +236,13 @@ def spec_row_fields(meta: Mapping[str, Any], drafter: DrafterIdentity | None, vi
     if _partial(meta, drafter):
         found.append("partial")
     found += [f"type_{k}" for k in bad_types]
+    found += _unstorable(cols)
     if _negative(cols):
         found.append("negative")
     else:
         draft_tokens = drafter.num_draft_tokens if drafter is not None else None
         found += _arithmetic(cols, meta.get("completion_tokens"), draft_tokens)
+        found += _impossible(cols, meta.get("completion_tokens"), draft_tokens)
     if any(k in meta for k in METRIC_KEYS) and drafter is None and not found:
         found.append("no_drafter")  # figures from a server whose /server_info names no drafter
     violations.extend(f"{INCONSISTENT}:{w}" for w in found)

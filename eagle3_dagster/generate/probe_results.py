@@ -2,10 +2,13 @@
 
 `<data>/probes/results/shard=NNNN.parquet` holds one row per probe sample (one probe prompt x one
 drafter x one probe seed): its source, drafter, the server's acceptance figures as stored in the
-generations table, and when the fleet was first and last seen running that drafter on it. A run
+generations table (null, with `spec_left_out` naming the failed checks, where they failed their checks:
+generate/group_acceptance.py), and when the fleet was first and last seen running that drafter on it. A run
 upserts the shard's current probe samples (first_seen kept, last_seen = now); the rows of other
 drafters are never touched, so a drafter's results outlive its replacement.
-`drafter_versions` aggregates all shards into the table the report shows (docs/probes.md).
+`drafter_versions` aggregates all shards into the table the report shows (docs/probes.md), by the one
+definition of a group's acceptance (Σ tokens / Σ verify steps, Σ correct / Σ proposed). Results written
+before the sums were kept read them as null: those rows count as probe prompts without figures.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import polars as pl
 
 from ..storage import DataPath, PathLike, as_data_path, read_parquet, write_frame_atomic
+from .group_acceptance import LEFT_OUT, group_acceptance, trusted_figures
 from .probes import ProbeKeys, probe_prompt_ids
 from .store import iter_generations
 
@@ -32,11 +36,25 @@ RESULT_COLUMNS: dict[str, Any] = {
     "spec_accept_length": pl.Float64,
     "spec_accept_rate": pl.Float64,
     "completion_tokens": pl.Int32,
+    # the sums a group's acceptance is made of (generate/group_acceptance.py)
+    "spec_verify_ct": pl.Int64,
+    "spec_num_correct_drafts": pl.Int64,
+    "spec_num_proposed_drafts": pl.Int64,
+    LEFT_OUT: pl.String,  # the figure checks the row failed (its figures are null); null: trusted or none
     "generated_at": pl.Datetime("us", "UTC"),
     "first_seen": pl.Datetime("us", "UTC"),
     "last_seen": pl.Datetime("us", "UTC"),
 }
+# a result row from its generations row (after trusted_figures)
 GENERATION_COLUMNS = [c for c in RESULT_COLUMNS if c not in ("drafter_key", "first_seen", "last_seen")]
+READ_COLUMNS = [*(c for c in GENERATION_COLUMNS if c != LEFT_OUT), "integrity_violations"]
+
+
+def _conform(frame: pl.DataFrame, columns: dict[str, Any]) -> pl.DataFrame:
+    """`frame` with exactly `columns`, cast; a column it lacks (a file from before it) reads as null."""
+    return frame.select(
+        [(pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in columns.items()]
+    )
 
 
 def results_path(data: PathLike, shard: int) -> PathLike:
@@ -44,16 +62,18 @@ def results_path(data: PathLike, shard: int) -> PathLike:
 
 
 def merge_results(old: pl.DataFrame | None, current: pl.DataFrame, drafter_key: str, now: datetime) -> pl.DataFrame:
-    """`old` with this run's probe samples (`current`: generations rows) upserted by sample_id."""
-    cur = current.select(GENERATION_COLUMNS).with_columns(
+    """`old` with this run's probe samples (`current`: generations rows; figures that failed their checks
+    are kept out, trusted_figures) upserted by sample_id."""
+    trusted = current if LEFT_OUT in current.columns else trusted_figures(current)
+    cur = trusted.select(GENERATION_COLUMNS).with_columns(
         pl.lit(drafter_key).alias("drafter_key"),
         pl.lit(now).cast(RESULT_COLUMNS["first_seen"]).alias("first_seen"),
         pl.lit(now).cast(RESULT_COLUMNS["last_seen"]).alias("last_seen"),
     )
-    cur = cur.select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()])
+    cur = _conform(cur, RESULT_COLUMNS)
     if old is None or old.height == 0:
         return cur.sort("sample_id")
-    old = old.select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()])
+    old = _conform(old, RESULT_COLUMNS)
     seen = old.filter(pl.col("sample_id").is_in(cur["sample_id"].implode())).select("sample_id", "first_seen")
     cur = (
         cur.drop("first_seen")
@@ -79,42 +99,45 @@ def read_all_results(data: PathLike) -> pl.DataFrame:
     """Every shard's probe results (empty, with the columns, when there are none)."""
     folder = as_data_path(data) / PROBES_DIR / "results"
     files = folder.glob("shard=*.parquet") if folder.is_dir() else []
-    parts = [read_parquet(f).select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()]) for f in files]
+    parts = [_conform(read_parquet(f), RESULT_COLUMNS) for f in files]
     return pl.concat(parts) if parts else pl.DataFrame(schema=RESULT_COLUMNS)
 
 
-def drafter_versions(results: pl.DataFrame) -> pl.DataFrame:
-    """One row per drafter version measured on the probe sets: first/last seen, the mean accept length and
-    rate over its probe samples, and how many probe prompts; oldest first (rows without a drafter: none)."""
+def stored_drafter_key(data: PathLike) -> str | None:
+    """The fleet's drafter key of the newest stored probe results: what the last run that reached the fleet
+    keyed the probe prompts with (None: no result stored). `eagle3 plan` and a run whose endpoints do not
+    answer key the probe prompts with it, so the two agree on what is left to send."""
+    stored = read_all_results(data).filter(pl.col("drafter_key").is_not_null() & (pl.col("drafter_key") != ""))
+    if not stored.height:
+        return None
+    return str(stored.sort("last_seen", nulls_last=False).row(-1, named=True)["drafter_key"])
+
+
+def _versions(results: pl.DataFrame, by: list[str], extra: list[pl.Expr]) -> pl.DataFrame:
+    """Per group of `by` (rows with a drafter): `extra`, the probe prompts, and the group's acceptance (rows
+    counted, the sums, left_out, accept_length, accept_rate: generate/group_acceptance.py)."""
     measured = results.filter(pl.col("drafter_id").is_not_null())
-    return (
-        measured.group_by("drafter_id")
-        .agg(
-            pl.col("spec_draft_model_path").drop_nulls().first().alias("draft_model_path"),
-            pl.col("spec_draft_model_revision").drop_nulls().first().alias("draft_model_revision"),
-            pl.col("first_seen").min(),
-            pl.col("last_seen").max(),
-            pl.col("prompt_id").n_unique().alias("n_probe_prompts"),
-            pl.col("spec_accept_length").mean().alias("mean_accept_length"),
-            pl.col("spec_accept_rate").mean().alias("mean_accept_rate"),
-        )
-        .sort("first_seen", "drafter_id")
-    )
+    info = measured.group_by(by).agg(*extra, pl.col("prompt_id").n_unique().alias("n_probe_prompts"))
+    return info.join(group_acceptance(measured, *by), on=by, how="left", nulls_equal=True)
+
+
+def drafter_versions(results: pl.DataFrame) -> pl.DataFrame:
+    """One row per drafter version measured on the probe sets: first/last seen, how many probe prompts, its
+    accept length and rate over them (Σ/Σ) and the rows left out (flagged figures); oldest first (rows
+    without a drafter: none)."""
+    extra = [
+        pl.col("spec_draft_model_path").drop_nulls().first().alias("draft_model_path"),
+        pl.col("spec_draft_model_revision").drop_nulls().first().alias("draft_model_revision"),
+        pl.col("first_seen").min(),
+        pl.col("last_seen").max(),
+    ]
+    return _versions(results, ["drafter_id"], extra).sort("first_seen", "drafter_id")
 
 
 def drafter_versions_by_source(results: pl.DataFrame) -> pl.DataFrame:
     """The same figures per (drafter version, probe source)."""
-    return (
-        results.filter(pl.col("drafter_id").is_not_null())
-        .group_by("drafter_id", "source")
-        .agg(
-            pl.col("first_seen").min(),
-            pl.col("prompt_id").n_unique().alias("n_probe_prompts"),
-            pl.col("spec_accept_length").mean().alias("mean_accept_length"),
-            pl.col("spec_accept_rate").mean().alias("mean_accept_rate"),
-        )
-        .sort("first_seen", "drafter_id", "source")
-    )
+    extra = [pl.col("first_seen").min()]
+    return _versions(results, ["drafter_id", "source"], extra).sort("first_seen", "drafter_id", "source")
 
 
 def record_probe_results(
@@ -131,11 +154,21 @@ def record_probe_results(
     if ids.len() == 0:
         return 0
     sample_ids = active.filter(pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
-    parts = list(iter_generations(gen_dir, only=sample_ids, columns=GENERATION_COLUMNS))
-    current = pl.concat(parts) if parts else pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in GENERATION_COLUMNS})
+    parts = list(iter_generations(gen_dir, only=sample_ids, columns=READ_COLUMNS))
+    current = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
     if current.height:
         update_shard_results(data, shard, current, probes.drafter_key, datetime.now(UTC))
     return current.height
+
+
+NIGHT_FIGURES = (
+    "completion_tokens",
+    "spec_accept_length",
+    "spec_accept_rate",
+    "spec_verify_ct",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+)
 
 
 def new_training_rows(
@@ -146,12 +179,14 @@ def new_training_rows(
     since: datetime,
 ) -> pl.DataFrame:
     """The rows this run generated (generated_at >= `since`) for the shard's training prompts (not probes):
-    tonight's new prompts, for the acceptance drift check (quality/acceptance_drift.py)."""
+    tonight's new prompts, for the acceptance drift check (quality/acceptance_drift.py); their figures as
+    trusted_figures leaves them (flagged ones null, named in spec_left_out)."""
     ids = probe_prompt_ids(prompts, sources)
     current = active.filter(~pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
-    cols = ["sample_id", "generated_at", "spec_accept_length", "spec_accept_rate"]
+    cols = ["sample_id", "generated_at", *NIGHT_FIGURES, "integrity_violations"]
     parts = [b.filter(pl.col("generated_at") >= since) for b in iter_generations(gen_dir, only=current, columns=cols)]
     parts = [p for p in parts if p.height]
     if not parts:
-        return pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in cols})
-    return pl.concat(parts)
+        empty = pl.DataFrame(schema={c: RESULT_COLUMNS[c] for c in ("sample_id", "generated_at", *NIGHT_FIGURES)})
+        return trusted_figures(empty)
+    return trusted_figures(pl.concat(parts, how="diagonal_relaxed")).drop("integrity_violations")

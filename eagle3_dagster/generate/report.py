@@ -56,6 +56,9 @@ class ShardReport:
     integrity_violations: int = 0
     model_revision: str = ""
     drafter_key: str = ""  # the fleet's drafter ids (probes.fleet_drafter_key): in a probe prompt's cache key
+    # False: no endpoint was asked (a shard with nothing to send, cached_only.py): drafter_key is the newest
+    # stored probe results' (what keyed the stored probe samples), not what the fleet serves tonight
+    drafter_asked: bool = True
     wall_s: float = 0.0
     sampling_hash: str = ""
     duplicates_in_input: int = 0

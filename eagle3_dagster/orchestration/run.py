@@ -21,6 +21,7 @@ import psutil
 from ..config import PartitionKeyError
 from .asset_names import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
+from .metadata import JUDGED_KEY
 from .pools import GENERATE_POOL
 
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
@@ -172,6 +173,7 @@ class ShardOutcome:
     run_id: str = ""
     failed_checks: dict[str, str] = field(default_factory=dict)  # "asset:check" -> "ERROR" | "WARN"
     errors: list[str] = field(default_factory=list)  # one line per failed step: "step: message"
+    not_judged: list[str] = field(default_factory=list)  # "asset:check" that passed with judged: false
 
     @property
     def ok(self) -> bool:
@@ -263,6 +265,16 @@ def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for ev in result.get_asset_check_evaluations():
         out[f"{ev.asset_key.to_user_string()}:{ev.check_name}"] = bool(ev.passed)
+    return out
+
+
+def _not_judged(result: dg.ExecuteInProcessResult) -> list[str]:
+    """The checks that passed without judging anything (metadata `judged: false`, metadata.JUDGED_KEY)."""
+    out = []
+    for ev in result.get_asset_check_evaluations():
+        judged = ev.metadata.get(JUDGED_KEY)
+        if judged is not None and getattr(judged, "value", judged) is False:
+            out.append(f"{ev.asset_key.to_user_string()}:{ev.check_name}")
     return out
 
 
@@ -367,6 +379,7 @@ class GraphRunner:
             run_id=r.run_id,
             failed_checks=_failed_checks(r),
             errors=_errors(r),
+            not_judged=_not_judged(r),
         )
 
     def publish(self, outcome: GraphOutcome, stop: Callable[[], bool]) -> None:

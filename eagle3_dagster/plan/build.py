@@ -18,7 +18,7 @@ import polars as pl
 from ..generate.config import GenerationConfig, sampling_hash, sampling_params
 from ..generate.context_fit import ContextBudget
 from ..generate.fleet_capacity import EndpointCapacity, probe_fleet
-from ..generate.probe_results import read_all_results
+from ..generate.probe_results import stored_drafter_key
 from ..generate.probes import fleet_drafter_key
 from ..ingest import SourceSpec
 from ..profiles import ModelProfile
@@ -379,10 +379,9 @@ def _drafter(capacity: Sequence[EndpointCapacity], data: DataPath) -> tuple[str 
     answered = [c for c in capacity if c.drafter_known]
     if answered:
         return fleet_drafter_key(c.drafter for c in answered), "served by the endpoints (/server_info)"
-    stored = read_all_results(data).filter(pl.col("drafter_key").is_not_null())
-    if stored.height:
-        newest = stored.sort("last_seen", nulls_last=False).row(-1, named=True)
-        return str(newest["drafter_key"]), "the newest stored probe results (assumed unchanged; probe to be sure)"
+    stored = stored_drafter_key(data)
+    if stored is not None:
+        return stored, "the newest stored probe results (assumed unchanged; probe to be sure)"
     return None, "unknown"
 
 

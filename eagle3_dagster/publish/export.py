@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ..generate.group_acceptance import LEFT_OUT
 from ..storage import DataPath, PathLike, TextSink, as_data_path
 from ..train.conversations import openai_tool_calls
 from ..train.samples import ACCEPTANCE_COLUMNS
@@ -58,7 +59,7 @@ SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
 BATCH_ROWS = 256  # rows per batch read from a shard table (and per batched encode of the preformatted check)
 STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet file
 # absent from tables written before them (or, the acceptance columns, without EAGLE3_TRAIN_ACCEPTANCE): read as null
-OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content", *ACCEPTANCE_COLUMNS)
+OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content", *ACCEPTANCE_COLUMNS, LEFT_OUT)
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
     "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
@@ -165,12 +166,31 @@ class _Tally:
         self.not_text_exact = 0  # text_exact false (null = not known: not counted)
         self.control_text_as_served = 0  # control_text_in_content true: the prompt's data text became special ids
         self.max_total_len = 0
+        self.with_acceptance = 0  # rows whose acceptance figures are exported
+        self.acceptance_left_out: dict[str, int] = {}  # failed figure check -> rows (their figures exported null)
+        self.acceptance_left_out_rows = 0
 
     def see(self, r: dict[str, Any]) -> None:
         self.rows += 1
         self.not_text_exact += r.get("text_exact") is False
         self.control_text_as_served += r.get("control_text_in_content") is True
         self.max_total_len = max(self.max_total_len, int(r.get("total_len") or 0))
+        self.with_acceptance += r.get(ACCEPTANCE_COLUMNS[0]) is not None
+        if r.get(LEFT_OUT):
+            self.acceptance_left_out_rows += 1
+            for check in str(r[LEFT_OUT]).split(","):
+                self.acceptance_left_out[check] = self.acceptance_left_out.get(check, 0) + 1
+
+    def acceptance(self) -> dict[str, Any]:
+        """The manifest's account of the acceptance keys: rows with figures, rows left out (null) and why."""
+        return {
+            "rows_with_figures": self.with_acceptance,
+            "rows_left_out_flagged": self.acceptance_left_out_rows,
+            "left_out_by_check": dict(sorted(self.acceptance_left_out.items())),
+            "rows_without_figures": self.rows - self.with_acceptance - self.acceptance_left_out_rows,
+            "left_out_because": "their speculative-decoding figures failed their checks (spec_metrics_inconsistent:"
+            "<which> in the generations table): null here, never a lying figure",
+        }
 
 
 def snapshot_has_acceptance(snapshot_dir: PathLike) -> bool:
@@ -182,14 +202,16 @@ def snapshot_has_acceptance(snapshot_dir: PathLike) -> bool:
 
 def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> dict[str, Any]:
     """`{"id", "input_ids", "loss_mask"}` a row; plus its acceptance figures (`spec_accept_rate`,
-    `spec_accept_length`, null where not speculated) when the tables carry them: extra keys both SpecForge's
-    and speculators' loaders leave alone."""
+    `spec_accept_length`, null where not speculated or where the figures failed their checks, counted in the
+    manifest) when the tables carry them: extra keys both SpecForge's and speculators' loaders leave alone."""
     snapshot_dir = as_data_path(snapshot_dir)
     tally = _Tally()
     extra = list(ACCEPTANCE_COLUMNS) if snapshot_has_acceptance(snapshot_dir) else []
+    tallied = [LEFT_OUT] if extra else []
 
     def rows() -> Iterator[dict[str, Any]]:
-        cols = ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact", "control_text_in_content", *extra]
+        cols = ["sample_id", "input_ids", "loss_mask", "total_len", "text_exact", "control_text_in_content"]
+        cols += [*extra, *tallied]
         for r in snapshot_rows(snapshot_dir, cols):
             tally.see(r)
             yield {
@@ -212,6 +234,7 @@ def export_specforge_prompts(snapshot_dir: PathLike, exports_dir: PathLike) -> d
             "specforge_exact_check": f"token level, copied ids; exact for every row when data.max_length >= {max_len}",
             # speculators clips rows past --seq-length (default 8192) with only a warning: the value that keeps all
             "speculators_settings": {"--seq-length": max_len},
+            **({"acceptance": tally.acceptance()} if extra else {}),
         }
     }
 

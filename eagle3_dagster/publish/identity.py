@@ -1,7 +1,10 @@
 """The snapshot identity: a sha256 over exactly what a trainer consumes, per row in sample_id order: sample_id,
-input_ids, loss_mask, model_revision, template_hash, sampling_hash. Nothing else enters it (not
-`generated_at`, not the server `endpoint`, not the Parquet encoding), so regenerating identical tokens on
-another machine, port or day gives the same version.
+input_ids, loss_mask, model_revision, template_hash, sampling_hash, and, where the training tables carry them
+(EAGLE3_TRAIN_ACCEPTANCE), the acceptance figures the exports carry (`spec_accept_rate`, `spec_accept_length`,
+null included). Nothing else enters it (not `generated_at`, not the server `endpoint`, not the Parquet
+encoding), so regenerating identical tokens on another machine, port or day gives the same version, while
+switching the acceptance columns on (or a figure that changes) makes a new one: the same rows published
+again with the columns are new content, never "already LATEST". Tables without them hash as before.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..train.samples import ACCEPTANCE_COLUMNS
+
 IDENTITY_COLUMNS = ("sample_id", "input_ids", "loss_mask", "model_revision", "template_hash", "sampling_hash")
 IDENTITY_SCHEME = "sha256 over sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash (v1)"
 SCALAR_IDENTITY = ("sample_id", "model_revision", "template_hash", "sampling_hash")
 LIST_IDENTITY = (("input_ids", np.int32), ("loss_mask", np.int8))
+FLOAT_IDENTITY = ACCEPTANCE_COLUMNS  # hashed only when a table has them (the exports then carry them)
 
 
 def _list_lengths(col: pa.Array) -> np.ndarray:
@@ -26,6 +32,19 @@ def _list_lengths(col: pa.Array) -> np.ndarray:
 
 def _flat(col: pa.Array, dtype: Any) -> np.ndarray:
     return pc.list_flatten(col).to_numpy(zero_copy_only=False).astype(dtype)
+
+
+def _floats(cols: Sequence[pa.Array]) -> bytes:
+    """A float column's values and validity, so a null never hashes like any number."""
+    arr = pa.concat_arrays([c.cast(pa.float64()) for c in cols]) if cols else pa.array([], pa.float64())
+    valid = pc.is_valid(arr).to_numpy(zero_copy_only=False).astype(np.int8)
+    values = pc.fill_null(arr, 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
+    return valid.tobytes() + values.tobytes()
+
+
+def float_columns(names: Sequence[str]) -> list[str]:
+    """The FLOAT_IDENTITY columns among a table's column names."""
+    return [c for c in FLOAT_IDENTITY if c in names]
 
 
 class ContentHasher:
@@ -45,7 +64,8 @@ class ContentHasher:
         self._h.update(data)
 
     def update(self, table: pa.Table) -> None:
-        t = table.select(list(IDENTITY_COLUMNS))
+        floats = float_columns(table.column_names)
+        t = table.select([*IDENTITY_COLUMNS, *floats])
         t = t.take(pc.sort_indices(t, sort_keys=[("sample_id", "ascending")]))
         self.rows += t.num_rows
         self._blob("rows", str(t.num_rows).encode())
@@ -53,6 +73,8 @@ class ContentHasher:
             col = t[name].combine_chunks() if t.num_rows else pa.array([], pa.string())
             vals = ["\x00" if v is None else v for v in col.to_pylist()]
             self._blob(name, "\x1f".join(vals).encode())
+        for name in floats:
+            self._blob(name, _floats(t[name].chunks))
         for name, dtype in LIST_IDENTITY:
             col = t[name].combine_chunks() if t.num_rows else pa.array([], pa.list_(pa.int32()))
             self._blob(f"{name}.len", _list_lengths(col).tobytes())
@@ -75,8 +97,9 @@ class ContentHasher:
         in sample_id order is read whole and sorted (`update`), its batches handed to `on_batch` after."""
         from .export import in_sample_id_order, shard_batches, stream_parquet_file
 
-        cols = list(dict.fromkeys([*IDENTITY_COLUMNS, *also_read]))
         pf = stream_parquet_file(path)
+        floats = float_columns(pf.schema_arrow.names)
+        cols = list(dict.fromkeys([*IDENTITY_COLUMNS, *floats, *also_read]))
         ids = pf.read(columns=["sample_id"]).column(0)
         if not in_sample_id_order(ids):
             table = pf.read(columns=cols)
@@ -85,12 +108,12 @@ class ContentHasher:
                 for b in table.to_batches(max_chunksize=batch_rows):
                     on_batch(b)
             return
-        scalars: dict[str, list[pa.Array]] = {n: [] for n in SCALAR_IDENTITY}
+        scalars: dict[str, list[pa.Array]] = {n: [] for n in (*SCALAR_IDENTITY, *floats)}
         lengths: dict[str, list[np.ndarray]] = {n: [] for n, _ in LIST_IDENTITY}
         n_rows = 0
         for b in pf.iter_batches(batch_size=batch_rows, columns=cols):
             n_rows += b.num_rows
-            for name in SCALAR_IDENTITY:
+            for name in (*SCALAR_IDENTITY, *floats):
                 scalars[name].append(b.column(name))
             for name, _ in LIST_IDENTITY:
                 lengths[name].append(_list_lengths(b.column(name)))
@@ -101,6 +124,8 @@ class ContentHasher:
         for name in SCALAR_IDENTITY:
             vals = ["\x00" if v is None else v for a in scalars[name] for v in a.to_pylist()]
             self._blob(name, "\x1f".join(vals).encode())
+        for name in floats:
+            self._blob(name, _floats(scalars[name]))
         for name, dtype in LIST_IDENTITY:
             lens = np.concatenate(lengths[name]) if lengths[name] else np.zeros(0, np.int64)
             self._blob(f"{name}.len", lens.tobytes())

@@ -6,9 +6,12 @@ output length bucket, with and without tool calls and by drafter, plus the accep
 the weakest prompts, into generations/shard=NNNN/acceptance.json (the quality report reads it) and float
 metadata on the asset (the Dagster UI plots those across materializations).
 
-Groups keep sums, never averages of averages: accept length = Σ completion_tokens / Σ verify steps (as
-SGLang defines it per request, bonus token included), accept rate = Σ correct drafts / Σ proposed drafts.
-A summary is only for rows that carry figures (a server that does not speculate leaves none).
+Groups keep sums, never averages of averages (generate/group_acceptance.py defines a group's accept
+length and rate, once, for every consumer). A row whose figures failed their checks
+(`spec_metrics_inconsistent:<which>`) feeds nothing here: not a group, not the histogram, not the weakest
+prompts; every group counts it in `left_out`, and the summary names the checks (`left_out_by_check`). A
+summary is only for shards with rows that carry figures or were left out (a server that does not speculate
+leaves none).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any, cast
 
 import polars as pl
 
+from ..generate.group_acceptance import LEFT_OUT, GroupAcceptance, group_acceptance, trusted_figures
 from ..generate.store import iter_generations
 from ..storage import DataPath, read_shard_json
 
@@ -34,9 +38,9 @@ READ_COLUMNS = (
     "spec_num_proposed_drafts",
     "spec_correct_drafts_histogram",
     "drafter_id",
+    "integrity_violations",
 )
 LENGTH_BUCKETS = ((512, "<512"), (2048, "512-2k"), (8192, "2k-8k"))
-_SUMS = ("completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
 
 
 def _bucket(n: pl.Expr) -> pl.Expr:
@@ -53,7 +57,9 @@ def acceptance_rows(
     (from the gate's features: row_id, output_len, has_tool_call). `turn_index`: sample_id, turn_index of
     the shard's conversation turns."""
     parts = [g.select([c for c in READ_COLUMNS if c in g.columns]) for g in generations]
-    frames = [p.filter(pl.col("spec_verify_ct").is_not_null()) for p in parts if "spec_verify_ct" in p.columns]
+    # rows with figures, and rows whose figures were flagged (left out of every group, and counted)
+    trusted = [trusted_figures(p) for p in parts if "spec_verify_ct" in p.columns]
+    frames = [t.filter(pl.col("spec_verify_ct").is_not_null() | pl.col(LEFT_OUT).is_not_null()) for t in trusted]
     if not frames or not sum(f.height for f in frames):
         return pl.DataFrame()
     rows = pl.concat(frames, how="diagonal_relaxed")
@@ -78,8 +84,9 @@ def acceptance_rows(
 
 
 def _groups(rows: pl.DataFrame, by: str) -> dict[str, dict[str, int]]:
-    g = rows.group_by(by).agg(pl.len().alias("rows"), *(pl.col(c).sum() for c in _SUMS)).sort(by)
-    return {str(r[by]): {k: int(r[k] or 0) for k in ("rows", *_SUMS)} for r in g.iter_rows(named=True)}
+    g = group_acceptance(rows, by).sort(by)
+    keys = ("rows", "completion_tokens", "spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
+    return {str(r[by]): {k: int(r[k] or 0) for k in (*keys, "left_out")} for r in g.iter_rows(named=True)}
 
 
 def _histogram(rows: pl.DataFrame) -> list[int]:
@@ -92,15 +99,18 @@ def _histogram(rows: pl.DataFrame) -> list[int]:
 
 
 def acceptance_summary(rows: pl.DataFrame, *, weakest: int = 10) -> dict[str, Any] | None:
-    """The shard's figures, grouped (sums); None when no row carries any."""
+    """The shard's figures, grouped (sums of the trusted rows; the flagged ones counted in `left_out`); None
+    when no row carries any and none was left out."""
     if not rows.height:
         return None
     per_row = rows.with_columns(
         (pl.col("spec_num_correct_drafts") / pl.col("spec_num_proposed_drafts")).alias("rate")
     ).filter(pl.col("rate").is_not_null() & pl.col("rate").is_finite())
     weak = per_row.sort(["rate", "sample_id"]).head(weakest)
+    whole = GroupAcceptance.of(rows)
     return {
         "all": _groups(rows.with_columns(pl.lit("all").alias("_all")), "_all").get("all", {}),
+        "left_out_by_check": dict(whole.left_out_by_check),
         "by_source": _groups(rows, "source"),
         "by_turn": _groups(rows, "turn"),
         "by_length": _groups(rows, "length"),
@@ -120,21 +130,23 @@ def acceptance_summary(rows: pl.DataFrame, *, weakest: int = 10) -> dict[str, An
     }
 
 
-def accept_length(g: dict[str, int]) -> float | None:
-    return g["completion_tokens"] / g["spec_verify_ct"] if g.get("spec_verify_ct") else None
-
-
-def accept_rate(g: dict[str, int]) -> float | None:
-    return g["spec_num_correct_drafts"] / g["spec_num_proposed_drafts"] if g.get("spec_num_proposed_drafts") else None
+def summary_group(summary: dict[str, Any] | None) -> GroupAcceptance:
+    """The whole shard's group of a stored summary (its `all` sums and what was left out, by check)."""
+    if not summary:
+        return GroupAcceptance()
+    return GroupAcceptance.from_sums(
+        {**(summary.get("all") or {}), "left_out_by_check": summary.get("left_out_by_check")}
+    )
 
 
 def acceptance_metadata(summary: dict[str, Any] | None) -> dict[str, float]:
-    """Float metadata for the generations asset (plotted across materializations); empty without figures."""
+    """Float metadata for the generations asset (plotted across materializations); empty without figures.
+    `spec_rows_left_out`: rows whose figures failed their checks (left out of the two ratios)."""
     if not summary or not summary.get("all"):
         return {}
-    a = summary["all"]
-    out = {"spec_rows": float(a["rows"])}
-    for name, v in (("spec_accept_length", accept_length(a)), ("spec_accept_rate", accept_rate(a))):
+    g = summary_group(summary)
+    out = {"spec_rows": float(g.rows), "spec_rows_left_out": float(g.left_out)}
+    for name, v in (("spec_accept_length", g.accept_length), ("spec_accept_rate", g.accept_rate)):
         if v is not None:
             out[name] = float(v)
     return out
@@ -152,14 +164,12 @@ def collect_acceptance(data: DataPath, shards: Iterable[int]) -> dict[str, dict[
     return read_shard_json(data, "generations", shards, ACCEPTANCE_FILE)
 
 
-def merge_groups(summaries: Iterable[dict[str, Any]], key: str) -> dict[str, dict[str, int]]:
+def merge_groups(summaries: Iterable[dict[str, Any]], key: str) -> dict[str, GroupAcceptance]:
     """One group table summed over shards (their sums add up; their ratios would not)."""
-    out: dict[str, dict[str, int]] = {}
+    out: dict[str, GroupAcceptance] = {}
     for s in summaries:
         for name, g in (s.get(key) or {}).items():
-            acc = out.setdefault(name, dict.fromkeys(("rows", *_SUMS), 0))
-            for k in acc:
-                acc[k] += int(g.get(k) or 0)
+            out[name] = out.get(name, GroupAcceptance()) + GroupAcceptance.from_sums(g)
     return out
 
 

@@ -1,13 +1,15 @@
 """The quality report's section on the drafter's acceptance (quality/acceptance.py, per shard acceptance.json):
 by source, by turn, by output length, with and without tool calls, by drafter, the weakest sources and
-prompts, and the accepted-drafts histogram, summed over the report's shards."""
+prompts, and the accepted-drafts histogram, summed over the report's shards (generate/group_acceptance.py: one
+definition of a group's figures); rows whose figures failed their checks are left out and said so."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
 
-from ..quality.acceptance import accept_length, accept_rate, merge_groups
+from ..generate.group_acceptance import GroupAcceptance
+from ..quality.acceptance import merge_groups, summary_group
 
 _TABLES = (
     ("by_source", "source"),
@@ -22,17 +24,22 @@ def _fmt(v: float | None, digits: int = 3) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def _table(title: str, groups: dict[str, dict[str, int]], order: list[str] | None = None) -> list[str]:
+def _table(title: str, groups: dict[str, GroupAcceptance], order: list[str] | None = None) -> list[str]:
     e = html.escape
+    left_out = any(g.left_out for g in groups.values())
     h = [
         f"<h3>{e(title)}</h3>",
-        "<table><tr><th></th><th>rows</th><th>accept length</th><th>accept rate</th><th>verify steps</th></tr>",
+        "<table><tr><th></th><th>rows</th><th>accept length</th><th>accept rate</th><th>verify steps</th>"
+        + ("<th>left out (flagged)</th>" if left_out else "")
+        + "</tr>",
     ]
     for name in order or list(groups):
         g = groups[name]
         h.append(
-            f'<tr><td>{e(name)}</td><td class="num">{g["rows"]}</td><td class="num">{_fmt(accept_length(g))}</td>'
-            f'<td class="num">{_fmt(accept_rate(g))}</td><td class="num">{g["spec_verify_ct"]}</td></tr>'
+            f'<tr><td>{e(name)}</td><td class="num">{g.rows}</td><td class="num">{_fmt(g.accept_length)}</td>'
+            f'<td class="num">{_fmt(g.accept_rate)}</td><td class="num">{g.verify_steps}</td>'
+            + (f'<td class="num">{g.left_out}</td>' if left_out else "")
+            + "</tr>"
         )
     h.append("</table>")
     return h
@@ -62,13 +69,15 @@ def acceptance_section(acceptance: dict[str, dict[str, Any]], *, weakest_sources
     if not summaries:
         return []
     e = html.escape
-    a = merge_groups(({"all": {"all": s.get("all") or {}}} for s in summaries), "all").get("all", {})
+    a = sum((summary_group(s) for s in summaries), GroupAcceptance())
+    left_out = a.left_out_text()
     h = [
         "<h2>Drafter acceptance (speculative decoding)</h2>",
-        f"<p>{a.get('rows', 0)} rows with the speculating server's figures over {len(summaries)} shard(s): "
-        f"accept length {_fmt(accept_length(a) if a else None)} tokens per verify step (bonus token included), "
-        f"accept rate {_fmt(accept_rate(a) if a else None)}. Measured at the regeneration's sampling settings; "
-        "a cached row keeps the figures of the run that generated it.</p>",
+        f"<p>{a.rows} rows with the speculating server's figures over {len(summaries)} shard(s): "
+        f"accept length {_fmt(a.accept_length)} tokens per verify step (bonus token included, Σ tokens / Σ verify "
+        f"steps), accept rate {_fmt(a.accept_rate)} (Σ accepted / Σ proposed drafts). Measured at the "
+        "regeneration's sampling settings; a cached row keeps the figures of the run that generated it.</p>",
+        *([f'<p class="warnbox">{e(left_out)}: not in any figure below.</p>'] if left_out else []),
     ]
     for key, title in _TABLES:
         groups = merge_groups(summaries, key)
@@ -76,7 +85,7 @@ def acceptance_section(acceptance: dict[str, dict[str, Any]], *, weakest_sources
             h += _table(title, groups)
     by_source = merge_groups(summaries, "by_source")
     ranked = sorted(
-        (n for n in by_source if accept_rate(by_source[n]) is not None), key=lambda n: accept_rate(by_source[n]) or 0.0
+        (n for n in by_source if by_source[n].accept_rate is not None), key=lambda n: by_source[n].accept_rate or 0.0
     )
     if len(ranked) > 1:
         h += _table("weakest sources (lowest accept rate)", by_source, ranked[:weakest_sources])

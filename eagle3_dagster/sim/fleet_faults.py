@@ -52,7 +52,10 @@ POST /_sim/faults like the others).
      "report_version": "0.5.2",       /server_info `version` (an old server)
      "spec_inconsistent": N,          next N finished answers of a speculating simulator carry spec_* figures
      "spec_inconsistent_kind": K,     that do not add up: K = accept_length (off by 0.5), partial (rate and
-                                      proposed missing), histogram (one step too many), negative (verify_ct)
+                                      proposed missing), histogram (one step too many), negative (verify_ct);
+                                      or that agree but no server produces: steps_beyond_tokens (one verify
+                                      step more than tokens), histogram_length (ends in 0), huge_count
+                                      (spec_verify_ct 2**70, beyond int64)
      "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
                                       1: off): traffic the drafter knows less well, the figures still add up
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info

@@ -188,16 +188,53 @@ def meta_fields(
     return out
 
 
-INCONSISTENT_KINDS = ("accept_length", "partial", "histogram", "negative")
+INCONSISTENT_KINDS = (
+    "accept_length",
+    "partial",
+    "histogram",
+    "negative",
+    "steps_beyond_tokens",
+    "histogram_length",
+    "huge_count",
+)
+
+
+def _steps_beyond_tokens(out: dict[str, Any]) -> dict[str, Any]:
+    """Figures that agree with each other but claim one verify step more than the answer has tokens."""
+    if "spec_verify_ct" not in out:
+        return out
+    vct = int(out["spec_verify_ct"])
+    tokens = round(float(out["spec_accept_length"]) * vct)
+    per_step = int(out["spec_num_proposed_drafts"]) // vct
+    steps = tokens + 1
+    hist = list(out["spec_correct_drafts_histogram"])
+    hist[0] += steps - vct  # the extra steps accepted nothing
+    proposed = steps * per_step
+    return {
+        **out,
+        "spec_verify_ct": steps,
+        "spec_num_proposed_drafts": proposed,
+        "spec_accept_rate": out["spec_num_correct_drafts"] / proposed,
+        "spec_accept_length": tokens / steps,
+        "spec_correct_drafts_histogram": hist,
+    }
 
 
 def make_inconsistent(fields: dict[str, Any], kind: str) -> dict[str, Any]:
-    """The fleet fault spec_inconsistent: figures that do not add up, the way a broken server or proxy would
-    send them (the ids stay right)."""
+    """The fleet fault spec_inconsistent: figures that do not add up, or that agree with each other but no
+    SGLang server can produce (steps_beyond_tokens: more verify steps than tokens; histogram_length: a
+    histogram ending in 0; huge_count: spec_verify_ct 2**70), the way a broken server or proxy would send
+    them (the ids stay right)."""
     out = dict(fields)
     if not out:
         return out
-    if kind == "partial":
+    if kind == "steps_beyond_tokens":
+        return _steps_beyond_tokens(out)
+    if kind == "histogram_length":
+        out["spec_correct_drafts_histogram"] = [*out["spec_correct_drafts_histogram"], 0]
+    elif kind == "huge_count":
+        out["spec_verify_ct"] = 2**70
+    elif kind == "partial":
         out.pop("spec_accept_rate", None)
         out.pop("spec_num_proposed_drafts", None)
     elif kind == "histogram":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from ..generate.group_acceptance import LEFT_OUT, trusted_figures
 from ..schemas import TRAINING_SAMPLES
 from .conversations import CONVERSATIONS_SCHEMA
 
@@ -29,14 +30,18 @@ CONTROL_FLAG = "control_text_in_content"
 TRAINING_INPUT_COLUMNS = ("sample_id", "prompt_id", "source", "output_ids", *LINEAGE_FROM_GENERATIONS)
 # EAGLE3_TRAIN_ACCEPTANCE: the drafter's acceptance on the row as the speculating server reported it when the
 # row was generated (generations table, generate/drafter.py; null when it did not speculate), so a trainer
-# can weight or oversample the rows the current drafter finds hard. Off by default: the tables and exports
-# keep their columns.
+# can weight or oversample the rows the current drafter finds hard. Null too where the figures failed their
+# checks (spec_metrics_inconsistent: generate/group_acceptance.py), and `spec_left_out` names those checks.
+# Off by default: the tables and exports keep their columns.
 ACCEPTANCE_COLUMNS = ("spec_accept_rate", "spec_accept_length")
+# what the training step reads from the generations for them (the flags decide which figures are trusted)
+ACCEPTANCE_INPUT_COLUMNS = (*ACCEPTANCE_COLUMNS, "integrity_violations")
 
 
 def with_acceptance(schema: pa.Schema) -> pa.Schema:
     """A training table schema with the acceptance columns appended (EAGLE3_TRAIN_ACCEPTANCE)."""
-    return pa.schema([*schema, *(pa.field(c, pa.float64()) for c in ACCEPTANCE_COLUMNS)], metadata=schema.metadata)
+    fields = [*(pa.field(c, pa.float64()) for c in ACCEPTANCE_COLUMNS), pa.field(LEFT_OUT, pa.string())]
+    return pa.schema([*schema, *fields], metadata=schema.metadata)
 
 
 def build_training_samples(
@@ -54,7 +59,7 @@ def build_training_samples(
     generations = samples + excluded + missing_prompt.
     """
     counts = {"generations": generations.height}
-    gens = generations
+    gens = trusted_figures(generations) if acceptance else generations  # flagged figures feed no export
     if exclude_sample_ids:
         gens = gens.filter(~pl.col("sample_id").is_in(list(exclude_sample_ids)))
     if exclude_prompt_ids:
@@ -103,10 +108,14 @@ def build_training_samples(
         *(_acceptance_exprs(joined.columns) if acceptance else ()),
     ).sort("sample_id")
     counts["samples"] = out.height
+    if acceptance:  # rows whose acceptance figures failed their checks: null in the table and the exports
+        counts["acceptance_left_out"] = int(out.get_column(LEFT_OUT).is_not_null().sum())
     assert counts["generations"] == counts["samples"] + counts["excluded"] + counts["missing_prompt"]
     return out.select(with_acceptance(TRAINING_SAMPLES).names if acceptance else TRAINING_SAMPLES.names), counts
 
 
 def _acceptance_exprs(columns: list[str]) -> list[pl.Expr]:
-    """The acceptance columns from the generations (null where a generations batch does not have them)."""
-    return [(pl.col(c) if c in columns else pl.lit(None)).cast(pl.Float64).alias(c) for c in ACCEPTANCE_COLUMNS]
+    """The acceptance columns from the generations (null where a generations batch does not have them), and
+    which figure checks a row failed (its figures then null)."""
+    figures = [(pl.col(c) if c in columns else pl.lit(None)).cast(pl.Float64).alias(c) for c in ACCEPTANCE_COLUMNS]
+    return [*figures, pl.col(LEFT_OUT).cast(pl.String)]

@@ -77,6 +77,9 @@ def test_a_server_that_does_not_speculate_gives_null_columns():
         ({"spec_verify_ct": -4}, "negative"),
         ({"spec_correct_drafts_histogram": [1, -1, 0, 2]}, "negative"),
         ({"spec_verify_ct": "4"}, "type_spec_verify_ct"),
+        ({"spec_verify_ct": 2**70}, "exceeds_int64_spec_verify_ct"),
+        ({"spec_correct_drafts_histogram": [1, 1, 0, 2**64]}, "exceeds_int64_spec_correct_drafts_histogram"),
+        ({"spec_accept_length": 10**400}, "type_spec_accept_length"),
     ],
 )
 def test_inconsistent_figures_are_flagged_and_still_stored(change: dict[str, Any], which: str):
@@ -84,10 +87,43 @@ def test_inconsistent_figures_are_flagged_and_still_stored(change: dict[str, Any
     row = spec_row_fields({**good_meta(), **change}, D, viol)
     assert f"spec_metrics_inconsistent:{which}" in viol
     key, value = next(iter(change.items()))
-    if which != "type_spec_verify_ct":
+    if not which.startswith(("type_", "exceeds_int64_")):
         assert row[key] == value  # as received, never repaired
     else:
-        assert row[key] is None  # a string cannot be an int64 without a cast: null, and named
+        assert row[key] is None  # a value its column cannot hold without a cast: null, and named
+
+
+def _consistent(completion: int, hist: list[int], draft_tokens: int = 4) -> dict[str, Any]:
+    """Figures that agree with each other (SGLang's relations), from a histogram and the answer's length."""
+    vct, correct = sum(hist), sum(k * n for k, n in enumerate(hist))
+    proposed = vct * (draft_tokens - 1)
+    return {
+        "completion_tokens": completion,
+        "spec_verify_ct": vct,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": proposed,
+        "spec_accept_rate": correct / proposed,
+        "spec_accept_length": completion / vct,
+        "spec_correct_drafts_histogram": hist,
+    }
+
+
+@pytest.mark.parametrize(
+    ("meta", "which"),
+    [
+        (_consistent(3, [4]), "length_below_1"),  # four verify steps, three tokens: accept length 0.75
+        (_consistent(12, [0, 1, 0, 2, 1]), "histogram_length"),  # 4 drafts accepted in a step of 3 proposed
+        (_consistent(12, [1, 1, 0, 2, 0]), "histogram_length"),  # SGLang's list never ends in 0
+    ],
+)
+def test_figures_that_agree_but_sglang_cannot_produce_are_flagged(meta: dict[str, Any], which: str):
+    viol: list[str] = []
+    spec_row_fields(meta, D, viol)
+    assert viol == [f"spec_metrics_inconsistent:{which}"]
+    ok: list[str] = []
+    spec_row_fields(_consistent(12, [1, 1, 0, 2]), D, ok)  # as long as the draft tokens: honest
+    spec_row_fields(_consistent(40, [3, 1]), D, ok)  # shorter (no step accepted more than one): honest
+    assert ok == []
 
 
 def test_some_fields_without_the_others_is_flagged_partial():

@@ -127,6 +127,9 @@ def test_a_fleet_with_two_drafters_is_named_and_each_row_carries_its_own(
         ("partial", "partial"),
         ("histogram", "histogram_total"),
         ("negative", "negative"),
+        ("steps_beyond_tokens", "length_below_1"),
+        ("histogram_length", "histogram_length"),
+        ("huge_count", "exceeds_int64_spec_verify_ct"),
     ],
 )
 def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(
@@ -137,12 +140,15 @@ def test_figures_that_do_not_add_up_flag_the_row_and_keep_its_ids(
     generate_shard(prompts, tmp_path / "ref", cfg)
     reference = as_map(read_generations(tmp_path / "ref"))
     spec_sim.faults(spec_inconsistent=3, spec_inconsistent_kind=kind)
-    rep = generate_shard(prompts, tmp_path / "s", cfg)
+    rep = generate_shard(prompts, tmp_path / "s", cfg)  # never crashes (2**70 fits no int64 column)
     assert rep.succeeded == N and rep.integrity_violations == 3
+    assert rep.requests_sent == N  # and never sends again
     df = read_generations(tmp_path / "s")
     flagged = [r for r in df.to_dicts() if r["integrity_violations"]]
     assert len(flagged) == 3
     assert all(f"spec_metrics_inconsistent:{flag}" in r["integrity_violations"] for r in flagged)
+    if kind == "huge_count":
+        assert all(r["spec_verify_ct"] is None for r in flagged)  # a value its column cannot hold: null
     assert as_map(df) == reference  # the ids are kept as received
     res = run_gate(
         "generations",

@@ -40,6 +40,15 @@ def _defs() -> dg.Definitions:
     return dg.Definitions(assets=[*build_ingest_assets(settings()), *ingest_free])
 
 
+def _check_description(instance, run_id: str, check: str) -> str:
+    (ev,) = [
+        r.dagster_event.event_specific_data
+        for r in instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        if r.dagster_event.event_specific_data.check_name == check
+    ]
+    return ev.description or ""
+
+
 def _source(assets: Path, datasets_dir: Path, limit: int) -> None:
     numina = datasets_dir / "numina_cot_sharegpt" / "numina_cot_sharegpt_data_1k.jsonl"
     (assets / "sources" / "numina.yaml").write_text(f"path: {numina}\nformat: sharegpt\nlimit: {limit}\n")
@@ -73,12 +82,13 @@ def test_acceptance_drift_fires_on_a_planted_drop_and_a_drafter_change_is_named(
             _source(assets, datasets_dir, 40)
             sh, drift, _ = _night(instance, res, sim.url)  # night 1: nothing to compare with
             assert drift["status"] == "none" and "no earlier night with this drafter" in drift["line"]
-            assert sh.checks[check] is True
+            assert drift["judged"] is False and check in sh.not_judged  # never shown as a verdict (PASS)
+            assert _check_description(instance, sh.run_id, "acceptance_drift").startswith("not judged: ")
 
             _source(assets, datasets_dir, 100)  # night 2: new prompts, same drafter, same traffic
             sh, drift, warnings = _night(instance, res, sim.url)
             assert drift["status"] == "ok", drift
-            assert sh.checks[check] is True and check not in sh.failed_checks
+            assert sh.checks[check] is True and check not in sh.failed_checks and check not in sh.not_judged
             assert not any("acceptance drift on shard" in w for w in warnings)
 
             httpx.post(sim.url + "/_sim/faults", json={"spec_acceptance_scale": 0.5}, timeout=5).raise_for_status()
@@ -96,7 +106,7 @@ def test_acceptance_drift_fires_on_a_planted_drop_and_a_drafter_change_is_named(
             assert drafter_b is not None
             _source(assets, datasets_dir, 260)  # night 4: another drafter is deployed
             sh, drift, warnings = _night(instance, res, sim.url)
-            assert drift["status"] == "none"  # not judged across drafters
+            assert drift["status"] == "none" and check in sh.not_judged  # not judged across drafters
             (changed,) = [w for w in warnings if "drafter changed on shard 0000" in w]
             assert f"{drafter_a.drafter_id} (last seen" in changed and f"-> {drafter_b.drafter_id}" in changed
             assert drift["drafter_change"] == changed

@@ -23,6 +23,7 @@ from eagle3_dagster.generate.probe_results import drafter_versions, read_all_res
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.publish.export import SPECFORGE_FILE
+from eagle3_dagster.quality.acceptance_drift import read_log
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -80,6 +81,18 @@ def test_probe_prompts_are_measured_per_drafter_and_never_trained_on(
             with start_simulator(extra_args=["--speculative-draft-model-path", drafter, *SPEC_ARGS]) as sim:
                 res["sglang"] = SGLangFleet(urls=sim.url, wait_for_endpoint_s=5)
                 runs.append(_night(defs, instance, res, shards))
+
+        # the fleet is down on a night with nothing to send: the probe prompts are cached under the drafter
+        # `eagle3 plan` assumes (the newest stored probe results'), so the night succeeds without a server, and
+        # it records no drafter of its own (no "drafter changed: X -> ''" now, no "'' -> X" the next night)
+        res["sglang"] = SGLangFleet(urls="http://127.0.0.1:9", wait_for_endpoint_s=5)
+        dead = _night(defs, instance, res, shards)
+        logged = [r.user_message for sh in dead.shards for r in instance.all_logs(sh.run_id) if not r.dagster_event]
+        assert not [m for m in logged if "drafter changed" in m], logged
+        assert any("no endpoint was asked" in m for m in logged)
+        for s in shards:
+            keys = read_log(data, int(s))["drafter_key"].to_list()
+            assert len(keys) == 2 and "" not in keys  # the two nights that reached the fleet, nothing blank
 
         gens = pl.concat(
             [pl.read_parquet(data / "generations" / f"shard={s}" / "part-*.parquet") for s in shards], how="diagonal"
