@@ -56,7 +56,12 @@ POST /_sim/faults like the others).
      "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
                                       1: off): traffic the drafter knows less well, the figures still add up
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
-                                          (and merge under each request)}
+                                          (and merge under each request)
+     "claimed_model": {"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3", "architectures": [...]}
+                                      from now on /model_info (and /server_info's model_path) name this
+                                      model (any of the keys; null: the real one again) while the answers
+                                      stay the profile's: a server of another model, or a sibling (Kimi-K2
+                                      under a Kimi-K2.5 profile) that shares the tokenizer}
 """
 
 from __future__ import annotations
@@ -109,6 +114,7 @@ class FleetFaults:
     spec_inconsistent: int = 0
     spec_inconsistent_kind: str = "accept_length"
     spec_acceptance_scale: float = 1.0
+    claimed_model: dict[str, Any] | None = None
     injected: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -267,7 +273,26 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         if v is not None and not isinstance(v, dict):
             raise ValueError("preferred_sampling_params must be an object or null")
         ff.preferred_sampling_params = v
+    if "claimed_model" in body:
+        ff.claimed_model = _claimed_model(body.pop("claimed_model"))
     return ff
+
+
+CLAIMABLE = ("model_path", "model_type", "architectures")
+
+
+def _claimed_model(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v or set(v) - set(CLAIMABLE):
+        raise ValueError(f"claimed_model must be null or an object with some of {', '.join(CLAIMABLE)}")
+    return dict(v)
+
+
+def claimed(ff: FleetFaults, key: str, real: Any) -> Any:
+    """What /model_info says for `key`: the fault claimed_model's value when it names one, else the real one."""
+    claim = ff.claimed_model or {}
+    return claim.get(key, real)
 
 
 def preferred_for_model_info(ff: FleetFaults) -> str | None:
