@@ -31,7 +31,8 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" / "huge_id" (output ids written as
        no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"
        (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all),
-       "report_version", "preferred_sampling_params", "claimed_model" (/model_info names another model)
+       "report_version", "preferred_sampling_params", "same_answer" (one answer for every prompt, each
+       with its own rid and prompt_tokens), "claimed_model" (/model_info names another model)
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.

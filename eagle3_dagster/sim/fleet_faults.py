@@ -15,6 +15,10 @@ POST /_sim/faults like the others).
      "stale_answer": N,               next N requests answer 200 with the answer sent before (a stream:
                                       its last chunk): another request's rid and tokens, as from a proxy
                                       or cache that mixes up answers
+     "same_answer": N,                next N requests answer with the output of the first request the fault
+                                      took (its ids, text and finish), with their own rid and prompt_tokens:
+                                      one answer for every prompt, as a response cache keyed on the wrong
+                                      field sends it
      "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
                                       finish_reason is null and that holds half the output ids (a proxy's
                                       snapshot of a running request); a stream: its final chunk is not sent
@@ -92,6 +96,7 @@ class FleetFaults:
     nan_finish: int = 0
     out_of_vocab: int = 0
     stale_answer: int = 0
+    same_answer: int = 0
     unfinished: int = 0
     cut_stream: int = 0
     quote_headers: int = 0
@@ -116,9 +121,11 @@ class FleetFaults:
     spec_acceptance_scale: float = 1.0
     claimed_model: dict[str, Any] | None = None
     injected: dict[str, int] = field(default_factory=dict)
+    # the plan every same_answer request gets: the first one it took (not a setting: as_dict leaves it out)
+    same_answer_plan: Any = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "injected"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("injected", "same_answer_plan")}
 
     def _take(self, name: str) -> bool:
         n = getattr(self, name)
@@ -143,6 +150,14 @@ class FleetFaults:
 
     def take_stale_answer(self) -> bool:
         return self._take("stale_answer")
+
+    def same_answer_for(self, plan: Any) -> Any:
+        """The plan this request answers with: the first same_answer request's for every one the fault takes."""
+        if not self._take("same_answer"):
+            return plan
+        if self.same_answer_plan is None:
+            self.same_answer_plan = plan
+        return self.same_answer_plan
 
     def take_unfinished(self) -> bool:
         return self._take("unfinished")
@@ -226,6 +241,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "nan_finish",
         "out_of_vocab",
         "stale_answer",
+        "same_answer",
         "unfinished",
         "cut_stream",
         "quote_headers",
