@@ -367,7 +367,7 @@ class EndpointPool:
             if verdict.refusal is not None:
                 return f"{verdict.refusal} (behind router {ep.name})"
         wrev = model_revision_of(model_info)
-        if wrev != ep.revision:
+        if wrev != ep.revision and not self.revision_pinned:
             return (
                 f"router worker {worker} serves {wrev}, the router's first worker "
                 f"serves {ep.revision}: one router would mix two model revisions"

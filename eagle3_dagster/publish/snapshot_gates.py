@@ -203,21 +203,20 @@ def judge_snapshot(
     )
     pvals = pf.row(0, named=True)
     reasons = []
-    if not pres.success:
-        for o in pres.failed_critical:
-            if o.key == "some_shard_included" and excluded:
-                reasons.append(
-                    f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
-                )
-            elif o.key == SAME_ANSWER_KEY:
-                reasons.append(_same_answer_reason(o.name, summary, share, min_prompts))
-            elif o.key == "rows_vs_previous" and prev_rows:
-                reasons.append(
-                    f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
-                    f"({pvals['rows_fraction_of_previous']:.0%})"
-                )
-            else:
-                reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
+    for o in pres.failed_critical if not pres.success else []:
+        if o.key == "some_shard_included" and excluded:
+            reasons.append(
+                f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
+            )
+        elif o.key == SAME_ANSWER_KEY:
+            reasons.append(_same_answer_reason(o.name, summary, share, min_prompts))
+        elif o.key == "rows_vs_previous" and prev_rows:
+            reasons.append(
+                f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
+                f"({pvals['rows_fraction_of_previous']:.0%})"
+            )
+        else:
+            reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
     publish_gate = {**_gate_json(pres), "values": pvals}
     drift = None
     if previous is not None and previous.get("summary"):
