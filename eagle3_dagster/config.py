@@ -183,6 +183,19 @@ def _tokenizer(raw: str) -> str:
     return raw
 
 
+SERVED_MODEL_ENV = "EAGLE3_SERVED_MODEL"
+
+
+def _served_model(raw: str) -> str:
+    v = raw.strip().rstrip("/")
+    if not v or any(not c.isprintable() for c in v):
+        raise _Problem(
+            f"{SERVED_MODEL_ENV} must be the model path the endpoints report in /model_info (a Hugging Face id or "
+            f"a folder), got {raw!r}"
+        )
+    return v
+
+
 def _model(raw: str) -> str:
     if not re.match(r"^[\w.@/~+-][\w .@/~+-]*$", raw):
         raise _Problem(
@@ -390,7 +403,7 @@ class FleetSettings:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """The model profile, and the tokenizer folder that may replace its own."""
+    """The model profile, the tokenizer folder that may replace its own, and the served model the user pins."""
 
     SECTION: ClassVar[str] = "Model"
 
@@ -402,6 +415,23 @@ class ModelSettings:
                 _parse_with(_model),
                 "model profile name in `assets/models/` (or a YAML path)",
                 "`pipeline.model`",
+            )
+        ),
+    )
+    served_model: str | None = field(
+        default=None,
+        metadata=_declares(
+            SettingSpec(
+                SERVED_MODEL_ENV,
+                _parse_with(_served_model),
+                "the `model_path` every endpoint must report in `/model_info` (a local folder, a fine-tune of the "
+                "profile's model): endpoints serving another path are refused, and this one is used even when its "
+                "`model_type` is not one of the profile's `model_types` (a warning names both). Unset: an endpoint "
+                "is refused when its `model_type` is not the profile's, or its `model_path` not the profile's "
+                "`model_path` where the profile pins one. The data card states the pin "
+                "([SGLang](../sglang.md#which-model-an-endpoint-serves))",
+                RUN_START,
+                default_doc="unset (the profile's `model_types` / `model_path` decide)",
             )
         ),
     )

@@ -65,6 +65,10 @@ class ModelProfile:
     # The longest training sample (prompt + output ids) the training gate accepts (feature
     # `total_len`); a limit of the drafter's training, not of what the model sees or emits.
     max_train_len: int = 65536
+    # What an endpoint serving this model says in /model_info: its `model_type` (the model's Hugging Face
+    # config model_type) must be one of these, and its `model_path` this one when set (generate/served_model.py).
+    model_types: tuple[str, ...] = ()
+    model_path: str | None = None
     trust_remote_code: bool = False
     source_file: str = ""
 
@@ -85,6 +89,8 @@ class ModelProfile:
         d = asdict(self)
         d.pop("source_file", None)
         d.pop("max_train_len", None)  # a training-table limit: changes nothing the model sees or emits
+        d.pop("model_types", None)  # which served model is accepted: checked, never sent
+        d.pop("model_path", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -100,6 +106,7 @@ _REQUIRED = (
     "context_length",
     "max_prompt_tokens",
     "generation_prompt_ends_with_think_start",
+    "model_types",
 )
 
 
@@ -108,7 +115,13 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
         raise ProfileError(f"{source}: a profile must be a mapping, got {type(raw).__name__}")
     missing = [k for k in _REQUIRED if k not in raw]
     if missing:
-        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}")
+        hint = (
+            " (model_types: the model_type(s) an endpoint serving this model reports in /model_info, the model's "
+            "config.json `model_type`, e.g. [kimi_k25]; an endpoint serving another model is refused)"
+            if "model_types" in missing
+            else ""
+        )
+        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}{hint}")
     known = set(ModelProfile.__dataclass_fields__)
     unknown = sorted(set(raw) - known)
     if unknown:
@@ -135,9 +148,24 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
     mtl = d.get("max_train_len", ModelProfile.max_train_len)
     if isinstance(mtl, bool) or not isinstance(mtl, int) or mtl < 1:
         raise ProfileError(f"{source}: max_train_len must be an integer >= 1 (default 65536), got {mtl!r}")
+    d["model_types"], d["model_path"] = _served_model_fields(source, d["model_types"], d.get("model_path"))
     if d["end_of_turn_id"] not in d["stop_token_ids"]:
         raise ProfileError(f"{source}: stop_token_ids must include end_of_turn_id {d['end_of_turn_id']}")
     return ModelProfile(**d)
+
+
+def _served_model_fields(source: str, types: Any, path: Any) -> tuple[tuple[str, ...], str | None]:
+    """(model_types, model_path) of a profile: a non-empty list of names (one name alone is accepted), a path or
+    nothing."""
+    names = [types] if isinstance(types, str) else types
+    if not isinstance(names, list) or not names or not all(isinstance(t, str) and t.strip() for t in names):
+        raise ProfileError(
+            f"{source}: model_types must be a non-empty list of /model_info model_type names (e.g. [kimi_k25]), "
+            f"got {types!r}"
+        )
+    if path is not None and (not isinstance(path, str) or not path.strip()):
+        raise ProfileError(f"{source}: model_path must be a model path (a Hugging Face id or a folder), got {path!r}")
+    return tuple(t.strip() for t in names), path.strip() if path else None
 
 
 def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> ModelProfile:

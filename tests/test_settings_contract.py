@@ -56,6 +56,7 @@ def samples(tmp: Path) -> dict[str, str]:
         "SGLANG_API_KEY": "sk-contract-test",
         "EAGLE3_MODEL": "qwen3",
         "EAGLE3_TOKENIZER": "org/tokenizer",
+        "EAGLE3_SERVED_MODEL": "/models/qwen3-ft",
         "EAGLE3_ASSETS_DIR": str(tmp / "assets"),
         "EAGLE3_DATA_DIR": str(tmp / "data"),
         "EAGLE3_WORK_DIR": str(tmp / "work"),

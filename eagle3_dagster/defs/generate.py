@@ -57,6 +57,7 @@ from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, g
 from ..quality import generation_features
 from ..quality.acceptance import acceptance_metadata, shard_acceptance, summary_group
 from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
+from ..quality.features import with_same_answer_counts
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..schemas import TOKENIZED_PROMPTS
@@ -311,6 +312,8 @@ def generation_frame(
         ),
         preview=3,
     )
+    # over the whole shard, not one batch: one answer sent for many prompts (generation_features' docs)
+    features = with_same_answer_counts(features)
     return GatedGenerations(features, preview, stored, prompts, turns)
 
 

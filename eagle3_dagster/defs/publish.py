@@ -89,7 +89,7 @@ def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: i
         "regen_seed": sglang.regen_seed,
         "n_shards": n_shards,
         # the data card's model and sources (publish/card.py): tokenizer, sampling, licences and origins
-        **card_config(profile, load_source_specs(pipeline.sources_path)),
+        **card_config(profile, load_source_specs(pipeline.sources_path), settings().served_model),
     }
 
 

@@ -17,6 +17,7 @@ from ..profiles import ModelProfile
 from ..secret import Secret
 from ..urls import Endpoints, credentials_conflict, parse_endpoint_urls
 from .run_wait import EndpointWaitRecord
+from .served_model import ExpectedModel
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class GenerationConfig:
     # The graph run's shared endpoint wait (run_wait.py): when one shard's wait ran out, the run's other
     # shards fail at once with its line. None: each shard waits on its own (a plain generate_shard call).
     endpoint_wait: EndpointWaitRecord | None = field(default=None, compare=False)
+    # What every endpoint must serve (served_model.py): the profile's model (from_profile sets it), the user's
+    # pin (EAGLE3_SERVED_MODEL) in served_model_pin. None and None: not judged (a config built without a profile).
+    expected_model: ExpectedModel | None = None
+    served_model_pin: str | None = None
     api_key: Secret | None = field(default=None, repr=False, compare=False)  # Bearer key; None: no Authorization
 
     def __post_init__(self) -> None:
@@ -138,6 +143,7 @@ class GenerationConfig:
             ignore_eos=s.ignore_eos,
             stop_token_ids=tuple(profile.stop_token_ids),
             vocab_size=profile.vocab_size,
+            expected_model=ExpectedModel.of(profile),
         )
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
@@ -154,11 +160,23 @@ class GenerationConfig:
             return int(self.stream_interval)
         return max(16, min(2048, -(-int(self.max_new_tokens) // 4)))
 
+    def served_model_expectation(self) -> ExpectedModel | None:
+        """What the endpoints must serve: the profile's model with the user's pin, or None (not judged)."""
+        if self.expected_model is not None:
+            return self.expected_model.with_pin(self.served_model_pin)
+        if self.served_model_pin:
+            return ExpectedModel("(no profile)").with_pin(self.served_model_pin)
+        return None
+
 
 # The GenerationConfig fields a deployment sets with no per-run resource field: read from the settings only.
 def deployment_fields(s: Settings) -> dict[str, Any]:
     """The settings-only fields that are set (EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS=0 is None: never compact)."""
-    out: dict[str, Any] = {"api_key": s.sglang_api_key, "allow_old_server": s.allow_old_sglang}
+    out: dict[str, Any] = {
+        "api_key": s.sglang_api_key,
+        "allow_old_server": s.allow_old_sglang,
+        "served_model_pin": s.served_model,
+    }
     out = {k: v for k, v in out.items() if v is not None}
     if s.generation_compact_after_chunks is not None:
         out["compact_after_chunks"] = s.generation_compact_after_chunks or None

@@ -19,6 +19,7 @@ import httpx
 
 from ..secret import redact
 from .drafter import DrafterIdentity
+from .served_model import ServedModel
 
 
 class NoEndpointError(RuntimeError):
@@ -229,6 +230,7 @@ class Endpoint:
     workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
     worker_window: int | None = None  # a router's in-flight window from its workers
     drafter: DrafterIdentity | None = None  # the speculative drafter it runs (a router: its workers', if one)
+    served_model: ServedModel | None = None  # what its /model_info says it serves (model_path, model_type)
 
     @property
     def routable(self) -> bool:

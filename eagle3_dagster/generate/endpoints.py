@@ -14,8 +14,12 @@ list (`/workers`, or `/list_workers`) sizes the in-flight window and every worke
 where the worker is reachable.
 
 Refused for the whole run (never routable, the step fails at once if nothing else is left): another
-model revision (read again whenever the endpoint comes back after being unreachable); `/server_info` version older than 0.5.9 (unless allowed); `preferred_sampling_params`
-that set a sampling field the client does not send (it would change the distribution unseen).
+model (its /model_info `model_type`, or `model_path` where the profile or EAGLE3_SERVED_MODEL pins one, is
+not the run's: served_model.py), checked for a router's reachable workers too; another model revision
+than the run's first endpoint (both read again whenever the endpoint comes back after being unreachable;
+a pinned revision is not compared, the model still is); `/server_info` version older than 0.5.9 (unless
+allowed); `preferred_sampling_params` that set a sampling field the client does not send (it would
+change the distribution unseen).
 
 While nothing is routable the pool logs every endpoint and its state (`connection refused`, `not an
 SGLang server: /model_info answered text/html`, `/health 503`, ...) at once and then every
@@ -59,6 +63,7 @@ from .endpoint_info import (
     workers_listed,
 )
 from .run_wait import EndpointWaitRecord
+from .served_model import ExpectedModel, judge_served_model
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +87,9 @@ class EndpointPool:
         allow_old_server: bool = False,
         sent_sampling_keys: frozenset[str] | None = None,
         wait_record: EndpointWaitRecord | None = None,
+        expected_model: ExpectedModel | None = None,
     ) -> None:
+        self.expected_model = expected_model  # None: what the endpoints serve is not judged (tests of other parts)
         self.wait_record = wait_record  # the graph run's one endpoint wait (run_wait.py); None: this pool's own
         self.report_every_s = report_every_s
         self.first_report_s = first_report_s
@@ -99,7 +106,7 @@ class EndpointPool:
         self.breaker_threshold = breaker_threshold
         self.wait_for_endpoint_s = wait_for_endpoint_s
         self.model_revision: str | None = None
-        self.revision_pinned = False  # a configured revision: what endpoints report is not compared
+        self.revision_pinned = False  # a configured revision: the revisions endpoints report are not compared
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._rr = 0
@@ -190,8 +197,7 @@ class EndpointPool:
     def _recheck_when_back(self, ep: Endpoint) -> None:
         """A server that went away may come back serving another model (answers do not name it, a fresh
         server's weight_version is "default" again): read /model_info again before it is routable."""
-        if not self.revision_pinned:
-            ep.revision_checked = False
+        ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
         why = redact(why)  # it quotes what /server_info and /model_info said (versions, server-side defaults)
@@ -211,12 +217,14 @@ class EndpointPool:
                 use_why2 = why2.startswith("not an SGLang") or why.startswith("/model_info answered 404")
                 ep.state = why2 if use_why2 and not why.startswith("not an SGLang") else why
                 return False  # not ready to tell us what it serves (or not SGLang at all): not routable
+        if not self._check_model(ep, info):
+            return False
         rev = model_revision_of(info)
         ep.revision = rev
         ep.preferred_sampling_params = preferred_params_of(info)
         if self.model_revision is None:
             self.model_revision = rev
-        elif rev != self.model_revision:
+        elif rev != self.model_revision and not self.revision_pinned:
             log.error("endpoint %s serves %s, the run uses %s: excluded", ep.name, rev, self.model_revision)
             ep.mismatched = True
             ep.state = f"serves {rev}, the run uses {self.model_revision}"
@@ -227,6 +235,20 @@ class EndpointPool:
             await self._check_router_workers(ep)
         self._check_preferred(ep)
         return not ep.mismatched and not ep.refused
+
+    def _check_model(self, ep: Endpoint, info: dict[str, Any]) -> bool:
+        """Is what `info` (its /model_info) names the run's model? Refused for the run when not, naming both."""
+        if self.expected_model is None:
+            return True
+        verdict = judge_served_model(info, self.expected_model, who=f"endpoint {ep.name}")
+        first = ep.served_model is None
+        ep.served_model = verdict.served
+        if verdict.refusal is not None:
+            self._refuse(ep, verdict.refusal)
+            return False
+        if verdict.warning is not None and first:
+            log.warning("%s", verdict.warning)
+        return True
 
     async def _model_info_from_a_live_worker(self, ep: Endpoint, why: str) -> dict[str, Any] | None:
         """A router whose /get_model_info fails (0.3.2 sends it to its first worker, dead or not, until its
@@ -339,9 +361,13 @@ class EndpointPool:
     def _worker_refusal(
         self, ep: Endpoint, worker: str, model_info: dict[str, Any], server_info: dict[str, Any] | None
     ) -> str | None:
-        """Why a router is refused for one of its workers (another revision, an old SGLang), or None."""
+        """Why a router is refused for one of its workers (another model or revision, an old SGLang), or None."""
+        if self.expected_model is not None:
+            verdict = judge_served_model(model_info, self.expected_model, who=f"router worker {worker}")
+            if verdict.refusal is not None:
+                return f"{verdict.refusal} (behind router {ep.name})"
         wrev = model_revision_of(model_info)
-        if wrev != ep.revision:
+        if wrev != ep.revision and not self.revision_pinned:
             return (
                 f"router worker {worker} serves {wrev}, the router's first worker "
                 f"serves {ep.revision}: one router would mix two model revisions"
@@ -380,12 +406,10 @@ class EndpointPool:
         When another shard of the same graph run already waited in vain (`wait_record`), fail at once."""
         self._raise_if_wait_failed_in_run()
         if configured_revision is not None:
+            # The caller pinned the revision: the revisions endpoints report are not compared (what model they
+            # serve, their versions and server-side defaults still are).
             self.model_revision = configured_revision
             self.revision_pinned = True
-            # The caller pinned the revision: still read /server_info, but do not compare revisions.
-            for ep in self.endpoints:
-                ep.revision_checked = True
-            await asyncio.gather(*(self._read_server_info(ep) for ep in self.endpoints))
         t0 = time.monotonic()
         probes = asyncio.ensure_future(asyncio.gather(*(self.check_health(ep) for ep in self.endpoints)))
         done, _ = await asyncio.wait({probes}, timeout=self.first_report_s)
@@ -394,7 +418,7 @@ class EndpointPool:
         await probes
         warn_mixed_fleet({ep.name: ep.drafter for ep in self.endpoints if ep.server_info and not ep.refused})
         revs = {ep.name: ep.revision for ep in self.endpoints if ep.revision}
-        if len(set(revs.values())) > 1:
+        if len(set(revs.values())) > 1 and not self.revision_pinned:
             # Which one is "right" is not ours to guess: pin GenerationConfig.model_revision or fix the fleet.
             raise ModelRevisionError(f"the endpoints serve different model revisions: {revs}")
         self._raise_if_all_refused()
@@ -416,10 +440,6 @@ class EndpointPool:
     def describe(self) -> str:
         """Every endpoint and its state, one line."""
         return "; ".join(f"{ep.name}: {ep.state}" for ep in self.endpoints)
-
-    async def _read_server_info(self, ep: Endpoint) -> None:
-        ep.server_info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info") or {}
-        self._note_server_info(ep)
 
     async def _monitor(self) -> None:
         last_full = time.monotonic()

@@ -85,6 +85,10 @@ class ShardReport:
     context_fitted: int = 0
     context_overflow_skipped: int = 0
     server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
+    # endpoint -> what its /model_info says it serves ("model_path '...' (model_type '...')"), and the endpoints
+    # refused for this run -> why (another model, an old SGLang, server-side sampling defaults)
+    served_models: dict[str, str] = field(default_factory=dict)
+    refused_endpoints: dict[str, str] = field(default_factory=dict)
     # endpoint -> the server's --preferred-sampling-params (recorded; one that sets a field the client
     # does not send refuses the endpoint before anything is sent)
     preferred_sampling_params: dict[str, dict[str, Any]] = field(default_factory=dict)

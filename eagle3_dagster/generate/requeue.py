@@ -12,6 +12,11 @@ Retried (the answer itself says the server got it wrong; a fixed or healthy serv
   the budget: a truncated trace);
 - `quarantined_integrity`: any other integrity violation the client recorded on the row (ids vs
   completion_tokens, "NaN happened" finishes, ids out of the vocabulary, stop id not the last id).
+- `quarantined_same_answer`: the row's output ids are those of another quarantined row of another prompt
+  (what the gate's `same_answer_to_different_prompts` quarantines: one answer sent for many prompts, as a
+  response cache keyed on the wrong field does). A fixed server answers each prompt its own way; a group of
+  genuinely identical short answers comes back identical and is quarantined again (a few short requests on
+  each run).
 
 Not retried: a quarantined row with a well-formed answer (no `</think>`, a `length` finish at our own
 budget, repetition, unbalanced tool-call markers, an echoed prompt tail). That is what the model sampled
@@ -35,6 +40,7 @@ _ROW_ID = "row_id"  # quality.features.ROW_ID: the sample_id of a generations ro
 EMPTY = "quarantined_empty_answer"
 CAPPED = "quarantined_server_capped"
 INTEGRITY = "quarantined_integrity"
+SAME_ANSWER = "quarantined_same_answer"
 
 
 def quarantined_sample_ids(out_dir: StoreDir) -> pl.Series:
@@ -64,11 +70,18 @@ def retryable_quarantined(out_dir: StoreDir) -> Mapping[str, str]:
     if ids.len() == 0:
         return {}
     out: dict[str, str] = {}
-    for batch in iter_generations(out_dir, only=ids, columns=["sample_id", "output_ids", "integrity_violations"]):
-        for sid, oids, viol in batch.iter_rows():
+    answers: dict[tuple[int, ...], dict[str, str]] = {}  # output ids -> {sample id: prompt id} (quarantined rows)
+    columns = ["sample_id", "prompt_id", "output_ids", "integrity_violations"]
+    for batch in iter_generations(out_dir, only=ids, columns=columns):
+        for sid, pid, oids, viol in batch.iter_rows():
             reason = retry_reason(oids, viol)
             if reason is not None:
                 out[str(sid)] = reason
+            else:
+                answers.setdefault(tuple(oids), {})[str(sid)] = str(pid)
+    for group in answers.values():
+        if len(set(group.values())) > 1:  # one answer stored for several prompts
+            out.update(dict.fromkeys(group, SAME_ANSWER))
     return out
 
 

@@ -136,6 +136,7 @@ def _endpoint_pool(
         allow_old_server=config.allow_old_server,
         sent_sampling_keys=frozenset(sp),
         wait_record=config.endpoint_wait,
+        expected_model=config.served_model_expectation(),
     )
 
 
@@ -164,6 +165,8 @@ def _engine_context(
     report.server_context_length = server_context
     report.context_overflow = config.context_overflow
     report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
+    report.served_models = {ep.name: ep.served_model.describe() for ep in pool.endpoints if ep.served_model}
+    report.refused_endpoints = {ep.name: ep.refused for ep in pool.endpoints if ep.refused}
     report.streamed = config.stream
     return EngineContext(
         config=config,

@@ -9,10 +9,12 @@ Which text: the content of the USER turns only -- of the prompt's `messages`, an
 `regenerate: all_turns` source of its whole `conversation` (its later user turns are sent too).
 System prompts, assistant turns, tool results and tool schemas are not compared.
 
-Normalisation (both sides, `words`): Unicode NFKC, lowercase (str.lower), then every run of
-characters that are not letters or digits (punctuation, symbols, whitespace, '_') is one word
-boundary. The normalized text is the words joined by one space:
-"Janet's ducks lay 16 eggs per day!" -> "janet s ducks lay 16 eggs per day".
+Normalisation (both sides, `words`): invisible characters dropped (format characters such as U+200B
+ZERO WIDTH SPACE and U+00AD SOFT HYPHEN, which NFKC keeps, and the other default-ignorable code points:
+invisible.py), Unicode NFKC, lowercase (str.lower), then every run of characters that are not letters or
+digits (punctuation, symbols, whitespace, '_') is one word boundary. The normalized text is the words
+joined by one space: "Janet's ducks lay 16 eggs per day!" -> "janet s ducks lay 16 eggs per day", and
+"Ja<U+200B>net's" gives "janet s" too (a zero-width space no longer splits a word).
 
 A training prompt overlaps an eval prompt when
 
@@ -39,6 +41,8 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .invisible import drop_invisible
+
 NGRAM = 13
 DEFAULT_OVERLAP_THRESHOLD = 0.5
 REASON = "eval_overlap"
@@ -50,9 +54,9 @@ _ASCII_BOUNDARIES = str.maketrans({c: " " for c in map(chr, range(128)) if not c
 
 def words(text: str) -> list[str]:
     """The normalized words of `text` (see the module docstring)."""
-    if text.isascii():  # NFKC leaves ASCII as it is
+    if text.isascii():  # NFKC leaves ASCII as it is, and ASCII has no invisible character
         return text.lower().translate(_ASCII_BOUNDARIES).split()
-    return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+    return _WORD.findall(unicodedata.normalize("NFKC", drop_invisible(text)).lower())
 
 
 def normalize_text(text: str) -> str:

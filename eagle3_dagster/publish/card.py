@@ -91,12 +91,19 @@ _BIG = ((10**7, "1M<n<10M"), (10**8, "10M<n<100M"), (10**9, "100M<n<1B"))
 log = logging.getLogger(__name__)
 
 
-def card_config(profile: Any, specs: Sequence[Any]) -> dict[str, Any]:
+def card_config(profile: Any, specs: Sequence[Any], served_model_pin: str | None = None) -> dict[str, Any]:
     """What the card needs beyond the rows, for the snapshot's `config`: the profile's tokenizer and
-    sampling, and each source's licence and origin (its path as display_uri shows it: no credentials)."""
+    sampling, the served model the endpoints were checked against (the profile's model_types and
+    model_path, the user's EAGLE3_SERVED_MODEL pin), and each source's licence and origin (its path as
+    display_uri shows it: no credentials)."""
     return {
         "tokenizer": str(profile.tokenizer),
         "sampling": asdict(profile.sampling),
+        "served_model": {
+            "model_types": list(profile.model_types),
+            "model_path": profile.model_path,
+            "pinned_path": served_model_pin,
+        },
         "sources": [
             {
                 "name": s.name,
@@ -250,6 +257,8 @@ def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> 
         f"| tokenizer | `{_code(cfg.get('tokenizer') or 'not recorded')}`; "
         f"fingerprints {_values(values['tokenizer_fingerprint'])} |",
         f"| model revision (model path @ weight version) | {_values(values['model_revision'])} |",
+        f"| served model (each endpoint's `/model_info`, checked before a request was sent) | "
+        f"{_served_model_text(cfg.get('served_model'))} |",
         f"| chat template (template hash) | {_values(values['template_hash'])} |",
         f"| sampling | {sampling_text or 'not recorded'}; max_new_tokens={_cell(cfg.get('max_new_tokens', 'n/a'))}; "
         f"sampling hash {_values(values['sampling_hash'])} |",
@@ -257,6 +266,21 @@ def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> 
         "the SGLang version is not stored with the rows (the generations asset's metadata names it) |",
         "",
     ]
+
+
+def _served_model_text(served: dict[str, Any] | None) -> str:
+    """What the endpoints were required to serve (generate/served_model.py), or that the snapshot does not say."""
+    if not served:
+        return "not recorded"
+    types = " or ".join(f"`{_code(t)}`" for t in served.get("model_types") or []) or "any"
+    pin = served.get("pinned_path")
+    if pin:
+        return (
+            f"model path `{_code(pin)}`, pinned by EAGLE3_SERVED_MODEL: endpoints serving it were used whatever "
+            f"their model type (the profile expects model type {types}), any other model was refused"
+        )
+    path = served.get("model_path")
+    return f"model type {types}" + (f" and model path `{_code(path)}`" if path else "") + "; any other was refused"
 
 
 def gates_section(manifest: dict[str, Any], row_gates: Sequence[GateFacts], shards: int) -> list[str]:

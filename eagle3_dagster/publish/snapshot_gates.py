@@ -6,7 +6,11 @@ the previous published snapshot's (drift). Thresholds and severities are data: e
 pass `config_overrides` for one run.
 
 - publish: a critical failure (0 rows, no shard included, fewer rows than a fraction of the
-  previous snapshot) means: not published, LATEST unchanged.
+  previous snapshot, too many rows whose answer is that of several other prompts) means: not
+  published, LATEST unchanged. `same_answer_share` is the share of the snapshot's rows whose output
+  ids are exactly those of at least `min_prompts` different prompts (the expectation's meta, default
+  4), across shards: the shard gates quarantine such groups within a shard, this sees one answer
+  spread over shards (a response cache keyed on the wrong field, in front of every shard).
 - drift: warning expectations warn, critical ones fail; the suite's `meta.drifted_snapshot` says
   what happens to a drifted snapshot: "publish" (published, marked in its manifest) or "hold".
 """
@@ -29,7 +33,13 @@ RATIO_METRICS = ("reasoning_len", "output_len", "answer_len", "prompt_len")
 RATE_METRICS = ("think_end_rate", "length_finish_rate", "tool_call_rate")
 
 
-def publish_frame(rows: int, shards_included: int, previous_rows: int | None) -> pl.DataFrame:
+SAME_ANSWER_KEY = "same_answer_share"  # expectations/publish.json: its meta.min_prompts sizes a group
+DEFAULT_MIN_PROMPTS = 4
+
+
+def publish_frame(
+    rows: int, shards_included: int, previous_rows: int | None, same_answer_share: float | None = None
+) -> pl.DataFrame:
     frac = None if not previous_rows else rows / previous_rows
     return pl.DataFrame(
         {
@@ -37,13 +47,48 @@ def publish_frame(rows: int, shards_included: int, previous_rows: int | None) ->
             "rows": [rows],
             "shards_included": [shards_included],
             "rows_fraction_of_previous": [frac],
+            "same_answer_share": [same_answer_share],
         },
         schema={
             ROW_ID: pl.String,
             "rows": pl.Int64,
             "shards_included": pl.Int64,
             "rows_fraction_of_previous": pl.Float64,
+            "same_answer_share": pl.Float64,
         },
+    )
+
+
+def same_answer_min_prompts(expectations_dir: Path) -> int | None:
+    """How many different prompts sharing one answer make a group (the publish suite's `same_answer_share`
+    meta.min_prompts); None when the suite has no such expectation (then the share is not computed)."""
+    suite = load_suite("publish", Path(expectations_dir))
+    spec = next((e for e in suite.expectations if e.key == SAME_ANSWER_KEY), None)
+    if spec is None:
+        return None
+    k = spec.meta.get("min_prompts", DEFAULT_MIN_PROMPTS)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise SuiteError(f"{suite.source_path}: {SAME_ANSWER_KEY} meta.min_prompts must be an integer >= 2, got {k!r}")
+    return k
+
+
+def same_answer_share(summary: dict[str, Any], min_prompts: int | None) -> float | None:
+    """Share of the summary's rows whose answer is that of `min_prompts` or more different prompts (None: a
+    summary without the figures, or no group size: not judged)."""
+    groups = summary.get("same_answer_rows")
+    rows = int(summary.get("rows") or 0)
+    if min_prompts is None or groups is None or not rows:
+        return None
+    return sum(int(n) for k, n in groups.items() if int(k) >= min_prompts) / rows
+
+
+def _same_answer_reason(name: str, summary: dict[str, Any], share: float | None, min_prompts: int | None) -> str:
+    groups = {int(k): int(n) for k, n in (summary.get("same_answer_rows") or {}).items()}
+    biggest = max(groups, default=0)
+    return (
+        f"{name}: {share or 0:.1%} of the {summary.get('rows')} rows have an answer shared by {min_prompts} or more "
+        f"different prompts (the largest group: {biggest} prompts with one answer): one answer sent for many "
+        "prompts, e.g. a response cache keyed on the wrong field"
     )
 
 
@@ -144,7 +189,9 @@ def judge_snapshot(
     """
     ov = config_overrides or {}
     prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
-    pf = publish_frame(rows, shards_included, prev_rows)
+    min_prompts = same_answer_min_prompts(expectations_dir)
+    share = same_answer_share(summary, min_prompts)
+    pf = publish_frame(rows, shards_included, prev_rows, share)
     pres = run_gate(
         "publish",
         pf,
@@ -156,19 +203,20 @@ def judge_snapshot(
     )
     pvals = pf.row(0, named=True)
     reasons = []
-    if not pres.success:
-        for o in pres.failed_critical:
-            if o.key == "some_shard_included" and excluded:
-                reasons.append(
-                    f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
-                )
-            elif o.key == "rows_vs_previous" and prev_rows:
-                reasons.append(
-                    f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
-                    f"({pvals['rows_fraction_of_previous']:.0%})"
-                )
-            else:
-                reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
+    for o in pres.failed_critical if not pres.success else []:
+        if o.key == "some_shard_included" and excluded:
+            reasons.append(
+                f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
+            )
+        elif o.key == SAME_ANSWER_KEY:
+            reasons.append(_same_answer_reason(o.name, summary, share, min_prompts))
+        elif o.key == "rows_vs_previous" and prev_rows:
+            reasons.append(
+                f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
+                f"({pvals['rows_fraction_of_previous']:.0%})"
+            )
+        else:
+            reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
     publish_gate = {**_gate_json(pres), "values": pvals}
     drift = None
     if previous is not None and previous.get("summary"):

@@ -340,6 +340,7 @@ def generation_features(
         .alias("has_answer_or_tool_call"),
         _tool_args_parse(feats, profile, tokenizer),
     )
+    feats = with_same_answer_counts(feats)
     return feats.drop(
         "output_ids",
         "_leading",
@@ -350,6 +351,20 @@ def generation_features(
         "markers",
         *(["_tail"] if "_tail" in feats.columns else []),
     )
+
+
+OUTPUT_HASH = "output_hash"  # a hash of the row's output ids (null: no output ids)
+
+
+def with_same_answer_counts(feats: pl.DataFrame) -> pl.DataFrame:
+    """`same_answer_prompts`: how many different prompts (prompt_id) of the frame got exactly this row's output
+    ids (1: only this one; null: no output ids). A table-level feature: over the whole shard, so a gate that
+    computes features batch by batch calls this again on the concatenated frame. A cache keyed on the wrong
+    field sends one answer for many prompts, each with its own rid and prompt length: only this sees it
+    (expectation `same_answer_to_different_prompts`)."""
+    shared = pl.col("prompt_id").n_unique().over(OUTPUT_HASH).cast(pl.Int32)
+    counts = pl.when(pl.col(OUTPUT_HASH).is_null()).then(None).otherwise(shared)
+    return feats.with_columns(counts.alias("same_answer_prompts"))
 
 
 def _generation_base(generations: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
@@ -398,6 +413,8 @@ def _generation_base(generations: pl.DataFrame, profile: ModelProfile) -> pl.Dat
         first_tool.alias("_first_tool"),
         last_is_stop.alias("_last_is_stop"),
         _spec_metrics_consistent(generations.columns).alias("spec_metrics_consistent"),
+        # the answer's identity (no answer: null, not judged): same_answer_prompts counts the prompts sharing it
+        pl.when(n > 0).then(ids.hash()).otherwise(None).alias(OUTPUT_HASH),
     )
 
 

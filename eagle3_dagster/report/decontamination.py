@@ -40,7 +40,8 @@ def decontamination_section(summary: dict[str, Any] | None) -> list[str]:
     checked = int(summary.get("training_prompts_checked", 0))
     h.append(
         f'<p class="small">Every training prompt (user turns) checked against every eval prompt: exact match after '
-        f"normalisation (NFKC, lowercase, punctuation and symbols as word boundaries), or shared {n}-grams / "
+        f"normalisation (invisible format characters dropped, NFKC, lowercase, punctuation and symbols as word "
+        "boundaries), or shared {n}-grams / "
         f"min(training, eval) {n}-grams at least the eval source's overlap threshold. Removed prompts are reject rows "
         "<code>eval_overlap</code> in prompts/prompt_rejects.parquet, naming the eval prompt.</p>"
     )

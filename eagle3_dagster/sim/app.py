@@ -31,7 +31,8 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" / "huge_id" (output ids written as
        no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"
        (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all),
-       "report_version", "preferred_sampling_params"
+       "report_version", "preferred_sampling_params", "same_answer" (one answer for every prompt, each
+       with its own rid and prompt_tokens), "claimed_model" (/model_info names another model)
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.
@@ -116,16 +117,17 @@ class Handlers(GenerateRoutes):
 
     async def model_info(self, request: web.Request) -> web.Response:
         sim = self.sim
+        path = FF.claimed(sim.fleet, "model_path", sim.args.model_path)
         d: dict[str, Any] = {
-            "model_path": sim.args.model_path,
-            "tokenizer_path": sim.args.model_path,
+            "model_path": path,
+            "tokenizer_path": path,
             "is_generation": True,
             "preferred_sampling_params": FF.preferred_for_model_info(sim.fleet),
             "weight_version": sim.fleet.weight_version,
             "has_image_understanding": False,
             "has_audio_understanding": False,
-            "model_type": sim.args.model_type,
-            "architectures": [sim.args.architecture],
+            "model_type": FF.claimed(sim.fleet, "model_type", sim.args.model_type),
+            "architectures": FF.claimed(sim.fleet, "architectures", [sim.args.architecture]),
         }
         if sim.version == P.V0_5_23:
             d.update(
@@ -142,9 +144,10 @@ class Handlers(GenerateRoutes):
     async def server_info(self, request: web.Request) -> web.Response:
         sim = self.sim
         a = sim.args
+        path = FF.claimed(sim.fleet, "model_path", a.model_path)
         d: dict[str, Any] = {
-            "model_path": a.model_path,
-            "tokenizer_path": a.model_path,
+            "model_path": path,
+            "tokenizer_path": path,
             "served_model_name": a.served_model_name,
             "host": a.host,
             "port": a.port,

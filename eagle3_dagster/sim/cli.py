@@ -24,6 +24,9 @@ def _server_flags(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--version", choices=P.VERSIONS, default=P.V0_5_23)
     g.add_argument("--api-key-env", default=None, help="name of the env var holding the API key")
     g.add_argument("--model-path", default=None, help="reported model_path (default: the profile's tokenizer id)")
+    g.add_argument(
+        "--model-type", default=None, help="reported /model_info model_type (default: the profile's first model_types)"
+    )
     g.add_argument("--served-model-name", default=None)
     g.add_argument("--reasoning-parser", default="auto", help="auto, none or a parser name (reasoning_tokens)")
     g.add_argument("--tool-call-parser", default=None)

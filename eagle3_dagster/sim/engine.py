@@ -138,6 +138,7 @@ class Engine:
             plan = FF.nan_plan(plan, sim.eos_ids[0])
         if sim.fleet.take_out_of_vocab():
             plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
+        plan = sim.fleet.same_answer_for(plan)  # one answer for every prompt (a cache keyed on the wrong field)
         pr.wire_lie = sim.fleet.take_wire_lie()
         pr.plan = plan
         return plan, sim.fleet.take_stall()

@@ -15,6 +15,10 @@ POST /_sim/faults like the others).
      "stale_answer": N,               next N requests answer 200 with the answer sent before (a stream:
                                       its last chunk): another request's rid and tokens, as from a proxy
                                       or cache that mixes up answers
+     "same_answer": N,                next N requests answer with the output of the first request the fault
+                                      took (its ids, text and finish), with their own rid and prompt_tokens:
+                                      one answer for every prompt, as a response cache keyed on the wrong
+                                      field sends it
      "unfinished": N,                 next N single requests end unfinished: a 200 answer whose meta_info
                                       finish_reason is null and that holds half the output ids (a proxy's
                                       snapshot of a running request); a stream: its final chunk is not sent
@@ -59,7 +63,12 @@ POST /_sim/faults like the others).
      "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
                                       1: off): traffic the drafter knows less well, the figures still add up
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
-                                          (and merge under each request)}
+                                          (and merge under each request)
+     "claimed_model": {"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3", "architectures": [...]}
+                                      from now on /model_info (and /server_info's model_path) name this
+                                      model (any of the keys; null: the real one again) while the answers
+                                      stay the profile's: a server of another model, or a sibling (Kimi-K2
+                                      under a Kimi-K2.5 profile) that shares the tokenizer}
 """
 
 from __future__ import annotations
@@ -90,6 +99,7 @@ class FleetFaults:
     nan_finish: int = 0
     out_of_vocab: int = 0
     stale_answer: int = 0
+    same_answer: int = 0
     unfinished: int = 0
     cut_stream: int = 0
     quote_headers: int = 0
@@ -112,10 +122,13 @@ class FleetFaults:
     spec_inconsistent: int = 0
     spec_inconsistent_kind: str = "accept_length"
     spec_acceptance_scale: float = 1.0
+    claimed_model: dict[str, Any] | None = None
     injected: dict[str, int] = field(default_factory=dict)
+    # the plan every same_answer request gets: the first one it took (not a setting: as_dict leaves it out)
+    same_answer_plan: Any = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "injected"}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("injected", "same_answer_plan")}
 
     def _take(self, name: str) -> bool:
         n = getattr(self, name)
@@ -140,6 +153,14 @@ class FleetFaults:
 
     def take_stale_answer(self) -> bool:
         return self._take("stale_answer")
+
+    def same_answer_for(self, plan: Any) -> Any:
+        """The plan this request answers with: the first same_answer request's for every one the fault takes."""
+        if not self._take("same_answer"):
+            return plan
+        if self.same_answer_plan is None:
+            self.same_answer_plan = plan
+        return self.same_answer_plan
 
     def take_unfinished(self) -> bool:
         return self._take("unfinished")
@@ -223,6 +244,7 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         "nan_finish",
         "out_of_vocab",
         "stale_answer",
+        "same_answer",
         "unfinished",
         "cut_stream",
         "quote_headers",
@@ -270,7 +292,26 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         if v is not None and not isinstance(v, dict):
             raise ValueError("preferred_sampling_params must be an object or null")
         ff.preferred_sampling_params = v
+    if "claimed_model" in body:
+        ff.claimed_model = _claimed_model(body.pop("claimed_model"))
     return ff
+
+
+CLAIMABLE = ("model_path", "model_type", "architectures")
+
+
+def _claimed_model(v: Any) -> dict[str, Any] | None:
+    if v is None:
+        return None
+    if not isinstance(v, dict) or not v or set(v) - set(CLAIMABLE):
+        raise ValueError(f"claimed_model must be null or an object with some of {', '.join(CLAIMABLE)}")
+    return dict(v)
+
+
+def claimed(ff: FleetFaults, key: str, real: Any) -> Any:
+    """What /model_info says for `key`: the fault claimed_model's value when it names one, else the real one."""
+    claim = ff.claimed_model or {}
+    return claim.get(key, real)
 
 
 def preferred_for_model_info(ff: FleetFaults) -> str | None:

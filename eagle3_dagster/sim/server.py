@@ -62,7 +62,7 @@ def load_sim(args: argparse.Namespace) -> Sim:
     tok = load_tokenizer(profile.tokenizer, trust_remote_code=False)
     kimi = profile.template_family == "kimi_ts"
     args.served_model_name = args.served_model_name or args.model_path
-    args.model_type = "kimi_k25" if kimi else profile.name.replace("-", "_")
+    args.model_type = args.model_type or profile.model_types[0]  # the profile's model, unless told to claim another
     args.architecture = "KimiK25ForConditionalGeneration" if kimi else "Qwen3ForCausalLM"
     sim = Sim(args, profile, tok, api_key=api_key)
     if args.seed is not None:

@@ -11,7 +11,9 @@ beside every shard's training table (`training_samples/shard=NNNN/summary.json`)
     model_revision / sampling_hash (the most common one), finish_reasons {reason: rows},
     think_end_rate, length_finish_rate, tool_call_rate,
     lengths {prompt_len|output_len|reasoning_len|answer_len: {n, mean, min, p5, p25, p50, p75, p95, max}},
-    histograms {same columns: {edges, counts}}  (20 equal bins over [0, max])
+    histograms {same columns: {edges, counts}}  (20 equal bins over [0, max]),
+    same_answer_rows {k: rows}  (rows whose output ids are exactly those of k different prompts, k >= 2
+                                 only: one answer sent for many prompts; the publish gate judges it)
 
 The snapshot's content identity (ContentHasher) is publish/identity.py.
 """
@@ -46,7 +48,8 @@ STAT_COLUMNS = (
 
 def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
     """One row per training sample: source, finish_reason, model_revision, sampling_hash, the four
-    lengths (reasoning/answer null when the output has no think-end), think_end, has_tool_call."""
+    lengths (reasoning/answer null when the output has no think-end), think_end, has_tool_call, and hashes of
+    the prompt id and of the output ids (prompt_hash, output_hash: which prompts share one answer)."""
     from ..quality.features import output_lengths
 
     cols = {
@@ -60,6 +63,8 @@ def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
         "answer_len": pl.Int32,
         "think_end": pl.Boolean,
         "has_tool_call": pl.Boolean,
+        "prompt_hash": pl.UInt64,
+        "output_hash": pl.UInt64,
     }
     if samples.height == 0:
         return pl.DataFrame(schema=cols)
@@ -71,6 +76,8 @@ def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
         pl.col("sampling_hash").cast(pl.String),
         pl.col("prompt_len").cast(pl.Int32),
         *output_lengths(out_ids, profile),
+        pl.col("prompt_id").cast(pl.String).hash().alias("prompt_hash"),
+        pl.when(out_ids.list.len() > 0).then(out_ids.hash()).otherwise(None).alias("output_hash"),
     ).cast(cols)  # type: ignore[arg-type]
 
 
@@ -124,7 +131,24 @@ def summarize(stats: pl.DataFrame) -> dict[str, Any]:
         "tool_call_rate": _rate(stats["has_tool_call"], n),
         "lengths": {c: length_stats(stats[c]) for c in LENGTHS},
         "histograms": {c: _histogram(stats[c].drop_nulls().to_numpy()) for c in LENGTHS},
+        "same_answer_rows": same_answer_rows(stats),
     }
+
+
+def same_answer_rows(stats: pl.DataFrame) -> dict[str, int]:
+    """{k: rows} for the rows whose output ids are exactly those of k >= 2 different prompts (no output: not
+    counted); {} when every answer is its prompt's own."""
+    if stats.height == 0 or "output_hash" not in stats.columns:
+        return {}
+    shared = (
+        stats.filter(pl.col("output_hash").is_not_null())
+        .select(pl.col("prompt_hash").n_unique().over("output_hash").alias("k"))
+        .filter(pl.col("k") > 1)
+        .group_by("k")
+        .len()
+        .sort("k")
+    )
+    return {str(k): int(n) for k, n in shared.iter_rows()}
 
 
 def summarize_samples(samples: pl.DataFrame, profile: ModelProfile) -> dict[str, Any]:

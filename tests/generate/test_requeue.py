@@ -9,7 +9,14 @@ import datetime as dt
 import polars as pl
 
 from eagle3_dagster.generate import read_generations
-from eagle3_dagster.generate.requeue import CAPPED, EMPTY, INTEGRITY, requeue_quarantined, retry_reason
+from eagle3_dagster.generate.requeue import (
+    CAPPED,
+    EMPTY,
+    INTEGRITY,
+    SAME_ANSWER,
+    requeue_quarantined,
+    retry_reason,
+)
 from eagle3_dagster.generate.store import SUPERSEDED_PREFIX, ShardStore, stored_sample_ids
 from eagle3_dagster.storage import read_parquet
 
@@ -80,3 +87,22 @@ def test_nothing_quarantined_leaves_the_store_alone(tmp_path):
     finally:
         st.close()
     assert stored_sample_ids(out).to_list() == ["a"]
+
+
+def test_one_answer_stored_for_several_prompts_is_sent_again(tmp_path):
+    """The gate quarantined a group of rows whose output ids are one answer for several prompts (a response cache
+    keyed on the wrong field): a fixed server answers each prompt its own way, so they are taken out and sent
+    again (`quarantined_same_answer`); a quarantined well-formed answer of its own prompt is not."""
+    out = tmp_path / "shard=0000"
+    st = ShardStore(out)
+    st.open()
+    try:
+        same = [9, 8, 7, 163586]
+        st.write_chunk([_row(s, same, []) for s in "abcd"] + [_row("e", [5, 163586], []), _row("f", [6], [])])
+        quarantine = pl.DataFrame({"row_id": list("abcde"), "reasons": [["one answer for many prompts"]] * 5})
+        quarantine.write_parquet(out / "quarantine.parquet")
+        requeued = requeue_quarantined(st)
+    finally:
+        st.close()
+    assert requeued == dict.fromkeys("abcd", SAME_ANSWER)
+    assert sorted(stored_sample_ids(out).to_list()) == ["e", "f"]

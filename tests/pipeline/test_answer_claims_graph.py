@@ -56,3 +56,33 @@ def test_a_truncated_prompt_makes_the_run_loud_and_is_never_published(tmp_path, 
         again = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
         assert again.ok, again
         assert read_generations(gen_dir).height == n and read_generation_errors(gen_dir).height == 0
+
+
+def test_a_server_of_another_model_fails_the_run_naming_both_and_nothing_is_generated(tmp_path, kimi_profile, sim):
+    """A server whose /model_info says Qwen3-8B under the kimi-k2.5 profile (its answers would pass the token
+    gates of a model sharing the tokenizer): the generations step fails at once, not retried, naming what the
+    endpoint serves and what the profile expects; not one request is sent. It used to run with SUCCESS."""
+    data = tmp_path / "data"
+    sim.faults(clear=True)
+    res = graph_resources(data, kimi_profile.tokenizer, sim.url)
+    try:
+        with dg.instance_for_test() as instance:
+            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            shard = shard_with_most_prompts(data)
+            sim.faults(claimed_model={"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3"})
+            before = sim.requests()
+            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            assert not sh.success and "generations" in sh.skipped_or_failed, sh
+            (error,) = [e for e in sh.errors if e.startswith("generations")]
+            for text in ("serves another model", "'Qwen/Qwen3-8B'", "'qwen3'", "kimi-k2.5", "'kimi_k25'"):
+                assert text in error, error
+            assert sim.requests() == before
+            assert read_generations(data / "generations" / f"shard={shard}").height == 0
+            attempts = [
+                e
+                for e in instance.all_logs(sh.run_id)
+                if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+            ]
+            assert len([e for e in attempts if e.step_key == "generations"]) == 1  # not retried
+    finally:
+        sim.faults(clear=True)

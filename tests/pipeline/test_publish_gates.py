@@ -229,3 +229,30 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
         top = (data / "reports" / "index.html").read_text().split("Gates by shard")[0]
         assert "NOT published (refused)" in top
     assert sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir()) == before
+
+
+def test_one_answer_for_every_prompt_fails_the_shard_and_nothing_is_published(nights):
+    """A server that sends one answer for every prompt, each with its own rid and prompt length (a response cache
+    keyed on the wrong field): the generations gate fails on `same_answer_to_different_prompts` and quarantines
+    every row, the shard is excluded, nothing is published and LATEST stays. It used to publish them."""
+    data, shard = nights["data"], nights["shard"]
+    good = _latest(data)
+    before = sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir())
+    with dg.instance_for_test() as instance, start_simulator() as sim:
+        httpx.post(f"{sim.url}/_sim/faults", json={"same_answer": 1_000_000}, timeout=10).raise_for_status()
+        res = _res(data, sim.url)
+        res["sglang"] = SGLangFleet(urls=sim.url, regen_seed=12)  # new cache keys: regenerate
+        run = materialize_graph(defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True)
+        sent = httpx.get(f"{sim.url}/_sim/stats", timeout=10).json()
+    answered = sum(sent["finished"].values())
+    assert sent["faults_injected"]["same_answer"] == answered > 1  # every answer was the first one
+    assert not run.shards[0].success and run.publish_success is False and not run.success
+    gate = read_gate_result(data, "generations", int(shard))
+    assert [o.key for o in gate.failed_critical] == ["same_answer_to_different_prompts"]
+    assert gate.row_failures.height == answered  # every row quarantined: none can reach training
+    ok, severity, text = run.publish_checks["publish_gate"]
+    assert not ok and severity == "ERROR" and "every shard was excluded" in text and "generations gate failed" in text
+    assert _latest(data) == good
+    assert sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir()) == before
+    summary = summarize(run, dg_data(data))
+    assert "publish:    FAILED" in summary and "result:     FAILED" in summary

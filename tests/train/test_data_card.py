@@ -94,6 +94,7 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
         for value, n in rows[column].value_counts().iter_rows():
             assert f"`{value}` ({n} rows)" in body, (column, value)
     assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
+    assert _served_row(body) == "model type `kimi_k25`; any other was refused"
     sampling = manifest["config"]["sampling"]  # the profile's, as the run sent them (max_new_tokens: the run's)
     assert sampling and f"max_new_tokens={manifest['config']['max_new_tokens']};" in body
     for key, value in sampling.items():
@@ -122,6 +123,28 @@ def test_snapshot_folder_loads_with_datasets_as_its_tables(published, tmp_path, 
     expected = pa.concat_tables(pq.read_table(p) for p in sorted((snap / "training_samples").glob("*.parquet")))
     assert ds["train"].column_names == expected.column_names
     assert ds["train"].to_list() == expected.to_pylist()
+
+
+def _served_row(body: str) -> str:
+    """The value of the card's "served model" row (what every endpoint had to serve)."""
+    (line,) = [ln for ln in body.splitlines() if ln.startswith("| served model (each endpoint's `/model_info`")]
+    return line.split(" | ", 1)[1].removesuffix(" |")
+
+
+def test_the_card_states_a_served_model_pin(tmp_path):
+    """EAGLE3_SERVED_MODEL (a local copy, a fine-tune): the card says which model path was pinned and that the
+    profile's model type was not required of it; a snapshot that does not record the check says so."""
+    _write_shard(tmp_path, 0, 3)
+    pinned = {"model_types": ["kimi_k25"], "model_path": None, "pinned_path": "/models/k25-ft"}
+    snap = build_snapshot(tmp_path, [0], _gates(), config={"profile": "kimi-k2.5", "served_model": pinned})
+    _, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    assert _served_row(body) == (
+        "model path `/models/k25-ft`, pinned by EAGLE3_SERVED_MODEL: endpoints serving it were used whatever their "
+        "model type (the profile expects model type `kimi_k25`), any other model was refused"
+    )
+    (Path(snap.path) / "manifest.json").unlink()
+    bare = build_snapshot(tmp_path, [0], _gates(), config={})
+    assert _served_row(_header_and_body((Path(bare.path) / "README.md").read_text())[1]) == "not recorded"
 
 
 def test_a_source_without_a_licence_is_unknown_and_named_in_a_warning(tmp_path, caplog):
