@@ -176,7 +176,7 @@ class Handlers(GenerateRoutes):
                     "num_waiting_reqs": sim.waiting,
                 }
             ],
-            "version": sim.fleet.report_version or sim.version,
+            "version": sim.fleet.report_version or sim.release,
         }
         if sim.version == P.V0_5_23:
             d.update(

@@ -55,6 +55,8 @@ POST /_sim/faults like the others).
                                       proposed missing), histogram (one step too many), negative (verify_ct)
      "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
                                       1: off): traffic the drafter knows less well, the figures still add up
+     "spec_names_unknown": true,      from now on a speculating simulator sends its figures under names no SGLang
+                                      release uses (speculative.UNKNOWN_NAMES): a release that renamed them again
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
                                           (and merge under each request)}
 """
@@ -109,6 +111,7 @@ class FleetFaults:
     spec_inconsistent: int = 0
     spec_inconsistent_kind: str = "accept_length"
     spec_acceptance_scale: float = 1.0
+    spec_names_unknown: bool = False
     injected: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -259,6 +262,8 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         ff.spec_acceptance_scale = scale
     if "html" in body:
         ff.html = bool(body.pop("html"))
+    if "spec_names_unknown" in body:
+        ff.spec_names_unknown = bool(body.pop("spec_names_unknown"))
     if "report_version" in body:
         v = body.pop("report_version")
         ff.report_version = None if v is None else str(v)
