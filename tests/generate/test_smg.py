@@ -19,6 +19,8 @@ from real_router import smg_command, start_smg, stop
 
 from eagle3_dagster.generate import generate_shard, read_generations
 from eagle3_dagster.generate.drafter import METRIC_KEYS, drafter_of
+from eagle3_dagster.generate.fleet_capacity import probe_fleet
+from eagle3_dagster.generate.probes import fleet_drafter_key
 
 pytestmark = [
     pytest.mark.integration,
@@ -102,6 +104,10 @@ def test_rows_through_smg_equal_a_direct_run_and_keep_the_gateway_the_worker_its
     assert rep.server_versions == {url: rep.server_versions[url]} | {
         f"{s.url} via {url}": info[s.url]["version"] for s in sims.values()
     }
+    # a probe prompt's key holds both workers' drafters, and `eagle3 plan` (probe_fleet) makes the same key
+    ids = {d.drafter_id for d in (drafter_of(i) for i in info.values()) if d is not None}
+    assert set(rep.drafter_key.split("+")) == ids
+    assert fleet_drafter_key(d for c in probe_fleet([url]) for d in c.drafters) == rep.drafter_key
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
