@@ -239,8 +239,10 @@ class Endpoint:
     workers: list[dict[str, Any]] = field(default_factory=list)  # a router's workers, as it lists them
     worker_window: int | None = None  # a router's in-flight window from its workers
     drafter: DrafterIdentity | None = None  # the speculative drafter it runs (a router: its workers', if one)
-    # a router's workers the client could read /server_info of: display URL -> what they run
+    # a router's workers the client could read /server_info of: display URL -> what they run; the others ->
+    # the release the router's /workers label says (smg), if any
     worker_facts: dict[str, Served] = field(default_factory=dict)
+    unread_workers: dict[str, str | None] = field(default_factory=dict)
     worker_drafters: dict[str, DrafterIdentity | None] = field(default_factory=dict)  # every listed worker's
     # a router's answers that named no worker (mixed drafters: warned once), workers named but never listed
     unattributed_warned: bool = False

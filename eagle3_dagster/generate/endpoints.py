@@ -265,13 +265,16 @@ class EndpointPool:
             if facts is None and worker not in ep.unknown_workers:
                 ep.unknown_workers.add(worker)
                 log.warning(
-                    "router %s: an answer came from worker %s, whose /server_info the client did not read (not in "
-                    "the router's /workers at the start, or not reachable from here): its rows carry no drafter "
-                    "and no SGLang version",
+                    "router %s: an answer came from worker %s, whose /server_info the client did not read (%s): "
+                    "its rows carry no drafter%s",
                     ep.name,
                     worker,
+                    "not reachable from here"
+                    if worker in ep.unread_workers
+                    else "not in the router's /workers at the start",
+                    "" if ep.unread_workers.get(worker) else " and no SGLang version",
                 )
-            return facts or Served(worker, None, None)
+            return facts or Served(worker, ep.unread_workers.get(worker), None)
         if len(set(ep.worker_drafters.values())) > 1 and not ep.unattributed_warned:
             ep.unattributed_warned = True
             warn_unattributed(ep.name, ep.worker_drafters)
@@ -326,7 +329,7 @@ class EndpointPool:
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
         # worker -> its drafter (not reachable from here: what the router itself says)
         drafters: dict[str, DrafterIdentity | None] = {}
-        ep.worker_facts = {}
+        ep.worker_facts, ep.unread_workers = {}, {}
         for w in workers:
             wurl = worker_url(w)
             winfo = None
@@ -353,6 +356,8 @@ class EndpointPool:
             drafters[display_url(wurl) or "?"] = drafter_of(winfo) if winfo is not None else ep.drafter
             if winfo is not None and wurl:
                 ep.worker_facts[display_url(wurl)] = Served(display_url(wurl), _version(winfo), drafter_of(winfo))
+            elif wurl:  # smg labels each worker with its release
+                ep.unread_workers[display_url(wurl)] = _version(w.get("labels") or {})
         # a worker not reachable from here counts with the mean of the reachable ones; none reachable: the
         # router's own /get_server_info, if it says (0.3.2's stub does not), for every worker
         ep.worker_window = router_window(capacities) or router_window([max_running_of(ep.server_info)] * len(workers))

@@ -9,6 +9,7 @@ One module, one gateway and two workers for all of it (round_robin: every worker
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from gen_helpers import Sim, as_map, make_config, make_prompts
 from real_router import smg_command, start_smg, stop
 
-from eagle3_dagster.generate import generate_shard, read_generations
+from eagle3_dagster.generate import endpoints, generate_shard, read_generations
 from eagle3_dagster.generate.drafter import METRIC_KEYS, drafter_of
 from eagle3_dagster.generate.fleet_capacity import probe_fleet
 from eagle3_dagster.generate.probes import fleet_drafter_key
@@ -142,3 +143,30 @@ def test_a_request_retried_on_another_worker_is_one_row_of_the_worker_that_answe
     for r in refused:  # attributed to the worker that answered: its drafter, its release, its figures
         assert b is not None and r["drafter_id"] == b.drafter_id and r["sglang_version"] == "0.5.23"
         assert {c: r[c] for c in METRIC_KEYS} == {c: direct[other.url][r["sample_id"]][c] for c in METRIC_KEYS}
+
+
+def test_workers_the_client_cannot_reach_are_named_and_their_rows_keep_worker_and_release_only(
+    fleet, prompts, tmp_path: Path, monkeypatch, caplog
+):
+    """Workers on a network only the gateway reaches: their /server_info cannot be read, so no drafter is
+    claimed for their rows (flagged no_drafter: figures nobody can attribute); the worker smg names and the
+    release its /workers label says are kept, and each such worker is named once."""
+    url, sims = fleet
+    _clear(sims)
+    workers = {s.url for s in sims.values()}
+    read = endpoints.EndpointPool._get_json
+
+    async def only_the_gateway(self, ep, path):
+        return None if ep.url in workers else await read(self, ep, path)
+
+    monkeypatch.setattr(endpoints.EndpointPool, "_get_json", only_the_gateway)
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, max_new_tokens=40, max_in_flight=4))
+    assert (rep.succeeded, rep.failed) == (N, 0), rep
+    df = read_generations(tmp_path / "via")
+    versions = {sims["a"].url: "0.5.11", sims["b"].url: "0.5.23"}
+    assert set(df["worker"]) == workers and df["drafter_id"].null_count() == N
+    assert all(r["sglang_version"] == versions[r["worker"]] for r in df.to_dicts())
+    assert all("spec_metrics_inconsistent:no_drafter" in v for v in df["integrity_violations"].to_list())
+    named = [r.getMessage() for r in caplog.records if "whose /server_info the client did not read" in r.getMessage()]
+    assert sorted(m.split("came from worker ")[1].split(",")[0] for m in named) == sorted(workers), named
