@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the older SGLang releases' tokenizer_manager.py the schema lane reads (scripts/sglang_releases.py)
+SGLANG_RELEASES := $(VENV)/sglang-releases/.fetched
 
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export EAGLE3_MODEL ?= kimi-k2.5
@@ -20,8 +22,8 @@ endif
 	check-defs bench backfill clean docs gpu-smoke
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
-# SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports), the real sglang-router
-# (router: tests/generate/test_sglang_router.py starts it in front of simulator workers), the speculators
+# SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports), the real sglang-router and
+# smg (router: tests/generate/test_sglang_router.py and test_smg.py start them in front of simulator workers), the speculators
 # lane (speculators: what vllm speculators' package import needs on CPU, with the SpecForge torch;
 # tests/train/test_speculators_lane.py, docs/exports.md), the SGLang
 # schema lane (sglang_schema: what SGLang's request/response code needs on CPU, with the SpecForge torch;
@@ -51,6 +53,8 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@# torch, triton and the GPU kernels (the lane loads what it checks without them: docs/sglang-schema.md).
 	$(UV_INSTALL) --no-deps sglang==0.5.23
 	$(PY) -c "import eagle3_dagster, dagster, great_expectations, polars, transformers, aiohttp"
+	@# the gateways the router tests start (test_sglang_router.py, test_smg.py skip without them)
+	$(PY) -c "import sglang_router" && test -x $(VENV)/bin/smg
 	$(PY) -c "import specforge.data.preprocessing, specforge.data.prompt_builder"
 	$(PY) -c "import speculators.cli.prepare_data, speculators.data_generation.preprocessing"
 	PYTHONPATH=tests/generate $(PY) -c "import sglang_source; sglang_source.load()"
@@ -58,7 +62,14 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	@$(PY) -c "import importlib.metadata as m, sys; v = m.version('torch'); sys.exit(0 if v.startswith('2.13.0') else f'torch {v} got installed, expected the local CPU 2.13.0 build: find what pulled it in (pip show torch)')"
 	touch $(STAMP)
 
-install: $(STAMP)
+# The schema lane also checks the simulator's acceptance-figure names against each older SGLang release's own
+# tokenizer_manager.py: the official wheels, fetched with pip (--no-deps, about 50 MB, ~10 s), one file of each
+# kept under .venv/sglang-releases/ (docs/sglang-schema.md).
+$(SGLANG_RELEASES): $(STAMP) scripts/sglang_releases.py
+	$(PY) scripts/sglang_releases.py
+	touch $(SGLANG_RELEASES)
+
+install: $(STAMP) $(SGLANG_RELEASES)
 
 # Re-resolve every dependency (newest versions pyproject.toml allows) in a throwaway venv and write
 # constraints.txt from it; commit the result. `make install` then reinstalls from the new pins.
@@ -136,7 +147,7 @@ PARALLEL_LOG := .pytest-parallel-lane.log
 # The type check (mypy, about a minute on one core) runs beside the lanes in the parallel lane's place (lowest
 # priority, a session of its own): alone first, it would leave the other core idle. Its report comes last.
 TYPECHECK_LOG := .mypy-beside-tests.log
-test: instance bytecode services ruff format-check docs
+test: install instance bytecode services ruff format-check docs
 	@echo "[test] the parallel lane and mypy run beside the serial lane at the lowest CPU priority; their reports follow (logs: $(PARALLEL_LOG), $(TYPECHECK_LOG))"
 	rc=0; \
 	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
@@ -155,7 +166,7 @@ test: instance bytecode services ruff format-check docs
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker,
 # in an xdist worker as in a plain run). CPU-bound: one worker per core, then the serial lane's own.
-test-fast: instance bytecode ruff format-check typecheck docs
+test-fast: install instance bytecode ruff format-check typecheck docs
 	rc=0; \
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not integration and not serial" || rc=1; \
 	$(PY) -m pytest -q -m "serial and not integration" || rc=1; \

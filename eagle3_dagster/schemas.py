@@ -107,6 +107,15 @@ GENERATIONS = pa.schema(
         ("spec_num_steps", pa.int64()),
         ("spec_eagle_topk", pa.int64()),
         ("spec_num_draft_tokens", pa.int64()),
+        # who generated the answer: the SGLang server (`endpoint` itself; behind a gateway the worker it named
+        # in x-smg-routed-worker-id, null when it names none) and its release (/server_info `version`)
+        ("worker", pa.string()),
+        ("sglang_version", pa.string()),
+        # SGLang 0.5.18+ in DSpark's ragged-verify modes only (null otherwise): mean verify length a step was
+        # capped at, mean accepted block (cap-accept), [c]: verify steps capped at c tokens
+        ("spec_cap_length", pa.float64()),
+        ("spec_block_accept_length", pa.float64()),
+        ("spec_cap_lens_histogram", pa.list_(pa.int64())),
     ]
 )
 

@@ -52,6 +52,8 @@ class Outcome:
     status: int | None = None
     detail: str = ""
     attempts: int = 1
+    # the worker a gateway says served the answer (smg's ROUTED_WORKER_HEADER), "" when it does not say
+    worker: str = ""
 
 
 def not_a_result(data: Any) -> str | None:
@@ -93,15 +95,21 @@ def abort_body(rid: str) -> dict[str, Any]:
     return {"rid": rid}
 
 
+# smg (Shepherd Model Gateway) names the worker that served an answer, after its own retries on other
+# workers, in this response header (docs/smg.md); sglang-router 0.3.2 does not.
+ROUTED_WORKER_HEADER = "x-smg-routed-worker-id"
+
+
 @dataclass(frozen=True)
 class _Reply:
     """What came back before it is judged: the status, the raw body, or an SSE stream already folded
-    into one result (`data`)."""
+    into one result (`data`); the worker a gateway named ("" when none)."""
 
     status: int
     raw: bytes
     data: Any = None
     content_type: str = "?"
+    worker: str = ""
 
 
 async def _post(
@@ -115,13 +123,19 @@ async def _post(
     """POST /generate and read the answer (JSON, or SSE within the stream's timeouts)."""
     if stream is None:
         r = await client.post(ep.url + "/generate", content=content, headers=headers, timeout=timeout)
-        return _Reply(r.status_code, r.content, None, r.headers.get("content-type", "?"))
+        return _Reply(r.status_code, r.content, None, r.headers.get("content-type", "?"), _worker(r))
     t = httpx.Timeout(connect=timeout.connect, read=stream.first_chunk_timeout_s, write=timeout.write, pool=None)
     async with client.stream("POST", ep.url + "/generate", content=content, headers=headers, timeout=t) as r:
         ctype = r.headers.get("content-type", "?")
         if r.status_code == 200 and ctype.startswith("text/event-stream"):
-            return _Reply(200, b"", await read_stream(r, ep, stream), ctype)
-        return _Reply(r.status_code, await r.aread(), None, ctype)
+            return _Reply(200, b"", await read_stream(r, ep, stream), ctype, _worker(r))
+        return _Reply(r.status_code, await r.aread(), None, ctype, _worker(r))
+
+
+def _worker(r: httpx.Response) -> str:
+    """The worker a gateway names in its answer, without any user:password part ("" when it names none)."""
+    named = r.headers.get(ROUTED_WORKER_HEADER, "").strip()
+    return display_url(named.rstrip("/")) if named else ""
 
 
 def _transport_retry(
@@ -206,7 +220,7 @@ async def _attempt(
     stats: RunStats,
     stream: StreamMode | None,
     on_endpoint: Callable[[Endpoint], None] | None = None,
-) -> tuple[dict[str, Any], Endpoint, float]:
+) -> tuple[dict[str, Any], Endpoint, float, str]:
     """One request on the endpoint the pool picks: its result, or the failure raised (RetryableFailure, FinalFailure,
     UnroutableEndpoint, AuthError); the endpoint is released with whether it counts against its circuit."""
     ep = await pool.acquire()
@@ -230,7 +244,7 @@ async def _attempt(
             raise _status_failure(reply, ep, pool, headers)
         data = _result_of_200(reply, ep, stream)
         ok, breaker = answer_release(data, ep)
-        return data, ep, loop.time() - t0
+        return data, ep, loop.time() - t0, reply.worker
     except RetryableFailure as e:
         breaker = e.breaker
         raise
@@ -383,7 +397,7 @@ async def generate_one(
                 in_flight[rid] = ep.url
 
         try:
-            data, ep, lat = await _attempt(
+            data, ep, lat, worker = await _attempt(
                 pool, client, headers, payload, policy.timeout(tries.timeouts), stats, stream, track
             )
         except UnroutableEndpoint as e:
@@ -407,7 +421,7 @@ async def generate_one(
         tries.unroutable_since = None
         partial = _unfinished(data, ep)
         if partial is None:
-            return Outcome(data, ep.name, rid, lat, attempts=tries.attempt + 1)
+            return Outcome(data, ep.name, rid, lat, attempts=tries.attempt + 1, worker=worker)
         why, code, msg = partial
         if _partial_is_final(code):
             return tries.failed(rid, reason=f"abort_{code}", status=code, detail=msg, endpoint=ep.name, lat=lat)

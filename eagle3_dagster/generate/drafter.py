@@ -1,27 +1,35 @@
 """The speculative-decoding drafter an endpoint runs, and what SGLang says about its acceptance per answer.
 
-SGLang 0.5.23 (`managers/tokenizer_manager.py`, `_calculate_spec_decoding_metrics`) adds to a finished
-answer's `meta_info`, only when the server speculates (`--speculative-algorithm`) and the request had at
-least one verify step:
+SGLang (`managers/tokenizer_manager.py`, `_calculate_spec_decoding_metrics`) adds to a finished answer's
+`meta_info`, only when the server speculates (`--speculative-algorithm`) and the request had at least one
+verify step:
 
-- `spec_verify_ct`: verify steps; `spec_num_correct_drafts`: draft tokens the target accepted;
-- `spec_num_proposed_drafts` = spec_verify_ct x (speculative_num_draft_tokens - 1);
+- `spec_verify_ct`: verify steps; the draft tokens the target accepted (`spec_num_correct_drafts`);
+- the drafts proposed (`spec_num_proposed_drafts`) = spec_verify_ct x (speculative_num_draft_tokens - 1);
 - `spec_accept_rate` = correct / proposed; `spec_accept_length` = completion_tokens / spec_verify_ct
   (tokens per verify step, the bonus token included);
-- `spec_correct_drafts_histogram`: index k = how many verify steps accepted k draft tokens (so it adds
-  up to spec_verify_ct, and its k-weighted sum is spec_num_correct_drafts).
+- a histogram: index k = how many verify steps accepted k draft tokens (so it adds up to spec_verify_ct,
+  and its k-weighted sum is the correct drafts).
+
+The releases name the counts and the histogram differently (RELEASE_NAMES; read in each release's source,
+checked against it by tests/generate/test_sglang_spec_shapes.py): every name is read into one column
+(NAMES), and a release that sends two names for one figure (0.5.12 to 0.5.22 send the 0.5.11 names as
+aliases) must send the same value under both. 0.5.18 and later add, in DSpark's ragged-verify modes,
+`spec_cap_length`, `spec_block_accept_length` and `spec_cap_lens_histogram` (EXTRA_KEYS): stored when sent.
 
 The five scalars come together (the source sets them in one block, only when proposed > 0); the
 histogram comes with them whenever it is non-empty. The server's `/server_info` carries the drafter:
 `speculative_algorithm`, `speculative_draft_model_path`, `speculative_draft_model_revision`,
 `speculative_num_steps`, `speculative_eagle_topk`, `speculative_num_draft_tokens` (flat keys: SGLang's
-ServerArgs assembles its namespaces into one record and serves `resolved_dict()`).
+ServerArgs assembles its namespaces into one record and serves `resolved_dict()`), and its `version`.
 
 These figures are the server's claims: they are stored as received and checked against each other, the
 drafter and what SGLang can produce at all (more verify steps than tokens, a histogram longer than the
 draft tokens); a row whose figures fail keeps its ids and is flagged (`spec_metrics_inconsistent:<which>`
 in integrity_violations), and its figures feed nothing downstream (generate/group_acceptance.py). A count
-an int64 column cannot hold is stored null and flagged (`exceeds_int64_<field>`), never written as is.
+an int64 column cannot hold is stored null and flagged (`exceeds_int64_<field>`), never written as is. A
+speculating endpoint whose answers carry none of the names any release uses is named in one WARNING
+(unread_spec_keys, SpecNamesWatch): its rows' figures would otherwise be silent nulls.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import hashlib
 import json
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -40,6 +48,21 @@ FLOAT_KEYS = ("spec_accept_length", "spec_accept_rate")
 COUNT_KEYS = ("spec_verify_ct", "spec_num_correct_drafts", "spec_num_proposed_drafts")
 HISTOGRAM_KEY = "spec_correct_drafts_histogram"
 METRIC_KEYS = (*FLOAT_KEYS, *COUNT_KEYS, HISTOGRAM_KEY)
+# column -> the names releases send it under, newest first (each release's managers/tokenizer_manager.py):
+# 0.5.12 and later name them as the columns, 0.5.11 by the second names, 0.5.9 and 0.5.10 by the third;
+# 0.5.12 to 0.5.22 send the 0.5.11 names too, as aliases. The other figures keep their name in every release.
+NAMES: dict[str, tuple[str, ...]] = {
+    "spec_num_correct_drafts": ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num"),
+    "spec_num_proposed_drafts": ("spec_num_proposed_drafts", "spec_proposed_drafts", "spec_draft_token_num"),
+    HISTOGRAM_KEY: (HISTOGRAM_KEY, "spec_accept_histogram"),
+}
+# 0.5.18 and later, in DSpark's ragged-verify modes (SGLANG_RAGGED_VERIFY_MODE cap-accept / compact): the
+# mean verify length a step was capped at, the mean accepted block (cap-accept only), the cap histogram
+EXTRA_FLOAT_KEYS = ("spec_cap_length", "spec_block_accept_length")
+EXTRA_HISTOGRAM_KEY = "spec_cap_lens_histogram"
+EXTRA_KEYS = (*EXTRA_FLOAT_KEYS, EXTRA_HISTOGRAM_KEY)
+# every meta_info key a release sends a figure under
+KNOWN_KEYS = frozenset({*FLOAT_KEYS, *COUNT_KEYS, *(n for names in NAMES.values() for n in names), *EXTRA_KEYS})
 # row column -> the /server_info key it is read from
 IDENTITY_COLUMNS = {
     "spec_algorithm": "speculative_algorithm",
@@ -49,7 +72,7 @@ IDENTITY_COLUMNS = {
     "spec_eagle_topk": "speculative_eagle_topk",
     "spec_num_draft_tokens": "speculative_num_draft_tokens",
 }
-ROW_COLUMNS = (*METRIC_KEYS, "drafter_id", *IDENTITY_COLUMNS)
+ROW_COLUMNS = (*METRIC_KEYS, *EXTRA_KEYS, "drafter_id", *IDENTITY_COLUMNS)
 INCONSISTENT = "spec_metrics_inconsistent"
 _REL_TOL = 1e-9
 
@@ -133,26 +156,62 @@ def _is_count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def metric_columns(meta: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The six spec columns as received (null where absent), and which present ones have a type a column
-    cannot hold unchanged (they are stored null and named: never cast)."""
-    cols: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
-    bad: list[str] = []
-    for k in FLOAT_KEYS:
-        if k in meta:
-            v = meta[k]
-            cols[k] = float(v) if _is_num(v) else None  # an int 2 is the float 2.0: the same value
-            bad += [] if _is_num(v) else [k]
-    for k in COUNT_KEYS:
-        if k in meta:
-            cols[k] = meta[k] if _is_count(meta[k]) else None
-            bad += [] if _is_count(meta[k]) else [k]
-    if HISTOGRAM_KEY in meta:
-        h = meta[HISTOGRAM_KEY]
-        ok = isinstance(h, list) and all(_is_count(x) for x in h)
-        cols[HISTOGRAM_KEY] = list(h) if ok else None
-        bad += [] if ok else [HISTOGRAM_KEY]
-    return cols, bad
+def _names(col: str) -> tuple[str, ...]:
+    return NAMES.get(col, (col,))
+
+
+@dataclass
+class _Read:
+    """The spec columns of one answer as received: values (null where absent or of a type a column cannot
+    hold unchanged: never cast), the present keys of a wrong type, the columns whose two names disagree."""
+
+    cols: dict[str, Any]
+    bad_types: list[str]
+    aliases_disagree: list[str]
+
+
+def _read_one(
+    meta: Mapping[str, Any], col: str, ok: Callable[[Any], bool], as_column: Callable[[Any], Any]
+) -> tuple[bool, Any, bool]:
+    """(present, value, the names that disagree with the newest) of one column."""
+    sent = [n for n in _names(col) if n in meta]
+    if not sent:
+        return False, None, False
+    v = meta[sent[0]]  # under the newest name the answer carries
+    return True, (as_column(v) if ok(v) else _BAD), any(meta[n] != v for n in sent[1:])
+
+
+def _is_histogram(h: Any) -> bool:
+    return isinstance(h, list) and all(_is_count(x) for x in h)
+
+
+def metric_columns(meta: Mapping[str, Any]) -> _Read:
+    """The spec columns (METRIC_KEYS, EXTRA_KEYS) read from any release's names (NAMES)."""
+    read = _Read(dict.fromkeys((*METRIC_KEYS, *EXTRA_KEYS)), [], [])
+    for col in read.cols:
+        ok: Callable[[Any], bool]
+        as_column: Callable[[Any], Any]
+        if col in COUNT_KEYS:
+            ok, as_column = _is_count, _same
+        elif col in (HISTOGRAM_KEY, EXTRA_HISTOGRAM_KEY):
+            ok, as_column = _is_histogram, list
+        else:
+            ok, as_column = _is_num, float  # an int 2 is the float 2.0: the same value
+        present, v, disagree = _read_one(meta, col, ok, as_column)
+        if v is _BAD:
+            read.bad_types.append(col)
+        elif present:
+            read.cols[col] = v
+        if disagree:
+            read.aliases_disagree.append(col)
+    return read
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+_BAD = object()  # a value of a type its column cannot hold unchanged
 
 
 def _close(a: float, b: float) -> bool:
@@ -190,9 +249,10 @@ def _unstorable(cols: dict[str, Any]) -> list[str]:
         if cols[k] is not None and not INT64_MIN <= cols[k] <= INT64_MAX:
             cols[k] = None
             out.append(f"exceeds_int64_{k}")
-    if cols[HISTOGRAM_KEY] is not None and any(not INT64_MIN <= x <= INT64_MAX for x in cols[HISTOGRAM_KEY]):
-        cols[HISTOGRAM_KEY] = None
-        out.append(f"exceeds_int64_{HISTOGRAM_KEY}")
+    for k in (HISTOGRAM_KEY, EXTRA_HISTOGRAM_KEY):
+        if cols[k] is not None and any(not INT64_MIN <= x <= INT64_MAX for x in cols[k]):
+            cols[k] = None
+            out.append(f"exceeds_int64_{k}")
     return out
 
 
@@ -216,12 +276,13 @@ def _impossible(cols: Mapping[str, Any], completion_tokens: Any, draft_tokens: i
 
 
 def _negative(cols: Mapping[str, Any]) -> bool:
-    scalars = [cols[k] for k in (*FLOAT_KEYS, *COUNT_KEYS) if cols[k] is not None]
-    return any(v < 0 for v in scalars) or any(x < 0 for x in cols[HISTOGRAM_KEY] or ())
+    scalars = [cols[k] for k in (*FLOAT_KEYS, *COUNT_KEYS, *EXTRA_FLOAT_KEYS) if cols[k] is not None]
+    lists = (*(cols[HISTOGRAM_KEY] or ()), *(cols[EXTRA_HISTOGRAM_KEY] or ()))
+    return any(v < 0 for v in scalars) or any(x < 0 for x in lists)
 
 
 def _partial(meta: Mapping[str, Any], drafter: DrafterIdentity | None) -> bool:
-    present = {k for k in METRIC_KEYS if k in meta}
+    present = {k for k in METRIC_KEYS if any(n in meta for n in _names(k))}
     if not present or present == set(METRIC_KEYS):
         return False
     # speculative_num_draft_tokens 1 proposes nothing: SGLang then sends the histogram alone
@@ -231,11 +292,13 @@ def _partial(meta: Mapping[str, Any], drafter: DrafterIdentity | None) -> bool:
 def spec_row_fields(meta: Mapping[str, Any], drafter: DrafterIdentity | None, violations: list[str]) -> dict[str, Any]:
     """The row's spec columns (metrics as received + the serving drafter); appends to `violations` one
     `spec_metrics_inconsistent:<which>` per broken relation. The ids are never touched here."""
-    cols, bad_types = metric_columns(meta)
+    read = metric_columns(meta)
+    cols = read.cols
     found: list[str] = []
     if _partial(meta, drafter):
         found.append("partial")
-    found += [f"type_{k}" for k in bad_types]
+    found += [f"type_{k}" for k in read.bad_types]
+    found += [f"alias_{k}" for k in read.aliases_disagree]  # two names of one figure, two values
     found += _unstorable(cols)
     if _negative(cols):
         found.append("negative")
@@ -243,26 +306,28 @@ def spec_row_fields(meta: Mapping[str, Any], drafter: DrafterIdentity | None, vi
         draft_tokens = drafter.num_draft_tokens if drafter is not None else None
         found += _arithmetic(cols, meta.get("completion_tokens"), draft_tokens)
         found += _impossible(cols, meta.get("completion_tokens"), draft_tokens)
-    if any(k in meta for k in METRIC_KEYS) and drafter is None and not found:
+    if any(k in meta for k in KNOWN_KEYS) and drafter is None and not found:
         found.append("no_drafter")  # figures from a server whose /server_info names no drafter
     violations.extend(f"{INCONSISTENT}:{w}" for w in found)
     return {**cols, **drafter_columns(drafter)}
 
 
-def router_drafter(router: str, per_worker: Mapping[str, DrafterIdentity | None]) -> DrafterIdentity | None:
-    """A router's drafter: its workers' when they all run the same one (an answer does not say which worker
-    served it). Workers with different drafters: named in a WARNING, and the rows carry no drafter."""
+def router_drafter(per_worker: Mapping[str, DrafterIdentity | None]) -> DrafterIdentity | None:
+    """A router's drafter for an answer that does not say which worker served it: its workers' when they all
+    run the same one, else None (warn_unattributed names them, once an answer comes without its worker)."""
     kinds = set(per_worker.values())
-    if len(kinds) == 1:
-        return kinds.pop()
-    if len(kinds) > 1:
-        log.warning(
-            "router %s: its workers run different drafters, and an answer does not say which worker served it: "
-            "its rows carry no drafter identity: %s",
-            router,
-            "; ".join(f"{w}: {d.describe() if d else 'no speculative decoding'}" for w, d in per_worker.items()),
-        )
-    return None
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def warn_unattributed(router: str, per_worker: Mapping[str, DrafterIdentity | None]) -> None:
+    """The WARNING for a router whose workers run different drafters and whose answers do not name the
+    worker that served them (sglang-router; smg names it in x-smg-routed-worker-id)."""
+    log.warning(
+        "router %s: its workers run different drafters, and an answer does not say which worker served it: "
+        "its rows carry no drafter identity: %s",
+        router,
+        "; ".join(f"{w}: {d.describe() if d else 'no speculative decoding'}" for w, d in per_worker.items()),
+    )
 
 
 def warn_mixed_fleet(per_endpoint: Mapping[str, DrafterIdentity | None]) -> bool:
@@ -278,6 +343,37 @@ def warn_mixed_fleet(per_endpoint: Mapping[str, DrafterIdentity | None]) -> bool
     return True
 
 
-def serving_drafter(endpoints: Any, name: str) -> DrafterIdentity | None:
-    """The drafter of the endpoint (by display name) that served an answer; None if it does not speculate."""
-    return next((ep.drafter for ep in endpoints if ep.name == name), None)
+def unread_spec_keys(meta: Mapping[str, Any], drafter: DrafterIdentity | None) -> list[str] | None:
+    """For an answer of a speculating server that carries none of the names any release sends the figures
+    under (KNOWN_KEYS) although they were due: the `spec_*` keys it does carry (maybe none). None when it
+    carries figures, or none were due (no drafter; a one-token answer has no verify step)."""
+    if drafter is None or any(k in meta for k in KNOWN_KEYS):
+        return None
+    other = sorted(k for k in meta if isinstance(k, str) and k.startswith("spec_"))
+    tokens = meta.get("completion_tokens")
+    due = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 2
+    return other if other or due else None
+
+
+class SpecNamesWatch:
+    """Rows of speculating servers whose answers carry no figure under a known name, per serving server;
+    the first such answer of each server is named in one WARNING (a release that renamed them again would
+    otherwise leave every row's acceptance null, silently)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def note(self, server: str, version: str | None, drafter: DrafterIdentity, keys: list[str]) -> None:
+        self.rows[server] = self.rows.get(server, 0) + 1
+        if self.rows[server] > 1:
+            return
+        log.warning(
+            "%s (SGLang %s) speculates (%s) but its answers carry none of the names SGLang releases send the "
+            "acceptance figures under (%s): %s; their rows keep null figures. A release that renamed them: add "
+            "its names to generate/drafter.py NAMES (docs/drafter.md)",
+            server,
+            version or "version not reported",
+            drafter.describe(),
+            ", ".join(sorted(KNOWN_KEYS - {*FLOAT_KEYS, "spec_verify_ct"})),
+            f"the answer's spec_* keys are {', '.join(keys)}" if keys else "the answers carry no spec_* key at all",
+        )

@@ -199,6 +199,16 @@ def display_url(url: str) -> str:
     return redact(url)
 
 
+@dataclass(frozen=True)
+class Served:
+    """Who generated an answer, as a row keeps it: the SGLang server (the endpoint itself; behind a gateway
+    the worker it named, None when it names none), its release (/server_info `version`) and its drafter."""
+
+    worker: str | None
+    version: str | None
+    drafter: DrafterIdentity | None
+
+
 @dataclass
 class Endpoint:
     url: str
@@ -231,6 +241,14 @@ class Endpoint:
     worker_window: int | None = None  # a router's in-flight window from its workers
     drafter: DrafterIdentity | None = None  # the speculative drafter it runs (a router: its workers', if one)
     served_model: ServedModel | None = None  # what its /model_info says it serves (model_path, model_type)
+    # a router's workers the client could read /server_info of: display URL -> what they run; the others ->
+    # the release the router's /workers label says (smg), if any
+    worker_facts: dict[str, Served] = field(default_factory=dict)
+    unread_workers: dict[str, str | None] = field(default_factory=dict)
+    worker_drafters: dict[str, DrafterIdentity | None] = field(default_factory=dict)  # every listed worker's
+    # a router's answers that named no worker (mixed drafters: warned once), workers named but never listed
+    unattributed_warned: bool = False
+    unknown_workers: set[str] = field(default_factory=set)
 
     @property
     def routable(self) -> bool:

@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 
 from ..secret import redact
-from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet
+from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet, warn_unattributed
 from .endpoint_info import (
     _TEXT_ONLY,
     DISTRIBUTION_KEYS,
@@ -47,6 +47,7 @@ from .endpoint_info import (
     EndpointRefusedError,
     ModelRevisionError,
     NoEndpointError,
+    Served,
     auth_refused,
     context_length_of,
     describe_error,
@@ -271,6 +272,38 @@ class EndpointPool:
                 return info
         return None
 
+    def served(self, name: str, worker: str) -> Served:
+        """Who generated an answer of endpoint `name` (display name): the endpoint itself, or behind a router
+        the worker its answer named (`worker`, client.ROUTED_WORKER_HEADER). A router that names none: no
+        worker, the workers' release if they agree, their drafter only if they all run one (warn_unattributed
+        otherwise, once per router)."""
+        ep = next((e for e in self.endpoints if e.name == name), None)
+        if ep is None:
+            return Served(None, None, None)
+        if ep.kind != "router":
+            return Served(ep.name, ep.server_version or None, ep.drafter)
+        if worker:
+            facts = ep.worker_facts.get(worker)
+            if facts is None and worker not in ep.unknown_workers:
+                ep.unknown_workers.add(worker)
+                log.warning(
+                    "router %s: an answer came from worker %s, whose /server_info the client did not read (%s): "
+                    "its rows carry no drafter%s",
+                    ep.name,
+                    worker,
+                    "not reachable from here"
+                    if worker in ep.unread_workers
+                    else "not in the router's /workers at the start",
+                    "" if ep.unread_workers.get(worker) else " and no SGLang version",
+                )
+            return facts or Served(worker, ep.unread_workers.get(worker), None)
+        if len(set(ep.worker_drafters.values())) > 1 and not ep.unattributed_warned:
+            ep.unattributed_warned = True
+            warn_unattributed(ep.name, ep.worker_drafters)
+        versions = {f.version for f in ep.worker_facts.values()}
+        version = versions.pop() if len(versions) == 1 and len(ep.worker_facts) == len(ep.workers) else None
+        return Served(None, version, ep.drafter)
+
     def _note_server_info(self, ep: Endpoint) -> None:
         info = ep.server_info
         ep.server_version = str(info.get("version") or "")
@@ -318,6 +351,7 @@ class EndpointPool:
         modes: dict[str, bool | None] = {}  # worker -> streams deltas (None: not reachable / not said)
         # worker -> its drafter (not reachable from here: what the router itself says)
         drafters: dict[str, DrafterIdentity | None] = {}
+        ep.worker_facts, ep.unread_workers = {}, {}
         for w in workers:
             wurl = worker_url(w)
             winfo = None
@@ -342,11 +376,23 @@ class EndpointPool:
             capacities.append(max_running_of(winfo) if winfo is not None else None)
             modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
             drafters[display_url(wurl) or "?"] = drafter_of(winfo) if winfo is not None else ep.drafter
+            if winfo is not None and wurl:
+                ep.worker_facts[display_url(wurl)] = Served(display_url(wurl), _version(winfo), drafter_of(winfo))
+            elif wurl:  # smg labels each worker with its release
+                ep.unread_workers[display_url(wurl)] = _version(w.get("labels") or {})
         # a worker not reachable from here counts with the mean of the reachable ones; none reachable: the
         # router's own /get_server_info, if it says (0.3.2's stub does not), for every worker
         ep.worker_window = router_window(capacities) or router_window([max_running_of(ep.server_info)] * len(workers))
         self._note_router_stream_mode(ep, modes)
-        ep.drafter = router_drafter(ep.name, drafters)
+        ep.drafter = router_drafter(drafters)
+        if len(set(drafters.values())) > 1:
+            log.info(
+                "router %s: its workers run different drafters: a row carries the drafter of the worker the "
+                "router names in its answer (%s), none where it names none",
+                ep.name,
+                "; ".join(f"{w}: {d.describe() if d else 'no speculative decoding'}" for w, d in drafters.items()),
+            )
+        ep.worker_drafters = drafters
         guessed = sum(1 for c in capacities if not c)
         log.info(
             "router %s: %d worker(s), max_running_requests %s in total%s",
@@ -599,5 +645,23 @@ class EndpointPool:
             return None
         return max(c for c in known if c is not None)
 
+    def drafters(self) -> list[DrafterIdentity | None]:
+        """The drafters the usable endpoints run (a router's: each of its workers')."""
+        usable = [ep for ep in self.endpoints if ep.server_info and not ep.refused]
+        return [d for ep in usable for d in (ep.worker_drafters.values() if ep.worker_drafters else [ep.drafter])]
+
+    def versions(self) -> dict[str, str]:
+        """Endpoint -> its SGLang release (/server_info `version`); a router's workers as `<worker> via <router>`."""
+        out = {ep.name: ep.server_version for ep in self.endpoints if ep.server_version}
+        for ep in self.endpoints:
+            out.update({f"{w} via {ep.name}": f.version for w, f in ep.worker_facts.items() if f.version})
+        return out
+
     def per_endpoint(self) -> dict[str, dict[str, int]]:
         return {ep.name: ep.stats() for ep in self.endpoints}
+
+
+def _version(info: dict[str, Any]) -> str | None:
+    """A /server_info's `version` (the SGLang release), None when it does not say."""
+    v = info.get("version")
+    return str(v) if v not in (None, "") else None

@@ -18,7 +18,7 @@ from .answer_checks import NAN_FINISH, Sent, answer_weight_versions, judge_outco
 from .client import Outcome, RetryPolicy, generate_one
 from .config import GenerationConfig
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
-from .drafter import serving_drafter
+from .drafter import unread_spec_keys
 from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .flush import ChunkFlusher
@@ -209,14 +209,11 @@ class OutcomeRecorder:
     def accept(self, item: dict[str, Any], o: Outcome, flags: list[str] | None) -> None:
         ctx = self._ctx
         viol = flags or []
-        row = result_row(
-            o,
-            item,
-            model_revision=ctx.revision,
-            s_hash=ctx.s_hash,
-            violations=viol,
-            drafter=serving_drafter(ctx.pool.endpoints, o.endpoint),
-        )
+        served = ctx.pool.served(o.endpoint, o.worker)
+        row = result_row(o, item, model_revision=ctx.revision, s_hash=ctx.s_hash, violations=viol, served=served)
+        unread = unread_spec_keys((o.response or {}).get("meta_info") or {}, served.drafter)
+        if unread is not None and served.drafter is not None:
+            ctx.stats.spec_names.note(served.worker or o.endpoint, served.version, served.drafter, unread)
         turns = self._turns if is_turn(item) else None
         if turns is not None:
             row.update(turns.row_extras(item))

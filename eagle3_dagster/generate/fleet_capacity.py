@@ -45,6 +45,13 @@ class EndpointCapacity:
     # the drafter its /server_info names (None: no speculation); drafter_known False: no /server_info answered
     drafter: DrafterIdentity | None = None
     drafter_known: bool = False
+    # a router: each listed worker's drafter (a probe key holds them all: rows carry the serving worker's)
+    worker_drafters: tuple[DrafterIdentity | None, ...] = ()
+
+    @property
+    def drafters(self) -> tuple[DrafterIdentity | None, ...]:
+        """The drafters that generate behind this endpoint (EndpointPool.drafters does the same in a run)."""
+        return self.worker_drafters or (self.drafter,)
 
     @property
     def servers(self) -> int:
@@ -77,9 +84,16 @@ def router_capacity(
     slots = router_window(list(per_worker.values()))
     unreachable = tuple(w for w, v in per_worker.items() if not v)
     why = "" if slots else f"no worker told its max_running_requests: {', '.join(unreachable)}"
-    drafter = router_drafter(endpoint, dict(drafters)) if drafters else None
+    drafter = router_drafter(dict(drafters)) if drafters else None
     return EndpointCapacity(
-        endpoint, slots, len(per_worker), unreachable if slots else (), why, drafter, drafters is not None
+        endpoint,
+        slots,
+        len(per_worker),
+        unreachable if slots else (),
+        why,
+        drafter,
+        drafters is not None,
+        tuple((drafters or {}).values()),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .drafter import SpecNamesWatch
 from .retried import retried_line
 
 
@@ -84,7 +85,10 @@ class ShardReport:
     context_overflow: str = ""
     context_fitted: int = 0
     context_overflow_skipped: int = 0
-    server_versions: dict[str, str] = field(default_factory=dict)  # endpoint -> /server_info version
+    server_versions: dict[str, str] = field(default_factory=dict)  # endpoint (a router's: each worker) -> version
+    # speculating server -> its rows whose answers carried no figure under a name any release uses
+    # (drafter.SpecNamesWatch: one WARNING per server): their acceptance figures are null
+    spec_figures_unread: dict[str, int] = field(default_factory=dict)
     # endpoint -> what its /model_info says it serves ("model_path '...' (model_type '...')"), and the endpoints
     # refused for this run -> why (another model, an old SGLang, server-side sampling defaults)
     served_models: dict[str, str] = field(default_factory=dict)
@@ -146,6 +150,7 @@ class RunStats:
         self.context_overflow_skipped = 0
         self.retried: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
+        self.spec_names = SpecNamesWatch()
         self.finish: Counter[str] = Counter()
         # array('d'): 8 bytes a sample, so a 1M-sample shard keeps its latencies in 8 MB.
         self.latencies = array("d")
@@ -197,6 +202,7 @@ class RunStats:
         report.server_capped_length = self.server_capped_length
         report.context_fitted = self.context_fitted
         report.context_overflow_skipped = self.context_overflow_skipped
+        report.spec_figures_unread = dict(self.spec_names.rows)
         return report
 
 
@@ -287,6 +293,11 @@ def result_line(shard: str, r: ShardReport) -> str:
         parts.append(context_overflow_text(r))
     if r.integrity_violations:
         parts.append(f"{r.integrity_violations:,} integrity violations")
+    if r.spec_figures_unread:
+        parts.append(
+            f"{sum(r.spec_figures_unread.values()):,} rows of a speculating server without acceptance figures "
+            f"under any known name ({', '.join(sorted(r.spec_figures_unread))})"
+        )
     if not r.reconciles:
         parts.append("COUNTS DO NOT RECONCILE")
     return " · ".join(parts)

@@ -8,7 +8,8 @@ from typing import Any
 
 from ..secret import redact
 from .client import Outcome
-from .drafter import DrafterIdentity, spec_row_fields
+from .drafter import spec_row_fields
+from .endpoint_info import Served
 
 
 def result_row(
@@ -18,10 +19,11 @@ def result_row(
     model_revision: str,
     s_hash: str,
     violations: list[str],
-    drafter: DrafterIdentity | None = None,
+    served: Served | None = None,
 ) -> dict[str, Any]:
     """The stored sample of an answer that answer_checks.check_answer accepted (`violations`: its flags);
-    `drafter`: what the serving endpoint's /server_info names (None: it does not speculate)."""
+    `served`: the server that generated it, its release and drafter (EndpointPool.served)."""
+    served = served or Served(None, None, None)
     data = o.response or {}
     meta = data.get("meta_info") or {}
     fr = meta.get("finish_reason")
@@ -42,12 +44,14 @@ def result_row(
         "e2e_latency": meta.get("e2e_latency"),
         "meta_info": json.dumps(meta, separators=(",", ":")),
         "endpoint": o.endpoint,
+        "worker": served.worker,
+        "sglang_version": served.version,
         "model_revision": model_revision,
         "template_hash": item.get("template_hash"),
         "sampling_hash": item.get("sampling_hash") or s_hash,  # a context-fitted row's: its lowered budget
         "integrity_violations": violations,
         "generated_at": datetime.now(UTC),
-        **spec_row_fields(meta, drafter, violations),
+        **spec_row_fields(meta, served.drafter, violations),
     }
 
 

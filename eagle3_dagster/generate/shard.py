@@ -157,14 +157,14 @@ def _engine_context(
     revision = pool.model_revision or "unknown"
     report.model_revision = revision
     report.sampling_hash = sampling_hash(config)
-    report.drafter_key = fleet_drafter_key(ep.drafter for ep in pool.endpoints if ep.server_info and not ep.refused)
+    report.drafter_key = fleet_drafter_key(pool.drafters())
     report.preferred_sampling_params = {
         ep.name: ep.preferred_sampling_params for ep in pool.endpoints if ep.preferred_sampling_params
     }
     server_context = pool.context_length()  # None: some endpoint does not report it (nothing is skipped)
     report.server_context_length = server_context
     report.context_overflow = config.context_overflow
-    report.server_versions = {ep.name: ep.server_version for ep in pool.endpoints if ep.server_version}
+    report.server_versions = pool.versions()
     report.served_models = {ep.name: ep.served_model.describe() for ep in pool.endpoints if ep.served_model}
     report.refused_endpoints = {ep.name: ep.refused for ep in pool.endpoints if ep.refused}
     report.streamed = config.stream

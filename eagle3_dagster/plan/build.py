@@ -378,7 +378,7 @@ def _drafter(capacity: Sequence[EndpointCapacity], data: DataPath) -> tuple[str 
     /server_info answered); none answered (or not asked): the one the newest stored probe results hold."""
     answered = [c for c in capacity if c.drafter_known]
     if answered:
-        return fleet_drafter_key(c.drafter for c in answered), "served by the endpoints (/server_info)"
+        return fleet_drafter_key(d for c in answered for d in c.drafters), "served by the endpoints (/server_info)"
     stored = stored_drafter_key(data)
     if stored is not None:
         return stored, "the newest stored probe results (assumed unchanged; probe to be sure)"

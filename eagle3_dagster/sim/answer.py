@@ -116,7 +116,10 @@ def spec_meta(sim: Sim, pr: Progress) -> dict[str, Any]:
         pr.item.sampling.sampling_seed,
         scale=sim.fleet.spec_acceptance_scale,
     )
-    return SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
+    out = SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
+    if sim.fleet.spec_names_unknown:
+        return SP.unknown_names(out)
+    return SP.named_as(out, sim.spec.names)
 
 
 def reasoning_tokens(sim: Sim, ids: Sequence[int]) -> int:

@@ -1,7 +1,9 @@
 """The routes of `eagle3-sim`, an SGLang-protocol simulator (native `/generate`, no GPU), built on aiohttp.web.
 
 It follows /work/shared/specs/sglang-generate.md so the generation client runs unchanged against it.
-Version profiles `--version 0.5.23` (default) and `0.5.9` switch the documented differences.
+Version profiles `--version 0.5.23` (default) and `0.5.9` switch the documented differences; `--spec-names
+RELEASE` picks the release whose acceptance-figure names a speculating simulator speaks (sim/speculative.py),
+reported as its /server_info version.
 
 SGLang routes: POST|PUT /generate; GET /health, /health_generate, /ready (0.5.23), /model_info,
 /get_model_info, /server_info, /get_server_info, /v1/models; GET|POST /flush_cache;
@@ -32,7 +34,9 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"
        (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all),
        "report_version", "preferred_sampling_params", "same_answer" (one answer for every prompt, each
-       with its own rid and prompt_tokens), "claimed_model" (/model_info names another model)
+       with its own rid and prompt_tokens), "claimed_model" (/model_info names another model),
+       "spec_inconsistent", "spec_acceptance_scale", "spec_names_unknown" (a speculating simulator's figures
+       under names no SGLang release uses)
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.
@@ -179,7 +183,7 @@ class Handlers(GenerateRoutes):
                     "num_waiting_reqs": sim.waiting,
                 }
             ],
-            "version": sim.fleet.report_version or sim.version,
+            "version": sim.fleet.report_version or sim.release,
         }
         if sim.version == P.V0_5_23:
             d.update(

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from . import protocol as P
+from . import speculative as SP
 from .faults import MODES
 
 
@@ -110,3 +111,17 @@ def _speculative_flags(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument(
+        "--spec-names",
+        choices=tuple(SP.SPEC_NAMES),
+        default=None,
+        help="the SGLang release whose names the acceptance figures go under, also reported as /server_info "
+        "version (default: the --version profile's; the protocol stays that profile's)",
+    )
+    g.add_argument(
+        "--ragged-verify-mode",
+        choices=SP.RAGGED_VERIFY_MODES,
+        default="static",
+        help="SGLANG_RAGGED_VERIFY_MODE: cap-accept / compact cap each verify step and add the cap figures "
+        "(spec_cap_length, spec_cap_lens_histogram; cap-accept: spec_block_accept_length); 0.5.18 and later",
+    )

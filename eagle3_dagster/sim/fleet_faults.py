@@ -62,6 +62,8 @@ POST /_sim/faults like the others).
                                       (spec_verify_ct 2**70, beyond int64)
      "spec_acceptance_scale": 0.6,    from now on every draft's acceptance chance is scaled by this (0 < s <= 1;
                                       1: off): traffic the drafter knows less well, the figures still add up
+     "spec_names_unknown": true,      from now on a speculating simulator sends its figures under names no SGLang
+                                      release uses (speculative.UNKNOWN_NAMES): a release that renamed them again
      "preferred_sampling_params": {...}   what `--preferred-sampling-params` would show in /model_info
                                           (and merge under each request)
      "claimed_model": {"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3", "architectures": [...]}
@@ -123,6 +125,7 @@ class FleetFaults:
     spec_inconsistent_kind: str = "accept_length"
     spec_acceptance_scale: float = 1.0
     claimed_model: dict[str, Any] | None = None
+    spec_names_unknown: bool = False
     injected: dict[str, int] = field(default_factory=dict)
     # the plan every same_answer request gets: the first one it took (not a setting: as_dict leaves it out)
     same_answer_plan: Any = field(default=None, repr=False)
@@ -284,6 +287,8 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         ff.spec_acceptance_scale = scale
     if "html" in body:
         ff.html = bool(body.pop("html"))
+    if "spec_names_unknown" in body:
+        ff.spec_names_unknown = bool(body.pop("spec_names_unknown"))
     if "report_version" in body:
         v = body.pop("report_version")
         ff.report_version = None if v is None else str(v)

@@ -3,8 +3,16 @@
 Started with SGLang's own server args (`--speculative-algorithm EAGLE3 --speculative-draft-model-path NAME
 --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4`), the simulator
 reports them in /server_info (flat keys, null when not speculating, as SGLang's `resolved_dict()`) and adds
-to every finished answer the figures SGLang 0.5.23's `_calculate_spec_decoding_metrics` adds
-(tokenizer_manager.py): only on the finished output, only when there was at least one verify step.
+to every finished answer the figures SGLang's `_calculate_spec_decoding_metrics` adds (tokenizer_manager.py):
+only on the finished output, only when there was at least one verify step.
+
+Under the names of one release (`--spec-names RELEASE`, default the `--version` profile's; SPEC_NAMES, checked
+against each release's own source by tests/generate/test_sglang_spec_shapes.py): 0.5.9 and 0.5.10 send
+`spec_accept_token_num`, `spec_draft_token_num`, `spec_accept_histogram`; 0.5.11 `spec_accepted_drafts`,
+`spec_proposed_drafts`, `spec_accept_histogram`; 0.5.12 to 0.5.22 today's names plus the 0.5.11 ones as
+aliases; 0.5.23 today's alone. With `--ragged-verify-mode cap-accept|compact` (SGLang's
+SGLANG_RAGGED_VERIFY_MODE, where DSpark caps each verify step; 0.5.18 and later) the answers also carry
+`spec_cap_length` and `spec_cap_lens_histogram` (cap-accept: `spec_block_accept_length` too).
 
 How a request's figures come about: the first output token comes from the prefill; then each verify step
 proposes `num_draft_tokens - 1` drafts and accepts a run of them (each draft with the probability its
@@ -34,6 +42,37 @@ METRIC_KEYS = (
     "spec_verify_ct",
     "spec_correct_drafts_histogram",
 )
+CAP_KEYS = ("spec_cap_length", "spec_block_accept_length", "spec_cap_lens_histogram")
+# The names each release sends the three renamed figures under (correct drafts, proposed drafts, histogram),
+# each a tuple: the name, then any alias the release sends beside it; and whether it has the cap figures.
+SPEC_NAMES: dict[str, tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], bool]] = {
+    "0.5.9": (("spec_accept_token_num",), ("spec_draft_token_num",), ("spec_accept_histogram",), False),
+    "0.5.10": (("spec_accept_token_num",), ("spec_draft_token_num",), ("spec_accept_histogram",), False),
+    "0.5.11": (("spec_accepted_drafts",), ("spec_proposed_drafts",), ("spec_accept_histogram",), False),
+    "0.5.12": (
+        ("spec_num_correct_drafts", "spec_accepted_drafts"),
+        ("spec_num_proposed_drafts", "spec_proposed_drafts"),
+        ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+        False,
+    ),
+    "0.5.18": (
+        ("spec_num_correct_drafts", "spec_accepted_drafts"),
+        ("spec_num_proposed_drafts", "spec_proposed_drafts"),
+        ("spec_correct_drafts_histogram", "spec_accept_histogram"),
+        True,
+    ),
+    "0.5.23": (("spec_num_correct_drafts",), ("spec_num_proposed_drafts",), ("spec_correct_drafts_histogram",), True),
+}
+RAGGED_VERIFY_MODES = ("static", "cap-accept", "compact")
+# fleet fault spec_names_unknown: a release the client has never seen, every figure under another name
+UNKNOWN_NAMES = {
+    "spec_accept_rate": "spec_acceptance_rate",
+    "spec_accept_length": "spec_acceptance_length",
+    "spec_num_correct_drafts": "spec_correct_tokens",
+    "spec_num_proposed_drafts": "spec_proposed_tokens",
+    "spec_verify_ct": "spec_verify_steps",
+    "spec_correct_drafts_histogram": "spec_acceptance_histogram",
+}
 # How easy each kind of content is to draft (before the drafter's quality and the turn factor).
 P_TOOL_CALL = 0.93
 P_CODE = 0.88
@@ -53,6 +92,8 @@ class SpecConfig:
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    names: str = "0.5.23"  # the release whose names the figures go under (SPEC_NAMES)
+    ragged_verify_mode: str = "static"  # RAGGED_VERIFY_MODES: not static, steps are capped (cap figures)
 
     @property
     def on(self) -> bool:
@@ -80,8 +121,12 @@ def spec_config(args: Any) -> SpecConfig:
     SGLang picks for EAGLE-3 when it chooses them itself (3 steps, top-k 1, 4 draft tokens)."""
     algo = getattr(args, "speculative_algorithm", None)
     path = getattr(args, "speculative_draft_model_path", None)
+    names = spec_release(args)
+    mode = getattr(args, "ragged_verify_mode", None) or "static"
+    if mode != "static" and not SPEC_NAMES[names][3]:
+        raise ValueError(f"--ragged-verify-mode {mode}: SGLang {names} sends no cap figures (0.5.18 and later do)")
     if algo is None and path is None:
-        return SpecConfig()
+        return SpecConfig(names=names)
     steps = getattr(args, "speculative_num_steps", None) or 3
     return SpecConfig(
         algorithm=algo or "EAGLE3",
@@ -90,7 +135,17 @@ def spec_config(args: Any) -> SpecConfig:
         num_steps=steps,
         eagle_topk=getattr(args, "speculative_eagle_topk", None) or 1,
         num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None) or steps + 1,
+        names=names,
+        ragged_verify_mode=mode,
     )
+
+
+def spec_release(args: Any) -> str:
+    """The release whose figure names the simulator speaks: `--spec-names`, else its `--version` profile's."""
+    names = getattr(args, "spec_names", None) or getattr(args, "version", None) or "0.5.23"
+    if names not in SPEC_NAMES:
+        raise ValueError(f"--spec-names {names}: one of {', '.join(SPEC_NAMES)}")
+    return str(names)
 
 
 def _turn_factor(prompt_ids: Sequence[int], end_of_turn_id: int) -> float:
@@ -129,6 +184,13 @@ class SpecFigures:
     verify_ct: int
     correct: int
     histogram: tuple[int, ...]
+    accepted: tuple[int, ...] = ()  # per verify step: the drafts it accepted
+
+
+def capped_steps(fig: SpecFigures, num_draft_tokens: int, rng: random.Random) -> list[int]:
+    """Ragged verify (DSpark): per step, the verify length it was capped at; at least the anchor plus the
+    drafts the step accepted, at most every draft token."""
+    return [rng.randint(k + 1, max(k + 1, num_draft_tokens)) for k in fig.accepted]
 
 
 def simulate(probs: Sequence[float], num_draft_tokens: int, rng: random.Random) -> SpecFigures:
@@ -137,6 +199,7 @@ def simulate(probs: Sequence[float], num_draft_tokens: int, rng: random.Random) 
     n = len(probs)
     pos, steps, correct = 1, 0, 0
     hist = [0] * max(1, num_draft_tokens)
+    accepted: list[int] = []
     while pos < n:
         k = 0
         while k < num_draft_tokens - 1 and pos + k + 1 < n and rng.random() < probs[pos + k]:
@@ -144,10 +207,11 @@ def simulate(probs: Sequence[float], num_draft_tokens: int, rng: random.Random) 
         hist[k] += 1
         steps += 1
         correct += k
+        accepted.append(k)
         pos += k + 1
     while len(hist) > 1 and hist[-1] == 0:
         hist.pop()  # SGLang's list grows only as far as the largest k seen
-    return SpecFigures(steps, correct, tuple(hist))
+    return SpecFigures(steps, correct, tuple(hist), tuple(accepted))
 
 
 def request_seed(prompt_ids: Sequence[int], sampling_seed: int | None, cfg: SpecConfig) -> int:
@@ -173,19 +237,48 @@ def meta_fields(
     probs = acceptance_probs(ids, profile, token_strings)
     scaled = [1 - (1 - min(1.0, p * q)) ** (1 + 0.25 * (topk - 1)) for p in probs]
     d = cfg.num_draft_tokens or 1
-    fig = simulate(scaled, d, random.Random(request_seed(prompt_ids, sampling_seed, cfg)))
+    rng = random.Random(request_seed(prompt_ids, sampling_seed, cfg))
+    fig = simulate(scaled, d, rng)
     if fig.verify_ct <= 0:
         return {}
     out: dict[str, Any] = {}
     proposed = fig.verify_ct * (d - 1)
+    caps = capped_steps(fig, d, rng) if cfg.ragged_verify_mode != "static" else []
     if proposed > 0:
         out["spec_accept_rate"] = fig.correct / proposed
         out["spec_accept_length"] = len(ids) / fig.verify_ct
         out["spec_num_correct_drafts"] = fig.correct
         out["spec_num_proposed_drafts"] = proposed
         out["spec_verify_ct"] = fig.verify_ct
+        if caps:
+            out["spec_cap_length"] = sum(caps) / fig.verify_ct
+        if cfg.ragged_verify_mode == "cap-accept":
+            out["spec_block_accept_length"] = sum(k + 1 for k in fig.accepted) / fig.verify_ct
     out["spec_correct_drafts_histogram"] = list(fig.histogram)
+    if caps:
+        out["spec_cap_lens_histogram"] = [caps.count(c) for c in range(max(caps) + 1)]
     return out
+
+
+def named_as(fields: dict[str, Any], release: str) -> dict[str, Any]:
+    """`fields` (0.5.23's names) under the names `release` sends them, in the order its source sets them:
+    the scalars, the aliases of the counts, the histogram and its alias, the cap histogram."""
+    correct, proposed, histogram, _ = SPEC_NAMES[release]
+    renamed = (("spec_num_correct_drafts", correct), ("spec_num_proposed_drafts", proposed))
+    out: dict[str, Any] = {k: fields[k] for k in ("spec_accept_rate", "spec_accept_length") if k in fields}
+    out.update({names[0]: fields[k] for k, names in renamed if k in fields})
+    out.update({k: fields[k] for k in ("spec_verify_ct", "spec_cap_length", "spec_block_accept_length") if k in fields})
+    out.update({alias: fields[k] for k, names in renamed if k in fields for alias in names[1:]})
+    if "spec_correct_drafts_histogram" in fields:
+        out.update(dict.fromkeys(histogram, fields["spec_correct_drafts_histogram"]))
+    if "spec_cap_lens_histogram" in fields:
+        out["spec_cap_lens_histogram"] = fields["spec_cap_lens_histogram"]
+    return out
+
+
+def unknown_names(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fleet fault spec_names_unknown: the figures under names no SGLang release uses."""
+    return {UNKNOWN_NAMES.get(k, k): v for k, v in fields.items()}
 
 
 INCONSISTENT_KINDS = (

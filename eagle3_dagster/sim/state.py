@@ -41,6 +41,8 @@ class Sim:
         self.model = OutputModel(tokenizer, profile, tool_call_rate=args.tool_call_rate)
         self.model.output_tokens_mean = getattr(args, "output_tokens_mean", None)
         self.spec = SP.spec_config(args)  # --speculative-*: a drafter (sim/speculative.py)
+        # the release reported in /server_info `version`: the one whose figure names it speaks (--spec-names)
+        self.release: str = getattr(args, "spec_names", None) or self.version
         # --record-requests FILE: one JSON line per item run (sim/record.py), for tests
         self.recorder = RequestRecorder(args.record_requests) if getattr(args, "record_requests", None) else None
         # --weight-version / --reasoning-scale: a changed deployment (sim/deployment.py)

@@ -244,3 +244,39 @@ def derive_spec(read: Any) -> SpecShapes:
     return SpecShapes(
         frozenset(_subscript_keys(fn, "meta_info")), frozenset(direct), hist[0], finished, frozenset(args)
     )
+
+
+@dataclass(frozen=True)
+class ReleaseSpecKeys:
+    """The meta_info keys one release's tokenizer_manager._calculate_spec_decoding_metrics sets."""
+
+    keys: tuple[str, ...]  # every key, in the order the source sets them
+    cap: frozenset[str]  # set only under a condition on the cap figures (ragged-verify modes, 0.5.18+)
+    cap_accept_only: frozenset[str]  # of those, set only in the cap-accept mode
+
+
+def derive_release_spec(read: Any) -> ReleaseSpecKeys:
+    """From any release's source (0.5.9 on): the keys, in order, and which belong to the cap modes."""
+    fn = _function(ast.parse(read("srt/managers/tokenizer_manager.py")), "_calculate_spec_decoding_metrics")
+    assigned: list[tuple[int, str]] = []
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if (
+                    isinstance(t, ast.Subscript)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == "meta_info"
+                    and isinstance(t.slice, ast.Constant)
+                ):
+                    assigned.append((n.lineno, t.slice.value))
+    cap_ifs = [n for n in ast.walk(fn) if isinstance(n, ast.If) and "cap" in ast.unparse(n.test)]
+    cap = {k for b in cap_ifs for k in _subscript_keys(b, "meta_info")}
+    accept = {
+        k
+        for b in cap_ifs
+        if "_ragged_verify_cap_accept" in ast.unparse(b.test)
+        for k in _subscript_keys(b, "meta_info")
+    }
+    keys = tuple(k for _, k in sorted(assigned))
+    assert len(set(keys)) == len(keys), f"a key set twice: {keys}"
+    return ReleaseSpecKeys(keys, frozenset(cap), frozenset(accept))

@@ -33,11 +33,14 @@ import importlib.util
 import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 SGLANG_VERSION = "0.5.23"
+# Older releases' files (scripts/sglang_releases.py, run by `make install`): <dir>/<version>/srt/...
+RELEASES_DIR = Path(sys.prefix) / "sglang-releases"
 # Packages whose __init__ must not run on CPU (see the module docstring).
 _BARE = ("sglang", "sglang.srt", "sglang.srt.utils")
 
@@ -197,3 +200,24 @@ def field_annotation(src: SGLangSource, name: str) -> Any:
     """The type of GenerateReqInput field `name` as FastAPI sees it (io_struct's annotation, evaluated there)."""
     raw = src.GenerateReqInput.__dataclass_fields__[name].type
     return eval(raw, {**vars(typing), **src.io_struct_namespace}) if isinstance(raw, str) else raw
+
+
+def release_unavailable(version: str) -> str | None:
+    """Why release `version`'s source cannot be read here (None when it can)."""
+    if version == SGLANG_VERSION:
+        return unavailable_reason()
+    if not (RELEASES_DIR / version / "source.json").is_file():
+        return (
+            f"sglang {version}'s source is not under {RELEASES_DIR}: `make install` fetches it "
+            "(scripts/sglang_releases.py)"
+        )
+    return None
+
+
+def release_reader(version: str) -> Callable[[str], str]:
+    """`read(rel_path)` over release `version`'s sglang package files (the installed one, or the files
+    scripts/sglang_releases.py kept of an older release's wheel)."""
+    if version == SGLANG_VERSION:
+        return load().read
+    root = RELEASES_DIR / version
+    return lambda rel: (root / rel).read_text(encoding="utf-8")

@@ -8,11 +8,15 @@ from typing import Any
 import pytest
 
 from eagle3_dagster.generate.drafter import (
+    EXTRA_KEYS,
     DrafterIdentity,
+    SpecNamesWatch,
     drafter_of,
     router_drafter,
     spec_row_fields,
+    unread_spec_keys,
     warn_mixed_fleet,
+    warn_unattributed,
 )
 
 INFO = {
@@ -153,10 +157,11 @@ def test_mixed_fleet_and_mixed_router_are_named(caplog: pytest.LogCaptureFixture
     line = caplog.records[-1].getMessage()
     assert "http://a" in line and "http://b" in line and "me/other-eagle3" in line and "no speculative" in line
     assert D is not None and D.drafter_id in line
-    assert router_drafter("r", {"w1": D, "w2": D}) == D
+    assert router_drafter({"w1": D, "w2": D}) == D
+    assert router_drafter({"w1": D, "w2": other}) is None
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert router_drafter("http://r", {"w1": D, "w2": other}) is None
+        warn_unattributed("http://r", {"w1": D, "w2": other})
     assert "w1" in caplog.text and "w2" in caplog.text and "http://r" in caplog.text
 
 
@@ -183,3 +188,85 @@ def test_a_shard_with_chunks_from_before_the_spec_columns_still_reads_and_compac
     assert [r for b in iter_generations(tmp_path, columns=cols) for r in b.to_dicts()] == want
     assert write_compacted(chunk_files(tmp_path), as_data_path(tmp_path / "compacted.parquet")) == 2
     assert pq.read_table(tmp_path / "compacted.parquet").column("spec_accept_rate").to_pylist() == [None, 0.5]
+
+
+# good_meta() as each release sends it (their managers/tokenizer_manager.py; the simulator's SPEC_NAMES)
+RELEASE_RENAMES = {
+    "0.5.10": {
+        "spec_num_correct_drafts": ["spec_accept_token_num"],
+        "spec_num_proposed_drafts": ["spec_draft_token_num"],
+        "spec_correct_drafts_histogram": ["spec_accept_histogram"],
+    },
+    "0.5.11": {
+        "spec_num_correct_drafts": ["spec_accepted_drafts"],
+        "spec_num_proposed_drafts": ["spec_proposed_drafts"],
+        "spec_correct_drafts_histogram": ["spec_accept_histogram"],
+    },
+    "0.5.12": {
+        "spec_num_correct_drafts": ["spec_num_correct_drafts", "spec_accepted_drafts"],
+        "spec_num_proposed_drafts": ["spec_num_proposed_drafts", "spec_proposed_drafts"],
+        "spec_correct_drafts_histogram": ["spec_correct_drafts_histogram", "spec_accept_histogram"],
+    },
+    "0.5.23": {},
+}
+
+
+def _as_release(meta: dict[str, Any], release: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in meta.items():
+        out.update(dict.fromkeys(RELEASE_RENAMES[release].get(k, [k]), v))
+    return out
+
+
+@pytest.mark.parametrize("release", list(RELEASE_RENAMES))
+def test_every_releases_names_fill_the_same_columns(release: str):
+    viol: list[str] = []
+    row = spec_row_fields(_as_release(good_meta(), release), D, viol)
+    assert viol == []
+    assert {k: row[k] for k in good_meta() if k != "completion_tokens"} == {
+        k: v for k, v in good_meta().items() if k != "completion_tokens"
+    }
+    assert all(row[k] is None for k in EXTRA_KEYS)
+
+
+def test_two_names_of_one_figure_with_two_values_are_flagged():
+    meta = _as_release(good_meta(), "0.5.12")
+    meta["spec_accepted_drafts"] = 6  # the alias says otherwise
+    viol: list[str] = []
+    row = spec_row_fields(meta, D, viol)
+    assert viol == ["spec_metrics_inconsistent:alias_spec_num_correct_drafts"]
+    assert row["spec_num_correct_drafts"] == 7  # the newest name's value, as received
+
+
+def test_the_cap_figures_are_stored_when_sent_and_typed():
+    cap = {"spec_cap_length": 3.25, "spec_block_accept_length": 2.75, "spec_cap_lens_histogram": [0, 0, 1, 1, 2]}
+    viol: list[str] = []
+    row = spec_row_fields({**good_meta(), **cap}, D, viol)
+    assert viol == [] and {k: row[k] for k in cap} == cap
+    viol = []
+    row = spec_row_fields({**good_meta(), "spec_cap_length": "3.25", "spec_cap_lens_histogram": [1, -1]}, D, viol)
+    assert "spec_metrics_inconsistent:type_spec_cap_length" in viol and row["spec_cap_length"] is None
+    assert "spec_metrics_inconsistent:negative" in viol
+
+
+def test_answers_of_a_speculating_server_without_known_names_are_told_apart():
+    renamed = {"completion_tokens": 12, "spec_correct_tokens": 7, "spec_verify_steps": 4}
+    assert unread_spec_keys(renamed, D) == ["spec_correct_tokens", "spec_verify_steps"]
+    assert unread_spec_keys({"completion_tokens": 12}, D) == []  # figures due (12 tokens), none sent
+    assert unread_spec_keys({"completion_tokens": 1}, D) is None  # one token: no verify step, none due
+    assert unread_spec_keys(_as_release(good_meta(), "0.5.10"), D) is None  # read
+    assert unread_spec_keys(renamed, None) is None  # no drafter: nothing was due
+
+
+def test_one_warning_per_server_with_unread_names(caplog: pytest.LogCaptureFixture):
+    watch = SpecNamesWatch()
+    assert D is not None
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            watch.note("http://a", "0.6.0", D, ["spec_correct_tokens"])
+        watch.note("http://b", None, D, [])
+    assert watch.rows == {"http://a": 3, "http://b": 1}
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "http://a (SGLang 0.6.0)" in lines[0] and "spec_correct_tokens" in lines[0]
+    assert "version not reported" in lines[1] and "no spec_* key at all" in lines[1]

@@ -10,6 +10,7 @@ from typing import Any
 from eagle3_dagster.generate.client import Outcome
 from eagle3_dagster.generate.config import params_hash
 from eagle3_dagster.generate.context_fit import CONTEXT_OVERFLOW, ContextBudget
+from eagle3_dagster.generate.endpoint_info import Served
 from eagle3_dagster.generate.engine import (
     OutcomeRecorder,
     RequestSource,
@@ -159,7 +160,7 @@ def recorder(turns: FakeFlushTurns | None = None) -> tuple[OutcomeRecorder, Any,
         api_key="sk-secret",
         revision="m@v1",
         s_hash="h",
-        pool=SimpleNamespace(endpoints=[]),
+        pool=SimpleNamespace(served=lambda name, worker: Served(name, "0.5.23", None)),
     )
     flusher = ChunkFlusher(FakeStore(), FakeStore(), [])
     return OutcomeRecorder(ctx, flusher, turns), ctx, flusher  # type: ignore[arg-type]
@@ -189,6 +190,7 @@ def test_recorder_accepts_an_answer_into_the_buffer_and_hands_a_turn_to_the_driv
     rec.accept({"sample_id": "s", "prompt_id": "p"}, o, None)
     rec.accept({"sample_id": "t", "prompt_id": "p", "turn_index": 1}, o, ["flag"])
     assert [r["sample_id"] for r in flusher.rows] == ["s", "t"]
+    assert flusher.rows[0]["worker"] == o.endpoint and flusher.rows[0]["sglang_version"] == "0.5.23"
     assert flusher.rows[1]["turn_index"] == 1 and flusher.rows[1]["integrity_violations"] == ["flag"]
     assert [r["sample_id"] for r in turns.done_rows] == ["t"]
     assert ctx.stats.succeeded == 1  # the turn is counted by the driver

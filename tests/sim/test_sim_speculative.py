@@ -64,3 +64,30 @@ def test_named_as_sglangs_server_args():
         "speculative_eagle_topk": 1,
         "speculative_num_draft_tokens": 6,
     }
+
+
+def test_each_release_gets_its_names_and_the_cap_figures_add_up(kimi_profile):
+    import pytest
+
+    from eagle3_dagster.sim.speculative import named_as, unknown_names
+
+    ids = [WORD] * 200
+    m = meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 200, None)
+    old = named_as(m, "0.5.10")
+    assert old["spec_accept_token_num"] == m["spec_num_correct_drafts"] and "spec_num_correct_drafts" not in old
+    assert old["spec_accept_histogram"] == m["spec_correct_drafts_histogram"]
+    aliased = named_as(m, "0.5.12")
+    assert aliased["spec_accepted_drafts"] == aliased["spec_num_correct_drafts"] == m["spec_num_correct_drafts"]
+    assert named_as(m, "0.5.23") == m
+    assert not {k for k in unknown_names(m) if k in m}  # every figure under another name
+    capped = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4, "0.5.23", "cap-accept")
+    c = meta_fields(capped, kimi_profile, ids, PROMPT, ["a"] * 200, None)
+    assert {k: c[k] for k in m} == m  # the same drafts: the cap figures come on top
+    hist = c["spec_cap_lens_histogram"]
+    assert sum(hist) == c["spec_verify_ct"] and c["spec_cap_length"] == sum(k * n for k, n in enumerate(hist)) / sum(
+        hist
+    )
+    assert c["spec_block_accept_length"] == (c["spec_num_correct_drafts"] + c["spec_verify_ct"]) / c["spec_verify_ct"]
+    with pytest.raises(ValueError, match="0.5.11 sends no cap figures"):
+        spec_config(Namespace(spec_names="0.5.11", ragged_verify_mode="compact", speculative_draft_model_path="x"))
+    assert spec_config(Namespace(version="0.5.9", speculative_draft_model_path="x")).names == "0.5.9"

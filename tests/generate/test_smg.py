@@ -1,0 +1,172 @@
+"""smg, the Shepherd Model Gateway (PyPI `smg`, the sglang-router's successor), in front of two simulator
+workers that run different drafters and different SGLang releases (docs/smg.md).
+
+What the client relies on, checked here against the real gateway: every answer names the worker that served
+it (`x-smg-routed-worker-id`, after smg's own retries); `/server_info` and `/model_info` are 404 there while
+`/get_server_info` and `/get_model_info` answer; a 503 from a worker is retried by smg on another worker.
+One module, one gateway and two workers for all of it (round_robin: every worker serves, a retry moves).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from gen_helpers import Sim, as_map, make_config, make_prompts
+from real_router import smg_command, start_smg, stop
+
+from eagle3_dagster.generate import endpoints, generate_shard, read_generations
+from eagle3_dagster.generate.drafter import METRIC_KEYS, drafter_of
+from eagle3_dagster.generate.fleet_capacity import probe_fleet
+from eagle3_dagster.generate.probes import fleet_drafter_key
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(smg_command() is None, reason="smg is not installed (pip install -e '.[router]')"),
+]
+
+N = 16
+# worker A: an EAGLE-3 drafter on SGLang 0.5.11 (the names of that release); B: another drafter on 0.5.23
+WORKERS = {
+    "a": ("--speculative-draft-model-path", "test/kimi-eagle3-a", "--spec-names", "0.5.11"),
+    "b": ("--speculative-draft-model-path", "test/kimi-eagle3-b", "--speculative-num-draft-tokens", "6"),
+}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Sim]]]:
+    logs = tmp_path_factory.mktemp("smg")
+    sims = {k: Sim(extra_args=a, log_path=logs / f"worker-{k}.log") for k, a in WORKERS.items()}
+    p, url = start_smg([s.url for s in sims.values()], logs / "smg.log", "--policy", "round_robin")
+    yield url, sims
+    stop(p)
+    for s in sims.values():
+        s.kill()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return make_prompts(N, seed=470)
+
+
+@pytest.fixture(scope="module")
+def direct(fleet, prompts, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, dict]]:
+    """Each worker's own rows (no gateway), by worker URL then sample_id."""
+    _, sims = fleet
+    out: dict[str, dict[str, dict]] = {}
+    for k, s in sims.items():
+        d = tmp_path_factory.mktemp(f"direct-{k}")
+        assert generate_shard(prompts, d, make_config(s.url, max_new_tokens=40)).succeeded == N
+        out[s.url] = {r["sample_id"]: r for r in read_generations(d).to_dicts()}
+    return out
+
+
+def _clear(sims: dict[str, Sim]) -> None:
+    for s in sims.values():
+        s.faults(clear=True)
+
+
+def test_smg_names_the_serving_worker_and_answers_only_the_get_info_paths(fleet):
+    url, sims = fleet
+    _clear(sims)
+    assert httpx.get(url + "/server_info", timeout=5).status_code == 404
+    assert httpx.get(url + "/model_info", timeout=5).status_code == 404
+    assert httpx.get(url + "/get_server_info", timeout=5).json()["version"] in ("0.5.11", "0.5.23")
+    assert "model_path" in httpx.get(url + "/get_model_info", timeout=5).json()
+    body = {"input_ids": [1000, 1001, 1002], "sampling_params": {"max_new_tokens": 4}, "rid": "smg-probe"}
+    answers = [httpx.post(url + "/generate", json={**body, "rid": f"p{i}"}, timeout=30) for i in range(4)]
+    assert {r.headers["x-smg-routed-worker-id"] for r in answers} == {s.url for s in sims.values()}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_rows_through_smg_equal_a_direct_run_and_keep_the_gateway_the_worker_its_drafter_and_release(
+    fleet, prompts, direct, tmp_path: Path, stream: bool
+):
+    url, sims = fleet
+    _clear(sims)
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, max_new_tokens=40, stream=stream))
+    assert (rep.succeeded, rep.failed, rep.integrity_violations) == (N, 0, 0) and rep.reconciles, rep
+    df = read_generations(tmp_path / "via")
+    some_direct = next(iter(direct.values()))
+    assert as_map(df) == {k: r["output_ids"] for k, r in some_direct.items()}
+    rows = df.to_dicts()
+    assert {r["worker"] for r in rows} == set(direct)  # both workers served
+    info = {s.url: httpx.get(s.url + "/server_info", timeout=5).json() for s in sims.values()}
+    for r in rows:
+        assert r["endpoint"] == url and r["integrity_violations"] == []
+        d = drafter_of(info[r["worker"]])
+        assert d is not None and r["drafter_id"] == d.drafter_id
+        assert r["sglang_version"] == info[r["worker"]]["version"]
+        # the figures of the worker that served it, read from its release's names: what it gives directly
+        assert {c: r[c] for c in METRIC_KEYS} == {c: direct[r["worker"]][r["sample_id"]][c] for c in METRIC_KEYS}
+    assert rep.server_versions == {url: rep.server_versions[url]} | {
+        f"{s.url} via {url}": info[s.url]["version"] for s in sims.values()
+    }
+    # a probe prompt's key holds both workers' drafters, and `eagle3 plan` (probe_fleet) makes the same key
+    ids = {d.drafter_id for d in (drafter_of(i) for i in info.values()) if d is not None}
+    assert set(rep.drafter_key.split("+")) == ids
+    assert fleet_drafter_key(d for c in probe_fleet([url]) for d in c.drafters) == rep.drafter_key
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_request_retried_on_another_worker_is_one_row_of_the_worker_that_answered(
+    fleet, prompts, direct, tmp_path: Path, stream: bool
+):
+    """Without streaming the busy worker's 503 is an HTTP 503, which smg retries on the other worker itself;
+    in a stream SGLang sends it as a 200 stream whose abort chunk carries 503 (spec §3.5), which smg passes
+    on and the client retries (a new rid). Either way: one row, of the worker that answered."""
+    url, sims = fleet
+    _clear(sims)
+    busy, other = sims["a"], sims["b"]
+    refusals_before = busy.stats()["faults_injected"].get("queue_full", 0)
+    busy.faults(queue_full_burst=5)  # its next 5 /generate answers: "The request queue is full." (503)
+    # one request at a time: round robin sends every first attempt of the burst to the busy worker
+    cfg = make_config(url, max_new_tokens=40, max_in_flight=1, stream=stream)
+    rep = generate_shard(prompts, tmp_path / "via", cfg)
+    assert (rep.succeeded, rep.failed, rep.integrity_violations) == (N, 0, 0) and rep.reconciles, rep
+    assert busy.stats()["faults_injected"]["queue_full"] - refusals_before == 5  # the busy worker refused 5 times
+    # smg retried them itself (the client saw answers only), or the client did, on the streams' abort chunks
+    assert rep.retried_by_kind == ({"http_503": 5} if stream else {}), rep.retried_by_kind
+    df = read_generations(tmp_path / "via")
+    assert df.height == N and df["sample_id"].n_unique() == N
+    seen = {s.url: s.stats(rids=True)["rid_counts"] for s in sims.values()}
+    rows = df.to_dicts()
+    assert all(r["rid"] in seen[r["worker"]] for r in rows)  # the worker a row names really answered it
+    refused = [r for r in rows if r["rid"].rsplit("-", 1)[0] + "-0" in seen[busy.url] and r["worker"] == other.url]
+    if not stream:
+        refused = [r for r in refused if r["rid"] in seen[busy.url]]  # smg resent the same request (same rid)
+    assert len(refused) == 5, [(r["rid"], r["worker"]) for r in rows]
+    b = drafter_of(httpx.get(other.url + "/server_info", timeout=5).json())
+    for r in refused:  # attributed to the worker that answered: its drafter, its release, its figures
+        assert b is not None and r["drafter_id"] == b.drafter_id and r["sglang_version"] == "0.5.23"
+        assert {c: r[c] for c in METRIC_KEYS} == {c: direct[other.url][r["sample_id"]][c] for c in METRIC_KEYS}
+
+
+def test_workers_the_client_cannot_reach_are_named_and_their_rows_keep_worker_and_release_only(
+    fleet, prompts, tmp_path: Path, monkeypatch, caplog
+):
+    """Workers on a network only the gateway reaches: their /server_info cannot be read, so no drafter is
+    claimed for their rows (flagged no_drafter: figures nobody can attribute); the worker smg names and the
+    release its /workers label says are kept, and each such worker is named once."""
+    url, sims = fleet
+    _clear(sims)
+    workers = {s.url for s in sims.values()}
+    read = endpoints.EndpointPool._get_json
+
+    async def only_the_gateway(self, ep, path):
+        return None if ep.url in workers else await read(self, ep, path)
+
+    monkeypatch.setattr(endpoints.EndpointPool, "_get_json", only_the_gateway)
+    caplog.set_level(logging.WARNING, logger="eagle3_dagster.generate")
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, max_new_tokens=40, max_in_flight=4))
+    assert (rep.succeeded, rep.failed) == (N, 0), rep
+    df = read_generations(tmp_path / "via")
+    versions = {sims["a"].url: "0.5.11", sims["b"].url: "0.5.23"}
+    assert set(df["worker"]) == workers and df["drafter_id"].null_count() == N
+    assert all(r["sglang_version"] == versions[r["worker"]] for r in df.to_dicts())
+    assert all("spec_metrics_inconsistent:no_drafter" in v for v in df["integrity_violations"].to_list())
+    named = [r.getMessage() for r in caplog.records if "whose /server_info the client did not read" in r.getMessage()]
+    assert sorted(m.split("came from worker ")[1].split(",")[0] for m in named) == sorted(workers), named
