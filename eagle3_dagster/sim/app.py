@@ -166,7 +166,7 @@ class Handlers(GenerateRoutes):
             "schedule_policy": "fcfs",
             "max_total_num_tokens": sim.max_total_num_tokens,
             "max_req_input_len": sim.max_req_input_len,
-            **sim.spec.server_info(),
+            **_hostile_drafter(sim.spec.server_info(), sim.fleet),
             "internal_states": [
                 {
                     "last_gen_throughput": 0.0 if not sim.running else 1000.0 / max(sim.faults.slow_tokens_ms, 1e-3),
@@ -176,7 +176,7 @@ class Handlers(GenerateRoutes):
                     "num_waiting_reqs": sim.waiting,
                 }
             ],
-            "version": sim.fleet.report_version or sim.version,
+            "version": FF.with_hostile(sim.fleet, sim.fleet.report_version or sim.version),
         }
         if sim.version == P.V0_5_23:
             d.update(
@@ -281,6 +281,14 @@ class Handlers(GenerateRoutes):
                 400,
             )
         return await chat_completion(self.sim, self.engine, body)
+
+
+def _hostile_drafter(info: dict[str, Any], fleet: FF.FleetFaults) -> dict[str, Any]:
+    """The drafter's /server_info keys, its path and revision carrying the fleet fault hostile_text."""
+    if info.get("speculative_algorithm") is None:
+        return info
+    keys = ("speculative_draft_model_path", "speculative_draft_model_revision")
+    return {k: FF.with_hostile(fleet, str(v or "")) if k in keys else v for k, v in info.items()}
 
 
 def build_app(sim: Sim) -> web.Application:
