@@ -60,7 +60,7 @@ from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..schemas import TOKENIZED_PROMPTS
-from ..secret import RedactingFilter
+from ..secret import PrintableFilter, RedactingFilter
 from ..stopping import StopRequested
 from ..storage import as_data_path, shard_dir, streamed_features
 
@@ -75,7 +75,9 @@ class _ToDagsterLog(logging.Handler):
     def __init__(self, context: dg.AssetExecutionContext) -> None:
         super().__init__(logging.INFO)
         self.context = context
-        self.addFilter(RedactingFilter())  # the client redacts server text where it enters; this catches the rest
+        # the client redacts and escapes server text where it enters; these catch the rest
+        self.addFilter(RedactingFilter())
+        self.addFilter(PrintableFilter())  # one line per record in the event log: a server cannot forge one
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -123,7 +125,8 @@ GENERATION_HEADLINES = (
     HeadlineCheck(
         "request_failure_budget",
         FAILURE_BUDGET_KEY,
-        "Requests that failed for good (errors.parquet, by reason) are at most `pipeline.max_failed_rate` of the "
+        "Requests that failed (errors.parquet, by reason; permanent ones are not sent again, retryable ones are "
+        "sent by the next run) are at most `pipeline.max_failed_rate` of the "
         "shard's requests (default 1%): over it the check fails (ERROR) with the rate and the top reason and the "
         "shard is left out of snapshots; any failure within it is a WARN.",
     ),

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..secret import printable
+
 log = logging.getLogger(__name__)
 
 FLOAT_KEYS = ("spec_accept_length", "spec_accept_rate")
@@ -70,7 +72,8 @@ class DrafterIdentity:
         return f"{self.algorithm.lower()}-{digest}"
 
     def describe(self) -> str:
-        return (
+        """For people: the server's strings escaped (secret.printable); the fields keep them as received."""
+        return printable(
             f"{self.drafter_id} ({self.algorithm} {self.draft_model_path or '?'}"
             f"@{self.draft_model_revision or 'default'}, steps {self.num_steps}, topk {self.eagle_topk}, "
             f"draft tokens {self.num_draft_tokens})"

@@ -13,6 +13,12 @@ answers `/readiness` (plain SGLang servers answer 404) is a router and is probed
 list (`/workers`, or `/list_workers`) sizes the in-flight window and every worker's revision is read
 where the worker is reachable.
 
+What an endpoint serves is also watched while the shard runs: an answer does not say which drafter served
+it, so before a chunk of rows is written (`confirm_serving`) and whenever an endpoint comes back, the
+drafter its /server_info names (a router: its workers') is read again. When it changed, the run stops
+there (ServingChangedError, naming both): the rows that endpoint answered since its drafter was last
+confirmed are not stored (which drafter served them is not known), the rerun generates them.
+
 Refused for the whole run (never routable, the step fails at once if nothing else is left): another
 model revision (read again whenever the endpoint comes back after being unreachable); `/server_info` version older than 0.5.9 (unless allowed); `preferred_sampling_params`
 that set a sampling field the client does not send (it would change the distribution unseen).
@@ -31,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from ..secret import redact
+from ..secret import printable, redact
 from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet
 from .endpoint_info import (
     _TEXT_ONLY,
@@ -173,7 +179,11 @@ class EndpointPool:
         if not ok:
             self._recheck_when_back(ep)
         if ok and not ep.revision_checked:
+            known, before = bool(ep.server_info), ep.drafter
             ok = await self._check_revision(ep)
+            if known and ep.server_info and ep.drafter != before:  # back from a restart with another drafter
+                self._serving_changed(ep, before, ep.drafter)
+                ok = False
         if ok:
             ep.state = "routable" if not ep.circuit_open else "circuit open (cooling down)"
         was = ep.routable
@@ -194,10 +204,51 @@ class EndpointPool:
             ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
-        why = redact(why)  # it quotes what /server_info and /model_info said (versions, server-side defaults)
+        # it quotes what /server_info and /model_info said (versions, server-side defaults)
+        why = printable(redact(why))
         ep.refused = why
         ep.state = f"refused: {why}"
         log.error("endpoint %s refused for this run: %s", ep.name, why)
+
+    def _serving_changed(self, ep: Endpoint, before: DrafterIdentity | None, now: DrafterIdentity | None) -> None:
+        """Record that `ep`'s drafter changed under the run (it takes no more requests; the next chunk write
+        stops the run, see confirm_serving)."""
+        if ep.changed:
+            return
+        was = before.describe() if before else "no speculative decoding"
+        ep.changed = f"its drafter changed under the running shard: {was} -> {now.describe() if now else 'none'}"
+        ep.refused = ep.changed
+        ep.state = f"refused: {ep.changed}"
+        log.error("endpoint %s: %s", ep.name, ep.changed)
+        self._changed.set()
+
+    async def _drafter_now(self, ep: Endpoint) -> tuple[bool, DrafterIdentity | None]:
+        """(read, the drafter `ep` runs now): its /server_info, a router's from its workers' (a worker not
+        reachable from here counts with the router's own answer, as at the start); (False, None) when the
+        endpoint does not answer (not judged: the health checks read it again when it is back)."""
+        if ep.kind != "router":
+            info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
+            return (info is not None), drafter_of(info)
+        own = await self._get_json(ep, "/get_server_info")
+        if own is None:
+            return False, None
+        kinds: set[DrafterIdentity | None] = set()
+        for w in ep.workers:
+            wurl = worker_url(w)
+            winfo = await self._get_json(Endpoint(url=wurl, name=display_url(wurl)), "/server_info") if wurl else None
+            kinds.add(drafter_of(winfo if winfo is not None else own))
+        return True, (kinds.pop() if len(kinds) == 1 else None)
+
+    async def confirm_serving(self, names: set[str]) -> dict[str, str]:
+        """Endpoint name -> what changed, for every endpoint whose drafter changed under the run: those of
+        `names` (the endpoints whose answers are about to be written) are read again now; an endpoint already
+        known to have changed is always named."""
+        for ep in self.endpoints:
+            if ep.name in names and ep.server_info and not ep.changed and not ep.refused:
+                read, now = await self._drafter_now(ep)
+                if read and now != ep.drafter:
+                    self._serving_changed(ep, ep.drafter, now)
+        return {ep.name: ep.changed for ep in self.endpoints if ep.changed}
 
     async def _check_revision(self, ep: Endpoint) -> bool:
         """First time an endpoint is healthy: what it serves, its version and server-side defaults."""
@@ -315,7 +366,7 @@ class EndpointPool:
                     "reports %s)",
                     ep.name,
                     display_url(wurl) or "?",
-                    w.get("model_id") or "no model id",
+                    printable(str(w.get("model_id") or "no model id")),
                 )
             capacities.append(max_running_of(winfo) if winfo is not None else None)
             modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
