@@ -301,6 +301,11 @@ def endpoint_advice(errors: list[str]) -> str | None:
         return "the SGLang server wants a key and none was sent: set SGLANG_API_KEY to the server's --api-key"
     if auth:
         return "the SGLang server refused the API key: set SGLANG_API_KEY to the server's --api-key"
+    if any("ServingChangedError" in e for e in errors):
+        return (
+            "an SGLang endpoint's drafter changed under the run (named above): the answers it gave since its drafter "
+            "was last confirmed were not stored; rerun to generate them under the drafter it runs now"
+        )
     if any(k in e for e in errors for k in ("NoEndpointError", "EndpointRefusedError", "ModelRevisionError")):
         return (
             "the SGLang endpoint named above did not serve the run: fix EAGLE3_SGLANG_URL (`eagle3 check` probes "

@@ -29,7 +29,7 @@ from ..generate import (
 from ..generate.active import active_sample_ids, write_active_samples
 from ..generate.config import generation_config
 from ..generate.context_fit import ContextBudget
-from ..generate.endpoint_info import EndpointRefusedError
+from ..generate.endpoint_info import EndpointRefusedError, ServingChangedError
 from ..generate.inputs import prompt_view
 from ..generate.multiturn import (
     active_turn_ids,
@@ -201,7 +201,8 @@ GENERATE = ShardAssetSpec(
     resources=frozenset({"pipeline", "sglang"}),
     # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
     # A stop request (Ctrl-C / SIGTERM) must not be retried either.
-    no_retry=(NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested),
+    # A drafter changed under the shard: stop and say so (a retry would go on quietly under the new one).
+    no_retry=(NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, ServingChangedError, StopRequested),
     description="Raw output_ids from SGLang POST /generate with input_ids (never the OpenAI chat endpoint), stored "
     "as received with finish_reason and meta_info. Resumable and incremental: only new cache keys hit the server.",
 )

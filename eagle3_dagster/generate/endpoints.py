@@ -226,12 +226,11 @@ class EndpointPool:
         """(read, the drafter `ep` runs now): its /server_info, a router's from its workers' (a worker not
         reachable from here counts with the router's own answer, as at the start); (False, None) when the
         endpoint does not answer (not judged: the health checks read it again when it is back)."""
-        if ep.kind != "router":
-            info = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
-            return (info is not None), drafter_of(info)
-        own = await self._get_json(ep, "/get_server_info")
+        own = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
         if own is None:
             return False, None
+        if ep.kind != "router" or not ep.workers:
+            return True, drafter_of(own)
         kinds: set[DrafterIdentity | None] = set()
         for w in ep.workers:
             wurl = worker_url(w)

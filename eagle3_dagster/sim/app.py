@@ -31,7 +31,10 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        rest), "float_ids" / "string_ids" / "bool_ids" / "negative_id" / "huge_id" (output ids written as
        no SGLang writes them), "string_counts" (meta_info counts as strings), "string_finish"
        (finish_reason "stop", not an object), "weight_version", "html" (not SGLang at all),
-       "report_version", "preferred_sampling_params"
+       "report_version", "preferred_sampling_params", "hostile_text" (control characters and HTML in every
+       free text), "error_body_code", "abort_status", "bad_latency", "meta_secret" (a Bearer echo in
+       meta_info), "double_think_end", "stop_at_length" (a length cut reported as a stop), "trickle" (never
+       finishes: a byte every few seconds), "drafter_after" + "next_draft_model_path" (a drafter swap)
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.
