@@ -152,7 +152,12 @@ def redact_json(value: Any) -> Any:
 
 
 def redacted_json_text(value: Any) -> str:
-    """`value` as compact JSON after `redact_json` (how a server's meta_info is stored)."""
+    """`value` as compact JSON after `redact_json` (how a server's meta_info is stored). The common case, a
+    value with nothing to redact, costs one dump and one pass of the patterns over its text."""
+    text = json.dumps(value, separators=(",", ":"))
+    # the patterns see a credential-named key's value in the JSON text too ("credentials" is not among them)
+    if redact(text) == text and "credential" not in text.lower():
+        return text
     return json.dumps(redact_json(value), separators=(",", ":"))
 
 
