@@ -214,6 +214,17 @@ def _seconds(var: str, raw: str) -> float:
     return v
 
 
+DEADLINE_MIN_S = 10.0
+DEADLINE_MAX_S = 7 * 24 * 3600.0
+
+
+def _deadline(var: str, raw: str) -> float:
+    v = _seconds(var, raw)
+    if not DEADLINE_MIN_S <= v <= DEADLINE_MAX_S:
+        raise _Problem(f"{var} must be a number of seconds from {DEADLINE_MIN_S:g} to {DEADLINE_MAX_S:g}, got {raw!r}")
+    return v
+
+
 CONTEXT_OVERFLOW_ENV = "EAGLE3_CONTEXT_OVERFLOW"
 CONTEXT_OVERFLOW_CHOICES = ("fit", "skip")
 
@@ -366,6 +377,24 @@ class FleetSettings:
                 "exceed that many tokens at the fleet's slowest per-request speed",
                 "`sglang.stall_timeout_s`",
                 default_from="stall_timeout_s",
+            )
+        ),
+    )
+    request_deadline_s: float | None = field(
+        default=None,
+        metadata=_declares(
+            SettingSpec(
+                "EAGLE3_REQUEST_DEADLINE_S",
+                _deadline,
+                "the overall deadline of one `/generate` request: its attempts, their queueing and backoff together "
+                "end by it, and the sample fails with reason `request_deadline` (retried by the next run). Per-read "
+                "and stall timeouts cannot end an answer that trickles a byte every few seconds and never finishes; "
+                "this does. Long reasoning answers take many minutes (a queue wait of up to the first-chunk limit, "
+                f"1800 s, plus the decode): keep it well above them. From {DEADLINE_MIN_S:g} s to "
+                f"{DEADLINE_MAX_S:g} s (a week)",
+                RUN_START,
+                default_doc="`10800` (3 h)",
+                default_from="request_deadline_s",
             )
         ),
     )

@@ -69,3 +69,26 @@ def test_a_model_revision_never_carries_a_model_uri_password():
     info = {"model_path": "s3://reader:pw-77x@bucket/kimi", "weight_version": "v3"}
     assert model_revision_of(info) == "s3://reader:[redacted]@bucket/kimi@v3"
     assert model_revision_of({"model_path": "moonshotai/Kimi-K2.5"}) == "moonshotai/Kimi-K2.5@default"
+
+
+def test_a_json_value_keeps_its_shape_and_loses_every_credential():
+    from eagle3_dagster.secret import redact_json, redacted_json_text
+
+    meta = {
+        "id": "r-1",
+        "prompt_tokens": 12,
+        "reasoning_tokens": 4,
+        "output_token_logprobs": [[-0.5, 412, None]],
+        "x_gateway_authorization": "Bearer gw-abc123def",
+        "credentials": "plain-value-9",
+        "upstream": {"api_key": "k9", "note": "key sk-abcdefghijk"},
+    }
+    out = redact_json(meta)
+    assert out["x_gateway_authorization"] == "[redacted]" and out["credentials"] == "[redacted]"
+    assert out["upstream"] == {"api_key": "[redacted]", "note": "key [redacted]"}
+    assert {k: out[k] for k in ("id", "prompt_tokens", "reasoning_tokens", "output_token_logprobs")} == {
+        k: meta[k] for k in ("id", "prompt_tokens", "reasoning_tokens", "output_token_logprobs")
+    }
+    assert json.loads(redacted_json_text(meta)) == out
+    plain = {"id": "r-2", "prompt_tokens": 3, "cached_tokens": 1}
+    assert redacted_json_text(plain) == '{"id":"r-2","prompt_tokens":3,"cached_tokens":1}'

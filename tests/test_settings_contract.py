@@ -65,6 +65,7 @@ def samples(tmp: Path) -> dict[str, str]:
         "EAGLE3_STREAM": "0",
         "TOKENIZERS_PARALLELISM": "0",
         "EAGLE3_STALL_TIMEOUT_S": "7",
+        "EAGLE3_REQUEST_DEADLINE_S": "5400",
         "EAGLE3_ALLOW_OLD_SGLANG": "1",
         "EAGLE3_CONTEXT_OVERFLOW": "skip",
         "EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": "3",
@@ -205,6 +206,9 @@ def test_each_generation_field_arrives_by_one_route(kimi_profile):
     assert (run.stream, run.stall_timeout_s) == (True, 7.0)  # the run's resource value wins over the setting
     plain = generation_config(kimi_profile, urls, Settings.from_env({}), {})
     assert (plain.stream, plain.stall_timeout_s, plain.compact_after_chunks) == (True, 300.0, 8)
+    assert plain.request_deadline_s == 10800.0  # the setting reaches the client; unset, the default
+    deadline = Settings.from_env({"EAGLE3_REQUEST_DEADLINE_S": "5400"})
+    assert generation_config(kimi_profile, urls, deadline, {}).request_deadline_s == 5400.0
     never = Settings.from_env({"EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS": "0"})
     assert generation_config(kimi_profile, urls, never, {}).compact_after_chunks is None
     with pytest.raises(TypeError, match="given by two routes: api_key"):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..config import Settings, interactive_endpoint_wait_s, settings
 from ..orchestration.checks_column import checks_column
+from ..secret import printable
 from ..storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
 from .instance import ensure_dagster_home, sglang_endpoint
 from .stop import StopOnSignal, stopped_line
@@ -59,7 +60,8 @@ def current_generations(folder: DataPath) -> int:
 
 
 def request_failures(data_dir: DataPath, shard_ids: list[int]) -> dict[str, dict[str, tuple[int, str]]]:
-    """Shard key -> its permanently failed requests by reason (count, last detail), from errors.parquet.
+    """Shard key -> its failed requests by reason (count, last detail), from errors.parquet: the permanent
+    ones (not sent again) and the retryable ones (the next run sends them again).
 
     These requests have no row anywhere else: without this they would be a silent hole in the shard.
     """
@@ -80,14 +82,15 @@ def warnings_line(
     """`warnings:` of the summary: fired warning expectations, then every shard's failed requests by reason,
     then how many warnings the runs logged (each is a `warning:` line below the summary).
 
-    Never `none` while a request of a shard failed permanently or a run logged a warning.
+    Never `none` while a request of a shard failed or a run logged a warning. Permanent failures (not sent
+    again) and retryable ones (the next run sends them again) are counted apart.
     """
-    from ..generate.report import failures_text
+    from ..generate.report import failures_by_permanence
 
     parts = [f"{k} on shard(s) {', '.join(sorted(v))}" for k, v in sorted(warned.items())]
     for key, by_reason in sorted(failures.items()):
         n = sum(c for c, _ in by_reason.values())
-        parts.append(f"generations shard {key}: {n:,} request(s) failed permanently: {failures_text(by_reason)}")
+        parts.append(f"generations shard {key}: {n:,} request(s) failed: {failures_by_permanence(by_reason)}")
     if logged:
         parts.append(f"{logged} warning(s) logged by the runs (the `warning:` lines below)")
     return "warnings:   " + ("; ".join(parts) if parts else "none")
@@ -187,7 +190,9 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
     ]
     lines += problem_lines(outcome, s, report)
     lines.append(f"result:     {result_word(outcome)}")
-    return "\n".join(lines)
+    # one printed line per entry: an error or warning quoting a server (a drafter path, a version, an error
+    # body) cannot clear the terminal or forge a line of the summary
+    return "\n".join(printable(line) for line in lines)
 
 
 def _not_latest(data_dir: DataPath, snap: str | None) -> str:
@@ -291,8 +296,21 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
 
 def endpoint_advice(errors: list[str]) -> str | None:
     """What to do when a shard failed because of its SGLang endpoint (not its data); None otherwise."""
-    if any("AuthError" in e for e in errors):
+    auth = [e for e in errors if "AuthError" in e]
+    if any("URL's user info" in e for e in auth):
+        return (
+            "the SGLang endpoint refused the credentials of EAGLE3_SGLANG_URL's user info (user:password@), which "
+            "were sent in place of any key: fix them, or drop them from the URL and set SGLANG_API_KEY"
+        )
+    if any("no credential was sent" in e for e in auth):
+        return "the SGLang server wants a key and none was sent: set SGLANG_API_KEY to the server's --api-key"
+    if auth:
         return "the SGLang server refused the API key: set SGLANG_API_KEY to the server's --api-key"
+    if any("ServingChangedError" in e for e in errors):
+        return (
+            "an SGLang endpoint's drafter changed under the run (named above): the answers it gave since its drafter "
+            "was last confirmed were not stored; rerun to generate them under the drafter it runs now"
+        )
     if any(k in e for e in errors for k in ("NoEndpointError", "EndpointRefusedError", "ModelRevisionError")):
         return (
             "the SGLang endpoint named above did not serve the run: fix EAGLE3_SGLANG_URL (`eagle3 check` probes "

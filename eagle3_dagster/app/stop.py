@@ -13,6 +13,8 @@ import signal
 import sys
 from typing import Any
 
+from ..secret import printable
+
 
 class StopOnSignal:
     """SIGINT (Ctrl-C) and SIGTERM: stop everything within seconds, in order.
@@ -95,5 +97,5 @@ def stopped_line(outcome: Any) -> str:
             f"[demo] stop requested during publish: the snapshot {outcome.snapshot_version} was completed and "
             f"published (LATEST names it) before the stop was seen; no further run started"
         )
-    why = "; ".join(outcome.publish_errors) or "see the publish run in `make ui`"
+    why = printable("; ".join(outcome.publish_errors)) or "see the publish run in `make ui`"
     return f"[demo] stopped during publish, nothing published: {why}; {rerun}"

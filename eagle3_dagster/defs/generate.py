@@ -29,7 +29,7 @@ from ..generate import (
 from ..generate.active import active_sample_ids, write_active_samples
 from ..generate.config import generation_config
 from ..generate.context_fit import ContextBudget
-from ..generate.endpoint_info import EndpointRefusedError
+from ..generate.endpoint_info import EndpointRefusedError, ServingChangedError
 from ..generate.inputs import prompt_view
 from ..generate.multiturn import (
     active_turn_ids,
@@ -61,7 +61,7 @@ from ..quality.features import with_same_answer_counts
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
 from ..schemas import TOKENIZED_PROMPTS
-from ..secret import RedactingFilter
+from ..secret import PrintableFilter, RedactingFilter
 from ..stopping import StopRequested
 from ..storage import as_data_path, shard_dir, streamed_features
 
@@ -76,7 +76,9 @@ class _ToDagsterLog(logging.Handler):
     def __init__(self, context: dg.AssetExecutionContext) -> None:
         super().__init__(logging.INFO)
         self.context = context
-        self.addFilter(RedactingFilter())  # the client redacts server text where it enters; this catches the rest
+        # the client redacts and escapes server text where it enters; these catch the rest
+        self.addFilter(RedactingFilter())
+        self.addFilter(PrintableFilter())  # one line per record in the event log: a server cannot forge one
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -124,7 +126,8 @@ GENERATION_HEADLINES = (
     HeadlineCheck(
         "request_failure_budget",
         FAILURE_BUDGET_KEY,
-        "Requests that failed for good (errors.parquet, by reason) are at most `pipeline.max_failed_rate` of the "
+        "Requests that failed (errors.parquet, by reason; permanent ones are not sent again, retryable ones are "
+        "sent by the next run) are at most `pipeline.max_failed_rate` of the "
         "shard's requests (default 1%): over it the check fails (ERROR) with the rate and the top reason and the "
         "shard is left out of snapshots; any failure within it is a WARN.",
     ),
@@ -226,7 +229,8 @@ GENERATE = ShardAssetSpec(
     resources=frozenset({"pipeline", "sglang"}),
     # The wait for an endpoint was already bounded (and logged): a step retry would only repeat it.
     # A stop request (Ctrl-C / SIGTERM) must not be retried either.
-    no_retry=(NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, StopRequested),
+    # A drafter changed under the shard: stop and say so (a retry would go on quietly under the new one).
+    no_retry=(NoEndpointError, EndpointRefusedError, ModelRevisionError, AuthError, ServingChangedError, StopRequested),
     description="Raw output_ids from SGLang POST /generate with input_ids (never the OpenAI chat endpoint), stored "
     "as received with finish_reason and meta_info. Resumable and incremental: only new cache keys hit the server.",
 )

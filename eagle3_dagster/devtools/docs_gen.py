@@ -213,7 +213,7 @@ The last column says how a setting can change for one run. A resource field (`pi
 the one place) and can be overridden in a run's config, e.g. `resources: {sglang: {config: {regen_seed: 7}}}`;
 fields a run config does not name keep the deployment's values. Fields with no variable, per run only:
 `pipeline.max_new_tokens` (default: the profile's), `pipeline.max_failed_rate` (0.01: a generations shard whose
-permanently failed requests exceed it fails its `request_failure_budget` check and is left out of snapshots;
+failed requests, permanent and retryable, exceed it fails its `request_failure_budget` check and is left out of snapshots;
 fewer is a WARN), `sglang.max_in_flight` (default: from `/server_info`), `sglang.model_revision` (default: from
 `/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.probe_seed` (bump it to regenerate the `role: probe` sets only, docs/probes.md), `sglang.read_timeout_s` (3600 s,
 non-streamed requests), `sglang.max_retries` (6). `tests/pipeline/test_run_config_overrides.py` runs one real
@@ -357,7 +357,7 @@ them in any later run too. What each expectation does:
 
 Change a threshold or severity in the JSON (no code change); `expectations/README.md` describes the format.
 Besides the suites, the `generations` gate adds one shard-level outcome, `request_failure_rate`: requests
-that failed for good against `pipeline.max_failed_rate` (default 0.01; over it the shard is left out of
+that failed (permanent and retryable alike) against `pipeline.max_failed_rate` (default 0.01; over it the shard is left out of
 snapshots, below it a warning). `source__<name>` assets have the non-blocking check `source_yield` (reject
 rate over the source's `max_reject_rate`), and `training_dataset` the freshness check (older than
 `EAGLE3_SNAPSHOT_MAX_AGE`). Names may use the profile's ids: `{think_start_id}`, `{think_end_id}`,
@@ -370,7 +370,8 @@ rate over the source's `max_reject_rate`), and `training_dataset` the freshness 
 # loaded definitions.
 DEFS_SNAPSHOT = PROJECT_ROOT / "tests" / "pipeline" / "defs_snapshot.json"
 OTHER_CHECKS: dict[str, str] = {
-    "request_failure_budget": "requests that failed for good (`errors.parquet`, by reason) are at most "
+    "request_failure_budget": "requests that failed (`errors.parquet`, by reason; permanent ones are not sent "
+    "again, retryable ones are sent by the next run) are at most "
     "`pipeline.max_failed_rate` of the shard's requests (default 1%): over it ERROR with the rate and the top "
     "reason, and the shard is left out of snapshots; any failure within it is a WARN",
     "source_yield": "WARN when the source yields no prompt (`allow_empty: true`) or rejects more than its "

@@ -31,19 +31,33 @@ client answered wrongly; the next run sends it again, so a fixed server or gatew
   (prompt_tokens, completion_tokens, cached_tokens: integers 0..2**31-1; finish_reason an object with
   a string `type`; text a string; e2e_latency a number).
 * `weight_version_changed`: the answer names a weight version other than the shard's.
+* `stop_at_max_new_tokens`: finish_reason `stop` on an answer of max_new_tokens ids (or more) whose last
+  id is no stop id and that matched no stop string: a length cut reported as a stop (a proxy rewriting
+  finish reasons). SGLang reports `stop` there only when the last id is the stop token it matched
+  (0.5.23 checks stop ids before the length; 0.5.9 reports `length`).
 
 Flagged (stored exactly as received; the generations gate quarantines what must not reach training):
 `output_id_negative_<min>` and `output_id_<max>_out_of_vocab` (the gate's output_ids_in_vocabulary
-fails the row), `prompt_tokens_missing`, and the spec's integrity checks (`integrity_violations`).
+fails the row), `prompt_tokens_missing`, `e2e_latency_invalid:<what>` (NaN, infinite, negative, no
+float64, or longer than the client waited for the answer: the row's e2e_latency column is null, meta_info
+keeps what was sent), and the spec's integrity checks (`integrity_violations`).
+
+Every integer a server sends that reaches a column is checked against the column before the row is
+built (`fits_int`, `fits_float64`: the helpers for any such check): one that does not fit is refused or
+flagged here, never left to crash the chunk write (a crashed write fails the step, and Dagster's retry
+would send every request again).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..secret import printable, redact
 from .client import Outcome
 
 log = logging.getLogger(__name__)
@@ -55,12 +69,34 @@ ID_NOT_INTEGER = "output_id_not_integer"
 ID_EXCEEDS_INT32 = "output_id_exceeds_int32"
 FIELD_INVALID = "answer_field_invalid"
 WEIGHT_VERSION_CHANGED = "weight_version_changed"
+STOP_AT_MAX_NEW_TOKENS = "stop_at_max_new_tokens"
 REFUSALS = frozenset(
     {RID_MISMATCH, PROMPT_TOKENS_MISMATCH, CACHED_EXCEEDS_PROMPT, ID_NOT_INTEGER, ID_EXCEEDS_INT32, FIELD_INVALID}
-    | {WEIGHT_VERSION_CHANGED}
+    | {WEIGHT_VERSION_CHANGED, STOP_AT_MAX_NEW_TOKENS}
 )
 NAN_FINISH = "NaN happened"
+LATENCY_INVALID = "e2e_latency_invalid"
 INT32_MAX = 2**31 - 1
+# a server's e2e_latency is measured inside the request the client timed: a little clock slack, no more
+LATENCY_SLACK_S = 1.0
+LATENCY_SLACK_RATIO = 1.1
+
+
+def fits_int(v: Any, bits: int = 32, *, minimum: int | None = None) -> bool:
+    """`v` is a JSON integer (not a bool, not 412.0) that a signed `bits`-bit column holds, and at least
+    `minimum` when given (0: a count). The check for any integer a server sends before it reaches a column."""
+    if type(v) is not int:
+        return False
+    lo = -(2 ** (bits - 1)) if minimum is None else max(minimum, -(2 ** (bits - 1)))
+    return lo <= v <= 2 ** (bits - 1) - 1
+
+
+def fits_float64(v: Any) -> bool:
+    """`v` is a JSON number (not a bool) that a float64 column holds: a float (NaN and infinities included),
+    or an integer no larger in magnitude than the largest float64 (a larger one cannot be written)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    return isinstance(v, float) or abs(v) <= sys.float_info.max
 
 
 @dataclass(frozen=True)
@@ -73,6 +109,8 @@ class Sent:
     vocab_size: int | None = None
     weight_version: str | None = None  # the shard's; None: not known yet (the first answer's becomes it)
     revision: str | None = None  # the shard's model revision ("model_path@weight_version"), for messages
+    stop_ids: frozenset[int] = frozenset()  # the stop_token_ids sent: the ids a `stop` finish may end on
+    waited_s: float | None = None  # how long the client waited for this answer (bounds its e2e_latency)
 
 
 @dataclass(frozen=True)
@@ -128,8 +166,8 @@ def _field_refusal(data: dict[str, Any], meta: dict[str, Any]) -> Refused | None
     problems: list[str] = []
     for k in _COUNTS:
         v = meta.get(k)
-        if v is not None and not (_is_int(v) and 0 <= v <= INT32_MAX):
-            problems.append(f"meta_info.{k} is {_shown(v)}, expected an integer in [0, 2**31-1]")
+        if v is not None and not fits_int(v, 32, minimum=0):
+            problems.append(f"meta_info.{k} is {_shown(v)[:200]}, expected an integer in [0, 2**31-1]")
     fr = meta.get("finish_reason")
     if fr is not None and not (isinstance(fr, dict) and isinstance(fr.get("type"), str)):
         problems.append(f"meta_info.finish_reason is {_shown(fr)}, expected an object with a string type")
@@ -164,6 +202,44 @@ def _prompt_refusal(sent: Sent, meta: dict[str, Any]) -> Refused | None:
     return None
 
 
+def _finish_refusal(sent: Sent, ids: list[int], meta: dict[str, Any]) -> Refused | None:
+    """A `stop` finish on an answer cut at max_new_tokens that nothing stopped: a length cut disguised."""
+    fr = meta.get("finish_reason")
+    if sent.max_new_tokens is None or not isinstance(fr, dict) or fr.get("type") != "stop":
+        return None
+    if len(ids) < sent.max_new_tokens or isinstance(fr.get("matched"), str):
+        return None  # shorter than the budget, or a stop string (or SGLang's "NaN happened") ended it
+    last = ids[-1] if ids else None
+    if last is not None and (last in sent.stop_ids or fr.get("matched") == last):
+        return None  # the stop token it matched is the last id: a real stop at the budget (0.5.23)
+    return Refused(
+        STOP_AT_MAX_NEW_TOKENS,
+        f"finish_reason stop (matched {fr.get('matched')!r}) on an answer of {len(ids)} ids, max_new_tokens "
+        f"{sent.max_new_tokens}, whose last id {last} is no stop id: a length cut reported as a stop (a proxy "
+        "rewriting finish reasons); not stored",
+    )
+
+
+def _latency_flag(meta: dict[str, Any], waited_s: float | None) -> str | None:
+    """`e2e_latency_invalid:<what>` for an e2e_latency no request can have taken, else None."""
+    lat = meta.get("e2e_latency")
+    if lat is None:
+        return None
+    if not fits_float64(lat):
+        what = "not_a_float64"
+    elif math.isnan(lat):
+        what = "nan"
+    elif math.isinf(lat):
+        what = "infinite"
+    elif lat < 0:
+        what = "negative"
+    elif waited_s is not None and lat > waited_s * LATENCY_SLACK_RATIO + LATENCY_SLACK_S:
+        what = "longer_than_the_request"
+    else:
+        return None
+    return f"{LATENCY_INVALID}:{what}"
+
+
 def answered_rid(answer: dict[str, Any]) -> str | None:
     """The rid the answer says it is for (`meta_info.id`), or None when it does not say."""
     meta = answer.get("meta_info")
@@ -187,10 +263,15 @@ def check_answer(sent: Sent, answer: Any) -> Accepted | Refused:
     if got is not None and got != sent.rid:
         return Refused(
             RID_MISMATCH,
-            f"sent rid {sent.rid}, the answer's meta_info.id is {got}: another request's answer (a proxy or "
+            f"sent rid {sent.rid}, the answer's meta_info.id is {printable(got)}: another request's answer (a proxy or "
             "cache between the client and the server mixed answers up); not stored",
         )
-    refusal = _ids_refusal(ids) or _field_refusal(answer, meta) or _prompt_refusal(sent, meta)
+    refusal = (
+        _ids_refusal(ids)
+        or _field_refusal(answer, meta)
+        or _prompt_refusal(sent, meta)
+        or _finish_refusal(sent, ids, meta)
+    )
     if refusal is not None:
         return refusal
     versions = answer_weight_versions(answer)
@@ -235,6 +316,9 @@ def _flags(sent: Sent, answer: dict[str, Any], ids: list[int], meta: dict[str, A
     flags = integrity_violations(answer, max_new_tokens=sent.max_new_tokens)
     if meta.get("prompt_tokens") is None:
         flags.append("prompt_tokens_missing")
+    latency = _latency_flag(meta, sent.waited_s)
+    if latency is not None:
+        flags.append(latency)
     if ids:
         lo, hi = min(ids), max(ids)
         if lo < 0:
@@ -278,12 +362,19 @@ def integrity_violations(resp: dict[str, Any], *, max_new_tokens: int | None = N
 def answer_weight_versions(resp: dict[str, Any]) -> list[str]:
     """Every weight version an answer names: `meta_info.weight_version`, then each version of its
     `weight_versions` spans (SGLang 0.5.23: which weights generated which output tokens; weight_version is
-    the last span's). Two distinct values: the sample's tokens come from two sets of weights."""
+    the last span's), each as the model revision shows it. Two distinct values: the sample's tokens come from
+    two sets of weights."""
     meta = resp.get("meta_info") or {}
-    out = [str(meta["weight_version"])] if meta.get("weight_version") is not None else []
+    out = [_as_in_revision(meta["weight_version"])] if meta.get("weight_version") is not None else []
     spans = meta.get("weight_versions")
     for span in spans if isinstance(spans, list) else ():
         v = span.get("version") if isinstance(span, dict) else None
-        if v is not None and str(v) not in out:
-            out.append(str(v))
+        if v is not None and _as_in_revision(v) not in out:
+            out.append(_as_in_revision(v))
     return out
+
+
+def _as_in_revision(version: Any) -> str:
+    """A weight version as the model revision holds it (endpoint_info.model_revision_of: redacted, printable),
+    so that the shard's version and an answer's compare alike."""
+    return printable(redact(str(version)))

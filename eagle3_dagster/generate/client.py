@@ -23,17 +23,20 @@ from typing import Any
 
 import httpx
 
-from ..secret import redact
+from ..secret import printable, redact
 from .endpoint_info import Endpoint, auth_refused, display_url, jittered_backoff, parse_version
 from .endpoint_info import error_message as _error_message
 from .endpoints import EndpointPool
 from .report import RunStats
 from .request_errors import (
+    REQUEST_DEADLINE,
     RETRYABLE_STATUS,
+    DeadlineExceeded,
     FinalFailure,
     RetryableFailure,
     UnroutableEndpoint,
     counts_against_circuit,
+    http_status,
 )
 from .sse import StreamMode, read_stream
 
@@ -160,17 +163,21 @@ def _transport_retry(
     return RetryableFailure("transport", None, f"{name}: {type(e).__name__}")
 
 
-def _stream_error_chunk(err: dict[str, Any], why: str, ep: Endpoint) -> None:
+def _stream_error_chunk(err: dict[str, Any], why: str, ep: Endpoint) -> str:
     """Raise for a stream's error chunk that carries a status. In a stream, request errors found before
     the first token come as a 200 chunk {"error": {...}} (spec §3.5); 0.5.23 adds the status as `code`,
-    0.5.9 only sends these for validation errors (400)."""
-    code = err.get("code")
-    if not isinstance(code, int) and (parse_version(ep.server_version) or (9,)) < (0, 5, 23):
+    0.5.9 only sends these for validation errors (400). A code that is no HTTP status is named in the
+    message returned (the chunk is then a server error body)."""
+    code = http_status(err.get("code"))
+    if err.get("code") is not None and code is None:
+        why += f" (its code {printable(repr(err.get('code')))[:60]} is no HTTP status)"
+    elif code is None and (parse_version(ep.server_version) or (9,)) < (0, 5, 23):
         code = 400
-    if isinstance(code, int):
+    if code is not None:
         if code in RETRYABLE_STATUS or err.get("retryable") is True:
             raise RetryableFailure(f"http_{code}", code, why)
         raise FinalFailure(f"http_{code}", code, why)
+    return why
 
 
 def _result_of_200(reply: _Reply, ep: Endpoint, stream: StreamMode | None) -> dict[str, Any]:
@@ -185,9 +192,9 @@ def _result_of_200(reply: _Reply, ep: Endpoint, stream: StreamMode | None) -> di
     why = not_a_result(data)
     if why is None:
         return data
-    why = redact(why)  # the server's own words (an error body, a stream error chunk)
+    why = printable(redact(why))  # the server's own words (an error body, a stream error chunk)
     if stream is not None and isinstance(data, dict) and isinstance(data.get("error"), dict):
-        _stream_error_chunk(data["error"], why, ep)
+        why = _stream_error_chunk(data["error"], why, ep)
     # A 200 that is not a result (SGLang answers some errors as HTTP 200 {"error": ...}).
     # Not a transport failure: the circuit stays as it is.
     raise FinalFailure("server_error_body", 200, why)
@@ -299,6 +306,7 @@ class RetryPolicy:
     backoff_base_s: float
     backoff_max_s: float
     unroutable_wait_s: float = 900.0
+    deadline_s: float = 10800.0  # the whole request, every attempt and backoff included (EAGLE3_REQUEST_DEADLINE_S)
 
     def timeout(self, read_timeouts: int) -> httpx.Timeout:
         # After each read timeout the next attempt waits twice as long: short timeouts plus
@@ -343,9 +351,12 @@ def _unfinished(data: dict[str, Any], ep: Endpoint) -> tuple[str, int | None, st
     unfinished = raw_fr is None or (isinstance(raw_fr, dict) and not fr.get("type"))
     if not unfinished and fr.get("type") != "abort":
         return None
-    code = None if unfinished else fr.get("status_code")
+    raw_code = None if unfinished else fr.get("status_code")
+    code = http_status(raw_code)
     said = f"{ep.name}: answer without a finish_reason ({raw_fr!r})" if unfinished else str(fr.get("message"))
-    msg = redact(said)  # an abort message is the server's text (it may quote the request)
+    if raw_code is not None and code is None:  # named in the message, never a reason code or a status column
+        said += f" (status_code {repr(raw_code)[:60]} is no HTTP status)"
+    msg = printable(redact(said))  # an abort message is the server's text (it may quote the request)
     return ("unfinished_answer" if unfinished else "aborted"), code, msg
 
 
@@ -372,6 +383,35 @@ def _partial_retry_kind(why: str, code: int | None) -> str:
     return "unfinished" if why == "unfinished_answer" else "abort"
 
 
+async def _attempt_by(
+    deadline: float,
+    pool: EndpointPool,
+    client: httpx.AsyncClient,
+    headers: dict[str, str],
+    payload: dict[str, Any],
+    timeout: httpx.Timeout,
+    stats: RunStats,
+    stream: StreamMode | None,
+    on_endpoint: Callable[[Endpoint], None],
+) -> tuple[dict[str, Any], Endpoint, float, str]:
+    """`_attempt`, cut at the request's deadline (loop time): DeadlineExceeded naming the endpoint it was on.
+    A per-read timeout cannot end an answer that trickles a byte every few seconds; this does."""
+    on: list[Endpoint] = []
+
+    def note(ep: Endpoint) -> None:
+        on.append(ep)
+        on_endpoint(ep)
+
+    cm = asyncio.timeout_at(deadline)
+    try:
+        async with cm:
+            return await _attempt(pool, client, headers, payload, timeout, stats, stream, note)
+    except TimeoutError:
+        if not cm.expired():
+            raise
+        raise DeadlineExceeded(on[-1].name if on else "", on[-1].url if on else "") from None
+
+
 async def generate_one(
     *,
     pool: EndpointPool,
@@ -385,35 +425,48 @@ async def generate_one(
     stream: StreamMode | None = None,
     in_flight: dict[str, str] | None = None,
 ) -> Outcome:
-    """One sample to completion. `in_flight` (rid -> endpoint URL) lets the caller abort what is running on stop."""
+    """One sample to completion, within the policy's deadline. `in_flight` (rid -> endpoint URL) lets the
+    caller abort what is running on stop."""
     tries = _Tries()
     loop = asyncio.get_running_loop()
+    deadline = loop.time() + policy.deadline_s
     while True:
         rid = tries.rid(rid_base)
-        payload = generate_body(input_ids, sampling, rid)
+        if loop.time() >= deadline:  # spent in earlier attempts and their backoff
+            return _past_deadline(tries, DeadlineExceeded("", ""), rid, policy, stats, client, headers)
 
         def track(ep: Endpoint, rid: str = rid) -> None:
             if in_flight is not None:
                 in_flight[rid] = ep.url
 
         try:
-            data, ep, lat, worker = await _attempt(
-                pool, client, headers, payload, policy.timeout(tries.timeouts), stats, stream, track
+            data, ep, lat, worker = await _attempt_by(
+                deadline,
+                pool,
+                client,
+                headers,
+                generate_body(input_ids, sampling, rid),
+                policy.timeout(tries.timeouts),
+                stats,
+                stream,
+                track,
             )
         except UnroutableEndpoint as e:
             failed = _wait_unroutable(tries, e, rid, loop.time(), policy, stats)
             if failed is not None:
                 return failed
-            await asyncio.sleep(policy.backoff(min(tries.unroutable, 6)))
+            await _nap(policy.backoff(min(tries.unroutable, 6)), deadline)
             continue
         except RetryableFailure as e:
             failed = _note_retry(tries, e, rid, policy, stats, client, headers)
             if failed is not None:
                 return failed
-            await asyncio.sleep(policy.backoff(tries.attempt - 1))
+            await _nap(policy.backoff(tries.attempt - 1), deadline)
             continue
         except FinalFailure as e:
             return tries.failed(rid, reason=e.reason, status=e.status, detail=e.detail)
+        except DeadlineExceeded as e:
+            return _past_deadline(tries, e, rid, policy, stats, client, headers)
         finally:
             task = asyncio.current_task()
             if in_flight is not None and (task is None or not task.cancelling()):
@@ -422,14 +475,59 @@ async def generate_one(
         partial = _unfinished(data, ep)
         if partial is None:
             return Outcome(data, ep.name, rid, lat, attempts=tries.attempt + 1, worker=worker)
-        why, code, msg = partial
-        if _partial_is_final(code):
-            return tries.failed(rid, reason=f"abort_{code}", status=code, detail=msg, endpoint=ep.name, lat=lat)
-        if tries.attempt >= policy.max_retries:
-            return tries.failed(rid, reason=why, status=code, detail=msg, endpoint=ep.name, lat=lat)
-        stats.retried[_partial_retry_kind(why, code)] += 1
-        tries.attempt += 1
-        await asyncio.sleep(policy.backoff(tries.attempt - 1))
+        failed = _partial_failed(partial, ep, tries, rid, lat, policy, stats)
+        if failed is not None:
+            return failed
+        await _nap(policy.backoff(tries.attempt - 1), deadline)
+
+
+async def _nap(seconds: float, deadline: float) -> None:
+    """A backoff sleep that ends by the request's deadline (the loop then records the deadline failure)."""
+    await asyncio.sleep(max(0.0, min(seconds, deadline - asyncio.get_running_loop().time())))
+
+
+def _partial_failed(
+    partial: tuple[str, int | None, str],
+    ep: Endpoint,
+    tries: _Tries,
+    rid: str,
+    lat: float,
+    policy: RetryPolicy,
+    stats: RunStats,
+) -> Outcome | None:
+    """The failed Outcome of a partial answer (`_unfinished`), or None when it is sent again (counted)."""
+    why, code, msg = partial
+    if _partial_is_final(code):
+        return tries.failed(rid, reason=f"abort_{code}", status=code, detail=msg, endpoint=ep.name, lat=lat)
+    if tries.attempt >= policy.max_retries:
+        return tries.failed(rid, reason=why, status=code, detail=msg, endpoint=ep.name, lat=lat)
+    stats.retried[_partial_retry_kind(why, code)] += 1
+    tries.attempt += 1
+    return None
+
+
+def _past_deadline(
+    tries: _Tries,
+    e: DeadlineExceeded,
+    rid: str,
+    policy: RetryPolicy,
+    stats: RunStats,
+    client: httpx.AsyncClient,
+    headers: dict[str, str],
+) -> Outcome:
+    """The request ran out of its overall deadline: the abandoned request aborted on the server, the sample
+    failed with reason request_deadline (not permanent: the next run sends it again)."""
+    if e.url:
+        _spawn(abort_rid(client, headers, e.url, rid))
+    where = f" on {e.endpoint}" if e.endpoint else ""
+    detail = (
+        f"no complete answer within the request deadline of {policy.deadline_s:g}s (EAGLE3_REQUEST_DEADLINE_S) "
+        f"after {tries.attempt + 1} attempt(s){where}: a server that answers too slowly or trickles its answer "
+        "and never finishes; aborted"
+    )
+    if stats.errors[REQUEST_DEADLINE] < 3:
+        log.warning("request %s: %s", rid, detail)
+    return tries.failed(rid, reason=REQUEST_DEADLINE, status=None, detail=detail, endpoint=e.endpoint)
 
 
 def _wait_unroutable(

@@ -72,6 +72,11 @@ class GenerationConfig:
     stall_timeout_s: float = 300.0
     first_chunk_timeout_s: float = 1800.0
     stream_interval: int | None = None
+    # The whole request (every attempt, its queueing, its backoff) ends by this many seconds: a server that
+    # trickles a byte every few seconds and never finishes defeats every per-read and stall timeout; the
+    # sample then fails with reason request_deadline (the next run sends it again). Long reasoning answers
+    # take many minutes (first_chunk_timeout_s of queueing plus the decode), so the default is generous.
+    request_deadline_s: float = 10800.0
     allow_old_server: bool = False  # /server_info version < 0.5.9 is refused unless this is set
     write_retries: int = 3
     # a prompt whose prompt + max_new_tokens exceeds the server's context length (generate/context_fit.py):
@@ -114,6 +119,8 @@ class GenerationConfig:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if self.flush_every_n < 1:
             raise ValueError(f"flush_every_n must be >= 1, got {self.flush_every_n}")
+        if not self.request_deadline_s > 0:
+            raise ValueError(f"request_deadline_s must be > 0, got {self.request_deadline_s}")
         if self.stall_timeout_s <= 0 or self.first_chunk_timeout_s <= 0:
             raise ValueError("stall_timeout_s and first_chunk_timeout_s must be > 0")
         if self.stream_interval is not None and self.stream_interval < 1:
@@ -176,6 +183,7 @@ def deployment_fields(s: Settings) -> dict[str, Any]:
         "api_key": s.sglang_api_key,
         "allow_old_server": s.allow_old_sglang,
         "served_model_pin": s.served_model,
+        "request_deadline_s": s.request_deadline_s,
     }
     out = {k: v for k, v in out.items() if v is not None}
     if s.generation_compact_after_chunks is not None:

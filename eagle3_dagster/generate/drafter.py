@@ -42,6 +42,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..secret import printable
+
 log = logging.getLogger(__name__)
 
 FLOAT_KEYS = ("spec_accept_length", "spec_accept_rate")
@@ -95,7 +97,8 @@ class DrafterIdentity:
         return f"{self.algorithm.lower()}-{digest}"
 
     def describe(self) -> str:
-        return (
+        """For people: the server's strings escaped (secret.printable); the fields keep them as received."""
+        return printable(
             f"{self.drafter_id} ({self.algorithm} {self.draft_model_path or '?'}"
             f"@{self.draft_model_revision or 'default'}, steps {self.num_steps}, topk {self.eagle_topk}, "
             f"draft tokens {self.num_draft_tokens})"

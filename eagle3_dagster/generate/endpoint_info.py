@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..secret import redact
+from ..secret import printable, redact
 from .drafter import DrafterIdentity
 from .served_model import ServedModel
 
@@ -48,7 +48,8 @@ def auth_refused(where: str, status: int, url: str, headers: Mapping[str, str]) 
     user = url_credentials(url)
     if user is not None:
         sent = (
-            f"the Basic credentials of the endpoint URL's user info (user {user!r}, password not shown) were sent"
+            f"the Basic credentials of the endpoint URL's user info (user {user!r}, password not shown) were sent "
+            "and refused"
             + (
                 ", in place of the SGLANG_API_KEY Bearer key"
                 if any(k.lower() == "authorization" for k in headers)
@@ -59,12 +60,20 @@ def auth_refused(where: str, status: int, url: str, headers: Mapping[str, str]) 
     elif any(k.lower() == "authorization" for k in headers):
         sent = "the Bearer key from SGLANG_API_KEY was sent and refused: it is wrong for this server"
     else:
-        sent = "no credential was sent (SGLANG_API_KEY is not set, the URL has no user info): the server wants one"
+        sent = (
+            "no credential was sent (SGLANG_API_KEY is not set, the URL has no user info): the server wants one; "
+            "set SGLANG_API_KEY to its --api-key"
+        )
     return AuthError(f"{where} answered {status}: {sent}")
 
 
 class ModelRevisionError(RuntimeError):
     """The endpoints serve different model revisions; mixing them would poison a dataset."""
+
+
+class ServingChangedError(RuntimeError):
+    """An endpoint's drafter changed under a running shard: answers do not say which drafter served them, so
+    the run stops at the change, and the answers since the drafter was last confirmed are not stored."""
 
 
 class EndpointRefusedError(RuntimeError):
@@ -122,10 +131,10 @@ def preferred_params_of(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def error_message(body: bytes) -> str:
-    """The server's message from any of the §4.1 error shapes, else the raw text, redacted, then cut to
-    1000 characters (cut after: a key cut in two would no longer be recognised): gateways and validation
-    errors quote the request back, Authorization header included."""
-    return redact(_error_text(body[:MAX_ERROR_BODY]))[:1000]
+    """The server's message from any of the §4.1 error shapes, else the raw text, redacted, its control
+    characters escaped (secret.printable), then cut to 1000 characters (cut after: a key cut in two would no
+    longer be recognised): gateways and validation errors quote the request back, Authorization header included."""
+    return printable(redact(_error_text(body[:MAX_ERROR_BODY])))[:1000]
 
 
 MAX_ERROR_BODY = 20_000  # bytes of an error body read for its message (only the first 1000 chars are kept)
@@ -149,19 +158,22 @@ def _error_text(body: bytes) -> str:
 
 
 def safe_message(msg: str, *, secrets: tuple[str, ...] = (), limit: int = 300) -> str:
-    """A server's message fit for logs and error rows: secrets redacted (secret.redact), one line, truncated."""
-    msg = " ".join(redact(msg, secrets=secrets).split())
+    """A server's message fit for logs and error rows: secrets redacted (secret.redact), one line with its
+    control characters escaped (secret.printable), truncated."""
+    msg = printable(" ".join(redact(msg, secrets=secrets).split()))
     return msg if len(msg) <= limit else msg[: limit - 1] + "…"
 
 
 def server_said(r: httpx.Response, limit: int = 300) -> str:
-    """A response body's text as one line, for a message: redacted (servers quote requests back), then cut."""
-    return redact(" ".join(r.text.split()))[:limit]
+    """A response body's text as one line, for a message: redacted (servers quote requests back), its control
+    characters escaped, then cut."""
+    return printable(redact(" ".join(r.text.split())))[:limit]
 
 
 def describe_error(e: BaseException, path: str, timeout: float) -> str:
-    """A transport error as a person reads it (redacted: an exception's text may carry a URL with credentials)."""
-    return redact(_describe_error(e, path, timeout))
+    """A transport error as a person reads it (redacted: an exception's text may carry a URL with credentials;
+    printable: it may quote what the server sent)."""
+    return printable(redact(_describe_error(e, path, timeout)))
 
 
 def _describe_error(e: BaseException, path: str, timeout: float) -> str:
@@ -185,18 +197,19 @@ def _describe_error(e: BaseException, path: str, timeout: float) -> str:
 
 
 def display_url(url: str) -> str:
-    """The URL without any user:password part (and credential-like query values redacted), for logs and metadata."""
+    """The URL without any user:password part (and credential-like query values redacted), printable (a router
+    lists its workers' URLs: server text), for logs and metadata."""
     try:
         p = urlsplit(url)
         has_userinfo = bool(p.username or p.password)
     except ValueError:
-        return redact(url)
+        return printable(redact(url))
     if has_userinfo:
         host = p.hostname or ""
         if p.port:
             host = f"{host}:{p.port}"
         url = urlunsplit((p.scheme, host, p.path, p.query, p.fragment))
-    return redact(url)
+    return printable(redact(url))
 
 
 @dataclass(frozen=True)
@@ -249,6 +262,7 @@ class Endpoint:
     # a router's answers that named no worker (mixed drafters: warned once), workers named but never listed
     unattributed_warned: bool = False
     unknown_workers: set[str] = field(default_factory=set)
+    changed: str = ""  # what it serves changed under the run (its drafter): why its unconfirmed rows are not stored
 
     @property
     def routable(self) -> bool:
@@ -267,11 +281,12 @@ class Endpoint:
 
 
 def model_revision_of(info: dict[str, Any]) -> str:
-    """`<model_path>@<weight_version>`, redacted: a model path may be a URI with credentials, and the
-    revision is stored in every row and named in logs and metadata."""
+    """`<model_path>@<weight_version>`, redacted and printable: a model path may be a URI with credentials
+    or hold control characters, and the revision is stored in every row (it is a key, not the server's
+    words) and named in logs, metadata and the data card."""
     path = str(info.get("model_path") or info.get("served_model_name") or "unknown-model")
     wv = info.get("weight_version")
-    return redact(f"{path}@{wv if wv is not None else 'default'}")
+    return printable(redact(f"{path}@{wv if wv is not None else 'default'}"))
 
 
 def stream_mode_of(info: dict[str, Any]) -> bool | None:

@@ -13,6 +13,12 @@ answers `/readiness` (plain SGLang servers answer 404) is a router and is probed
 list (`/workers`, or `/list_workers`) sizes the in-flight window and every worker's revision is read
 where the worker is reachable.
 
+What an endpoint serves is also watched while the shard runs: an answer does not say which drafter served
+it, so before a chunk of rows is written (`confirm_serving`) and whenever an endpoint comes back, the
+drafter its /server_info names (a router: its workers') is read again. When it changed, the run stops
+there (ServingChangedError, naming both): the rows that endpoint answered since its drafter was last
+confirmed are not stored (which drafter served them is not known), the rerun generates them.
+
 Refused for the whole run (never routable, the step fails at once if nothing else is left): another
 model (its /model_info `model_type`, or `model_path` where the profile or EAGLE3_SERVED_MODEL pins one, is
 not the run's: served_model.py), checked for a router's reachable workers too; another model revision
@@ -35,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from ..secret import redact
+from ..secret import printable, redact
 from .drafter import DrafterIdentity, drafter_of, router_drafter, warn_mixed_fleet, warn_unattributed
 from .endpoint_info import (
     _TEXT_ONLY,
@@ -181,7 +187,16 @@ class EndpointPool:
         if not ok:
             self._recheck_when_back(ep)
         if ok and not ep.revision_checked:
+            known, before, before_workers = bool(ep.server_info), ep.drafter, dict(ep.worker_drafters)
             ok = await self._check_revision(ep)
+            if known and ep.server_info:  # back from a restart with another drafter (a router: on any worker)
+                changed = [
+                    (w, d) for w, d in ep.worker_drafters.items() if w in before_workers and before_workers[w] != d
+                ]
+                if ep.drafter != before or changed:
+                    w, now = changed[0] if changed else ("", ep.drafter)
+                    self._serving_changed(ep, before_workers.get(w, before), now, w)
+                    ok = False
         if ok:
             ep.state = "routable" if not ep.circuit_open else "circuit open (cooling down)"
         was = ep.routable
@@ -201,10 +216,56 @@ class EndpointPool:
         ep.revision_checked = False
 
     def _refuse(self, ep: Endpoint, why: str) -> None:
-        why = redact(why)  # it quotes what /server_info and /model_info said (versions, server-side defaults)
+        # it quotes what /server_info and /model_info said (versions, server-side defaults)
+        why = printable(redact(why))
         ep.refused = why
         ep.state = f"refused: {why}"
         log.error("endpoint %s refused for this run: %s", ep.name, why)
+
+    def _serving_changed(
+        self, ep: Endpoint, before: DrafterIdentity | None, now: DrafterIdentity | None, server: str = ""
+    ) -> None:
+        """Record that `ep`'s drafter (a router's: its worker `server`'s) changed under the run (it takes no
+        more requests; the next chunk write stops the run, see confirm_serving)."""
+        if ep.changed:
+            return
+        was = before.describe() if before else "no speculative decoding"
+        whose = f"its worker {server}'s drafter" if server and server != ep.name else "its drafter"
+        ep.changed = f"{whose} changed under the running shard: {was} -> {now.describe() if now else 'none'}"
+        ep.refused = ep.changed
+        ep.state = f"refused: {ep.changed}"
+        log.error("endpoint %s: %s", ep.name, ep.changed)
+        self._changed.set()
+
+    async def _drafters_now(self, ep: Endpoint) -> dict[str, DrafterIdentity | None] | None:
+        """What drafts for `ep` now, per server: {its name: drafter} from its /server_info; a router's, per
+        listed worker (a worker not reachable from here counts with the router's own answer, as at the start).
+        None when the endpoint does not answer (not judged: the health checks read it again when it is back)."""
+        own = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
+        if own is None:
+            return None
+        if ep.kind != "router" or not ep.workers:
+            return {ep.name: drafter_of(own)}
+        now: dict[str, DrafterIdentity | None] = {}
+        for w in ep.workers:
+            wurl = worker_url(w)
+            winfo = await self._get_json(Endpoint(url=wurl, name=display_url(wurl)), "/server_info") if wurl else None
+            now[display_url(wurl) or "?"] = drafter_of(winfo if winfo is not None else own)
+        return now
+
+    async def confirm_serving(self, names: set[str]) -> dict[str, str]:
+        """Endpoint name -> what changed, for every endpoint whose drafter changed under the run (a router's:
+        any of its workers'): those of `names` (the endpoints whose answers are about to be written) are read
+        again now; an endpoint already known to have changed is always named."""
+        for ep in self.endpoints:
+            if ep.name in names and ep.server_info and not ep.changed and not ep.refused:
+                now = await self._drafters_now(ep)
+                before = ep.worker_drafters if ep.kind == "router" and ep.workers else {ep.name: ep.drafter}
+                for server, drafter in (now or {}).items():
+                    if server in before and drafter != before[server]:
+                        self._serving_changed(ep, before[server], drafter, server)
+                        break
+        return {ep.name: ep.changed for ep in self.endpoints if ep.changed}
 
     async def _check_revision(self, ep: Endpoint) -> bool:
         """First time an endpoint is healthy: what it serves, its version and server-side defaults."""
@@ -371,7 +432,7 @@ class EndpointPool:
                     "reports %s)",
                     ep.name,
                     display_url(wurl) or "?",
-                    w.get("model_id") or "no model id",
+                    printable(str(w.get("model_id") or "no model id")),
                 )
             capacities.append(max_running_of(winfo) if winfo is not None else None)
             modes[display_url(wurl) or "?"] = stream_mode_of(winfo) if winfo is not None else None
@@ -652,9 +713,9 @@ class EndpointPool:
 
     def versions(self) -> dict[str, str]:
         """Endpoint -> its SGLang release (/server_info `version`); a router's workers as `<worker> via <router>`."""
-        out = {ep.name: ep.server_version for ep in self.endpoints if ep.server_version}
+        out = {ep.name: printable(ep.server_version) for ep in self.endpoints if ep.server_version}
         for ep in self.endpoints:
-            out.update({f"{w} via {ep.name}": f.version for w, f in ep.worker_facts.items() if f.version})
+            out.update({f"{w} via {ep.name}": printable(f.version) for w, f in ep.worker_facts.items() if f.version})
         return out
 
     def per_endpoint(self) -> dict[str, dict[str, int]]:

@@ -39,6 +39,7 @@ def retry_policy(config: GenerationConfig) -> RetryPolicy:
         backoff_base_s=config.backoff_base_s,
         backoff_max_s=config.backoff_max_s,
         unroutable_wait_s=config.wait_for_endpoint_s,
+        deadline_s=config.request_deadline_s,
     )
 
 
@@ -250,6 +251,8 @@ async def send(
         vocab_size=c.vocab_size,
         weight_version=ctx.weight.value,
         revision=ctx.revision,
+        stop_ids=frozenset(c.stop_token_ids),
+        waited_s=o.latency_s,
     )
     o, flags = judge_outcome(o, sent, shard=ctx.shard, seen=ctx.stats.errors)
     ctx.weight.note(o.response)

@@ -23,6 +23,7 @@ import httpx
 from .drafter import DrafterIdentity, drafter_of, router_drafter
 from .endpoint_info import (
     ROUTER_WORKER_LISTS,
+    auth_refused,
     describe_error,
     display_url,
     is_router_readiness,
@@ -103,6 +104,8 @@ def _get_json(client: httpx.Client, url: str, path: str) -> tuple[Any, str]:
         r = client.get(url + path)
     except httpx.HTTPError as e:
         return None, describe_error(e, path, float(client.timeout.read or 0))
+    if r.status_code in (401, 403):  # names the credential that was sent and refused, and what to do
+        return None, str(auth_refused(f"{display_url(url)}{path}", r.status_code, url, client.headers))
     if r.status_code != 200:
         return None, f"{path} answered {r.status_code}"
     try:
@@ -160,8 +163,9 @@ def endpoint_problems(fleet: Sequence[EndpointCapacity]) -> list[str]:
         if not _no_answer(c):
             continue
         if " 401" in c.why or " 403" in c.why:
-            fix = "the server wants an API key: set SGLANG_API_KEY to its --api-key"
-        elif "answered" in c.why:
+            out.append(f"EAGLE3_SGLANG_URL {c.endpoint}: {c.why} (`eagle3 check --offline` skips this probe)")
+            continue  # the line names the credential sent (the URL's user info, the key, none) and what to do
+        if "answered" in c.why:
             fix = "not an SGLang server: point EAGLE3_SGLANG_URL at SGLang's own HTTP port (or its router)"
         else:
             fix = "no server there: start it, or fix EAGLE3_SGLANG_URL (unset, `eagle3 demo` starts its own simulator)"

@@ -4,15 +4,21 @@ Every answered sample goes into one buffer; the buffer is written as one chunk w
 `flush_every_n` rows (by the worker that filled it), on a timer (`flush_every_s`) and at the end.
 errors.parquet is rewritten whole, so only on the timer and at the end. One lock orders every
 write: a flush started by the timer finishes before the run cancels the timer.
+
+Before rows are written, `confirm` (the endpoint pool's confirm_serving) reads again what the endpoints
+that answered them serve: a row names the drafter of its endpoint, which its answer does not say. When an
+endpoint's drafter changed, its rows in the buffer are not written (which drafter served them is not known)
+and the flush raises ServingChangedError once: the run stops at the change, the rerun sends them again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from .endpoint_info import ServingChangedError
 from .multiturn import is_turn
 
 
@@ -42,6 +48,7 @@ class ChunkFlusher:
         errors: list[dict[str, Any]],
         *,
         clock: Callable[[], float] = time.monotonic,
+        confirm: Callable[[set[str]], Awaitable[dict[str, str]]] | None = None,
     ) -> None:
         self.store = store
         self.turn_store = turn_store
@@ -50,6 +57,9 @@ class ChunkFlusher:
         self.lock = asyncio.Lock()
         self._clock = clock
         self._errors_written = -1  # never written: the first flush with errors writes the file
+        self._confirm = confirm
+        self.unconfirmed = 0  # rows not written: their endpoint's drafter changed before they were confirmed
+        self._stopped = False  # ServingChangedError raised once; later flushes only leave those rows out
         self.last_flush = self.last_errors_write = clock()
 
     def errors_pending(self) -> bool:
@@ -70,6 +80,7 @@ class ChunkFlusher:
                 return  # another worker flushed while we waited for the lock
             rows, self.rows = self.rows, []
             self.last_flush = self._clock()
+            rows, stop = await self._confirmed(rows)
             if rows:
                 await self._write_rows(rows)
             if errors_due:
@@ -77,6 +88,28 @@ class ChunkFlusher:
                 await asyncio.to_thread(self.store.write_errors, snapshot)
                 self._errors_written = len(snapshot)
                 self.last_errors_write = self._clock()
+            if stop is not None:
+                raise stop
+
+    async def _confirmed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Exception | None]:
+        """The rows whose endpoints still serve what their rows name, and the error that stops the run (once)
+        when an endpoint changed."""
+        if not rows or self._confirm is None:
+            return rows, None
+        changed = await self._confirm({str(r.get("endpoint")) for r in rows})
+        if not changed:
+            return rows, None
+        keep = [r for r in rows if r.get("endpoint") not in changed]
+        self.unconfirmed += len(rows) - len(keep)
+        if self._stopped:
+            return keep, None
+        self._stopped = True
+        said = "; ".join(f"endpoint {name}: {why}" for name, why in changed.items())
+        return keep, ServingChangedError(
+            f"{said}. The run stops here: answers do not say which drafter served them, so the "
+            f"{self.unconfirmed} answer(s) of that endpoint since its drafter was last confirmed are not stored; "
+            "rerun to generate them under what it serves now (each row then names it)"
+        )
 
     async def _write_rows(self, rows: list[dict[str, Any]]) -> None:
         samples, turns = split_turn_rows(rows)

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ..secret import printable
 from .drafter import SpecNamesWatch
+from .request_errors import is_permanent_reason
 from .retried import retried_line
 
 
@@ -222,7 +224,8 @@ def _kinds(d: dict[str, int]) -> str:
 
 
 def failures_by_reason(errors: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, str]]:
-    """Permanently failed requests (errors.parquet rows) per reason: (count, the last row's detail), most first."""
+    """Failed requests (errors.parquet rows, permanent and retryable) per reason: (count, the last row's detail),
+    most first."""
     counts: Counter[str] = Counter()
     last: dict[str, str] = {}
     for row in errors:
@@ -247,7 +250,21 @@ def failures_section(errors: Iterable[Mapping[str, Any]], *, examples: int = 3) 
 
 def failures_text(by_reason: Mapping[str, tuple[int, str]], *, detail_chars: int = 160) -> str:
     """`retries_exhausted=2 (last: reset after 2 attempts: ...); http_400=1 (last: The input ...)`"""
-    return "; ".join(f"{r}={n:,}" + (f" (last: {d[:detail_chars]})" if d else "") for r, (n, d) in by_reason.items())
+    return "; ".join(
+        f"{r}={n:,}" + (f" (last: {printable(d)[:detail_chars]})" if d else "") for r, (n, d) in by_reason.items()
+    )
+
+
+def failures_by_permanence(by_reason: Mapping[str, tuple[int, str]], *, detail_chars: int = 160) -> str:
+    """Failed requests counted apart by whether a rerun sends them again (request_errors.is_permanent_reason):
+    `1 permanent, not sent again: http_400=1 (last: ...); 2 retryable, the next run sends them again: ...`"""
+    parts = []
+    for permanent, what in ((True, "permanent, not sent again"), (False, "retryable, the next run sends them again")):
+        part = {r: v for r, v in by_reason.items() if is_permanent_reason(r) == permanent}
+        if part:
+            n = sum(c for c, _ in part.values())
+            parts.append(f"{n:,} {what}: {failures_text(part, detail_chars=detail_chars)}")
+    return "; ".join(parts)
 
 
 def progress_line(shard: str, p: ProgressReport) -> str:
@@ -281,10 +298,8 @@ def result_line(shard: str, r: ShardReport) -> str:
         f"{_dur(r.wall_s)}",
     ]
     if r.errors_by_kind:
-        parts.append(
-            "failed "
-            + failures_text({k: (n, r.failure_details.get(k, "")) for k, n in sorted(r.errors_by_kind.items())})
-        )
+        by_reason = {k: (n, r.failure_details.get(k, "")) for k, n in sorted(r.errors_by_kind.items())}
+        parts.append("failed " + failures_by_permanence(by_reason))
     if r.retried_by_kind:
         parts.append(f"retried {_kinds(r.retried_by_kind)}")
     if r.previous_failures:

@@ -24,6 +24,22 @@ def counts_against_circuit(kind: str, status: int | None) -> bool:
     return kind in BREAKER_KINDS
 
 
+def http_status(v: object) -> int | None:
+    """A status a server names in its body (an abort's status_code, a stream error chunk's code) as an HTTP
+    status, or None when it is none (not an integer in 100..599: it would name a reason code and overflow
+    the error row's int32 `status` column)."""
+    return v if type(v) is int and 100 <= v <= 599 else None
+
+
+def is_permanent_reason(reason: str) -> bool:
+    """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt): recorded in
+    errors.parquet and not sent again by later runs. Every other reason is retryable: the next run sends it
+    again (a refused answer, a stall, retries exhausted, a server error body)."""
+    if reason in ("empty_input_ids", "input_id_out_of_vocab"):
+        return True
+    return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")
+
+
 class RetryableFailure(Exception):
     """Sent again with a new rid. `breaker` (from `counts_against_circuit`, never chosen where it is
     raised): the failure counts against the endpoint's circuit; `url`: the endpoint to abort the
@@ -36,6 +52,19 @@ class RetryableFailure(Exception):
         self.status = status
         self.detail = detail
         self.breaker = counts_against_circuit(kind, status)
+
+
+REQUEST_DEADLINE = "request_deadline"  # the reason of a sample that ran out of its overall deadline
+
+
+class DeadlineExceeded(Exception):
+    """An attempt cut at the request's overall deadline; `endpoint` (display name) and `url`: where it ran
+    ("" when it never reached one)."""
+
+    def __init__(self, endpoint: str, url: str) -> None:
+        super().__init__(f"request deadline exceeded on {endpoint or 'no endpoint'}")
+        self.endpoint = endpoint
+        self.url = url
 
 
 class UnroutableEndpoint(Exception):

@@ -6,10 +6,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from ..secret import redact
+from ..secret import printable, redact, redacted_json_text
+from .answer_checks import LATENCY_INVALID
 from .client import Outcome
 from .drafter import spec_row_fields
 from .endpoint_info import Served
+from .request_errors import is_permanent_reason as is_permanent_reason  # re-exported
 
 
 def result_row(
@@ -41,8 +43,11 @@ def result_row(
         "prompt_tokens": meta.get("prompt_tokens"),
         "completion_tokens": meta.get("completion_tokens"),
         "cached_tokens": meta.get("cached_tokens"),
-        "e2e_latency": meta.get("e2e_latency"),
-        "meta_info": json.dumps(meta, separators=(",", ":")),
+        # null when flagged (answer_checks: NaN, negative, no float64, longer than the request): a lie is not a
+        # latency, and one no float64 holds would crash the chunk write; meta_info keeps what was sent
+        "e2e_latency": None if any(v.startswith(LATENCY_INVALID) for v in violations) else meta.get("e2e_latency"),
+        # as received, but a secret a server put in it (a gateway echoing the Authorization header) is redacted
+        "meta_info": redacted_json_text(meta),
         "endpoint": o.endpoint,
         "worker": served.worker,
         "sglang_version": served.version,
@@ -62,12 +67,6 @@ def error_row(item: dict[str, Any], reason: str, status: int | None, detail: str
         "shard": item.get("shard"),
         "reason": reason,
         "status": status,
-        "detail": redact(detail)[:2000],  # our own texts quote server values too: never a secret in a row
+        # our own texts quote server values too: never a secret, never a control character in a message
+        "detail": printable(redact(detail))[:2000],
     }
-
-
-def is_permanent_reason(reason: str) -> bool:
-    """Failures that the same request would hit again (a 4xx other than 408/429, a bad prompt)."""
-    if reason in ("empty_input_ids", "input_id_out_of_vocab"):
-        return True
-    return (reason.startswith(("http_4", "abort_4"))) and reason[-3:] not in ("408", "429")

@@ -30,6 +30,7 @@ import polars as pl
 
 from .. import stopping
 from ..schemas import TURN_GENERATIONS
+from ..secret import printable
 from ..storage import DataPath, as_data_path
 from .cached_only import any_endpoint_answers, cached_only_report
 from .client import abort_rid
@@ -165,7 +166,7 @@ def _engine_context(
     report.server_context_length = server_context
     report.context_overflow = config.context_overflow
     report.server_versions = pool.versions()
-    report.served_models = {ep.name: ep.served_model.describe() for ep in pool.endpoints if ep.served_model}
+    report.served_models = {ep.name: printable(ep.served_model.describe()) for ep in pool.endpoints if ep.served_model}
     report.refused_endpoints = {ep.name: ep.refused for ep in pool.endpoints if ep.refused}
     report.streamed = config.stream
     return EngineContext(
@@ -357,7 +358,7 @@ async def _note_outcome(
     report.failed += work.carried.height
     for reason in work.carried.get_column("reason").to_list():
         report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
-    report.failure_details = {r: d for r, (_, d) in failures_by_reason(errors).items()}
+    report.failure_details = {r: printable(d) for r, (_, d) in failures_by_reason(errors).items()}
     if work.previous.reasons:
         stored_now = await asyncio.to_thread(lambda: stored_sample_ids(out_dir).to_list())
         report.previous_failures = work.previous.outcome(stored_now, (e["sample_id"] for e in errors))
@@ -422,7 +423,7 @@ async def _generate_shard(
         write_retried(out_dir, "", {})  # a run that does not finish leaves no outcome of an earlier one
         _note_plan(report, work, ctx)
         n_workers = _window(report, config, pool, work.pending)
-        flusher = ChunkFlusher(store, turn_store, work.carried.to_dicts())
+        flusher = ChunkFlusher(store, turn_store, work.carried.to_dicts(), confirm=pool.confirm_serving)
         reporter = _Progress(out_dir.name, ctx.stats, progress)
         await _run_engine(ctx, work, flusher, http, n_workers, reporter, progress_every_s)
         if progress is not None:

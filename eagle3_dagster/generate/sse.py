@@ -1,9 +1,11 @@
 """Reading a streamed /generate answer (SSE, spec §3.5) into one result.
 
-The response is read with an idle timeout between chunks, so a request that goes quiet (a stuck
+The response is read with an idle timeout between events, so a request that goes quiet (a stuck
 request, a proxy that dropped the connection) is detected in `stall_timeout_s` however long the
 generation is; the wait before the first chunk is bounded separately (`first_chunk_timeout_s`:
-queued requests send nothing). Only the last event is parsed when the server streams cumulative
+queued requests send nothing). Only a complete event counts as news: bytes that never complete one (a
+byte every few seconds) are silence. A stream that keeps sending events and never finishes is ended by
+the request's overall deadline (client.py). Only the last event is parsed when the server streams cumulative
 `output_ids` (the default), every delta when it streams increments; when no /server_info says which
 (a router), each stream's chunks tell.
 """
@@ -40,6 +42,7 @@ class SseEvents:
     def __init__(self) -> None:
         self._buf = bytearray()
         self.done = False
+        self.completed = 0  # complete events seen (data or not): what resets the stall timer
 
     def feed(self, raw: bytes) -> list[bytes]:
         start = max(0, len(self._buf) - 1)  # only the new bytes (and one before) can hold a new separator
@@ -49,6 +52,7 @@ class SseEvents:
             ev = bytes(self._buf[:cut]).strip()
             del self._buf[: cut + 2]
             start = 0
+            self.completed += 1
             if not ev.startswith(b"data:"):
                 continue
             payload = ev[5:].strip()
@@ -122,13 +126,16 @@ async def read_stream(r: httpx.Response, ep: Endpoint, mode: StreamMode) -> Any:
 
 
 async def _consume(r: httpx.Response, ep: Endpoint, mode: StreamMode, events: SseEvents, acc: StreamChunks) -> None:
-    """Read until [DONE], each chunk within the stall timeout (the first within its own)."""
+    """Read until [DONE], each event within the stall timeout (the first within its own)."""
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(mode.first_chunk_timeout_s) as cm:
             async for raw in r.aiter_raw():
-                cm.reschedule(loop.time() + mode.stall_timeout_s)
-                for payload in events.feed(raw):
+                seen = events.completed
+                payloads = events.feed(raw)
+                if events.completed != seen:  # bytes that complete no event are no sign of life
+                    cm.reschedule(loop.time() + mode.stall_timeout_s)
+                for payload in payloads:
                     acc.add(payload, ep)
                 if events.done:
                     break

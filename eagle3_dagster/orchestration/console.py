@@ -1,4 +1,5 @@
-"""The console logger of the runs `eagle3 demo` executes: one line per event, never a stack trace.
+"""The console logger of the runs `eagle3 demo` executes: one line per event, never a stack trace, never a
+control character (a server's text cannot clear the terminal or forge a line: secret.printable).
 
 Dagster's default console logger prints a failed step's whole error chain (the stack of each cause)
 after its event line; a run whose endpoint is down printed dozens of such traces for one cause the
@@ -12,6 +13,8 @@ import logging
 import sys
 
 import dagster as dg
+
+from ..secret import printable
 
 TRACE_MARK = "Stack Trace:"
 
@@ -35,7 +38,7 @@ def one_line_error(message: str) -> str:
 class _OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         short = logging.makeLogRecord(record.__dict__)
-        short.msg, short.args = one_line_error(record.getMessage()), None
+        short.msg, short.args = printable(one_line_error(record.getMessage())), None
         return super().format(short)
 
 

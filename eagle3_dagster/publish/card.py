@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from ..secret import printable
 from ..storage import DataPath, TextSink, display_uri, sha256_of
 from .card_facts import (
     GateFacts,
@@ -132,8 +133,9 @@ def size_category(rows: int) -> str:
 
 
 def _one_line(s: Any) -> str:
-    """User text on one line: a header value or table cell never opens a block or ends the front matter."""
-    return " ".join(str(s).split())
+    """User text on one line: a header value or table cell never opens a block or ends the front matter, and
+    holds no control character (a model path or version a server sent: secret.printable)."""
+    return printable(" ".join(str(s).split()))
 
 
 def _code(s: Any) -> str:

@@ -1,5 +1,7 @@
-"""The per-shard failure budget: requests that failed for good leave no row for the gate's row-level
-expectations to judge, so their rate is judged here, as one shard-level outcome of the generations gate.
+"""The per-shard failure budget: requests that failed leave no row for the gate's row-level expectations to
+judge, so their rate is judged here, as one shard-level outcome of the generations gate. Every failure in
+errors.parquet counts, and the description counts apart the permanent ones (not sent again) and the
+retryable ones (the next run sends them again: a refused answer, a stall, a server error body).
 
 Over `max_failed_rate` the outcome is critical (the gate fails: the shard is left out of snapshots and
 the manifest names the rate and the top reason); above 0 but within the budget it is a failed warning.
@@ -9,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..generate.request_errors import is_permanent_reason
+from ..secret import printable
 from .gate import ExpectationOutcome, GateResult
 
 FAILURE_BUDGET_KEY = "request_failure_rate"
@@ -23,7 +27,8 @@ def failure_budget_outcome(
     failure_details: Mapping[str, str],
     max_failed_rate: float,
 ) -> ExpectationOutcome:
-    """The shard's permanent request failures against its budget (`failed / requested`)."""
+    """The shard's failed requests against its budget (`failed / requested`); the description counts the
+    permanent and the retryable ones apart."""
     if not 0.0 <= max_failed_rate <= 1.0:
         raise ValueError(f"max_failed_rate must be within [0, 1], got {max_failed_rate}")
     rate = failed / requested if requested else 0.0
@@ -35,10 +40,10 @@ def failure_budget_outcome(
     if failed:
         detail = failure_details.get(top or "", "")
         description = (
-            f"{failed:,} of {requested:,} requests failed permanently ("
-            + ", ".join(f"{k}={v:,}" for k, v in sorted(errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0])))
+            f"{failed:,} of {requested:,} requests failed ("
+            + _by_permanence(errors_by_kind)
             + ")"
-            + (f"; last {top}: {detail[:200]}" if detail else "")
+            + (f"; last {top}: {printable(detail)[:200]}" if detail else "")
             + (
                 ": over the shard's max_failed_rate, the shard is left out of snapshots"
                 if over
@@ -47,7 +52,7 @@ def failure_budget_outcome(
             + "; the rows are in the shard's errors.parquet"
         )
     else:
-        description = f"none of the {requested:,} requests failed permanently"
+        description = f"none of the {requested:,} requests failed"
     return ExpectationOutcome(
         name=name,
         severity="critical" if over else "warning",
@@ -62,6 +67,18 @@ def failure_budget_outcome(
         level="shard",
         observed_value=round(rate, 6),
     )
+
+
+def _by_permanence(errors_by_kind: Mapping[str, int]) -> str:
+    """`1 permanent, not sent again: http_400=1; 2 retryable, the next run sends them again: stall=2`"""
+    ranked = sorted(errors_by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
+    parts = []
+    for permanent, what in ((True, "permanent, not sent again"), (False, "retryable, the next run sends them again")):
+        part = [(k, v) for k, v in ranked if is_permanent_reason(k) == permanent]
+        if part:
+            total = sum(v for _, v in part)
+            parts.append(f"{total:,} {what}: " + ", ".join(f"{k}={v:,}" for k, v in part))
+    return "; ".join(parts)
 
 
 CONTEXT_FIT_KEY = "context_overflow"

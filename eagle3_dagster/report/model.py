@@ -372,7 +372,8 @@ def _reason_counts(f: DataPath, column: str) -> dict[str, int]:
 
 
 def _request_failures(f: DataPath, examples: int = 3) -> dict[str, int]:
-    """A shard's permanently failed generation requests (errors.parquet): "reason (e.g. prompt ids)" -> count."""
+    """A shard's failed generation requests (errors.parquet: permanent and retryable): "reason (e.g. prompt ids)"
+    -> count."""
     from ..generate.report import failures_section
 
     if not f.exists():

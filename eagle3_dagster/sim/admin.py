@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from . import fleet_faults as FF
+from . import speculative as SP
 from .faults import MODES, Faults
 from .state import Sim
 
@@ -31,6 +32,8 @@ def apply_fault_body(sim: Sim, body: Any) -> Faults:
     )
     FF.apply(fleet, body)
     sim.fleet = fleet
+    if clear:  # a drafter the fault drafter_after switched goes back to the command line's
+        sim.spec = SP.spec_config(a)
     unknown = set(body) - set(Faults.__dataclass_fields__)
     if unknown:
         raise ValueError(f"unknown fault(s): {sorted(unknown)}")

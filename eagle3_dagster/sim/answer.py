@@ -60,7 +60,7 @@ def meta(sim: Sim, pr: Progress, final: bool, stream: bool, since: int = 0) -> d
         m.update(logprob_fields(sim, pr, since))
     if final:
         m["e2e_latency"] = time.time() - pr.started
-        if sim.spec.on and not pr.queued_abort:
+        if (pr.spec or sim.spec).on and not pr.queued_abort:
             m.update(spec_meta(sim, pr))
         if sim.version == P.V0_5_23:
             # add_weight_versions_to_meta_info: the spans, and weight_version becomes the last span's
@@ -68,6 +68,8 @@ def meta(sim: Sim, pr: Progress, final: bool, stream: bool, since: int = 0) -> d
             m["weight_version"] = m["weight_versions"][-1]["version"]
     if (final and not stream) or (stream and not pr.first_sent):
         m["response_sent_to_client_ts"] = time.time()
+    if final:
+        m = FF.lie_about_finished_meta(m, pr.latency_lie, pr.meta_secret)
     return FF.lie_about_meta(m, pr.wire_lie)
 
 
@@ -108,7 +110,7 @@ def spec_meta(sim: Sim, pr: Progress) -> dict[str, Any]:
     ids = list(pr.produced)
     strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
     out = SP.meta_fields(
-        sim.spec,
+        pr.spec or sim.spec,
         sim.profile,
         ids,
         pr.item.input_ids,

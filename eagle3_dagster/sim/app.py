@@ -36,7 +36,10 @@ Simulator-only admin routes (not SGLang; prefixed `/_sim/` so nobody mistakes th
        "report_version", "preferred_sampling_params", "same_answer" (one answer for every prompt, each
        with its own rid and prompt_tokens), "claimed_model" (/model_info names another model),
        "spec_inconsistent", "spec_acceptance_scale", "spec_names_unknown" (a speculating simulator's figures
-       under names no SGLang release uses)
+       under names no SGLang release uses), "hostile_text" (control characters and HTML in every
+       free text), "error_body_code", "abort_status", "bad_latency", "meta_secret" (a Bearer echo in
+       meta_info), "double_think_end", "stop_at_length" (a length cut reported as a stop), "trickle" (never
+       finishes: a byte every few seconds), "drafter_after" + "next_draft_model_path" (a drafter swap)
   GET  /_sim/stats            counters: requests, items, finish reasons, errors and faults injected,
                               rids seen/repeated, tokens, cached tokens, GPU busy time, in-flight.
                               `?rids=1` adds the per-rid request counts.
@@ -173,7 +176,7 @@ class Handlers(GenerateRoutes):
             "schedule_policy": "fcfs",
             "max_total_num_tokens": sim.max_total_num_tokens,
             "max_req_input_len": sim.max_req_input_len,
-            **sim.spec.server_info(),
+            **_hostile_drafter(sim.spec.server_info(), sim.fleet),
             "internal_states": [
                 {
                     "last_gen_throughput": 0.0 if not sim.running else 1000.0 / max(sim.faults.slow_tokens_ms, 1e-3),
@@ -183,7 +186,7 @@ class Handlers(GenerateRoutes):
                     "num_waiting_reqs": sim.waiting,
                 }
             ],
-            "version": sim.fleet.report_version or sim.release,
+            "version": FF.with_hostile(sim.fleet, sim.fleet.report_version or sim.release),
         }
         if sim.version == P.V0_5_23:
             d.update(
@@ -288,6 +291,14 @@ class Handlers(GenerateRoutes):
                 400,
             )
         return await chat_completion(self.sim, self.engine, body)
+
+
+def _hostile_drafter(info: dict[str, Any], fleet: FF.FleetFaults) -> dict[str, Any]:
+    """The drafter's /server_info keys, its path and revision carrying the fleet fault hostile_text."""
+    if info.get("speculative_algorithm") is None:
+        return info
+    keys = ("speculative_draft_model_path", "speculative_draft_model_revision")
+    return {k: FF.with_hostile(fleet, str(v or "")) if k in keys else v for k, v in info.items()}
 
 
 def build_app(sim: Sim) -> web.Application:

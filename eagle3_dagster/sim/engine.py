@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import fleet_faults as FF
@@ -36,6 +36,10 @@ class Progress:
     versions: list[tuple[str, int]] = field(default_factory=list)
     spec_fault: str | None = None  # fleet fault spec_inconsistent: how this answer's spec figures are broken
     wire_lie: str | None = None  # fleet faults float_ids, string_ids, ...: how output_ids are written
+    spec: Any = None  # the drafter (speculative.SpecConfig) that runs this request: the server's as it starts
+    abort_status: int | None = None  # fleet fault abort_status: the status_code of this request's abort
+    latency_lie: str | None = None  # fleet fault bad_latency: how its e2e_latency is written
+    meta_secret: bool = False  # fleet fault meta_secret: a gateway's Authorization echo in its meta_info
 
 
 def decode_step(total: int, stream_interval: int | None, streaming: bool, slow: bool) -> int:
@@ -132,16 +136,31 @@ class Engine:
             sim.model, item, eos_ids=sim.eos_ids, max_req_len=sim.max_req_len, version=sim.version, mode=sim.faults.mode
         )
         sim.fleet.note_request()  # an armed weight-version switch (fleet_faults.py)
+        if (path := sim.fleet.take_drafter_switch()) is not None:  # an armed drafter switch
+            sim.spec = replace(sim.spec, draft_model_path=path)
+        pr.spec = sim.spec
         pr.versions = [(sim.fleet.weight_version, 0)]
         pr.spec_fault = sim.fleet.take_spec_inconsistent()
+        plan = self._lying_plan(plan)
+        pr.wire_lie = sim.fleet.take_wire_lie()
+        pr.abort_status = sim.fleet.take_abort_status()
+        pr.latency_lie = sim.fleet.take_bad_latency()
+        pr.meta_secret = sim.fleet.take_meta_secret()
+        pr.plan = plan
+        return plan, sim.fleet.take_stall()
+
+    def _lying_plan(self, plan: P.Plan) -> P.Plan:
+        """The plan with this request's fleet faults that change what it produces or how it finishes."""
+        sim = self.sim
         if sim.fleet.take_nan():
             plan = FF.nan_plan(plan, sim.eos_ids[0])
         if sim.fleet.take_out_of_vocab():
             plan = FF.out_of_vocab_plan(plan, sim.profile.vocab_size)
-        plan = sim.fleet.same_answer_for(plan)  # one answer for every prompt (a cache keyed on the wrong field)
-        pr.wire_lie = sim.fleet.take_wire_lie()
-        pr.plan = plan
-        return plan, sim.fleet.take_stall()
+        if sim.fleet.take_double_think_end():
+            plan = FF.double_think_end_plan(plan, sim.profile.think_end_id)
+        if sim.fleet.take_stop_at_length(plan):
+            plan = FF.stop_at_length_plan(plan)
+        return sim.fleet.same_answer_for(plan)  # one answer for every prompt (a cache keyed on the wrong field)
 
     async def _decode(
         self,
@@ -164,7 +183,12 @@ class Engine:
             k, aborted = await self._decode_steps(st, pr, plan.output_ids, stall_at, step, on_chunk)
         if aborted:
             pr.produced = plan.output_ids[:k]
-            pr.finish_reason = {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+            message = FF.with_hostile(sim.fleet, "Aborted")
+            pr.finish_reason = {"type": "abort", "message": message, "status_code": None, "err_type": None}
+        elif pr.abort_status is not None:  # fleet fault abort_status: aborted halfway, with that status_code
+            pr.produced = plan.output_ids[: len(plan.output_ids) // 2]
+            message = FF.with_hostile(sim.fleet, "Aborted by the scheduler (simulated)")
+            pr.finish_reason = {"type": "abort", "message": message, "status_code": pr.abort_status, "err_type": None}
         else:
             pr.produced = list(plan.output_ids)
             pr.finish_reason = plan.finish_reason

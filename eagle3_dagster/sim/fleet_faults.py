@@ -3,7 +3,9 @@ protocol error of one request (taken by app.py, generate_route.py, engine.py and
 POST /_sim/faults like the others).
 
     {"error_body": N,                 next N /generate calls answer HTTP 200 {"error": {"message": ...}}
-                                      (non-stream), or a 200 SSE stream carrying only that error chunk
+     "error_body_code": C,            (non-stream), or a 200 SSE stream carrying only that error chunk; with
+                                      error_body_code the error object carries "code": C (null: none), e.g.
+                                      2**40, a status no HTTP status is and no int32 holds
      "stall": N,                      next N requests stop producing after `stall_after_tokens` tokens
                                       and stay silent with the connection open (until aborted or the
                                       client goes away): a stuck request, or a proxy that dropped it
@@ -51,9 +53,38 @@ POST /_sim/faults like the others).
      "next_weight_version": "v2",     under the current version, the one after switches weight_version
                                       (answers still in flight then report the new one): a deterministic
                                       "weights updated under a running shard"
+     "abort_status": N,               next N requests end aborted after half their tokens, finish_reason
+     "abort_status_code": C,          {"type": "abort", "status_code": C} (default 2**40: no HTTP status, no
+                                      int32 either), the message carrying hostile_text when set
+     "bad_latency": N,                next N finished answers' meta_info e2e_latency written as a lie, K =
+     "bad_latency_kind": K,           nan (NaN), negative (-2.5), huge (10**400: no float64 holds it) or
+                                      long (one million seconds: longer than the request took)
+     "meta_secret": N,                next N finished answers' meta_info carry the key
+                                      "x_gateway_authorization": "Bearer <a token>" (a gateway echoing
+                                      the Authorization header it forwarded into the answer)
+     "double_think_end": N,           next N answers carry a second think-end id mid-answer: one answer id
+                                      halfway between the first think-end and the end becomes think-end
+                                      (an answer without one gets two), completion_tokens unchanged
+     "stop_at_length": N,             next N answers cut at max_new_tokens report finish_reason
+                                      {"type": "stop", "matched": null} instead of length (a proxy that
+                                      rewrites finish reasons); answers that stop by themselves are not taken
+     "trickle": N,                    next N requests never finish: after the response headers they send
+     "trickle_every_s": S,            one byte (a space) every S seconds (default 2), or with
+     "trickle_as": "bytes",           "trickle_as": "keepalive" on a stream an SSE comment event (":") every
+                                      S seconds, until the client goes away or /abort_request names them
+     "drafter_after": N,              with "next_draft_model_path": the next N /generate requests run under
+     "next_draft_model_path": "x/y",  the current drafter, the one after switches the speculative drafter
+                                      (its /server_info path and the figures of later answers): a drafter
+                                      swapped under a running shard (a worker replaced behind a router, a
+                                      quick restart between two health probes)
      "html": true,                    every SGLang route answers 200 text/html: the URL points at some
                                       other web server (the /_sim/ routes keep working)
      "report_version": "0.5.2",       /server_info `version` (an old server)
+     "hostile_text": "\n... ESC[2J <b>", from now on every free text the server writes carries this text:
+                                      /server_info `version` and the drafter's path and revision (a
+                                      speculating server), the message of error bodies (fault error_body)
+                                      and of aborts (faults stall, abort_status): a server that forges log
+                                      lines, clears a terminal or injects HTML into whatever shows its words
      "spec_inconsistent": N,          next N finished answers of a speculating simulator carry spec_* figures
      "spec_inconsistent_kind": K,     that do not add up: K = accept_length (off by 0.5), partial (rate and
                                       proposed missing), histogram (one step too many), negative (verify_ct);
@@ -96,6 +127,7 @@ ERROR_BODY_MESSAGE = (
 @dataclass
 class FleetFaults:
     error_body: int = 0
+    error_body_code: int | None = None
     stall: int = 0
     stall_after_tokens: int = 8
     nan_finish: int = 0
@@ -120,12 +152,25 @@ class FleetFaults:
     next_weight_version: str | None = None
     html: bool = False
     report_version: str | None = None
+    hostile_text: str | None = None
     preferred_sampling_params: dict[str, Any] | None = None
     spec_inconsistent: int = 0
     spec_inconsistent_kind: str = "accept_length"
     spec_acceptance_scale: float = 1.0
     claimed_model: dict[str, Any] | None = None
     spec_names_unknown: bool = False
+    abort_status: int = 0
+    abort_status_code: int = 2**40
+    bad_latency: int = 0
+    bad_latency_kind: str = "nan"
+    meta_secret: int = 0
+    double_think_end: int = 0
+    stop_at_length: int = 0
+    trickle: int = 0
+    trickle_every_s: float = 2.0
+    trickle_as: str = "bytes"
+    drafter_after: int = 0
+    next_draft_model_path: str | None = None
     injected: dict[str, int] = field(default_factory=dict)
     # the plan every same_answer request gets: the first one it took (not a setting: as_dict leaves it out)
     same_answer_plan: Any = field(default=None, repr=False)
@@ -190,6 +235,37 @@ class FleetFaults:
         """Which lying encoding this request's output ids get on the wire (WIRE_LIES), or None."""
         return next((name for name in WIRE_LIES if self._take(name)), None)
 
+    def take_abort_status(self) -> int | None:
+        """The status_code this request's abort carries (fault abort_status), or None."""
+        return self.abort_status_code if self._take("abort_status") else None
+
+    def take_bad_latency(self) -> str | None:
+        return self.bad_latency_kind if self._take("bad_latency") else None
+
+    def take_meta_secret(self) -> bool:
+        return self._take("meta_secret")
+
+    def take_double_think_end(self) -> bool:
+        return self._take("double_think_end")
+
+    def take_stop_at_length(self, plan: Any) -> bool:
+        """Only an answer cut at max_new_tokens can have its length finish disguised."""
+        return (plan.finish_reason or {}).get("type") == "length" and self._take("stop_at_length")
+
+    def take_trickle(self) -> bool:
+        return self._take("trickle")
+
+    def take_drafter_switch(self) -> str | None:
+        """Per /generate request as it starts: the new drafter path once the armed switch fires, else None."""
+        if self.next_draft_model_path is None:
+            return None
+        if self.drafter_after > 0:
+            self.drafter_after -= 1
+            return None
+        path, self.next_draft_model_path = self.next_draft_model_path, None
+        self.injected["drafter_change"] = self.injected.get("drafter_change", 0) + 1
+        return path
+
     def note_request(self) -> None:
         """Called once per /generate request as it starts: the armed weight-version switch counts down."""
         if self.next_weight_version is None:
@@ -203,6 +279,38 @@ class FleetFaults:
 
 WIRE_LIES = ("float_ids", "string_ids", "bool_ids", "negative_id", "huge_id", "string_counts", "string_finish")
 COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+LATENCY_LIES: dict[str, Any] = {"nan": float("nan"), "negative": -2.5, "huge": 10**400, "long": 1e6}
+TRICKLE_SHAPES = ("bytes", "keepalive")
+LEAKED_TOKEN = "Bearer sim-gw-token-5f1c2a9e7b3d"  # what the meta_secret fault echoes into meta_info
+
+
+def lie_about_finished_meta(meta: dict[str, Any], latency: str | None, secret: bool) -> dict[str, Any]:
+    """A finished answer's meta_info with the faults bad_latency (its e2e_latency) and meta_secret (a gateway's
+    echo of the Authorization header) applied."""
+    if latency is not None:
+        meta = {**meta, "e2e_latency": LATENCY_LIES[latency]}
+    if secret:
+        meta = {**meta, "x_gateway_authorization": LEAKED_TOKEN}
+    return meta
+
+
+def double_think_end_plan(plan: Any, think_end_id: int) -> Any:
+    """One id halfway between the first think-end and the end becomes think-end (two in an answer without
+    one): a second `</think>` mid-answer; the length and the finish are unchanged."""
+    ids = list(plan.output_ids)
+    if len(ids) < 4:
+        return plan
+    first = ids.index(think_end_id) if think_end_id in ids else None
+    spots = [len(ids) // 3, 2 * len(ids) // 3] if first is None else [(first + len(ids)) // 2]
+    for i in spots:
+        if i < len(ids) - 1 and ids[i] != think_end_id:
+            ids[i] = think_end_id
+    return replace(plan, output_ids=ids)
+
+
+def stop_at_length_plan(plan: Any) -> Any:
+    """A length cut reported as a stop that matched nothing."""
+    return replace(plan, finish_reason={"type": "stop", "matched": None}, stop_trim=0)
 
 
 def lie_about_meta(meta: dict[str, Any], lie: str | None) -> dict[str, Any]:
@@ -256,6 +364,14 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         *WIRE_LIES,
         "weight_version_after",
         "spec_inconsistent",
+        "abort_status",
+        "abort_status_code",
+        "bad_latency",
+        "meta_secret",
+        "double_think_end",
+        "stop_at_length",
+        "trickle",
+        "drafter_after",
     ):
         if k in body:
             v = int(body.pop(k) or 0)
@@ -289,6 +405,10 @@ def apply(ff: FleetFaults, body: dict[str, Any]) -> FleetFaults:
         ff.html = bool(body.pop("html"))
     if "spec_names_unknown" in body:
         ff.spec_names_unknown = bool(body.pop("spec_names_unknown"))
+    _apply_shapes(ff, body)
+    if "hostile_text" in body:
+        v = body.pop("hostile_text")
+        ff.hostile_text = None if v is None else str(v)
     if "report_version" in body:
         v = body.pop("report_version")
         ff.report_version = None if v is None else str(v)
@@ -317,6 +437,33 @@ def claimed(ff: FleetFaults, key: str, real: Any) -> Any:
     """What /model_info says for `key`: the fault claimed_model's value when it names one, else the real one."""
     claim = ff.claimed_model or {}
     return claim.get(key, real)
+
+
+def _apply_shapes(ff: FleetFaults, body: dict[str, Any]) -> None:
+    """The fleet keys that are not counts (popped from `body`); ValueError on a bad value."""
+    if "error_body_code" in body:
+        v = body.pop("error_body_code")
+        ff.error_body_code = None if v is None else int(v)
+    if "bad_latency_kind" in body:
+        kind = str(body.pop("bad_latency_kind"))
+        if kind not in LATENCY_LIES:
+            raise ValueError(f"bad_latency_kind must be one of {', '.join(LATENCY_LIES)}")
+        ff.bad_latency_kind = kind
+    if "trickle_every_s" in body:
+        every = float(body.pop("trickle_every_s"))
+        if not every > 0:
+            raise ValueError("trickle_every_s must be > 0")
+        ff.trickle_every_s = every
+    if "trickle_as" in body:
+        shape = str(body.pop("trickle_as"))
+        if shape not in TRICKLE_SHAPES:
+            raise ValueError(f"trickle_as must be one of {', '.join(TRICKLE_SHAPES)}")
+        ff.trickle_as = shape
+    if "next_draft_model_path" in body:
+        v = body.pop("next_draft_model_path")
+        if v is not None and not str(v).strip():
+            raise ValueError("next_draft_model_path must be a non-empty string or null")
+        ff.next_draft_model_path = None if v is None else str(v)
 
 
 def preferred_for_model_info(ff: FleetFaults) -> str | None:
@@ -365,9 +512,14 @@ def quoted_request(request: web.Request) -> str:
     return f"Request rejected by the gateway: {request.method} {request.path} headers={headers!r}"
 
 
-def error_body_response(stream: bool, message: str = ERROR_BODY_MESSAGE) -> bytes:
-    """The payload of a 200 that is not a result."""
-    err = {"error": {"message": message}}
+def with_hostile(ff: FleetFaults, text: str) -> str:
+    """`text` as a server with the fault hostile_text writes it (unchanged without the fault)."""
+    return text + ff.hostile_text if ff.hostile_text else text
+
+
+def error_body_response(stream: bool, message: str = ERROR_BODY_MESSAGE, code: int | None = None) -> bytes:
+    """The payload of a 200 that is not a result (`code`: the error object's status code, when given)."""
+    err: dict[str, Any] = {"error": {"message": message, **({"code": code} if code is not None else {})}}
     if stream:
         return f"data: {json.dumps(err, separators=(',', ':'))}\n\ndata: [DONE]\n\n".encode()
     return json.dumps(err, separators=(",", ":")).encode()

@@ -21,7 +21,7 @@ from . import protocol as P
 from .engine import Engine, Progress
 from .faults import hard_exit, reset_connection
 from .responses import dumps, error_body, sse, stream_error_chunk
-from .state import Sim
+from .state import ReqState, Sim
 
 
 def json_invalid(pos: int, msg: str) -> P.SimError:
@@ -91,7 +91,11 @@ class GenerateRoutes:
             return quoted
         if sim.fleet.take_error_body():  # HTTP 200 that is not a result
             ctype = "text/event-stream" if stream else "application/json"
-            return web.Response(body=FF.error_body_response(stream), status=200, content_type=ctype)
+            message = FF.with_hostile(sim.fleet, FF.ERROR_BODY_MESSAGE)
+            payload = FF.error_body_response(stream, message, sim.fleet.error_body_code)
+            return web.Response(body=payload, status=200, content_type=ctype)
+        if sim.fleet.take_trickle():  # an answer that never finishes
+            return await self._trickle(request, parsed, stream)
         self._warm_prefix_cache(parsed)
         # a scheduler refusal, else the fleet fault quote_headers "abort" (a stream's abort chunk)
         sched_err = self._scheduler_refusal(parsed) or quoted
@@ -175,6 +179,32 @@ class GenerateRoutes:
         if reset or crash:
             return await self._send_partial(request, 200, "application/json", payload, crash=crash)
         return web.Response(body=payload, status=200, content_type="application/json")
+
+    async def _trickle(self, request: web.Request, parsed: P.Parsed, stream: bool) -> web.StreamResponse:
+        """Fleet fault trickle: headers, then a space (or on a stream with trickle_as keepalive an SSE comment
+        event) every trickle_every_s, never an answer, until the client leaves or aborts the rid."""
+        sim = self.sim
+        states = [ReqState(it.rid) for it in parsed.items]
+        for st in states:
+            sim.in_flight[st.rid] = st
+        ctype = "text/event-stream" if stream else "application/json"
+        resp = web.StreamResponse(status=200, headers={"Content-Type": ctype})
+        tick = b":\n\n" if stream and sim.fleet.trickle_as == "keepalive" else b" "
+        try:
+            await resp.prepare(request)
+            while not any(st.abort.is_set() for st in states):
+                await resp.write(tick)
+                try:
+                    await asyncio.wait_for(states[0].abort.wait(), sim.fleet.trickle_every_s)
+                except TimeoutError:
+                    pass
+        except ConnectionResetError:
+            sim.stats.client_disconnects += 1
+        finally:
+            for st in states:
+                if sim.in_flight.get(st.rid) is st:
+                    del sim.in_flight[st.rid]
+        return resp
 
     async def _stream_error(self, request: web.Request, e: P.SimError) -> web.StreamResponse:
         """A stream opened (HTTP 200) that carries only the error chunk, then [DONE]."""

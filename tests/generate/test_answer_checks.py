@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from gen_helpers import KIMI_EOS
 
-from eagle3_dagster.generate.answer_checks import Accepted, Refused, Sent, check_answer
+from eagle3_dagster.generate.answer_checks import Accepted, Refused, Sent, check_answer, fits_float64, fits_int
 
 SENT = Sent(input_ids=[1000, 1001, 1002, 1003, 1004], rid="s1-abc-0", max_new_tokens=8, vocab_size=163840)
 
@@ -162,3 +162,51 @@ def test_no_answer_makes_the_check_raise():
                 a["meta_info"][rng.choice(meta)] = rng.choice(junk)
         assert isinstance(check_answer(SENT, a), Accepted | Refused)
     assert isinstance(check_answer(SENT, ["not", "an", "object"]), Refused)
+
+
+def test_numbers_fit_their_column_or_are_named():
+    assert fits_int(2**31 - 1) and not fits_int(2**31) and fits_int(-(2**31)) and not fits_int(-(2**31) - 1)
+    assert fits_int(2**63 - 1, 64) and not fits_int(2**63, 64) and not fits_int(2**70, 64)
+    assert not fits_int(-1, minimum=0) and fits_int(0, minimum=0)
+    assert not fits_int(True) and not fits_int(3.0) and not fits_int("3") and not fits_int(None)
+    assert fits_float64(0.5) and fits_float64(float("nan")) and fits_float64(10**308) and fits_float64(-3)
+    assert not fits_float64(10**400) and not fits_float64(True) and not fits_float64("1.0")
+
+
+@pytest.mark.parametrize(
+    ("latency", "what"),
+    [
+        (float("nan"), "nan"),
+        (-0.5, "negative"),
+        (float("inf"), "infinite"),
+        (10**400, "not_a_float64"),  # no float64 holds it: the chunk write crashed (ArrowInvalid), the step failed
+        (86400.0, "longer_than_the_request"),  # a day for an answer the client waited 2 s for
+    ],
+)
+def test_an_e2e_latency_no_request_can_have_taken_is_flagged(latency, what):
+    v = check_answer(Sent(SENT.input_ids, SENT.rid, max_new_tokens=8, waited_s=2.0), with_meta(e2e_latency=latency))
+    assert isinstance(v, Accepted) and v.flags == [f"e2e_latency_invalid:{what}"]
+    ok = check_answer(Sent(SENT.input_ids, SENT.rid, max_new_tokens=8, waited_s=2.0), with_meta(e2e_latency=1.9))
+    assert isinstance(ok, Accepted) and ok.flags == []
+
+
+def test_a_length_cut_reported_as_a_stop_is_refused():
+    eight = [412, 5000, 6000, 7000, 8000, 9000, 10000, 11000]  # max_new_tokens 8, no stop id at the end
+    disguised = {**with_ids(eight), "meta_info": {**faithful()["meta_info"], "completion_tokens": 8}}
+    for matched in (None, KIMI_EOS):  # nothing matched, or a stop id that is not there
+        disguised["meta_info"]["finish_reason"] = {"type": "stop", "matched": matched}
+        r = refused(copy.deepcopy(disguised))
+        assert r.reason == "stop_at_max_new_tokens" and "max_new_tokens 8" in r.detail and "11000" in r.detail
+    # SGLang 0.5.23 reports stop when the stop id is the token at max_new_tokens: its id ends the answer
+    real = copy.deepcopy(disguised)
+    real["output_ids"][-1] = KIMI_EOS
+    real["meta_info"]["finish_reason"] = {"type": "stop", "matched": KIMI_EOS}
+    assert isinstance(check_answer(SENT, real), Accepted)
+    unmatched = copy.deepcopy(real)  # the last id is one of the stop ids sent, whatever matched says
+    unmatched["meta_info"]["finish_reason"] = {"type": "stop", "matched": None}
+    sent_stops = Sent(SENT.input_ids, SENT.rid, max_new_tokens=8, stop_ids=frozenset({KIMI_EOS}))
+    assert isinstance(check_answer(sent_stops, unmatched), Accepted)
+    stop_string = copy.deepcopy(disguised)
+    stop_string["meta_info"]["finish_reason"] = {"type": "stop", "matched": "</answer>"}
+    assert isinstance(check_answer(SENT, stop_string), Accepted)
+    assert isinstance(check_answer(SENT, faithful()), Accepted)  # a stop before the budget is a stop

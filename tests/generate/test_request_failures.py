@@ -1,5 +1,6 @@
-"""Requests that fail for good are counted by reason, named with their last error, and never hidden:
-the step's metadata and the demo summary's `warnings:` line carry them (real simulator, real faults)."""
+"""Requests that fail are counted by reason, named with their last error, and never hidden: the step's
+metadata and the demo summary's `warnings:` line carry them, the permanent ones (not sent again) and the
+retryable ones (the next run sends them again) counted apart (real simulator, real faults)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from eagle3_dagster.generate import generate_shard, read_generations
 from eagle3_dagster.generate.endpoint_info import context_length_of
 from eagle3_dagster.generate.report import result_line
 from eagle3_dagster.generate.store import read_generation_errors
+from eagle3_dagster.quality.request_failures import failure_budget_outcome
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +31,7 @@ def prompts_with_one_long(n: int, long_len: int) -> pl.DataFrame:
     return pl.from_arrow(df.to_arrow().cast(schemas.TOKENIZED_PROMPTS))  # type: ignore[return-value]
 
 
-def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path: Path):
+def test_failures_are_counted_by_reason_permanent_and_retryable_apart_and_warned(start_sim, tmp_path: Path):
     sim = start_sim("--context-length", "50")
     # 46 ids < the context length 50 but >= the scheduler's max_req_input_len 44 (min(49, KV - 1) - 5): the
     # server refuses it (prompt + max_new_tokens over the context alone is fitted first: test_context_fit.py)
@@ -56,9 +58,24 @@ def test_permanent_failures_are_counted_by_reason_and_warned(start_sim, tmp_path
     }
     line = warnings_line({}, failures)
     assert line != "warnings:   none"
-    assert "generations shard 0000: 2 request(s) failed permanently" in line
-    assert "retries_exhausted=1 (last: reset after 2 attempts" in line
-    assert "http_400=1 (last: Input length (46 tokens) exceeds the maximum allowed length (44 tokens)" in line
+    # the 400 is permanent (never sent again); the reset is not: the next run sends it again, so it is not
+    # called a permanent failure (the summary said "2 request(s) failed permanently")
+    assert "generations shard 0000: 2 request(s) failed: " in line and "failed permanently" not in line
+    permanent, retryable = line.split("generations shard 0000: 2 request(s) failed: ")[1].split("; ", 1)
+    assert permanent.startswith("1 permanent, not sent again: http_400=1 (last: Input length (46 tokens) exceeds")
+    assert retryable.startswith("1 retryable, the next run sends them again: retries_exhausted=1 (last: reset after")
+    budget = failure_budget_outcome(
+        requested=rep.requested,
+        failed=rep.failed,
+        errors_by_kind=rep.errors_by_kind,
+        failure_details=rep.failure_details,
+        max_failed_rate=0.01,
+    )
+    assert budget.description.startswith(
+        "2 of 6 requests failed (1 permanent, not sent again: http_400=1; 1 retryable, the next run sends them "
+        "again: retries_exhausted=1)"
+    )
+    assert "failed permanently" not in budget.description
 
 
 def test_a_run_without_failures_warns_nothing(start_sim, tmp_path: Path):

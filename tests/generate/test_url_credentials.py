@@ -60,9 +60,12 @@ def test_a_401_names_the_credential_that_was_sent(start_sim, tmp_path: Path, cap
     caplog.set_level(logging.DEBUG)
     prompts = make_prompts(2, seed=41)
     cases = {
-        "url": (make_config(_with_user(sim.url)), "Basic credentials of the endpoint URL's user info (user 'bob'"),
+        "url": (
+            make_config(_with_user(sim.url)),
+            "Basic credentials of the endpoint URL's user info (user 'bob', password not shown) were sent and refused",
+        ),
         "key": (make_config(sim.url, api_key=Secret("wrong-" + KEY)), "Bearer key from SGLANG_API_KEY was sent"),
-        "none": (make_config(sim.url), "no credential was sent"),
+        "none": (make_config(sim.url), "no credential was sent (SGLANG_API_KEY is not set"),
     }
     texts = []
     for name, (cfg, said) in cases.items():
@@ -100,3 +103,35 @@ def test_a_refusal_quoting_server_defaults_never_shows_a_credential(start_sim, t
         generate_shard(make_prompts(2), tmp_path / "s", make_config(sim.url, wait_for_endpoint_s=5))
     assert "custom_params" in str(ei.value) and "[redacted]" in str(ei.value)
     assert "psp-secret-31" not in str(ei.value)
+
+
+@pytest.mark.integration
+def test_a_401_to_url_credentials_is_named_as_such_by_check_and_the_demo(start_sim, tmp_path: Path):
+    """`eagle3 check` (and the demo's first probe) and the demo's advice after a failed shard: with credentials
+    only in the URL, the refusal names the URL's user info that was sent and refused, never "set SGLANG_API_KEY"
+    as if no credential had been sent."""
+    from eagle3_dagster.app.demo import endpoint_advice
+    from eagle3_dagster.generate.fleet_capacity import endpoint_problems, probe_fleet
+
+    sim = start_sim("--api-key-env", "SIM_TEST_KEY", env={"SIM_TEST_KEY": KEY})
+    [line] = endpoint_problems(probe_fleet([_with_user(sim.url)]))
+    assert "answered 401" in line and "URL's user info (user 'bob', password not shown) were sent and refused" in line
+    assert "check that user and password" in line and "wants an API key" not in line and PASSWORD not in line
+    [keyless] = endpoint_problems(probe_fleet([sim.url]))
+    assert "no credential was sent" in keyless and "set SGLANG_API_KEY to its --api-key" in keyless
+    [wrong] = endpoint_problems(probe_fleet([sim.url], headers={"Authorization": "Bearer wrong-" + KEY}))
+    assert "the Bearer key from SGLANG_API_KEY was sent and refused" in wrong and KEY not in wrong
+
+    cfg = make_config(_with_user(sim.url))
+    with pytest.raises(AuthError) as ei:
+        generate_shard(make_prompts(1, seed=44), tmp_path / "s", cfg)
+    advice = endpoint_advice([f"generations: AuthError: {ei.value}"])
+    assert advice is not None and "user info" in advice and "were sent" in advice and "refused" in advice
+    assert "refused the API key" not in advice
+    assert "wants a key" in (endpoint_advice([f"generations: AuthError: {make_refusal({})}"]) or "")
+
+
+def make_refusal(headers: dict[str, str]) -> str:
+    from eagle3_dagster.generate.endpoint_info import auth_refused
+
+    return str(auth_refused("http://gw:1/generate", 401, "http://gw:1", headers))

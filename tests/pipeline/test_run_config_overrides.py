@@ -234,7 +234,8 @@ def _evaluation(result: dg.ExecuteInProcessResult, check: str) -> Any:
 
 
 def case_max_failed_rate(dep: Deployment) -> None:
-    # one response cut off and not retried: 1 of the shard's requests fails for good, over the default 1% budget
+    # one response cut off and not retried: 1 of the shard's requests fails (retryable: the next run sends it
+    # again, so it is not called permanent), over the default 1% budget
     dep.sim.faults(reset_mid_body=1)
     r = _run(dep, "generations", {"sglang": {"max_retries": 0}})
     requested = _meta(r, "generations")["requested"]
@@ -243,7 +244,8 @@ def case_max_failed_rate(dep: Deployment) -> None:
     assert not ev.passed and ev.severity == dg.AssetCheckSeverity.ERROR
     assert ev.description.startswith(
         f"request failure rate {1 / requested:.2%} (budget 1.00%), top reason retries_exhausted=1: "
-        f"1 of {requested} requests failed permanently (retries_exhausted=1); last retries_exhausted: reset after 1 "
+        f"1 of {requested} requests failed (1 retryable, the next run sends them again: retries_exhausted=1); "
+        "last retries_exhausted: reset after 1 "
     ), ev.description
     gate = read_gate_result(settings().data_dir, "generations", int(dep.shard))
     # stored as a failed critical outcome of the generations gate: the snapshot leaves the shard out
