@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from ..drafters.versions import consecutive_intervals
 from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
 from ..quality.acceptance_drift import LOG_COLUMNS
 from ..storage import DataPath, read_parquet
@@ -46,10 +47,16 @@ def collect_probes(data: DataPath) -> dict[str, Any] | None:
     nights = _acceptance_nights(data)
     if results.height == 0 and nights.height == 0:
         return None
+    versions = drafter_versions(results)
+    sources = sorted(set(results["source"].drop_nulls().to_list()))
     return {
-        "versions": drafter_versions(results).to_dicts(),
+        "versions": versions.to_dicts(),
         "by_source": drafter_versions_by_source(results).to_dicts(),
         "nights": nights.to_dicts(),
+        # each version against the one before it, on the prompts both measured (drafters/versions.py)
+        "intervals": consecutive_intervals(data, versions["drafter_id"].to_list(), sources)
+        if versions.height > 1
+        else {},
     }
 
 
@@ -61,10 +68,20 @@ def _f(v: Any, fmt: str = ".3f") -> str:
     return "" if v is None else format(float(v), fmt)
 
 
-def _versions_table(versions: list[dict[str, Any]]) -> list[str]:
+def _interval_cell(iv: dict[str, Any] | None) -> str:
+    """The difference with the previous version and its interval (accept length, token-weighted)."""
+    if not iv:
+        return ""
+    lo, hi = iv["interval"]
+    span = f" [{lo:+.3f}, {hi:+.3f}]" if lo == lo and hi == hi else " (no interval)"  # nan: one shared prompt
+    return f"{iv['difference']:+.3f}{span} {iv['verdict'].replace('_', ' ')}, {iv['prompts']} shared prompts"
+
+
+def _versions_table(versions: list[dict[str, Any]], intervals: dict[str, dict[str, Any]]) -> list[str]:
     h = [
         "<table><tr><th>drafter_id</th><th>draft model</th><th>first seen</th><th>last seen</th>"
-        "<th>probe prompts</th><th>mean accept length</th><th>mean accept rate</th><th>vs previous version</th></tr>"
+        "<th>probe prompts</th><th>mean accept length</th><th>mean accept rate</th><th>vs previous version</th>"
+        "<th>accept length vs previous: difference [95% interval]</th></tr>"
     ]
     prev = None
     for v in versions:
@@ -76,7 +93,8 @@ def _versions_table(versions: list[dict[str, Any]]) -> list[str]:
             f"<tr><td><code>{_e(v['drafter_id'])}</code></td><td>{_e(model)}</td>"
             f"<td>{_e(v['first_seen'])}</td><td>{_e(v['last_seen'])}</td>"
             f'<td class="num">{v["n_probe_prompts"]}</td><td class="num">{_f(v["mean_accept_length"])}</td>'
-            f'<td class="num">{_f(v["mean_accept_rate"])}</td><td>{_e(delta)}</td></tr>'
+            f'<td class="num">{_f(v["mean_accept_rate"])}</td><td>{_e(delta)}</td>'
+            f"<td>{_e(_interval_cell(intervals.get(v['drafter_id'])))}</td></tr>"
         )
         prev = v
     h.append("</table>")
@@ -121,7 +139,12 @@ def probes_section(view: dict[str, Any] | None) -> list[str]:
                 y_label="tokens per verify step",
             )
         )
-        h.extend(_versions_table(versions))
+        h.extend(_versions_table(versions, view.get("intervals") or {}))
+        h.append(
+            '<p class="small">The interval: each version against the one before it on the probe prompts both '
+            "measured, accept length as the sum of completion tokens over the sum of verify steps, paired bootstrap "
+            "over prompts (docs/drafter-compare.md).</p>"
+        )
         by_source = view.get("by_source") or []
         h.append(
             "<table><tr><th>drafter_id</th><th>probe source</th><th>prompts</th><th>mean accept length</th>"

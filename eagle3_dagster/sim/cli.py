@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Sequence
 
 from . import protocol as P
+from . import speculative as SP
 from .faults import MODES
 
 
@@ -107,3 +108,11 @@ def _speculative_flags(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--speculative-num-steps", type=int, default=None)
     g.add_argument("--speculative-eagle-topk", type=int, default=None)
     g.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    g.add_argument(
+        "--draft-quality",
+        type=SP.parse_draft_quality,
+        default=None,
+        metavar="Q | CLASS=Q,...",
+        help="the simulated drafter's quality in (0, 1.5], one number or per content class of the prompt (code, "
+        "math, prose, * for the rest), e.g. code=0.97,prose=0.82 (default: drawn from the draft model's name)",
+    )
