@@ -5,7 +5,7 @@ The record, `<checkpoint folder>/eagle3-lineage.json`:
 
     {"format": "eagle3-dagster/lineage/1",
      "snapshot": "<the snapshot version: snapshots/<version>/manifest.json `version`>",
-     "content_identity": "<the manifest's identity.of>",       (optional)
+     "content_identity": "<the manifest's identity.sha256>",   (optional)
      "export": "exports/specforge_prompts.jsonl",              (optional: which export it read)
      "trainer": "SpecForge 0.2.0",                             (optional)
      "trained_at": "2026-06-12T08:00:00Z"}                     (optional)
