@@ -58,11 +58,8 @@ def comparison_inputs(
         endpoints = parse_endpoint_urls(urls, source="run config `candidate_urls`")
     except (RuleError, ValueError) as e:
         raise dg.Failure(description=str(e), allow_retries=False) from None
+    # no probe source: the comparison itself refuses (a stored hold naming why), as for any missing baseline
     names = probe_source_names(pipeline.sources_path)
-    if not names:
-        raise dg.Failure(
-            description=f"no role: probe source in {pipeline.sources_path}: nothing to compare on", allow_retries=False
-        )
     fields = {
         **sglang.generation_fields(),
         "max_new_tokens": pipeline.max_new_tokens,
@@ -81,10 +78,10 @@ def comparison_metadata(outcome: Outcome) -> dict[str, Any]:
     overall = doc.get("overall") or {}
     lo, hi = overall.get("interval") or (None, None)
     floats = {"overall_difference": overall.get("difference"), "overall_interval_lo": lo, "overall_interval_hi": hi}
+    ids = {f"{role}_drafter_id": (doc.get(role) or {}).get("drafter_id") for role in ("candidate", "production")}
     return {
         "decision": doc["decision"],
-        "candidate_drafter_id": str((doc.get("candidate") or {}).get("drafter_id")),
-        "production_drafter_id": str((doc.get("production") or {}).get("drafter_id")),
+        **{k: str(v) for k, v in ids.items() if v},
         "headline": str(doc.get("headline") or doc.get("refused") or ""),
         "sources": dg.MetadataValue.md(sources_markdown(doc)),
         "reasons": dg.MetadataValue.json({"reasons": doc.get("reasons") or [], "notes": doc.get("notes") or []}),
@@ -98,12 +95,18 @@ def comparison_metadata(outcome: Outcome) -> dict[str, Any]:
 def promotion_check(outcome: Outcome) -> dg.AssetCheckResult:
     doc = outcome.doc
     said = "; ".join(doc.get("reasons") or [])
+    diff = (doc.get("overall") or {}).get("difference")
     return dg.AssetCheckResult(
         check_name=CHECK,
         passed=doc["decision"] == PROMOTE,
         severity=dg.AssetCheckSeverity.ERROR,
         description=f"{doc['decision']}: {doc.get('headline') or ''} {said}".strip()[:2000],
-        metadata={"decision": doc["decision"], "reasons": dg.MetadataValue.json(doc.get("reasons") or [])},
+        metadata={
+            "decision": doc["decision"],
+            "reasons": dg.MetadataValue.json(doc.get("reasons") or []),
+            # plotted by the check's page across executions: the difference each candidate reached
+            **({"overall_difference": dg.MetadataValue.float(float(diff))} if diff is not None else {}),
+        },
     )
 
 

@@ -392,15 +392,13 @@ def test_the_asset_materializes_each_comparison_and_its_check_passes_only_on_pro
     from eagle3_dagster.defs.drafters import drafter_comparison
     from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 
-    resources = {
-        "pipeline": PipelineSettings(
-            data_dir=str(world.data),
-            assets_dir=str(_assets(tmp_path)),
-            work_dir=str(tmp_path / "work"),
-            max_new_tokens=MAX_NEW,
-        ),
-        "sglang": SGLangFleet(urls=world.prod.url),  # production's resource: its sampling, regen and probe seed
-    }
+    def pipeline(assets: Path) -> PipelineSettings:
+        return PipelineSettings(
+            data_dir=str(world.data), assets_dir=str(assets), work_dir=str(tmp_path / "work"), max_new_tokens=MAX_NEW
+        )
+
+    # production's `sglang` resource: its sampling, regen and probe seed
+    resources = {"pipeline": pipeline(_assets(tmp_path)), "sglang": SGLangFleet(urls=world.prod.url)}
     better, renamed = world.sim("org/drafter-v8", "1.0"), world.sim("org/drafter-v0-copy", PROD_QUALITY)
     outcomes = {}
     with dg.instance_for_test() as instance:
@@ -416,6 +414,16 @@ def test_the_asset_materializes_each_comparison_and_its_check_passes_only_on_pro
                 instance=instance,
                 raise_on_error=False,
             )
+        # source YAMLs without a probe set: nothing to compare on, a hold that says so (stored, its check failed)
+        no_probes = _assets(tmp_path / "no-probes")
+        for name in PROBES:
+            (no_probes / "sources" / f"{name}.yaml").unlink()
+        outcomes["no_probes"] = dg.materialize(
+            [drafter_comparison],
+            resources={**resources, "pipeline": pipeline(no_probes)},
+            run_config={"ops": {"drafter_comparison": {"config": {"candidate_urls": better.url}}}},
+            instance=instance,
+        )
         history = instance.fetch_materializations(dg.AssetKey("drafter_comparison"), limit=10).records
     for name, decision, passed in (("better", "promote", True), ("renamed", "hold", False)):
         result = outcomes[name]
@@ -434,4 +442,7 @@ def test_the_asset_materializes_each_comparison_and_its_check_passes_only_on_pro
     failure = next(e for e in dead.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE)
     assert "candidate refused: candidate http://127.0.0.1:" in failure.event_specific_data.error.message
     assert "connection refused" in failure.event_specific_data.error.message
-    assert len(history) == 2  # the history across candidates: one materialization per comparison made
+    [check] = outcomes["no_probes"].get_asset_check_evaluations()
+    assert not check.passed and "no probe results of drafter" in check.description
+    assert "on the probe sources (none)" in check.description
+    assert len(history) == 3  # the history across candidates: one materialization per comparison made
