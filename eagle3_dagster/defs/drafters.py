@@ -29,7 +29,7 @@ from ..generate.config import generation_config
 from ..generate.endpoint_info import AuthError, EndpointRefusedError, ModelRevisionError, NoEndpointError
 from ..ingest.spec import probe_source_names
 from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
-from ..orchestration.resources import PipelineSettings, SGLangFleet
+from ..orchestration.resources import PipelineSettings, SGLangFleet, cached_renderer
 from ..urls import parse_endpoint_urls
 from .generate import client_logs_to
 
@@ -67,9 +67,17 @@ def comparison_inputs(
         "max_in_flight": None,
         "wait_for_endpoint_s": CANDIDATE_WAIT_S,
     }
-    config = generation_config(pipeline.profile(), endpoints, settings(), fields, probe_sources=names)
+    profile = pipeline.profile()
+    config = generation_config(profile, endpoints, settings(), fields, probe_sources=names)
     return CompareInputs(
-        pipeline.data_path, pipeline.work_path / "locks", rule, frozenset(names), config, log=context.log.info
+        pipeline.data_path,
+        pipeline.work_path / "locks",
+        rule,
+        frozenset(names),
+        config,
+        log=context.log.info,
+        profile=profile,
+        renderer=lambda: cached_renderer(profile),  # probe conversations regenerated turn by turn only
     )
 
 

@@ -138,11 +138,13 @@ def probes_and_acceptance(
     probes: ProbeKeys,
     drafter_key: str,
     started: datetime,
+    turns: pl.DataFrame | None = None,
 ) -> AcceptanceNight:
-    """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
+    """Keep each drafter version's probe results (`turns`: the current turns of all_turns conversations, whose
+    probe conversations are measured turn by turn), then judge tonight's acceptance (logged, named changes)."""
     data, pipeline, context = step.data, step.pipeline, step.context
     # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py)
-    record_probe_results(data, step.shard, out, active, prompts, probes)
+    record_probe_results(data, step.shard, out, active, prompts, probes, turns)
     night = judge_night(
         data,
         step.shard,
@@ -364,9 +366,11 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     # ids, template hashes, lengths and the last few input ids a prompt: all the steps below need
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     active, probes = current_samples(config, report, prompts)
-    night = probes_and_acceptance(step, out, active, prompts, probes, report.drafter_key, started)
-    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
-        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
+    turn_ids = active_turn_ids(report.turn_sample_ids) if multiturn is not None else None
+    probe_turns = current_turns(out, turn_ids) if turn_ids is not None and probes.sources else None
+    night = probes_and_acceptance(step, out, active, prompts, probes, report.drafter_key, started, probe_turns)
+    if turn_ids is not None:  # the conversations' turns on their current paths, gated like any sample
+        active = pl.concat([active, turn_ids], how="diagonal")
     write_active_samples(out, active)
     write_turns_summary(out, report.turns)  # the quality report's conversations section
     gens = generation_frame(step, out, active, prompts, multiturn is not None, renderer)

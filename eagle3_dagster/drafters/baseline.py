@@ -1,10 +1,11 @@
 """Production's side of a comparison: a drafter's stored probe results, read, never written.
 
 The baseline's rows are its probe results (`<data>/probes/results/`, generate/probe_results.py): one per
-probe prompt, the latest when the prompt was measured more than once (a bumped probe seed). Each is
-completed from the production generations row it names (`sample_id`): the verify steps, correct and
-proposed drafts, the drafter's draft budget, the target revision, the sampling hash and the row's
-integrity flags (a flagged row feeds no figure).
+probe prompt (a probe conversation regenerated turn by turn: one per turn), the latest when it was
+measured more than once (a bumped probe seed). Each is completed from the production generations row it
+names (`sample_id`; a turn's from the shard's turns store): the verify steps, correct and proposed
+drafts, the drafter's draft budget, the target revision, the sampling hash and the row's integrity flags
+(a flagged row feeds no figure).
 
 The default baseline is the production fleet's current drafter: the one it ran on the probe sets most
 recently (the newest `last_seen`).
@@ -19,7 +20,8 @@ from typing import Any
 import polars as pl
 
 from ..generate.drafter import DrafterIdentity
-from ..generate.probe_results import PROBES_DIR, RESULT_COLUMNS
+from ..generate.multiturn import read_turn_rows
+from ..generate.probe_results import PROBES_DIR, RESULT_COLUMNS, conform_results
 from ..generate.store import iter_generations
 from ..storage import PathLike, as_data_path, read_parquet, shard_dir
 
@@ -49,7 +51,7 @@ def results_by_shard(data: PathLike) -> list[tuple[int, pl.DataFrame]]:
     out = []
     for f in sorted(folder.glob("shard=*.parquet") if folder.is_dir() else []):
         shard = int(f.stem.split("=", 1)[1])
-        out.append((shard, read_parquet(f).select([pl.col(c).cast(t) for c, t in RESULT_COLUMNS.items()])))
+        out.append((shard, conform_results(read_parquet(f))))
     return out
 
 
@@ -76,8 +78,13 @@ def _completed(shard: int, rows: pl.DataFrame, data: PathLike) -> pl.DataFrame:
     """The shard's probe result rows with their generations row's counts, flags, revision and sampling hash
     (null where the generations row is gone)."""
     gen_dir = shard_dir(data, "generations", shard)
-    parts = list(iter_generations(gen_dir, only=rows["sample_id"], columns=FROM_GENERATIONS))
-    extra = pl.concat(parts) if parts else pl.DataFrame(schema=dict.fromkeys(FROM_GENERATIONS, pl.String))
+    singles = rows.filter(pl.col("turn_index").is_null())["sample_id"]
+    parts = list(iter_generations(gen_dir, only=singles, columns=FROM_GENERATIONS)) if singles.len() else []
+    if rows["turn_index"].is_not_null().any():  # a probe conversation's turns: from the shard's turns store
+        turns = read_turn_rows(gen_dir, FROM_GENERATIONS)
+        parts.append(turns.filter(pl.col("sample_id").is_in(rows["sample_id"].implode())))
+    empty = pl.DataFrame(schema=dict.fromkeys(FROM_GENERATIONS, pl.String))
+    extra = pl.concat(parts, how="vertical_relaxed") if parts else empty
     extra = extra.unique("sample_id", keep="last")
     return rows.join(extra.with_columns(pl.col("sample_id").cast(pl.String)), on="sample_id", how="left")
 
@@ -138,7 +145,8 @@ def load_baseline(data: PathLike, drafter_id: str | None, probe_sources: Iterabl
     for shard, rows in per_shard:
         mine = rows.filter((pl.col("drafter_id") == chosen) & pl.col("source").is_in(names))
         if mine.height:
-            mine = mine.sort("last_seen", "generated_at", nulls_last=False).unique("prompt_id", keep="last")
+            mine = mine.sort("last_seen", "generated_at", nulls_last=False)
+            mine = mine.unique(["prompt_id", "turn_index"], keep="last")
             parts.append(_completed(shard, mine, data).with_columns(pl.lit(shard, dtype=pl.Int32).alias("shard")))
     if not parts:
         known = sorted(set(everything["drafter_id"].drop_nulls().to_list()))

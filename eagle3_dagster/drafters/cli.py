@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..generate.endpoint_info import AuthError, EndpointRefusedError, ModelRevisionError, NoEndpointError
     from ..ingest.spec import probe_source_names
     from ..profiles import ProfileError, resolve_profile
+    from ..tokenize import PromptRenderer
     from ..urls import parse_endpoint_urls
     from .candidate import CandidateRefused
     from .compare import PROMOTE
@@ -64,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         probe_sources=frozenset(names),
         config=config,
         log=lambda line: print(line, file=sys.stderr),
+        profile=profile,
+        renderer=lambda: PromptRenderer(profile),  # probe conversations regenerated turn by turn only
     )
     request = CompareRequest(tuple(urls), args.baseline, args.trained_on)
     try:

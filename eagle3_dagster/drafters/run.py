@@ -27,8 +27,10 @@ from ..generate.active import active_sample_ids
 from ..generate.config import GenerationConfig, sampling_hash
 from ..generate.context_fit import ContextBudget
 from ..generate.inputs import prompt_view
+from ..generate.multiturn import MultiTurn, active_turn_ids, current_turns, load_multiturn
 from ..generate.probes import ProbeKeys
 from ..generate.shard import generate_shard
+from ..profiles import ModelProfile
 from ..publish.snapshot import list_snapshots
 from ..storage import DataPath, list_files, scan_parquet, shard_dir
 from .baseline import Baseline, BaselineError, load_baseline
@@ -62,6 +64,10 @@ class CompareInputs:
     probe_sources: frozenset[str]
     config: GenerationConfig
     log: Callable[[str], None] = print
+    # a probe conversation regenerated turn by turn renders each next turn with the model's chat template:
+    # the profile and a renderer factory (tokenize.PromptRenderer), called only when a shard has one
+    profile: ModelProfile | None = None
+    renderer: Callable[[], Any] | None = None
 
 
 @dataclass
@@ -159,48 +165,78 @@ def _probe_prompts(data: DataPath, shard: int, prompt_ids: list[str], sources: f
     return rows
 
 
+def _conversations(inputs: CompareInputs, shard: int, tokenized: pl.DataFrame) -> MultiTurn | None:
+    """The shard's probe conversations regenerated turn by turn (`regenerate: all_turns`), or None."""
+    prompts = inputs.data / "prompts" / "prompts.parquet"
+    if not prompts.exists():
+        return None
+    lf = scan_parquet([prompts])
+    if "regenerate" not in lf.collect_schema().names():
+        return None
+    ids = tokenized["prompt_id"].implode()
+    found = lf.filter(pl.col("regenerate").is_not_null() & pl.col("prompt_id").is_in(ids)).select("prompt_id")
+    if found.collect().height == 0:
+        return None
+    if inputs.profile is None or inputs.renderer is None:
+        raise ValueError("the probe sets hold conversations regenerated turn by turn: the comparison needs a renderer")
+    return load_multiturn(
+        prompts,
+        shard,
+        tokenized,
+        renderer=inputs.renderer(),
+        profile=inputs.profile,
+        max_new_tokens=inputs.config.max_new_tokens,
+    )
+
+
+def _send_shard(
+    inputs: CompareInputs, cand: CandidateServer, shard: int, tokenized: pl.DataFrame, counts: dict[str, int]
+) -> pl.DataFrame:
+    """One shard's probe prompts (and the turns of its probe conversations) to the candidate; its current rows."""
+    multiturn = _conversations(inputs, shard, tokenized)
+    out_dir = candidate_generations_dir(inputs.data, shard)
+    report = generate_shard(tokenized, out_dir, inputs.config, lock_dir=inputs.lock_dir, multiturn=multiturn)
+    turns = report.turns or {}
+    counts["sent"] += report.succeeded + report.failed - report.carried_failed
+    counts["sent"] += turns.get("turns_sent", 0) + turns.get("turns_failed", 0)
+    counts["cached"] += report.skipped_cached + turns.get("turns_cached", 0)
+    counts["failed"] += report.failed + turns.get("turns_failed", 0)
+    if not report.drafter_key:
+        raise CandidateRefused(f"the candidate stopped answering while it was measured (shard {shard:04d})")
+    if report.drafter_key != cand.drafter.drafter_id:
+        raise CandidateRefused(
+            f"the candidate's drafter changed while it was measured: {cand.drafter.drafter_id} at the start, "
+            f"{report.drafter_key} in shard {shard:04d}"
+        )
+    budget = ContextBudget.of(inputs.config, report.server_context_length)
+    active = active_sample_ids(
+        prompt_view(tokenized),
+        report.model_revision,
+        report.sampling_hash,
+        inputs.config.regen_seed,
+        row_hash=budget.hash_for if report.server_context_length is not None else None,
+        probes=ProbeKeys(inputs.probe_sources, report.drafter_key, inputs.config.probe_seed),
+    )
+    current = current_turns(out_dir, active_turn_ids(report.turn_sample_ids)) if multiturn is not None else None
+    return record_candidate_results(
+        inputs.data,
+        shard,
+        active["sample_id"],
+        turns=current,
+        drafter_key=report.drafter_key,
+        probe_seed=inputs.config.probe_seed,
+        now=datetime.now(UTC),
+    )
+
+
 def _generate(inputs: CompareInputs, cand: CandidateServer, rows: pl.DataFrame, counts: dict[str, int]) -> pl.DataFrame:
     """Send the baseline's probe prompts to the candidate, shard by shard; the candidate's current rows."""
     out = []
     for shard in sorted(set(rows["shard"].to_list())):
-        ids = rows.filter(pl.col("shard") == shard)["prompt_id"].to_list()
+        ids = rows.filter(pl.col("shard") == shard)["prompt_id"].unique().to_list()
         tokenized = _probe_prompts(inputs.data, shard, ids, inputs.probe_sources)
-        if tokenized.height == 0:
-            continue
-        report = generate_shard(
-            tokenized, candidate_generations_dir(inputs.data, shard), inputs.config, lock_dir=inputs.lock_dir
-        )
-        counts["sent"] += report.succeeded + report.failed - report.carried_failed
-        counts["cached"] += report.skipped_cached
-        counts["failed"] += report.failed
-        if not report.drafter_key:
-            raise CandidateRefused(f"the candidate stopped answering while it was measured (shard {shard:04d})")
-        if report.drafter_key != cand.drafter.drafter_id:
-            raise CandidateRefused(
-                f"the candidate's drafter changed while it was measured: {cand.drafter.drafter_id} at the start, "
-                f"{report.drafter_key} in shard {shard:04d}"
-            )
-        view = prompt_view(tokenized)
-        budget = ContextBudget.of(inputs.config, report.server_context_length)
-        probes = ProbeKeys(inputs.probe_sources, report.drafter_key, inputs.config.probe_seed)
-        active = active_sample_ids(
-            view,
-            report.model_revision,
-            report.sampling_hash,
-            inputs.config.regen_seed,
-            row_hash=budget.hash_for if report.server_context_length is not None else None,
-            probes=probes,
-        )
-        out.append(
-            record_candidate_results(
-                inputs.data,
-                shard,
-                active["sample_id"],
-                drafter_key=report.drafter_key,
-                probe_seed=inputs.config.probe_seed,
-                now=datetime.now(UTC),
-            )
-        )
+        if tokenized.height:
+            out.append(_send_shard(inputs, cand, shard, tokenized, counts))
     return pl.concat(out) if out else pl.DataFrame()
 
 
@@ -230,15 +266,10 @@ def _verdict_doc(
         raise BaselineError("no probe prompt has usable figures from both drafters: nothing to compare")
     overall, sources = judge(paired, rule, rates_compared=rates)
     missing = sum(v for why, v in overall.left_out.items() if why.startswith("no candidate answer"))
-    holds = (
-        [
-            f"{missing} probe prompts have no candidate answer (failed requests: the shard's errors.parquet under probes/candidates/)"
-        ]
-        if missing
-        else []
-    )
+    failed = "failed requests: the errors.parquet of probes/candidates/generations/shard=NNNN"
+    holds = [f"{missing} probe prompts have no candidate answer ({failed})"] if missing else []
     decision, reasons = decide(overall, sources, rule, holds)
-    notes += [s.too_few for s in sources if s.too_few]
+    notes += [s.too_few for s in (*sources, overall) if s.too_few and s.too_few not in reasons]
     notes += [
         f"{why}: {k} prompts left out" for why, k in overall.left_out.items() if not why.startswith("no candidate")
     ]

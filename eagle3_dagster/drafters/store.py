@@ -60,28 +60,33 @@ def _typed(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _current_rows(gen_dir: DataPath, sample_ids: pl.Series, turns: pl.DataFrame | None) -> pl.DataFrame:
+    """The candidate's current single-prompt rows (its generations store) and conversation turns (`turns`:
+    multiturn.current_turns rows; a turn's prompt_id is its conversation's, with its turn_index)."""
+    parts = [_typed(p) for p in iter_generations(gen_dir, only=sample_ids, columns=GENERATION_COLUMNS)]
+    if turns is not None and turns.height:
+        parts.append(_typed(turns.with_columns(pl.col("conversation_id").alias("prompt_id"))))
+    return pl.concat(parts) if parts else _typed(pl.DataFrame())
+
+
 def record_candidate_results(
     data: PathLike,
     shard: int,
     sample_ids: pl.Series,
     *,
+    turns: pl.DataFrame | None = None,
     drafter_key: str,
     probe_seed: int | None,
     now: datetime,
 ) -> pl.DataFrame:
-    """Upsert the candidate's current probe samples (`sample_ids`, read from its generations store) into the
-    shard's results file (first_seen kept, last_seen = now); returns the current samples' rows."""
-    gen_dir = candidate_generations_dir(data, shard)
-    parts = list(iter_generations(gen_dir, only=sample_ids, columns=GENERATION_COLUMNS))
-    current = _typed(
-        pl.concat(parts).with_columns(
-            pl.lit(drafter_key).alias("drafter_key"),
-            pl.lit(probe_seed, dtype=pl.Int64).alias("probe_seed"),
-            pl.lit(now).alias("first_seen"),
-            pl.lit(now).alias("last_seen"),
-        )
-        if parts
-        else pl.DataFrame()
+    """Upsert the candidate's current probe samples (`sample_ids`, read from its generations store, and the
+    turns of its probe conversations) into the shard's results file (first_seen kept, last_seen = now);
+    returns the current samples' rows."""
+    current = _current_rows(candidate_generations_dir(data, shard), sample_ids, turns).with_columns(
+        pl.lit(drafter_key).alias("drafter_key"),
+        pl.lit(probe_seed, dtype=pl.Int64).alias("probe_seed"),
+        pl.lit(now).cast(RESULT_COLUMNS["first_seen"]).alias("first_seen"),
+        pl.lit(now).cast(RESULT_COLUMNS["last_seen"]).alias("last_seen"),
     )
     path = candidate_results_path(data, shard)
     old = _typed(read_parquet(path)) if path.exists() else _typed(pl.DataFrame())

@@ -446,3 +446,132 @@ def test_the_asset_materializes_each_comparison_and_its_check_passes_only_on_pro
     assert not check.passed and "no probe results of drafter" in check.description
     assert "on the probe sources (none)" in check.description
     assert len(history) == 3  # the history across candidates: one materialization per comparison made
+
+
+MT_MAX_NEW = 4096  # room for whole answers: a turn cut by max_new_tokens ends its conversation
+
+
+def _multiturn_world(tmp_path: Path, datasets_dir: Path, profile) -> tuple[Path, PromptRenderer]:
+    """A data dir of one shard: a probe set of multi-turn conversations regenerated turn by turn (3 ultrachat
+    conversations, up to 3 turns) and a training source of multi-turn conversations (2 sharegpt ones)."""
+    from eagle3_dagster.ingest.pipeline import EvalSet, combine_sources, ingest_source
+    from eagle3_dagster.ingest.spec import SourceSpec
+
+    data = tmp_path / "data"
+    probe = SourceSpec(
+        name="probe_chat",
+        path=str(datasets_dir / "ultrachat_200k_sample" / "ultrachat_200k_sample20.json"),
+        format="ultrachat",
+        limit=3,
+        regenerate="all_turns",
+        max_turns=3,
+        role="probe",
+    )
+    train = SourceSpec(
+        name="chats",
+        path=str(datasets_dir / "sharegpt_v3_test" / "sharegpt_test.json"),
+        format="sharegpt",
+        limit=2,
+        regenerate="all_turns",
+        max_turns=2,
+    )
+    for spec in (train, probe):
+        ingest_source(spec, data / "sources" / spec.name, n_shards=1)
+    combine_sources(
+        [data / "sources" / "chats", data / "sources" / "probe_chat"],
+        data / "prompts",
+        n_shards=1,
+        probe_sets=[EvalSet("probe_chat", data / "sources" / "probe_chat")],
+    )
+    renderer = PromptRenderer(profile)
+    prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
+    tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=MT_MAX_NEW)
+    assert rejects.height == 0 and tokenized.height == 5
+    folder = data / "tokenized_prompts" / "shard=0000"
+    folder.mkdir(parents=True)
+    tokenized.write_parquet(folder / "part-0000.parquet")
+    return data, renderer
+
+
+def _production_night(data: Path, renderer: PromptRenderer, profile, url: str):
+    """One `generations` run of the shard, as the asset records it: the probe results, turns included."""
+    from eagle3_dagster.generate.multiturn import active_turn_ids, current_turns, load_multiturn
+
+    tokenized = pl.read_parquet(data / "tokenized_prompts" / "shard=0000" / "part-0000.parquet")
+    gen = data / "generations" / "shard=0000"
+    config = _config(profile, url, probe_sources=("probe_chat",), max_new_tokens=MT_MAX_NEW)
+    mt = load_multiturn(
+        data / "prompts" / "prompts.parquet",
+        0,
+        tokenized,
+        renderer=renderer,
+        profile=profile,
+        max_new_tokens=MT_MAX_NEW,
+    )
+    report = generate_shard(tokenized, gen, config, multiturn=mt)
+    probes = ProbeKeys(frozenset({"probe_chat"}), report.drafter_key, None)
+    active = active_sample_ids(tokenized, report.model_revision, report.sampling_hash, None, probes=probes)
+    turns = current_turns(gen, active_turn_ids(report.turn_sample_ids))
+    record_probe_results(data, 0, gen, active, tokenized, probes, turns)
+    return report, turns
+
+
+def test_multi_turn_probe_conversations_are_measured_and_compared_turn_by_turn(tmp_path, datasets_dir, kimi_profile):
+    from eagle3_dagster.generate.probe_results import read_all_results
+    from eagle3_dagster.generate.probes import without_probes
+
+    data, renderer = _multiturn_world(tmp_path, datasets_dir, kimi_profile)
+    flags = ("--tool-call-rate", "0", "--reasoning-scale", "0.2", *SPEC)
+    sims = []
+    try:
+        for i, drafter in enumerate(("org/chat-v1", "org/chat-v2")):
+            (tmp_path / f"sim-{i}").mkdir()
+            args = ("--speculative-draft-model-path", drafter, *flags)
+            sims.append(Sim(extra_args=args, log_path=tmp_path / f"sim-{i}" / "s.log"))
+        first, turns = _production_night(data, renderer, kimi_profile, sims[0].url)
+        second, _ = _production_night(data, renderer, kimi_profile, sims[1].url)
+        # a new drafter regenerates every turn of the probe conversations, and no training conversation's turn
+        probe_turns = turns.filter(pl.col("source") == "probe_chat")
+        assert probe_turns.height >= 6 and set(probe_turns["turn_index"].to_list()) >= {1, 2, 3}, first.turns
+        assert second.turns["turns_sent"] == probe_turns.height
+        assert second.turns["turns_cached"] == first.turns["turns_regenerated"] - probe_turns.height
+        results = read_all_results(data)
+        for drafter in (first.drafter_key, second.drafter_key):
+            mine = results.filter(pl.col("drafter_id") == drafter)
+            assert sorted(zip(mine["prompt_id"], mine["turn_index"])) == sorted(
+                zip(probe_turns["conversation_id"], probe_turns["turn_index"])
+            )
+        # never trained on: every turn of a probe conversation leaves the training candidates
+        active = pl.concat([turns.select("sample_id", "prompt_id", "conversation_id", "turn_index")])
+        prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").select("prompt_id", "source")
+        kept = without_probes(active, prompts, ["probe_chat"])
+        assert kept.height == turns.height - probe_turns.height and set(kept["conversation_id"]).isdisjoint(
+            set(probe_turns["conversation_id"])
+        )
+
+        log = tmp_path / "candidate-requests.jsonl"
+        cand = Sim(
+            extra_args=("--speculative-draft-model-path", "org/chat-v3", *flags, "--record-requests", str(log)),
+            log_path=tmp_path / "s.log",
+        )
+        sims.append(cand)
+        inputs = CompareInputs(
+            as_data_path(data),
+            tmp_path / "locks",
+            load_rule(PROJECT_ROOT / "expectations"),
+            frozenset({"probe_chat"}),
+            _config(kimi_profile, cand.url, probe_sources=("probe_chat",), max_new_tokens=MT_MAX_NEW),
+            log=lambda line: None,
+            profile=kimi_profile,
+            renderer=lambda: renderer,
+        )
+        doc = compare_candidate(inputs, CompareRequest((cand.url,))).doc
+        # each turn is a unit: the probe set counts its turns, not its conversations
+        assert doc["refused"] is None and doc["sources"][0]["prompts"] == probe_turns.height
+        # only the probe conversations' turns reached the candidate (the same turn prompts: the same answers)
+        assert sorted(tuple(r["input_ids"]) for r in read_recorded(log)) == sorted(
+            tuple(ids) for ids in probe_turns["prompt_ids"].to_list()
+        )
+    finally:
+        for s in sims:
+            s.kill()
