@@ -24,7 +24,7 @@ from .units import Paired
 PROMOTE, HOLD = "promote", "hold"
 
 
-def _r(v: float | None, nd: int = 4) -> float | None:
+def _r(v: float | None, nd: int = 6) -> float | None:
     return None if v is None or not math.isfinite(v) else round(float(v), nd)
 
 
