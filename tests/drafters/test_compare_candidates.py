@@ -286,8 +286,15 @@ def test_a_rerun_reuses_the_stored_candidate_results(world):
 
 
 def test_another_draft_budget_compares_lengths_only(world):
-    sim = world.sim("org/drafter-v5", "0.9", "--speculative-num-draft-tokens", "6")
+    # the candidate's checkpoint folder holds the lineage record its training run left (docs/drafter-compare.md)
+    ckpt = world.root / "checkpoints" / "drafter-v5"
+    ckpt.mkdir(parents=True)
+    record = {"format": "eagle3-dagster/lineage/1", "snapshot": "20260612T020000Z-9f3e", "trainer": "speculators 0.9.0"}
+    (ckpt / "eagle3-lineage.json").write_text(json.dumps(record))
+    sim = world.sim(str(ckpt), "0.9", "--speculative-num-draft-tokens", "6")
     doc = compare_candidate(world.inputs(sim.url), CompareRequest((sim.url,))).doc
+    assert doc["headline"].startswith("drafter trained on snapshot 20260612T020000Z-9f3e vs production")
+    assert doc["candidate"]["trained_on"]["basis"] == str(ckpt / "eagle3-lineage.json")
     assert doc["rates_compared"] is False and doc["overall"]["rate_difference"] is None
     assert any("speculative_num_draft_tokens differ (production 4, candidate 6)" in n for n in doc["notes"])
     assert doc["overall"]["difference"] is not None
