@@ -5,7 +5,7 @@ From the top down (CONTRIBUTING.md draws them):
     App      the `eagle3` command, the demo, developer tools       app/ (cli, demo, ui, ...), devtools/
     Wiring   Dagster: assets, checks, resources, automation          defs/, orchestration/, definitions.py
     Report   reads stored results and draws                          report/
-    Stages   one package per stage, plain functions                  ingest/ tokenize/ generate/ train/ plan/ publish/
+    Stages   one package per stage, plain functions                  ingest/ tokenize/ generate/ train/ plan/ publish/ drafters/
     Gates    features, suites, the GX engine                         quality/ (the rest)
     Base     settings, profiles, schemas, storage                    config.py, storage/, ...
     Sim      the SGLang-protocol simulator, a program of its own     sim/ (Base and the tokenizer loader; no stage needs it)
@@ -28,7 +28,7 @@ PACKAGE = PROJECT_ROOT / "eagle3_dagster"
 APP, WIRING, REPORT, STAGES, GATES, BASE, SIM = "App", "Wiring", "Report", "Stages", "Gates", "Base", "Sim"
 RANK = {APP: 5, WIRING: 4, REPORT: 3, STAGES: 2, GATES: 2, BASE: 1}
 APP_FILES = {"__main__.py"}
-STAGE_DIRS = {"ingest", "tokenize", "generate", "train", "plan", "publish"}
+STAGE_DIRS = {"ingest", "tokenize", "generate", "train", "plan", "publish", "drafters"}
 
 
 def layer(rel: str) -> str:

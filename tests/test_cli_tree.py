@@ -41,7 +41,17 @@ def test_every_command_is_a_subparser_with_a_handler() -> None:
     parser = build_parser()
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert (
-        tuple(sub.choices) == COMMAND_NAMES == ("ingest", "render", "inspect", "report", "demo", "ui", "plan", "check")
+        tuple(sub.choices)
+        == COMMAND_NAMES
+        == ("ingest", "render", "inspect", "report", "demo", "ui", "plan", "check", "drafters")
+    )
+    args = parser.parse_args(["drafters", "compare", "--candidate", "http://c:30000", "--baseline", "eagle3-a"])
+    assert (args.drafters_action, args.candidate, args.baseline, args.json, args.trained_on) == (
+        "compare",
+        "http://c:30000",
+        "eagle3-a",
+        None,
+        None,
     )
     args = parser.parse_args(["plan", "--servers", "3"])
     assert args.command == "plan" and args.servers == 3 and args.gpus_per_server == 8 and callable(args.handler)
@@ -62,6 +72,7 @@ def test_each_command_help_is_exit_0_and_names_its_flags(command: str, capsys) -
     assert out.startswith(f"usage: eagle3 {command}")
     flag = {"ingest": "--allow-empty", "render": "--max-new-tokens", "inspect": "--histograms", "report": "--work-dir"}
     flag |= {"demo": "--samples", "ui": "--port", "plan": "--tokens-per-s-per-server", "check": "--offline"}
+    flag |= {"drafters": "compare"}
     assert flag[command] in out
 
 
@@ -111,3 +122,12 @@ def test_no_module_outside_the_tree_builds_its_own_eagle3_parser() -> None:
             if isinstance(node, ast.Attribute) and node.attr == "ArgumentParser" and rel not in own_programs:
                 found.append(f"{rel}:{node.lineno}")
     assert not found, f"argparse parsers outside app/cli.py: {found}"
+
+
+def test_drafters_compare_needs_a_candidate(capsys) -> None:
+    assert main(["drafters", "compare", "--help"]) == 0
+    out = capsys.readouterr().out
+    for flag in ("--candidate", "--baseline", "--json", "--trained-on", "--probe-seed"):
+        assert flag in out
+    assert main(["drafters", "compare"]) == 2
+    assert "the following arguments are required: --candidate" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from eagle3_dagster.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
-DOMAIN_PACKAGES = ["ingest", "tokenize", "generate", "train", "publish", "plan", "storage"]
+DOMAIN_PACKAGES = ["ingest", "tokenize", "generate", "train", "publish", "plan", "drafters", "storage"]
 
 # quality/ holds the gates and the report; the report may draw with anything, the gates may not
 GATE_MODULES = [

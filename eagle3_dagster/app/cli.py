@@ -10,6 +10,8 @@
                                         before a run: prompts, tokens, cached requests, ETA, GPU-hours, disk
     eagle3 check [--offline]            validate settings, source YAMLs and files, the data dir and (unless
                                         --offline) the SGLang endpoints; create the instance
+    eagle3 drafters compare --candidate URL[,URL...] [--baseline ID] [--json PATH]
+                                        judge a candidate drafter against production's on the probe sets
 
 Every subcommand's arguments are declared here (one `_<command>_args` function each); its handler takes
 the parsed Namespace and returns the exit code. Building the tree imports nothing heavy (no Dagster,
@@ -205,6 +207,34 @@ def _check_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offline", action="store_true", help="do not probe the SGLang endpoints")
 
 
+def _drafters_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="drafters_action", metavar="ACTION", title="actions", required=True)
+    c = sub.add_parser(
+        "compare",
+        help="judge a candidate drafter against production's on the probe sets",
+        description="Send the probe prompts (role: probe sources), and only those, to the candidate endpoints with "
+        "production's sampling and probe seed; compare the candidate's accept length with the baseline drafter's "
+        "stored results on the identical prompts, per probe source and overall, with a paired bootstrap interval; "
+        "decide promote or hold by expectations/drafter_promotion.json. Exit 0 promote, 1 hold, 2 refused.",
+    )
+    c.add_argument("--candidate", required=True, metavar="URL[,URL...]", help="the candidate's SGLang endpoint(s)")
+    c.add_argument(
+        "--baseline", metavar="DRAFTER_ID", default=None, help="default: the production fleet's current drafter"
+    )
+    c.add_argument("--json", metavar="PATH", type=Path, default=None, help="also write the comparison JSON here")
+    c.add_argument(
+        "--trained-on",
+        metavar="SNAPSHOT",
+        default=None,
+        help="the snapshot that trained the candidate (default: the eagle3-lineage.json beside its checkpoint)",
+    )
+    c.add_argument(
+        "--max-new-tokens", metavar="M", type=int, default=None, help="as production's run (default: the profile's)"
+    )
+    c.add_argument("--regen-seed", metavar="S", type=int, default=None, help="as the sglang resource's regen_seed")
+    c.add_argument("--probe-seed", metavar="S", type=int, default=None, help="as the sglang resource's probe_seed")
+
+
 # ---------------------------------------------------------------------------------------------
 # The handlers: each imports its domain code when it runs
 
@@ -255,6 +285,12 @@ def _check(args: argparse.Namespace) -> int:
     from .checkup import run_check
 
     return run_check(args)
+
+
+def _drafters(args: argparse.Namespace) -> int:
+    from ..drafters.cli import run
+
+    return run(args)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -337,6 +373,14 @@ COMMANDS: tuple[Command, ...] = (
         "prompts per shard of the last ingest. Nothing is run.",
         _check_args,
         _check,
+    ),
+    Command(
+        "drafters",
+        "judge a candidate drafter against production's on the probe sets (`drafters compare`)",
+        "Drafter versions on the probe sets. `eagle3 drafters compare --candidate URL` judges a candidate drafter "
+        "against production's before it ships (docs/drafter-compare.md).",
+        _drafters_args,
+        _drafters,
     ),
 )
 COMMAND_NAMES = tuple(c.name for c in COMMANDS)

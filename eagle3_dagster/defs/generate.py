@@ -142,13 +142,15 @@ def probes_and_acceptance(
     probes: ProbeKeys,
     drafter_key: str,
     started: datetime,
+    turns: pl.DataFrame | None = None,
 ) -> AcceptanceNight:
-    """Keep each drafter version's probe results, then judge tonight's acceptance (logged, named changes)."""
+    """Keep each drafter version's probe results (`turns`: the current turns of all_turns conversations, whose
+    probe conversations are measured turn by turn), then judge tonight's acceptance (logged, named changes)."""
     data, pipeline, context = step.data, step.pipeline, step.context
     # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py);
     # a run that asked no endpoint saw no drafter: it records neither probe results nor a drafter of its own
     if drafter_key:
-        record_probe_results(data, step.shard, out, active, prompts, probes)
+        record_probe_results(data, step.shard, out, active, prompts, probes, turns)
     night = judge_night(
         data,
         step.shard,
@@ -412,9 +414,11 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     prompts = prompt_view(tokenized, tail=max(ECHO_WINDOW, PREVIEW_PROMPT_TAIL))
     active, probes = current_samples(config, report, prompts)
     drafter_key = report.drafter_key if report.drafter_asked else ""  # "": no endpoint asked, drafter unknown
-    night = probes_and_acceptance(step, out, active, prompts, probes, drafter_key, started)
-    if multiturn is not None:  # the conversations' turns on their current paths, gated like any sample
-        active = pl.concat([active, active_turn_ids(report.turn_sample_ids)], how="diagonal")
+    turn_ids = active_turn_ids(report.turn_sample_ids) if multiturn is not None else None
+    probe_turns = current_turns(out, turn_ids) if turn_ids is not None and probes.sources else None
+    night = probes_and_acceptance(step, out, active, prompts, probes, drafter_key, started, probe_turns)
+    if turn_ids is not None:  # the conversations' turns on their current paths, gated like any sample
+        active = pl.concat([active, turn_ids], how="diagonal")
     write_active_samples(out, active)
     write_turns_summary(out, report.turns)  # the quality report's conversations section
     gens = generation_frame(step, out, active, prompts, multiturn is not None, renderer)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import PROJECT_ROOT, SECTIONS, Settings, SettingSpec, derived_fields, section_of, setting_fields
+from ..drafters.rule import RULE_FIELDS, RULE_NAME, parse_rule
 from ..generate.config import GenerationConfig
 from ..ingest import spec as spec_module
 from ..ingest.normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
@@ -377,6 +378,8 @@ OTHER_CHECKS: dict[str, str] = {
     "source_yield": "WARN when the source yields no prompt (`allow_empty: true`) or rejects more than its "
     "`max_reject_rate`",
     "freshness_check": "ERROR when the last publish is older than `EAGLE3_SNAPSHOT_MAX_AGE` (default 26h)",
+    "promotion_rule": "passes only when the candidate drafter's comparison decides `promote` by "
+    "`expectations/drafter_promotion.json` (below); ERROR with the reasons on `hold`",
 }
 
 
@@ -386,7 +389,7 @@ def asset_check_rows(snapshot_path: Path = DEFS_SNAPSHOT, expectations_dir: Path
     snapshot = json.loads(snapshot_path.read_text(encoding="utf-8"))
     by_key: dict[str, tuple[str, str]] = {}  # expectation key -> (suite, description)
     for path in sorted(folder.glob("*.json")):
-        for e in json.loads(path.read_text(encoding="utf-8")).get("expectations", []):
+        for e in json.loads(path.read_text(encoding="utf-8")).get("expectations") or []:
             m = e.get("meta") or {}
             by_key[str(m.get("key"))] = (path.stem, str(m.get("description", "")))
     gate_checks = {check: gate for gate, (_, check) in GATE_ASSETS.items()}
@@ -400,7 +403,14 @@ def asset_check_rows(snapshot_path: Path = DEFS_SNAPSHOT, expectations_dir: Path
         for k, v in snapshot.get("asset_checks", {}).items()
     ]
     rows, unknown = [], []
-    order = ["source__", "tokenized_prompts", "generations", "training_samples", "training_dataset"]
+    order = [
+        "source__",
+        "tokenized_prompts",
+        "generations",
+        "training_samples",
+        "training_dataset",
+        "drafter_comparison",
+    ]
     rank = lambda asset: next((i for i, o in enumerate(order) if asset.startswith(o)), len(order))
     for asset, name, blocking in sorted(checks, key=lambda c: (rank(c[0]), c[0], c[1])):
         if name in gate_checks:
@@ -440,9 +450,31 @@ def _effect(e: Mapping[str, Any]) -> str:
     return "**blocks** when it fails"
 
 
+def promotion_rule_section(path: Path) -> list[str]:
+    """The drafter promotion rule (not a GX suite): its description and each field with its value here."""
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    rule = parse_rule(raw, source=f"expectations/{path.name}")
+    lines = [
+        f"## `{RULE_NAME}`",
+        "",
+        f"`expectations/{path.name}` is not a suite: it is the rule `eagle3 drafters compare` and the "
+        "`drafter_comparison` asset (check `promotion_rule`) decide `promote` or `hold` by "
+        "([comparing a candidate drafter](../drafter-compare.md)).",
+        "",
+        _cell(_plain(str((raw.get("meta") or {}).get("description", "")))),
+        "",
+        "| field | value | meaning |",
+        "|---|---|---|",
+    ]
+    values = rule.as_dict()
+    lines += [f"| `rule.{k}` | `{json.dumps(values[k])}` | {_cell(_plain(text))} |" for k, text in RULE_FIELDS.items()]
+    return [*lines, ""]
+
+
 def gates_page(expectations_dir: Path | None = None) -> str:
     folder = expectations_dir or PROJECT_ROOT / "expectations"
-    suites = sorted(folder.glob("*.json"))
+    rule_file = folder / f"{RULE_NAME}.json"
+    suites = sorted(p for p in folder.glob("*.json") if p != rule_file)
     unknown = [p.stem for p in suites if p.stem not in GATE_ASSETS]
     if unknown:
         raise DocsError("\n".join(f"expectations/{g}.json has no asset in docs_gen.GATE_ASSETS" for g in unknown))
@@ -489,6 +521,8 @@ def gates_page(expectations_dir: Path | None = None) -> str:
                 f"{_effect(e)} | {_cell(_plain(str(m.get('description', ''))))} |"
             )
         lines.append("")
+    if rule_file.is_file():
+        lines += promotion_rule_section(rule_file)
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -30,7 +30,9 @@ Cache keys: a turn's prompt id is a hash of the exact input_ids sent (they hold 
 history), and its sample_id the usual `sample_key` of that prompt id (+ model revision, template,
 sampling, seed), so an unchanged night replays every stored turn and sends nothing, and a change at
 turn k (an edited message, a new template) changes the keys of k and every later turn, and nothing
-before. The lineage (conversation id, turn index) of the current materialization is kept in the
+before. The turns of a probe conversation (a `role: probe` source, probes.py) also hold the fleet's
+drafter and the probe seed: a new drafter regenerates every turn of the probe conversations, and each
+turn is measured on its own. The lineage (conversation id, turn index) of the current materialization is kept in the
 shard's active.parquet, so a turn stored for an earlier version of a conversation gets the current one.
 
 Storage: `generations/shard=NNNN/turns/part-*.parquet` (schemas.TURN_GENERATIONS: a GENERATIONS row
@@ -59,6 +61,7 @@ from ..storage import DataPath, as_data_path, read_parquet
 from ..tokenize.parse import parse_generation
 from ..tokenize.render import RenderRequest
 from .config import sample_key
+from .probes import ProbeKeys
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +228,10 @@ class TurnDriver:
         regen_seed: int | None,
         max_new_tokens: int,
         stored: dict[str, dict[str, Any]],
+        probes: ProbeKeys | None = None,
     ) -> None:
         self.renderer = renderer
+        self.probes = probes  # a probe conversation's turn keys hold the fleet's drafter (probes.py)
         self.profile = profile
         self.tokenizer = renderer.tokenizer
         self.model_revision = model_revision
@@ -404,7 +409,8 @@ class TurnDriver:
                 self._end(st, PROMPT_TOO_LONG, not_reached=len(conv.turns) - k)
                 return None
         pid = turn_prompt_id(ids)
-        sid = sample_key(pid, self.model_revision, conv.template_hash or "", self.s_hash, self.regen_seed)
+        probe = self.probes.tag(conv.source) if self.probes is not None else None
+        sid = sample_key(pid, self.model_revision, conv.template_hash or "", self.s_hash, self.regen_seed, probe)
         return {
             "sample_id": sid,
             "prompt_id": pid,
@@ -500,7 +506,13 @@ class MultiTurn:
         return frozenset(c.conversation_id for c in self.conversations)
 
     def driver(
-        self, *, stored: dict[str, dict[str, Any]], model_revision: str, s_hash: str, regen_seed: int | None
+        self,
+        *,
+        stored: dict[str, dict[str, Any]],
+        model_revision: str,
+        s_hash: str,
+        regen_seed: int | None,
+        probes: ProbeKeys | None = None,
     ) -> TurnDriver:
         return TurnDriver(
             self.conversations,
@@ -511,6 +523,7 @@ class MultiTurn:
             regen_seed=regen_seed,
             max_new_tokens=self.max_new_tokens,
             stored=stored,
+            probes=probes,
         )
 
 

@@ -1,9 +1,11 @@
 """Probe results: every drafter version's acceptance on the probe prompts, kept per shard.
 
 `<data>/probes/results/shard=NNNN.parquet` holds one row per probe sample (one probe prompt x one
-drafter x one probe seed): its source, drafter, the server's acceptance figures as stored in the
-generations table (null, with `spec_left_out` naming the failed checks, where they failed their checks:
-generate/group_acceptance.py), and when the fleet was first and last seen running that drafter on it. A run
+drafter x one probe seed; for a probe conversation regenerated turn by turn, one per turn: `prompt_id`
+is the conversation's, `turn_index` the turn, null for a single prompt): its source, drafter, the server's
+acceptance figures as stored in the generations table (null, with `spec_left_out` naming the failed checks,
+where they failed their checks: generate/group_acceptance.py), and when the fleet was first and last seen
+running that drafter on it. A run
 upserts the shard's current probe samples (first_seen kept, last_seen = now); the rows of other
 drafters are never touched, so a drafter's results outlive its replacement.
 `drafter_versions` aggregates all shards into the table the report shows (docs/probes.md), by the one
@@ -29,6 +31,7 @@ RESULT_COLUMNS: dict[str, Any] = {
     "sample_id": pl.String,
     "prompt_id": pl.String,
     "source": pl.String,
+    "turn_index": pl.Int32,  # a probe conversation's turn (1-based); null: a single prompt
     "drafter_key": pl.String,  # the fleet's drafter ids (probes.fleet_drafter_key), as in the cache key
     "drafter_id": pl.String,  # the serving endpoint's drafter (null: it did not speculate)
     "spec_draft_model_path": pl.String,
@@ -46,14 +49,15 @@ RESULT_COLUMNS: dict[str, Any] = {
     "last_seen": pl.Datetime("us", "UTC"),
 }
 # a result row from its generations row (after trusted_figures)
-GENERATION_COLUMNS = [c for c in RESULT_COLUMNS if c not in ("drafter_key", "first_seen", "last_seen")]
+GENERATION_COLUMNS = [c for c in RESULT_COLUMNS if c not in ("turn_index", "drafter_key", "first_seen", "last_seen")]
 READ_COLUMNS = [*(c for c in GENERATION_COLUMNS if c != LEFT_OUT), "integrity_violations"]
 
 
-def _conform(frame: pl.DataFrame, columns: dict[str, Any]) -> pl.DataFrame:
-    """`frame` with exactly `columns`, cast; a column it lacks (a file from before it) reads as null."""
-    return frame.select(
-        [(pl.col(c) if c in frame.columns else pl.lit(None)).cast(t).alias(c) for c, t in columns.items()]
+def conform_results(df: pl.DataFrame) -> pl.DataFrame:
+    """RESULT_COLUMNS, cast; a column a file was written without (turn_index, the sums, spec_left_out: files
+    from before them) is null."""
+    return df.select(
+        [(pl.col(c) if c in df.columns else pl.lit(None)).cast(t).alias(c) for c, t in RESULT_COLUMNS.items()]
     )
 
 
@@ -62,18 +66,19 @@ def results_path(data: PathLike, shard: int) -> PathLike:
 
 
 def merge_results(old: pl.DataFrame | None, current: pl.DataFrame, drafter_key: str, now: datetime) -> pl.DataFrame:
-    """`old` with this run's probe samples (`current`: generations rows; figures that failed their checks
-    are kept out, trusted_figures) upserted by sample_id."""
+    """`old` with this run's probe samples (`current`: generations rows, a conversation turn's with its
+    turn_index; figures that failed their checks are kept out, trusted_figures) upserted by sample_id."""
     trusted = current if LEFT_OUT in current.columns else trusted_figures(current)
-    cur = trusted.select(GENERATION_COLUMNS).with_columns(
+    turn = [pl.col("turn_index")] if "turn_index" in trusted.columns else []
+    cur = trusted.select(*GENERATION_COLUMNS, *turn).with_columns(
         pl.lit(drafter_key).alias("drafter_key"),
         pl.lit(now).cast(RESULT_COLUMNS["first_seen"]).alias("first_seen"),
         pl.lit(now).cast(RESULT_COLUMNS["last_seen"]).alias("last_seen"),
     )
-    cur = _conform(cur, RESULT_COLUMNS)
+    cur = conform_results(cur)
     if old is None or old.height == 0:
         return cur.sort("sample_id")
-    old = _conform(old, RESULT_COLUMNS)
+    old = conform_results(old)
     seen = old.filter(pl.col("sample_id").is_in(cur["sample_id"].implode())).select("sample_id", "first_seen")
     cur = (
         cur.drop("first_seen")
@@ -99,7 +104,7 @@ def read_all_results(data: PathLike) -> pl.DataFrame:
     """Every shard's probe results (empty, with the columns, when there are none)."""
     folder = as_data_path(data) / PROBES_DIR / "results"
     files = folder.glob("shard=*.parquet") if folder.is_dir() else []
-    parts = [_conform(read_parquet(f), RESULT_COLUMNS) for f in files]
+    parts = [conform_results(read_parquet(f)) for f in files]
     return pl.concat(parts) if parts else pl.DataFrame(schema=RESULT_COLUMNS)
 
 
@@ -140,6 +145,18 @@ def drafter_versions_by_source(results: pl.DataFrame) -> pl.DataFrame:
     return _versions(results, ["drafter_id", "source"], extra).sort("first_seen", "drafter_id", "source")
 
 
+def probe_turn_rows(turns: pl.DataFrame | None, probe_ids: pl.Series) -> pl.DataFrame:
+    """The current turns (multiturn.current_turns rows) of the probe conversations, as result rows: the
+    conversation's prompt id and the turn index."""
+    if turns is None or turns.height == 0:
+        schema = {c: RESULT_COLUMNS[c] for c in READ_COLUMNS if c in RESULT_COLUMNS}
+        return pl.DataFrame(schema={**schema, "integrity_violations": pl.List(pl.String), "turn_index": pl.Int32})
+    mine = turns.filter(pl.col("conversation_id").is_in(probe_ids.implode()))
+    return mine.with_columns(pl.col("conversation_id").alias("prompt_id")).select(
+        *READ_COLUMNS, pl.col("turn_index").cast(pl.Int32)
+    )
+
+
 def record_probe_results(
     data: PathLike,
     shard: int,
@@ -147,15 +164,19 @@ def record_probe_results(
     active: pl.DataFrame,
     prompts: pl.DataFrame,
     probes: ProbeKeys,
+    turns: pl.DataFrame | None = None,
 ) -> int:
-    """Upsert the shard's current probe samples (of `active`, by their prompts' source) into its results
-    file; returns how many there were (0: no probe prompt in the shard, nothing written)."""
+    """Upsert the shard's current probe samples (of `active`, by their prompts' source; and of `turns`, the
+    current turns of all_turns conversations, the probe conversations' ones) into its results file; returns
+    how many there were (0: no probe prompt in the shard, nothing written)."""
     ids = probe_prompt_ids(prompts, probes.sources)
     if ids.len() == 0:
         return 0
     sample_ids = active.filter(pl.col("prompt_id").is_in(ids.implode())).get_column("sample_id")
     parts = list(iter_generations(gen_dir, only=sample_ids, columns=READ_COLUMNS))
-    current = pl.concat(parts, how="diagonal_relaxed") if parts else pl.DataFrame()
+    parts = [p.with_columns(pl.lit(None, dtype=pl.Int32).alias("turn_index")) for p in parts]
+    parts.append(probe_turn_rows(turns, ids))
+    current = pl.concat([p.select(*READ_COLUMNS, "turn_index") for p in parts], how="vertical_relaxed")
     if current.height:
         update_shard_results(data, shard, current, probes.drafter_key, datetime.now(UTC))
     return current.height

@@ -51,8 +51,12 @@ def probe_prompt_ids(prompts: pl.DataFrame, sources: Iterable[str]) -> pl.Series
 
 
 def without_probes(active: pl.DataFrame, prompts: pl.DataFrame, sources: Iterable[str]) -> pl.DataFrame:
-    """The active samples (sample_id, prompt_id) minus the probe prompts': a probe set is never trained on."""
+    """The active samples (sample_id, prompt_id; the turns of all_turns conversations also conversation_id)
+    minus the probe prompts' and every turn of a probe conversation: a probe set is never trained on."""
     probe_ids = probe_prompt_ids(prompts, sources)
     if probe_ids.len() == 0:
         return active
-    return active.filter(~pl.col("prompt_id").is_in(probe_ids.implode()))
+    probe = pl.col("prompt_id").is_in(probe_ids.implode())
+    if "conversation_id" in active.columns:
+        probe = probe | pl.col("conversation_id").is_in(probe_ids.implode()).fill_null(False)
+    return active.filter(~probe)

@@ -211,12 +211,13 @@ class _Work:
         return self.plan.pending + (self.driver.pending if self.driver is not None else 0)
 
 
-async def _start_turns(ctx: EngineContext, multiturn: MultiTurn, out_dir: DataPath) -> TurnDriver:
+async def _start_turns(ctx: EngineContext, multiturn: MultiTurn, out_dir: DataPath, probes: ProbeKeys) -> TurnDriver:
     driver = multiturn.driver(
         stored=await asyncio.to_thread(stored_turns, out_dir),
         model_revision=ctx.revision,
         s_hash=ctx.s_hash,
         regen_seed=ctx.config.regen_seed,
+        probes=probes,
     )
     await asyncio.to_thread(driver.start)  # replays the stored turns: an unchanged night sends nothing
     log.info(
@@ -259,7 +260,7 @@ async def _plan_work(
         )
     )
     has_turns = multiturn is not None and bool(multiturn.conversations)
-    driver = await _start_turns(ctx, multiturn, out_dir) if multiturn is not None and has_turns else None
+    driver = await _start_turns(ctx, multiturn, out_dir, probes) if multiturn is not None and has_turns else None
     carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
     previous = PreviousFailures.from_errors(prior_all, carried.get_column("sample_id").to_list())
     items = iter_pending(tokenized, plan, **keys, row_hash=row_hash, probes=probes)

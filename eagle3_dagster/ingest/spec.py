@@ -38,7 +38,7 @@ Fields (only `path` is required):
                                #   decontaminate.py); or probe: a fixed prompt set that IS tokenized and
                                #   generated (again for every drafter the fleet runs) but never trained
                                #   on; overlapping training prompts are quarantined (probe_overlap,
-                               #   docs/probes.md)
+                               #   docs/probes.md); with regenerate: all_turns each turn is measured
     overlap_threshold: 0.5     # eval only: the 13-gram overlap share that quarantines (decontaminate.py)
     function_docs: ../bfcl/multi_turn_func_doc   # BFCL multi-turn files: BFCL's multi_turn_func_doc
                                #   folder (local, relative to the YAML's folder); each record's
@@ -209,8 +209,6 @@ def _turn_and_role_problems(spec: SourceSpec) -> list[str]:
         out.append("fields 'max_turns' and 'on_tool_mismatch' only apply with 'regenerate: all_turns'")
     if spec.role not in SOURCE_ROLES:
         out.append(f"field 'role': {spec.role!r} is not one of {', '.join(SOURCE_ROLES)}")
-    if spec.role == "probe" and spec.regenerate != "final_turn":
-        out.append("a 'role: probe' source is regenerated as one prompt per row: 'regenerate' must be final_turn")
     if spec.overlap_threshold is not None:
         t = spec.overlap_threshold
         if spec.role == "train":

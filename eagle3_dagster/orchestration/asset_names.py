@@ -21,6 +21,7 @@ class AssetName:
     GENERATIONS = "generations"
     TRAINING_SAMPLES = "training_samples"
     TRAINING_DATASET = "training_dataset"
+    DRAFTER_COMPARISON = "drafter_comparison"  # a candidate drafter against production's (defs/drafters.py)
 
 
 # the per-shard assets, in graph order: one `shard_pipeline` run materializes them for one partition

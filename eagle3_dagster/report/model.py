@@ -29,6 +29,7 @@ from ..quality.retention import DOCS_INDEX
 from ..quality.suites import GATES
 from ..storage import DataPath, PathLike, as_data_path, display_uri, parse_shard_key, read_parquet, shard_key
 from ..train.summary import SUMMARY_FILE
+from .candidates import collect_candidates
 from .decontamination import collect_decontamination
 from .probes import collect_probes
 from .turns import collect_turns
@@ -270,6 +271,7 @@ class ReportModel:
     acceptance: dict[str, dict[str, Any]] = field(default_factory=dict)  # the drafter's figures per shard
     decontamination: dict[str, Any] | None = None  # data/prompts/decontamination.json (decontamination.py)
     probes: dict[str, Any] | None = None  # drafter versions on the probe sets, nightly acceptance (probes.py)
+    candidates: list[dict[str, Any]] = field(default_factory=list)  # candidate drafter comparisons (candidates.py)
     plan: dict[str, Any] | None = None  # plan vs actual (eagle3_dagster/plan/actual.py), when a plan exists
 
     def counts(self) -> dict[str, int]:
@@ -529,6 +531,7 @@ def assemble(
         acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
         probes=collect_probes(data),
+        candidates=collect_candidates(data),
         plan=_plan_view(data),
     )
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import polars as pl
 
+from ..drafters.versions import consecutive_intervals
 from ..generate.group_acceptance import SUM_COLUMNS, with_ratios
 from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
 from ..quality.acceptance_drift import conform_log
@@ -47,10 +48,16 @@ def collect_probes(data: DataPath) -> dict[str, Any] | None:
     nights = _acceptance_nights(data)
     if results.height == 0 and nights.height == 0:
         return None
+    versions = drafter_versions(results)
+    sources = sorted(set(results["source"].drop_nulls().to_list()))
     return {
-        "versions": drafter_versions(results).to_dicts(),
+        "versions": versions.to_dicts(),
         "by_source": drafter_versions_by_source(results).to_dicts(),
         "nights": nights.to_dicts(),
+        # each version against the one before it, on the prompts both measured (drafters/versions.py)
+        "intervals": consecutive_intervals(data, versions["drafter_id"].to_list(), sources)
+        if versions.height > 1
+        else {},
     }
 
 
@@ -73,11 +80,20 @@ def _left_out_note(rows: list[dict[str, Any]], key: str) -> list[str]:
     ]
 
 
-def _versions_table(versions: list[dict[str, Any]]) -> list[str]:
+def _interval_cell(iv: dict[str, Any] | None) -> str:
+    """The difference with the previous version and its interval (accept length, token-weighted)."""
+    if not iv:
+        return ""
+    lo, hi = iv["interval"]
+    span = f" [{lo:+.3f}, {hi:+.3f}]" if lo == lo and hi == hi else " (no interval)"  # nan: one shared prompt
+    return f"{iv['difference']:+.3f}{span} {iv['verdict'].replace('_', ' ')}, {iv['prompts']} shared prompts"
+
+
+def _versions_table(versions: list[dict[str, Any]], intervals: dict[str, dict[str, Any]]) -> list[str]:
     h = [
         "<table><tr><th>drafter_id</th><th>draft model</th><th>first seen</th><th>last seen</th>"
         "<th>probe prompts</th><th>accept length</th><th>accept rate</th><th>left out (flagged)</th>"
-        "<th>vs previous version</th></tr>"
+        "<th>vs previous version</th><th>accept length vs previous: difference [95% interval]</th></tr>"
     ]
     prev = None
     for v in versions:
@@ -90,7 +106,7 @@ def _versions_table(versions: list[dict[str, Any]]) -> list[str]:
             f"<td>{_e(v['first_seen'])}</td><td>{_e(v['last_seen'])}</td>"
             f'<td class="num">{v["n_probe_prompts"]}</td><td class="num">{_f(v["accept_length"])}</td>'
             f'<td class="num">{_f(v["accept_rate"])}</td><td class="num">{v["left_out"] or 0}</td>'
-            f"<td>{_e(delta)}</td></tr>"
+            f"<td>{_e(delta)}</td><td>{_e(_interval_cell(intervals.get(v['drafter_id'])))}</td></tr>"
         )
         prev = v
     h.append("</table>")
@@ -132,14 +148,19 @@ def probes_section(view: dict[str, Any] | None) -> list[str]:
         h.extend(_left_out_note(versions, "left_out"))
         h.append(
             svg.bars(
-                "mean accept length per drafter version (probe sets)",
+                "accept length per drafter version (probe sets, Σ tokens / Σ verify steps)",
                 [str(v["drafter_id"]) for v in versions],
                 [float(v["accept_length"] or 0.0) for v in versions],
                 x_label="drafter (first seen, oldest first)",
                 y_label="tokens per verify step",
             )
         )
-        h.extend(_versions_table(versions))
+        h.extend(_versions_table(versions, view.get("intervals") or {}))
+        h.append(
+            '<p class="small">The interval: each version against the one before it on the probe prompts both '
+            "measured, accept length as the sum of completion tokens over the sum of verify steps, paired bootstrap "
+            "over prompts (docs/drafter-compare.md).</p>"
+        )
         by_source = view.get("by_source") or []
         h.append(
             "<table><tr><th>drafter_id</th><th>probe source</th><th>prompts</th><th>accept length</th>"

@@ -18,6 +18,7 @@ from urllib.parse import quote
 from ..storage import PathLike
 from . import charts
 from .acceptance import acceptance_section
+from .candidates import candidates_section
 from .decontamination import decontamination_section
 from .model import GATE_ASSET, ExpectationIssue, GateCell, ReportModel, ShardRow
 from .plan import plan_section
@@ -203,6 +204,7 @@ def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[
     h.extend(turns_section(model.turns))
     h.extend(acceptance_section(model.acceptance))
     h.extend(probes_section(model.probes))
+    h.extend(candidates_section(model.candidates))
     h.extend(_other_section(frags))
     h.extend(_snapshots_section(model))
     h.append(

@@ -8,6 +8,7 @@ in CSS pixels (about 520 x 260) so two charts sit side by side in a 1280 px wide
     bars(title, labels, values, y_label=..., value_fmt=...)
     grouped_bars(title, categories, {"before": [...], "after": [...]}, y_label=...)
     hbars(title, [(label, value, note)], x_label=..., max_value=...)
+    intervals(title, [(label, point, lo, hi, note)], x_label=..., marks={"margin": 0.05})
 """
 
 from __future__ import annotations
@@ -255,4 +256,60 @@ def hbars(
             f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="10">{_e(value_fmt(v))} · {_e(note)}</text>'
         )
     body.append(f'<line x1="{left}" x2="{left}" y1="{MARGIN_T}" y2="{height - 40}" stroke="#333"/>')
+    return _frame(title, body, x_label=x_label, y_label="", height=height)
+
+
+def _span(rows: Sequence[tuple[str, float, float, float, str]], marks: dict[str, float]) -> tuple[float, float]:
+    vals = [v for _, p, lo, hi, _ in rows for v in (p, lo, hi) if math.isfinite(v)] + [0.0, *marks.values()]
+    lo, hi = min(vals), max(vals)
+    pad = (hi - lo) * 0.08 or 0.1
+    return lo - pad, hi + pad
+
+
+def intervals(
+    title: str,
+    rows: Sequence[tuple[str, float, float, float, str]],
+    *,
+    x_label: str = "",
+    marks: dict[str, float] | None = None,
+    value_fmt: Callable[[float], str] = lambda v: f"{v:+.3f}",
+) -> str:
+    """One horizontal interval per row (label, point, lo, hi, note: e.g. the verdict), a dot at the point, a
+    solid line at 0 and a dashed one at each mark (e.g. the promotion margin). A row without an interval
+    (nan) shows its point alone."""
+    if not rows:
+        return empty(title)
+    marks = marks or {}
+    left, row_h = 150, 24
+    height = MARGIN_T + row_h * len(rows) + 52
+    plot_w = WIDTH - left - 120
+    x0, x1 = _span(rows, marks)
+
+    def x(v: float) -> float:
+        return left + plot_w * (v - x0) / (x1 - x0)
+
+    body = [f'<line x1="{x(0):.1f}" x2="{x(0):.1f}" y1="{MARGIN_T - 4}" y2="{height - 40}" stroke="#333"/>']
+    for name, v in marks.items():
+        body.append(
+            f'<line x1="{x(v):.1f}" x2="{x(v):.1f}" y1="{MARGIN_T - 4}" y2="{height - 40}" stroke="#999" '
+            f'stroke-dasharray="4 3"/><text x="{x(v) + 3:.1f}" y="{MARGIN_T - 6}" font-size="9" fill="#777">{_e(name)}</text>'
+        )
+    for i in range(5):
+        v = x0 + (x1 - x0) * i / 4
+        body.append(f'<text x="{x(v):.1f}" y="{height - 26}" text-anchor="middle">{_e(value_fmt(v))}</text>')
+    for i, (label, point, lo, hi, note) in enumerate(rows):
+        y = MARGIN_T + i * row_h + row_h / 2
+        short = label if len(label) <= 22 else label[:21] + "…"
+        color = COLORS[2] if lo > 0 else COLORS[3] if hi < 0 else COLORS[0]
+        said = f"{value_fmt(point)} [{value_fmt(lo)}, {value_fmt(hi)}]" if math.isfinite(lo) else value_fmt(point)
+        if math.isfinite(lo) and math.isfinite(hi):
+            body.append(
+                f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{color}" stroke-width="3"/>'
+            )
+        body.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{_e(short)}</text>'
+            f'<circle cx="{x(point):.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>{_e(label)}: {_e(said)} '
+            f"({_e(note)})</title></circle>"
+            f'<text x="{left + plot_w + 6}" y="{y + 4:.1f}" font-size="10">{_e(note)}</text>'
+        )
     return _frame(title, body, x_label=x_label, y_label="", height=height)

@@ -109,6 +109,8 @@ def spec_meta(sim: Sim, pr: Progress) -> dict[str, Any]:
     """tokenizer_manager._calculate_spec_decoding_metrics' keys for a finished request (sim/speculative.py)."""
     ids = list(pr.produced)
     strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
+    # the prompt's content class, read only when --draft-quality sets a quality per class
+    content = SP.content_class(sim.tok.decode(list(pr.item.input_ids))) if sim.spec.by_class else None
     out = SP.meta_fields(
         pr.spec or sim.spec,
         sim.profile,
@@ -117,6 +119,7 @@ def spec_meta(sim: Sim, pr: Progress) -> dict[str, Any]:
         strings,
         pr.item.sampling.sampling_seed,
         scale=sim.fleet.spec_acceptance_scale,
+        content=content,
     )
     out = SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
     if sim.fleet.spec_names_unknown:

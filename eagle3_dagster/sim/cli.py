@@ -125,3 +125,11 @@ def _speculative_flags(ap: argparse.ArgumentParser) -> None:
         help="SGLANG_RAGGED_VERIFY_MODE: cap-accept / compact cap each verify step and add the cap figures "
         "(spec_cap_length, spec_cap_lens_histogram; cap-accept: spec_block_accept_length); 0.5.18 and later",
     )
+    g.add_argument(
+        "--draft-quality",
+        type=SP.parse_draft_quality,
+        default=None,
+        metavar="Q | CLASS=Q,...",
+        help="the simulated drafter's quality in (0, 1.5], one number or per content class of the prompt (code, "
+        "math, prose, * for the rest), e.g. code=0.97,prose=0.82 (default: drawn from the draft model's name)",
+    )

@@ -21,13 +21,20 @@ worth reading: structured output (tool calls, code blocks) is easy to draft, pro
 gets harder as it goes on, later turns of a conversation are harder than first ones, and each drafter has
 its own quality (from its name). Deterministic per request: seeded from the prompt ids, the sampling seed
 and the drafter, never the rid (a retry reproduces the figures).
+
+A drafter's quality can be set instead of drawn from its name, per content class of the prompt
+(`--draft-quality code=0.97,prose=0.82`, `content_class`: code, math or prose, read from the prompt's
+text), so tests plant a drafter that is better on code and worse on prose, or the same drafter under
+another name (same quality, another draft model path: its figures differ prompt by prompt, not on average).
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import math
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +88,48 @@ P_REASONING_START = 0.80
 P_REASONING_FLOOR = 0.50
 REASONING_DECAY_TOKENS = 1500.0
 
+CONTENT_CLASSES = ("code", "math", "prose")
+ANY_CLASS = "*"
+MAX_QUALITY = 1.5
+# What a prompt asks for, from its text: code first (a coding question with numbers in it is code), then math.
+_CODE_CUES = re.compile(
+    r"```|\bdef |\bfunction\b|\bcode\b|\bpython\b|\bjavascript\b|\btypescript\b|\bsql\b|\bregex\b|"
+    r"\bprogram\b|\bimplement\b|\bcompile|\bbash\b|\bscript\b|\brust\b|\bjson\b",
+    re.IGNORECASE,
+)
+_MATH_CUES = re.compile(
+    r"\d+\s*[-+*/x^=]\s*\d+|\bsolve\b|\bequation\b|\bhow many\b|\bcalculate\b|\bsum of\b|\bpercent",
+    re.IGNORECASE,
+)
+
+
+def content_class(prompt_text: str) -> str:
+    """The content class a prompt belongs to: `code`, `math` or `prose`."""
+    if _CODE_CUES.search(prompt_text):
+        return "code"
+    return "math" if _MATH_CUES.search(prompt_text) else "prose"
+
+
+def parse_draft_quality(text: str) -> tuple[tuple[str, float], ...]:
+    """`--draft-quality`: one number for every class, or CLASS=Q pairs (`*` for the classes not named), each Q
+    in (0, 1.5]; an argparse error names what is wrong."""
+    pairs: list[tuple[str, float]] = []
+    for part in (p.strip() for p in text.split(",")):
+        name, sep, value = part.partition("=")
+        cls, raw = (name.strip(), value) if sep else (ANY_CLASS, name)
+        if cls not in (*CONTENT_CLASSES, ANY_CLASS):
+            raise argparse.ArgumentTypeError(f"{cls!r} is not a content class ({', '.join(CONTENT_CLASSES)} or *)")
+        try:
+            q = float(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: the quality must be a number") from None
+        if not 0 < q <= MAX_QUALITY:
+            raise argparse.ArgumentTypeError(f"{part!r}: the quality must be in (0, {MAX_QUALITY}]")
+        if cls in dict(pairs):
+            raise argparse.ArgumentTypeError(f"{cls!r} is given twice")
+        pairs.append((cls, q))
+    return tuple(pairs)
+
 
 @dataclass(frozen=True)
 class SpecConfig:
@@ -94,6 +143,8 @@ class SpecConfig:
     num_draft_tokens: int | None = None
     names: str = "0.5.23"  # the release whose names the figures go under (SPEC_NAMES)
     ragged_verify_mode: str = "static"  # RAGGED_VERIFY_MODES: not static, steps are capped (cap figures)
+    # --draft-quality: the drafter's quality per content class (empty: drawn from its name and revision)
+    class_quality: tuple[tuple[str, float], ...] = ()
 
     @property
     def on(self) -> bool:
@@ -114,6 +165,17 @@ class SpecConfig:
         h = hashlib.blake2b(f"{self.draft_model_path}@{self.draft_model_revision}".encode(), digest_size=4)
         return 0.80 + 0.20 * (int.from_bytes(h.digest(), "little") % 1000) / 999
 
+    @property
+    def by_class(self) -> bool:
+        """Whether the quality depends on the prompt's content class (then the prompt's text is read)."""
+        return any(c != ANY_CLASS for c, _ in self.class_quality)
+
+    def quality_for(self, content: str | None) -> float:
+        """The quality on a prompt of this content class: as --draft-quality sets it, else `quality()`."""
+        given = dict(self.class_quality)
+        q = given.get(content or "", given.get(ANY_CLASS))
+        return q if q is not None else self.quality()
+
 
 def spec_config(args: Any) -> SpecConfig:
     """From the simulator's command line. A draft model without an algorithm means EAGLE3 here (SGLang needs
@@ -126,6 +188,8 @@ def spec_config(args: Any) -> SpecConfig:
     if mode != "static" and not SPEC_NAMES[names][3]:
         raise ValueError(f"--ragged-verify-mode {mode}: SGLang {names} sends no cap figures (0.5.18 and later do)")
     if algo is None and path is None:
+        if getattr(args, "draft_quality", None):
+            raise ValueError("--draft-quality needs a drafter (--speculative-draft-model-path)")
         return SpecConfig(names=names)
     steps = getattr(args, "speculative_num_steps", None) or 3
     return SpecConfig(
@@ -137,6 +201,7 @@ def spec_config(args: Any) -> SpecConfig:
         num_draft_tokens=getattr(args, "speculative_num_draft_tokens", None) or steps + 1,
         names=names,
         ragged_verify_mode=mode,
+        class_quality=tuple(getattr(args, "draft_quality", None) or ()),
     )
 
 
@@ -229,10 +294,11 @@ def meta_fields(
     token_strings: Sequence[str],
     sampling_seed: int | None,
     scale: float = 1.0,
+    content: str | None = None,
 ) -> dict[str, Any]:
     """The spec keys of a finished answer's meta_info, as SGLang computes them (none without a verify step).
-    `scale`: the fleet fault spec_acceptance_scale (1.0: none)."""
-    q = cfg.quality() * _turn_factor(prompt_ids, profile.end_of_turn_id) * scale
+    `scale`: the fleet fault spec_acceptance_scale (1.0: none); `content`: the prompt's content class."""
+    q = cfg.quality_for(content) * _turn_factor(prompt_ids, profile.end_of_turn_id) * scale
     topk = max(1, cfg.eagle_topk or 1)
     probs = acceptance_probs(ids, profile, token_strings)
     scaled = [1 - (1 - min(1.0, p * q)) ** (1 + 0.25 * (topk - 1)) for p in probs]

@@ -113,7 +113,6 @@ def test_eval_overlap_wins_over_probe_overlap(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("body", "problem"),
     [
-        ("role: probe\nregenerate: all_turns\n", "a 'role: probe' source is regenerated as one prompt per row"),
         ("overlap_threshold: 0.5\n", "field 'overlap_threshold' only applies with 'role: eval' or 'role: probe'"),
     ],
 )
@@ -121,6 +120,13 @@ def test_bad_probe_fields_are_named(tmp_path, body: str, problem: str) -> None:
     (tmp_path / "s.yaml").write_text("path: x.jsonl\n" + body)
     with pytest.raises(SourceSpecError, match=re.escape(problem)):
         load_source_specs(tmp_path)
+
+
+def test_a_probe_source_may_regenerate_every_turn(tmp_path) -> None:
+    """Multi-turn probe conversations are measured turn by turn (docs/probes.md): all_turns is a probe's choice."""
+    (tmp_path / "s.yaml").write_text("path: x.jsonl\nrole: probe\nregenerate: all_turns\nmax_turns: 4\n")
+    (spec,) = load_source_specs(tmp_path)
+    assert (spec.role, spec.regenerate, spec.max_turns) == ("probe", "all_turns", 4)
 
 
 def test_probe_overlap_threshold_is_accepted(tmp_path) -> None:

@@ -269,3 +269,86 @@ def test_one_definition_the_same_probe_rows_read_the_same_everywhere(tmp_path) -
     assert (again["rows"], again["left_out"], again["n_probe_prompts"]) == (5, 1, 6)
     page = "\n".join(probes_section(collect_probes(tmp_path / "data")))
     assert "1 row(s) left out of these figures" in page and "2.000" not in page
+
+
+def _spread(drafter: str, path: str, base: float, n: int = 30) -> pl.DataFrame:
+    """n probe prompts whose accept lengths vary around `base` (the same prompts for every drafter)."""
+    return _rows(drafter, path, [base + 0.4 * ((i * 7) % 10) / 10 for i in range(n)])
+
+
+def test_each_version_gets_the_interval_against_the_one_before(tmp_path) -> None:
+    data = tmp_path / "data"
+    update_shard_results(data, 0, _spread("eagle3-a", "m/a", 2.0), "eagle3-a", T0)
+    update_shard_results(data, 0, _spread("eagle3-b", "m/b", 2.5), "eagle3-b", T0 + timedelta(days=1))
+    update_shard_results(data, 0, _spread("eagle3-c", "m/c", 2.5), "eagle3-c", T0 + timedelta(days=2))
+    view = collect_probes(data)
+    assert view is not None
+    b, c = view["intervals"]["eagle3-b"], view["intervals"]["eagle3-c"]
+    assert "eagle3-a" not in view["intervals"]  # the first version has none before it
+    assert b["verdict"] == "better" and b["prompts"] == 30 and b["interval"][0] > 0
+    assert c["verdict"] == "no_difference" and c["difference"] == 0 and c["interval"][0] <= 0 <= c["interval"][1]
+    page = "\n".join(probes_section(view))
+    assert "accept length vs previous: difference [95% interval]" in page
+    lo, hi = b["interval"]
+    assert f"{b['difference']:+.3f} [{lo:+.3f}, {hi:+.3f}] better, 30 shared prompts" in page
+
+
+def _comparison(tmp_path) -> dict:
+    """A comparison document made by the comparison's own functions (paired figures, judge, decide)."""
+    from eagle3_dagster.drafters.compare import decide, interval_text, judge
+    from eagle3_dagster.drafters.lineage import Lineage, headline
+    from eagle3_dagster.drafters.rule import PromotionRule
+    from eagle3_dagster.drafters.units import pair
+
+    base = _spread("eagle3-a", "m/a", 2.0)
+    cand = _spread("eagle3-z", "m/z", 2.4).with_columns(
+        pl.when(pl.col("prompt_id").is_in(["p0", "p1", "p2"]))
+        .then(pl.lit("probe_prose"))
+        .otherwise(pl.col("source"))
+        .alias("source")
+    )
+    base = base.with_columns(cand["source"])
+    rule = PromotionRule()
+    overall, sources = judge(pair(base, cand), rule, rates_compared=True)
+    decision, reasons = decide(overall, sources, rule)
+    return {
+        "decision": decision,
+        "reasons": reasons,
+        "notes": [s.too_few for s in sources if s.too_few],
+        "headline": headline(Lineage("20261201T0200Z-n", "--trained-on"), None, interval_text(overall.length)),
+        "compared_at": "2026-12-02T10:00:00+00:00",
+        "production": {"drafter_id": "eagle3-a", "spec_algorithm": "EAGLE3", "spec_draft_model_path": "m/a"},
+        "candidate": {
+            "drafter_id": "eagle3-z",
+            "spec_algorithm": "EAGLE3",
+            "spec_draft_model_path": "m/z",
+            "trained_on": {"snapshot": "20261201T0200Z-n"},
+        },
+        "overall": overall.as_json(rule.confidence),
+        "sources": [s.as_json(rule.confidence) for s in sources],
+        "rule": rule.as_dict(),
+    }
+
+
+def test_the_candidate_drafters_section_shows_every_comparison(tmp_path) -> None:
+    from eagle3_dagster.drafters.store import write_comparison
+    from eagle3_dagster.report.candidates import candidates_section, collect_candidates
+    from eagle3_dagster.storage import as_data_path
+
+    data = as_data_path(tmp_path / "data")
+    assert candidates_section(collect_candidates(data)) == []
+    doc = _comparison(tmp_path)
+    write_comparison(data, doc)
+    refused = {"decision": "hold", "reasons": ["candidate serves other/model@default ..."], "refused": "x",
+               "compared_at": "2026-12-03T10:00:00+00:00", "candidate": {"drafter_id": "eagle3-y"}, "sources": []}  # fmt: skip
+    write_comparison(data, refused)
+    (tmp_path / "data" / "probes" / "comparisons" / "broken.json").write_text("{")
+    docs = collect_candidates(data)
+    assert [d["candidate"]["drafter_id"] for d in docs] == ["eagle3-y", "eagle3-z"]  # newest first, broken one left out
+    page = "\n".join(candidates_section(docs))
+    assert '<h2 id="candidate-drafters">Candidate drafters</h2>' in page
+    assert "drafter trained on snapshot 20261201T0200Z-n vs production (trained on an unknown snapshot): +0.3" in page
+    assert f'<span class="badge {"PASS" if doc["decision"] == "promote" else "FAIL"}">' in page
+    assert "<svg" in page and "accept length, candidate - production (95% interval)" in page
+    assert "<td><code>probe_prose</code></td>" in page and "<td><code>overall</code></td>" in page
+    assert "candidate serves other/model@default" in page  # a refused comparison says why

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import argparse
 from argparse import Namespace
 
-from eagle3_dagster.sim.speculative import SpecConfig, meta_fields, spec_config
+import pytest
+
+from eagle3_dagster.sim.cli import parse_args
+from eagle3_dagster.sim.speculative import SpecConfig, content_class, meta_fields, parse_draft_quality, spec_config
 
 CFG = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4)
 PROMPT = [1000, 1001, 1002]
@@ -91,3 +95,53 @@ def test_each_release_gets_its_names_and_the_cap_figures_add_up(kimi_profile):
     with pytest.raises(ValueError, match="0.5.11 sends no cap figures"):
         spec_config(Namespace(spec_names="0.5.11", ragged_verify_mode="compact", speculative_draft_model_path="x"))
     assert spec_config(Namespace(version="0.5.9", speculative_draft_model_path="x")).names == "0.5.9"
+
+
+def _length(kimi_profile, cfg: SpecConfig, content: str | None, seeds: int = 30) -> float:
+    ids = [WORD] * 400
+    tokens = verify = 0
+    for seed in range(seeds):
+        m = meta_fields(cfg, kimi_profile, ids, PROMPT, ["a"] * 400, seed, content=content)
+        tokens += 400
+        verify += m["spec_verify_ct"]
+    return tokens / verify
+
+
+def test_a_drafter_can_be_planted_per_content_class(kimi_profile):
+    """`--draft-quality code=1.0,prose=0.7`: better on code prompts, worse on prose ones than production's 0.85;
+    the same quality under another name (a renamed drafter) draws other figures with the same mean."""
+    prod = SpecConfig("EAGLE3", "org/v1", None, 3, 1, 4, class_quality=(("*", 0.85),))
+    mixed = SpecConfig("EAGLE3", "org/v2", None, 3, 1, 4, class_quality=(("code", 1.0), ("prose", 0.7)))
+    renamed = SpecConfig("EAGLE3", "org/v1-renamed", None, 3, 1, 4, class_quality=(("*", 0.85),))
+    assert _length(kimi_profile, mixed, "code") > _length(kimi_profile, prod, "code") + 0.2
+    assert _length(kimi_profile, mixed, "prose") < _length(kimi_profile, prod, "prose") - 0.2
+    # a class the flag does not name falls back to `*`, else to the quality drawn from the name
+    assert mixed.quality_for("math") == mixed.quality() and prod.quality_for("math") == 0.85
+    one = meta_fields(renamed, kimi_profile, [WORD] * 400, PROMPT, ["a"] * 400, None)
+    assert one != meta_fields(prod, kimi_profile, [WORD] * 400, PROMPT, ["a"] * 400, None)
+    assert abs(_length(kimi_profile, renamed, None, 60) - _length(kimi_profile, prod, None, 60)) < 0.05
+
+
+def test_the_content_class_is_read_from_the_prompt_text():
+    assert content_class("Write a Python function that merges two lists.") == "code"
+    assert content_class("What is 17 * 23? Show your reasoning.") == "math"
+    assert content_class("Describe a quiet harbour at dawn.") == "prose"
+    assert content_class("Fix this:\n```\nprint(1 + 2)\n```") == "code"  # code first, numbers or not
+
+
+def test_draft_quality_flag_values_are_checked():
+    assert parse_draft_quality("0.9") == (("*", 0.9),)
+    assert parse_draft_quality("code=0.97, prose=0.82,*=0.9") == (("code", 0.97), ("prose", 0.82), ("*", 0.9))
+    for bad, why in (
+        ("cod=0.9", "'cod' is not a content class"),
+        ("code=fast", "the quality must be a number"),
+        ("code=2", r"must be in \(0, 1.5\]"),
+        ("code=0.9,code=0.8", "'code' is given twice"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match=why):
+            parse_draft_quality(bad)
+    with pytest.raises(ValueError, match="--draft-quality needs a drafter"):
+        spec_config(Namespace(draft_quality=(("*", 0.9),)))
+    args = parse_args(["--speculative-draft-model-path", "me/x", "--draft-quality", "prose=0.8"])
+    assert spec_config(args).class_quality == (("prose", 0.8),) and spec_config(args).by_class
+    assert "speculative_draft_quality" not in spec_config(args).server_info()  # what a real server says, no more
