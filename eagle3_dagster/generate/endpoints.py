@@ -662,6 +662,7 @@ class EndpointPool:
         self._recheck_when_back(ep)
         if ep.healthy:
             ep.healthy = False
+            log.info("endpoint %s is now not routable: %s", ep.name, ep.state)  # as check_health says it
             self._changed.set()
 
     def mark_unroutable(self, ep: Endpoint, why: str) -> None:
