@@ -4,7 +4,8 @@ workers that run different drafters and different SGLang releases (docs/smg.md).
 What the client relies on, checked here against the real gateway: every answer names the worker that served
 it (`x-smg-routed-worker-id`, after smg's own retries); `/server_info` and `/model_info` are 404 there while
 `/get_server_info` and `/get_model_info` answer; a 503 from a worker is retried by smg on another worker; a
-worker that swaps its drafter mid-run (fleet fault drafter_after) stops the run, naming it and both drafters.
+worker that swaps its drafter mid-run (fleet fault drafter_after) stops the run, naming it and both drafters,
+and a worker the client cannot read any more is not taken for one that swapped.
 One module, two workers and one gateway for all of it (round_robin: every worker serves, a retry moves); the
 test that stops its gateway mid-run starts its own in front of the same workers. A test that swaps a worker's
 drafter restores it (fault clear) before the next test.
@@ -230,6 +231,35 @@ def test_a_drafter_swapped_on_one_worker_behind_smg_stops_the_run_naming_that_wo
     served_by = {a.url: new, b.url: b_drafter}
     assert {r["drafter_id"] for r in after if r["rid"] not in stored_first and r["worker"] == a.url} == {new.drafter_id}
     assert all(r["drafter_id"] == served_by[r["worker"]].drafter_id for r in after if r["rid"] not in stored_first)
+
+
+def test_a_worker_gone_out_of_the_clients_reach_is_not_called_changed(fleet, prompts, tmp_path: Path, monkeypatch):
+    """smg still routes to a worker the client can no longer read (its network to the client cut; a worker that
+    died and smg routes around is read the same way): what the gateway's own /get_server_info says (another
+    worker's drafter) is not that worker's, so it is not judged from it (before: the run stopped, calling the
+    other worker's drafter that worker's new one). The run goes on; each row names its worker's drafter."""
+    url, sims = fleet
+    _clear(sims)
+    gateway_says = drafter_of(httpx.get(url + "/get_server_info", timeout=5).json())
+    drafters = {s.url: _drafter_now(s) for s in sims.values()}
+    cut = next(w for w, d in drafters.items() if d != gateway_says)  # the worker smg does not ask
+    read, confirm = endpoints.EndpointPool._get_json, endpoints.EndpointPool.confirm_serving
+    out_of_reach = {"from now": False}
+
+    async def partitioned(self, ep, path):
+        return None if out_of_reach["from now"] and ep.url == cut else await read(self, ep, path)
+
+    async def cut_off_then_confirm(self, names):  # the worker goes out of reach after the start, mid-run
+        out_of_reach["from now"] = True
+        return await confirm(self, names)
+
+    monkeypatch.setattr(endpoints.EndpointPool, "_get_json", partitioned)
+    monkeypatch.setattr(endpoints.EndpointPool, "confirm_serving", cut_off_then_confirm)
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, max_new_tokens=40, flush_every_n=4))
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    rows = read_generations(tmp_path / "via").to_dicts()
+    assert {r["worker"] for r in rows} == set(drafters)
+    assert all(r["drafter_id"] == drafters[r["worker"]].drafter_id for r in rows)
 
 
 def test_smg_back_with_a_worker_on_another_drafter_stops_the_run(fleet, tmp_path: Path, caplog):
