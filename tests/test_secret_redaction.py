@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
+from eagle3_dagster.generate.drafter import DrafterIdentity
 from eagle3_dagster.generate.endpoint_info import (
     describe_error,
     display_url,
@@ -12,6 +13,7 @@ from eagle3_dagster.generate.endpoint_info import (
     model_revision_of,
     safe_message,
 )
+from eagle3_dagster.generate.endpoints import DrafterReading, drafter_change_text
 from eagle3_dagster.secret import REDACTED, RedactingFilter, Secret, redact
 
 
@@ -69,6 +71,21 @@ def test_a_model_revision_never_carries_a_model_uri_password():
     info = {"model_path": "s3://reader:pw-77x@bucket/kimi", "weight_version": "v3"}
     assert model_revision_of(info) == "s3://reader:[redacted]@bucket/kimi@v3"
     assert model_revision_of({"model_path": "moonshotai/Kimi-K2.5"}) == "moonshotai/Kimi-K2.5@default"
+
+
+def test_a_drafter_change_names_the_worker_and_both_drafters_never_a_drafter_uri_password():
+    """The text of ServingChangedError and of the endpoint's state: it quotes what servers said (a drafter path
+    may be a URI with credentials, and hold control characters)."""
+    was = DrafterIdentity("EAGLE3", "s3://reader:pw-77x@bucket/eagle3-a", num_draft_tokens=4)
+    now = DrafterIdentity("EAGLE3", "s3://reader:pw-77x@bucket/eagle3-b\n\x1b[2J", num_draft_tokens=4)
+    change = ("http://w1:30000", DrafterReading(True, was), DrafterReading(True, now))
+    text = drafter_change_text("http://gw:8080", change)
+    assert "pw-77x" not in text and text.isprintable(), text
+    assert text.startswith("its worker http://w1:30000's drafter changed under the running shard: ")
+    assert f"{was.drafter_id} (EAGLE3 s3://reader:{REDACTED}@bucket/eagle3-a@default" in text
+    assert f"-> {now.drafter_id} (EAGLE3 s3://reader:{REDACTED}@bucket/eagle3-b\\n\\x1b[2J@default" in text
+    own = drafter_change_text("http://w1:30000", (*change[:2], DrafterReading(True, None)))
+    assert own.startswith("its drafter changed") and own.endswith("-> no speculative decoding")
 
 
 def test_a_json_value_keeps_its_shape_and_loses_every_credential():

@@ -15,7 +15,9 @@ where the worker is reachable.
 
 What an endpoint serves is also watched while the shard runs: an answer does not say which drafter served
 it, so before a chunk of rows is written (`confirm_serving`) and whenever an endpoint comes back, the
-drafter its /server_info names (a router: its workers') is read again. When it changed, the run stops
+drafter its /server_info names (a router: each worker's, per worker; for a worker the client cannot reach,
+what the router says, as at the start) is read again. A server that does not answer then, or a worker read
+the other way than at the start, is not judged at that reading. When it changed, the run stops
 there (ServingChangedError, naming both): the rows that endpoint answered since its drafter was last
 confirmed are not stored (which drafter served them is not known), the rerun generates them.
 
@@ -37,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -187,16 +189,13 @@ class EndpointPool:
         if not ok:
             self._recheck_when_back(ep)
         if ok and not ep.revision_checked:
-            known, before, before_workers = bool(ep.server_info), ep.drafter, dict(ep.worker_drafters)
+            known, before = bool(ep.server_info), _watched(ep)
             ok = await self._check_revision(ep)
-            if known and ep.server_info:  # back from a restart with another drafter (a router: on any worker)
-                changed = [
-                    (w, d) for w, d in ep.worker_drafters.items() if w in before_workers and before_workers[w] != d
-                ]
-                if ep.drafter != before or changed:
-                    w, now = changed[0] if changed else ("", ep.drafter)
-                    self._serving_changed(ep, before_workers.get(w, before), now, w)
-                    ok = False
+            # back from a restart with another drafter (a router: on any of its workers)
+            change = _first_change(before, _watched(ep)) if known and ep.server_info else None
+            if change is not None:
+                self._serving_changed(ep, change)
+                ok = False
         if ok:
             ep.state = "routable" if not ep.circuit_open else "circuit open (cooling down)"
         was = ep.routable
@@ -222,36 +221,43 @@ class EndpointPool:
         ep.state = f"refused: {why}"
         log.error("endpoint %s refused for this run: %s", ep.name, why)
 
-    def _serving_changed(
-        self, ep: Endpoint, before: DrafterIdentity | None, now: DrafterIdentity | None, server: str = ""
-    ) -> None:
-        """Record that `ep`'s drafter (a router's: its worker `server`'s) changed under the run (it takes no
-        more requests; the next chunk write stops the run, see confirm_serving)."""
+    def _serving_changed(self, ep: Endpoint, change: DrafterChange) -> None:
+        """Record that `ep`'s drafter (a router's: one of its workers') changed under the run (it takes no more
+        requests; the next chunk write stops the run, see confirm_serving)."""
         if ep.changed:
             return
-        was = before.describe() if before else "no speculative decoding"
-        whose = f"its worker {server}'s drafter" if server and server != ep.name else "its drafter"
-        ep.changed = f"{whose} changed under the running shard: {was} -> {now.describe() if now else 'none'}"
+        ep.changed = drafter_change_text(ep.name, change)
         ep.refused = ep.changed
         ep.state = f"refused: {ep.changed}"
         log.error("endpoint %s: %s", ep.name, ep.changed)
         self._changed.set()
 
-    async def _drafters_now(self, ep: Endpoint) -> dict[str, DrafterIdentity | None] | None:
-        """What drafts for `ep` now, per server: {its name: drafter} from its /server_info; a router's, per
-        listed worker (a worker not reachable from here counts with the router's own answer, as at the start).
-        None when the endpoint does not answer (not judged: the health checks read it again when it is back)."""
-        own = await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
-        if own is None:
-            return None
-        if ep.kind != "router" or not ep.workers:
-            return {ep.name: drafter_of(own)}
-        now: dict[str, DrafterIdentity | None] = {}
+    async def _drafters_now(self, ep: Endpoint) -> dict[str, DrafterReading]:
+        """What drafts for `ep` now, per server, as `_watched` holds what its rows are attributed with: its own
+        /server_info; a router's, per listed worker, that worker's own, or for a worker not reachable from here
+        what the router itself says (as at the start). A server that does not answer now is left out: not
+        judged now (the next confirmation reads it again, and the health checks when an endpoint comes back)."""
+        if ep.kind != "router" or not ep.worker_drafters:
+            own = await self._server_info_now(ep)
+            return {} if own is None else {ep.name: DrafterReading(True, drafter_of(own))}
+        now: dict[str, DrafterReading] = {}
+        router_says: dict[str, Any] | None = None
+        asked_router = False
         for w in ep.workers:
             wurl = worker_url(w)
-            winfo = await self._get_json(Endpoint(url=wurl, name=display_url(wurl)), "/server_info") if wurl else None
-            now[display_url(wurl) or "?"] = drafter_of(winfo if winfo is not None else own)
+            key = display_url(wurl) or "?"
+            winfo = await self._get_json(Endpoint(url=wurl, name=key), "/server_info") if wurl else None
+            if winfo is not None:
+                now[key] = DrafterReading(True, drafter_of(winfo))
+                continue
+            if not asked_router:
+                router_says, asked_router = await self._server_info_now(ep), True
+            if router_says is not None:
+                now[key] = DrafterReading(False, drafter_of(router_says))
         return now
+
+    async def _server_info_now(self, ep: Endpoint) -> dict[str, Any] | None:
+        return await self._get_json(ep, "/server_info") or await self._get_json(ep, "/get_server_info")
 
     async def confirm_serving(self, names: set[str]) -> dict[str, str]:
         """Endpoint name -> what changed, for every endpoint whose drafter changed under the run (a router's:
@@ -259,12 +265,9 @@ class EndpointPool:
         again now; an endpoint already known to have changed is always named."""
         for ep in self.endpoints:
             if ep.name in names and ep.server_info and not ep.changed and not ep.refused:
-                now = await self._drafters_now(ep)
-                before = ep.worker_drafters if ep.kind == "router" and ep.workers else {ep.name: ep.drafter}
-                for server, drafter in (now or {}).items():
-                    if server in before and drafter != before[server]:
-                        self._serving_changed(ep, before[server], drafter, server)
-                        break
+                change = _first_change(_watched(ep), await self._drafters_now(ep))
+                if change is not None:
+                    self._serving_changed(ep, change)
         return {ep.name: ep.changed for ep in self.endpoints if ep.changed}
 
     async def _check_revision(self, ep: Endpoint) -> bool:
@@ -662,6 +665,7 @@ class EndpointPool:
         self._recheck_when_back(ep)
         if ep.healthy:
             ep.healthy = False
+            log.info("endpoint %s is now not routable: %s", ep.name, ep.state)  # as check_health says it
             self._changed.set()
 
     def mark_unroutable(self, ep: Endpoint, why: str) -> None:
@@ -720,6 +724,53 @@ class EndpointPool:
 
     def per_endpoint(self) -> dict[str, dict[str, int]]:
         return {ep.name: ep.stats() for ep in self.endpoints}
+
+
+class DrafterReading(NamedTuple):
+    """What drafts for one server of an endpoint, and how that is known: `direct`, from that server's own
+    /server_info; else what the router in front of it says (a worker the client cannot reach)."""
+
+    direct: bool
+    drafter: DrafterIdentity | None
+
+
+DrafterChange = tuple[str, DrafterReading, DrafterReading]  # (the server, what it ran, what it runs now)
+
+
+def _watched(ep: Endpoint) -> dict[str, DrafterReading]:
+    """What `ep`'s rows are attributed with, per server: a router's per listed worker (display URL, the key of
+    Endpoint.worker_drafters and of what answers name), else the endpoint's own drafter under its name."""
+    if ep.kind == "router" and ep.worker_drafters:
+        return {w: DrafterReading(w in ep.worker_facts, d) for w, d in ep.worker_drafters.items()}
+    return {ep.name: DrafterReading(True, ep.drafter)}
+
+
+def _first_change(before: dict[str, DrafterReading], now: dict[str, DrafterReading]) -> DrafterChange | None:
+    """The first server whose drafter differs between two readings that were learnt the same way. A worker read
+    directly once and through the router the other time (it went out of the client's reach, or came into it)
+    is not compared: the router's word is the /server_info of whichever worker it asks, and calling that the
+    worker's new drafter stops a healthy run naming the wrong change. A server read only once (it joined, or
+    does not answer now) is not compared either; it is when a later reading is of the same kind."""
+    for server, was in before.items():
+        is_now = now.get(server)
+        if is_now is not None and is_now.direct == was.direct and is_now.drafter != was.drafter:
+            return server, was, is_now
+    return None
+
+
+def drafter_change_text(endpoint: str, change: DrafterChange) -> str:
+    """What changed under the run, for the error and the endpoint's state: the server (a router's worker by its
+    URL) and both drafters; the servers' own words (drafter paths, a worker's URL) redacted, on one inert line."""
+    server, was, now = change
+    whose = "its drafter" if server == endpoint else f"its worker {server}'s drafter"
+    if server != endpoint and not now.direct:
+        whose += " (as the router reports it: the worker is not reachable from here)"
+    said = f"{whose} changed under the running shard: {_described(was.drafter)} -> {_described(now.drafter)}"
+    return printable(redact(said))
+
+
+def _described(drafter: DrafterIdentity | None) -> str:
+    return drafter.describe() if drafter is not None else "no speculative decoding"
 
 
 def _version(info: dict[str, Any]) -> str | None:

@@ -26,23 +26,26 @@ def smg_command() -> str | None:
     return str(found) if found.is_file() else shutil.which("smg")
 
 
-def start_smg(workers: list[str], log_path: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_smg(
+    workers: list[str], log_path: Path, *extra: str, port: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
     """`smg launch` in front of `workers`, bound to 127.0.0.1 with its metrics there too, checking its workers'
     health every second (a dead worker leaves its rotation in about 3 s, not 3 minutes); `extra`: more flags
-    (the policy, retries, ...). The process and its URL, once its /readiness answers 200."""
+    (the policy, retries, ...); `port`: a given one (a gateway started again where it was), else a free one.
+    The process and its URL, once its /readiness answers 200."""
     smg = smg_command()
     if smg is None:
         raise RuntimeError("smg is not installed (pip install -e '.[router]')")
     cmd = [smg, "launch", "--worker-urls", *workers, "--health-check-interval-secs", "1"]
     cmd += ["--shutdown-grace-period-secs", "1", *extra]  # a test stops it with nothing in flight
-    return _start("smg", cmd, log_path)
+    return _start("smg", cmd, log_path, port)
 
 
-def _start(what: str, cmd: list[str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def _start(what: str, cmd: list[str], log_path: Path, port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    port = port or free_port()
     bind = ["--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1"]
     bind += ["--prometheus-port", str(free_port()), "--log-level", os.environ.get("I46A_SMG_LOG", "warn")]
-    with log_path.open("wb") as log:
+    with log_path.open("ab") as log:  # a gateway started again keeps its first life's lines
         p = subprocess.Popen([*cmd, *bind], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60

@@ -3,15 +3,22 @@ workers that run different drafters and different SGLang releases (docs/smg.md).
 
 What the client relies on, checked here against the real gateway: every answer names the worker that served
 it (`x-smg-routed-worker-id`, after smg's own retries); `/server_info` and `/model_info` are 404 there while
-`/get_server_info` and `/get_model_info` answer; a 503 from a worker is retried by smg on another worker.
-One module, one gateway and two workers for all of it (round_robin: every worker serves, a retry moves).
+`/get_server_info` and `/get_model_info` answer; a 503 from a worker is retried by smg on another worker; a
+worker that swaps its drafter mid-run (fleet fault drafter_after) stops the run, naming it and both drafters,
+and a worker the client cannot read any more is not taken for one that swapped.
+One module, two workers and one gateway for all of it (round_robin: every worker serves, a retry moves); the
+test that stops its gateway mid-run starts its own in front of the same workers. A test that swaps a worker's
+drafter restores it (fault clear) before the next test.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +26,8 @@ from gen_helpers import Sim, as_map, make_config, make_prompts
 from real_router import smg_command, start_smg, stop
 
 from eagle3_dagster.generate import endpoints, generate_shard, read_generations
-from eagle3_dagster.generate.drafter import METRIC_KEYS, drafter_of
+from eagle3_dagster.generate.drafter import METRIC_KEYS, DrafterIdentity, drafter_of
+from eagle3_dagster.generate.endpoint_info import EndpointRefusedError, ServingChangedError
 from eagle3_dagster.generate.fleet_capacity import probe_fleet
 from eagle3_dagster.generate.probes import fleet_drafter_key
 
@@ -34,6 +42,7 @@ WORKERS = {
     "a": ("--speculative-draft-model-path", "test/kimi-eagle3-a", "--spec-names", "0.5.11"),
     "b": ("--speculative-draft-model-path", "test/kimi-eagle3-b", "--speculative-num-draft-tokens", "6"),
 }
+SWAPPED_IN = "test/kimi-eagle3-c"  # the drafter a worker switches to mid-run (fault drafter_after)
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +179,151 @@ def test_workers_the_client_cannot_reach_are_named_and_their_rows_keep_worker_an
     assert all("spec_metrics_inconsistent:no_drafter" in v for v in df["integrity_violations"].to_list())
     named = [r.getMessage() for r in caplog.records if "whose /server_info the client did not read" in r.getMessage()]
     assert sorted(m.split("came from worker ")[1].split(",")[0] for m in named) == sorted(workers), named
+
+
+def _drafter_now(s: Sim) -> DrafterIdentity:
+    d = drafter_of(httpx.get(s.url + "/server_info", timeout=5).json())
+    assert d is not None
+    return d
+
+
+def _rids(s: Sim) -> list[str]:
+    """The rids `s` received, in the order they came."""
+    return list(s.stats(rids=True)["rid_counts"])
+
+
+def test_a_drafter_swapped_on_one_worker_behind_smg_stops_the_run_naming_that_worker_and_both_drafters(
+    fleet, tmp_path: Path
+):
+    """The workers run different drafters, so the gateway as a whole runs none: only a per-worker reading sees
+    worker a swap its drafter mid-run (before: unseen, the run said SUCCESS and a's later rows named its old
+    drafter). The run stops at the next chunk write, naming a and both drafters; every stored row names the
+    drafter that served it, and the rerun generates the rest under a's new drafter."""
+    url, sims = fleet
+    _clear(sims)
+    a, b = sims["a"], sims["b"]
+    old, b_drafter = _drafter_now(a), _drafter_now(b)
+    earlier = set(_rids(a))
+    prompts = make_prompts(N, seed=471)
+    # one request at a time, a chunk every 2 rows; a's first 2 requests run under its drafter, from its 3rd on
+    # under SWAPPED_IN
+    cfg = make_config(url, max_new_tokens=40, max_in_flight=1, flush_every_n=2)
+    try:
+        a.faults(drafter_after=2, next_draft_model_path=SWAPPED_IN)
+        with pytest.raises(ServingChangedError) as ei:
+            generate_shard(prompts, tmp_path / "via", cfg)
+        new = _drafter_now(a)
+        under_old = [r for r in _rids(a) if r not in earlier][:2]
+        rows = read_generations(tmp_path / "via").to_dicts()
+        rerun = generate_shard(prompts, tmp_path / "via", cfg)  # a runs SWAPPED_IN from now on
+        after = read_generations(tmp_path / "via").to_dicts()
+    finally:
+        _clear(sims)  # a runs its command line's drafter again
+    assert new.draft_model_path == SWAPPED_IN and new != old
+    said = f"endpoint {url}: its worker {a.url}'s drafter changed under the running shard"
+    assert f"{said}: {old.describe()} -> {new.describe()}" in str(ei.value), ei.value
+    assert rows and {r["worker"] for r in rows} <= {a.url, b.url}
+    for r in rows:  # a's rows only from the requests it answered under its old drafter; none names NEW
+        assert r["drafter_id"] == (old if r["worker"] == a.url else b_drafter).drafter_id
+        assert r["worker"] == b.url or r["rid"] in under_old
+    assert rerun.skipped_cached == len(rows) and (rerun.succeeded, rerun.failed) == (N - len(rows), 0)
+    stored_first = {r["rid"] for r in rows}
+    served_by = {a.url: new, b.url: b_drafter}
+    assert {r["drafter_id"] for r in after if r["rid"] not in stored_first and r["worker"] == a.url} == {new.drafter_id}
+    assert all(r["drafter_id"] == served_by[r["worker"]].drafter_id for r in after if r["rid"] not in stored_first)
+
+
+def test_a_worker_gone_out_of_the_clients_reach_is_not_called_changed(fleet, prompts, tmp_path: Path, monkeypatch):
+    """smg still routes to a worker the client can no longer read (its network to the client cut; a worker that
+    died and smg routes around is read the same way): what the gateway's own /get_server_info says (another
+    worker's drafter) is not that worker's, so it is not judged from it (before: the run stopped, calling the
+    other worker's drafter that worker's new one). The run goes on; each row names its worker's drafter."""
+    url, sims = fleet
+    _clear(sims)
+    gateway_says = drafter_of(httpx.get(url + "/get_server_info", timeout=5).json())
+    drafters = {s.url: _drafter_now(s) for s in sims.values()}
+    cut = next(w for w, d in drafters.items() if d != gateway_says)  # the worker smg does not ask
+    read, confirm = endpoints.EndpointPool._get_json, endpoints.EndpointPool.confirm_serving
+    out_of_reach = {"from now": False}
+
+    async def partitioned(self, ep, path):
+        return None if out_of_reach["from now"] and ep.url == cut else await read(self, ep, path)
+
+    async def cut_off_then_confirm(self, names):  # the worker goes out of reach after the start, mid-run
+        out_of_reach["from now"] = True
+        return await confirm(self, names)
+
+    monkeypatch.setattr(endpoints.EndpointPool, "_get_json", partitioned)
+    monkeypatch.setattr(endpoints.EndpointPool, "confirm_serving", cut_off_then_confirm)
+    rep = generate_shard(prompts, tmp_path / "via", make_config(url, max_new_tokens=40, flush_every_n=4))
+    assert (rep.succeeded, rep.failed) == (N, 0) and rep.reconciles, rep
+    rows = read_generations(tmp_path / "via").to_dicts()
+    assert {r["worker"] for r in rows} == set(drafters)
+    assert all(r["drafter_id"] == drafters[r["worker"]].drafter_id for r in rows)
+
+
+def test_smg_back_with_a_worker_on_another_drafter_stops_the_run(fleet, tmp_path: Path, caplog):
+    """The gateway goes away mid-run and, while it is away, worker a swaps its drafter. When the gateway answers
+    again the client reads its workers again before routing to it (check_health): the run stops naming a and
+    both drafters (before: the combined drafter, none for these workers, did not change: the run went on), and
+    not one request reaches either worker once the gateway is back."""
+    _, sims = fleet
+    _clear(sims)
+    a, b = sims["a"], sims["b"]
+    old = _drafter_now(a)
+    for s in sims.values():
+        s.faults(slow_tokens_ms=5)  # about 0.2 s an answer: the run is still going when the gateway goes
+    p, url = start_smg([a.url, b.url], tmp_path / "smg.log", "--policy", "round_robin")
+    port = int(url.rsplit(":", 1)[1])
+    earlier = set(_rids(a))
+    # a chunk every 2 rows, none on a timer: no chunk is written (and confirmed) while the gateway is away
+    cfg = make_config(
+        url, max_new_tokens=40, max_in_flight=1, flush_every_n=2, flush_every_s=60.0, wait_for_endpoint_s=20.0
+    )
+    caplog.set_level(logging.INFO, logger="eagle3_dagster.generate.endpoints")
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["report"] = generate_shard(make_prompts(N, seed=472), tmp_path / "via", cfg)
+        except Exception as e:  # the test asserts which one
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    try:
+        t.start()
+        _wait_for(lambda: len(set(_rids(a)) - earlier) >= 2, "worker a answered twice")
+        stop(p)  # the gateway goes away mid-run
+        _wait_for(lambda: any(f"{url} is now not routable" in r.getMessage() for r in caplog.records), "noticed")
+        a.faults(drafter_after=0, next_draft_model_path=SWAPPED_IN)  # a's next request runs under the new one
+        httpx.post(
+            a.url + "/generate",
+            json={"input_ids": [1000, 1001], "sampling_params": {"max_new_tokens": 1}, "rid": "swap"},
+            timeout=30,
+        ).raise_for_status()
+        new = _drafter_now(a)
+        before_back = {s.url: s.requests() for s in sims.values()}
+        p, _ = start_smg([a.url, b.url], tmp_path / "smg.log", "--policy", "round_robin", port=port)
+        t.join(60)
+        assert not t.is_alive()
+        after = {s.url: s.requests() for s in sims.values()}
+    finally:
+        stop(p)
+        t.join(60)
+        _clear(sims)
+    assert new.draft_model_path == SWAPPED_IN
+    err = box.get("error")  # the gateway is refused for the run (the only endpoint: the step fails)
+    assert isinstance(err, ServingChangedError | EndpointRefusedError), box
+    said = f"its worker {a.url}'s drafter changed under the running shard: {old.describe()} -> {new.describe()}"
+    assert said in str(err), err
+    assert after == before_back  # the change was seen before the gateway took work again: nothing was sent
+    rows = read_generations(tmp_path / "via").to_dicts()  # the chunks written before the gateway went away
+    served_by = {a.url: old, b.url: _drafter_now(b)}
+    assert rows and all(r["drafter_id"] == served_by[r["worker"]].drafter_id for r in rows)
+
+
+def _wait_for(ready: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"not within {timeout_s:g} s: {what}"
+        time.sleep(0.02)
