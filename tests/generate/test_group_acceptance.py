@@ -58,3 +58,20 @@ def test_length_and_rate_are_sums_over_trusted_rows_and_flagged_rows_are_counted
     assert GroupAcceptance.from_sums(everything.as_sums()) == everything
     assert everything.accept_length == accept_length(1022, 506) and everything.accept_rate == accept_rate(413, 1518)
     assert accept_length(5, 0) is None and accept_rate(3, 0) is None
+
+
+def test_a_stored_left_out_stays_left_out_where_no_flags_are_read(tmp_path) -> None:
+    """Probe results store `spec_left_out` and nulled figures, not the flags: judged again (the drafter
+    comparison joins each result with its generations row, which may be gone), a row stays left out and counted."""
+    stored = trusted_figures(_rows()).drop("integrity_violations")  # as a probe result keeps it
+    path = tmp_path / "results.parquet"
+    stored.write_parquet(path)
+    for again in (
+        pl.read_parquet(path),  # no flags at all
+        pl.read_parquet(path).with_columns(pl.lit(None, dtype=pl.List(pl.String)).alias("integrity_violations")),
+    ):
+        judged = trusted_figures(again)
+        assert judged[LEFT_OUT].to_list() == [None, None, "correct_gt_proposed", None, None]
+        g = GroupAcceptance.of(judged.filter(pl.col("drafter_id") == "a"))
+        assert (g.left_out, g.left_out_by_check) == (1, {"correct_gt_proposed": 1})
+        assert g.accept_length == accept_length(1010, 502)
