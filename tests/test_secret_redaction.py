@@ -152,3 +152,32 @@ def test_a_drafter_path_loses_its_credentials_where_it_is_read_and_keeps_its_ide
         and plain.drafter_id == DrafterIdentity("EAGLE3", "org/eagle3-kimi", num_draft_tokens=4).drafter_id
     )
 
+
+def test_a_drafter_path_stored_before_the_redaction_is_not_shown(tmp_path):
+    """Probe results and comparisons written before drafter paths were redacted: the report and a new
+    comparison's production identity show the path redacted."""
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from eagle3_dagster.drafters.baseline import load_baseline
+    from eagle3_dagster.drafters.text import identity_line
+    from eagle3_dagster.generate.probe_results import update_shard_results
+    from eagle3_dagster.report.probes import collect_probes, probes_section
+    from eagle3_dagster.storage import as_data_path
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {"sample_id": "s1", "prompt_id": "p1", "source": "probe_x", "drafter_id": "eagle3-old",
+           "spec_draft_model_path": "s3://reader:pw-77x@bucket/eagle3", "spec_draft_model_revision": None,
+           "spec_accept_length": 2.0, "spec_accept_rate": 0.5, "completion_tokens": 20, "spec_verify_ct": 10,
+           "spec_num_correct_drafts": 15, "spec_num_proposed_drafts": 30, "generated_at": now,
+           "integrity_violations": []}  # fmt: skip
+    update_shard_results(tmp_path, 0, pl.DataFrame([row]), "eagle3-old", now)
+    shown = "\n".join(probes_section(collect_probes(as_data_path(tmp_path))))
+    assert "s3://[redacted]@bucket/eagle3" in shown and "pw-77x" not in shown
+    production = load_baseline(tmp_path, None, ["probe_x"]).as_json()
+    assert production["spec_draft_model_path"] == "s3://[redacted]@bucket/eagle3"
+    assert production["drafter_id"] == "eagle3-old"
+    assert "pw-77x" not in identity_line(
+        "production", {**production, "spec_draft_model_path": row["spec_draft_model_path"]}
+    )

@@ -19,7 +19,7 @@ from typing import Any
 
 import polars as pl
 
-from ..generate.drafter import DrafterIdentity
+from ..generate.drafter import DrafterIdentity, redact_draft_path
 from ..generate.multiturn import read_turn_rows
 from ..generate.probe_results import PROBES_DIR, RESULT_COLUMNS, conform_results
 from ..generate.store import iter_generations
@@ -101,13 +101,17 @@ class Baseline:
         return self.identity.num_draft_tokens if self.identity is not None else None
 
     def as_json(self) -> dict[str, Any]:
+        """The identity as a comparison stores it; a path stored before drafter paths were redacted is redacted
+        here (its drafter_id stays the one its rows carry)."""
         if self.identity is not None:
-            return self.identity.columns()
-        return {
-            "drafter_id": self.drafter_id,
-            "spec_draft_model_path": self.draft_model_path,
-            "spec_draft_model_revision": self.draft_model_revision,
-        }
+            out = self.identity.columns()
+        else:
+            out = {
+                "drafter_id": self.drafter_id,
+                "spec_draft_model_path": self.draft_model_path,
+                "spec_draft_model_revision": self.draft_model_revision,
+            }
+        return {**out, "spec_draft_model_path": redact_draft_path(out["spec_draft_model_path"])}
 
 
 def _int(v: Any) -> int | None:
