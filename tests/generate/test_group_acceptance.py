@@ -10,6 +10,7 @@ from eagle3_dagster.generate.group_acceptance import (
     GroupAcceptance,
     accept_length,
     accept_rate,
+    failed_checks,
     group_acceptance,
     trusted_figures,
 )
@@ -75,3 +76,17 @@ def test_a_stored_left_out_stays_left_out_where_no_flags_are_read(tmp_path) -> N
         g = GroupAcceptance.of(judged.filter(pl.col("drafter_id") == "a"))
         assert (g.left_out, g.left_out_by_check) == (1, {"correct_gt_proposed": 1})
         assert g.accept_length == accept_length(1010, 502)
+
+
+def test_one_rule_for_a_row_and_for_a_frame() -> None:
+    """failed_checks (one row's flags) and trusted_figures (a frame) leave out the same rows for the same checks."""
+    rows = _rows().with_columns(
+        pl.Series(
+            "integrity_violations",
+            [[f"{FLAG}:a", "think_end_missing"], [], [f"{FLAG}:b", f"{FLAG}:c"], [FLAG, f"x{FLAG}:d"], None],
+        )
+    )
+    judged = trusted_figures(rows)
+    for flags, left in zip(rows["integrity_violations"].to_list(), judged[LEFT_OUT].to_list()):
+        assert failed_checks(flags) == (left.split(",") if left else [])
+    assert judged[LEFT_OUT].to_list() == ["a", None, "b,c", None, None]
