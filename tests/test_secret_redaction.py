@@ -109,3 +109,75 @@ def test_a_json_value_keeps_its_shape_and_loses_every_credential():
     assert json.loads(redacted_json_text(meta)) == out
     plain = {"id": "r-2", "prompt_tokens": 3, "cached_tokens": 1}
     assert redacted_json_text(plain) == '{"id":"r-2","prompt_tokens":3,"cached_tokens":1}'
+
+
+def test_a_drafter_path_loses_its_credentials_where_it_is_read_and_keeps_its_identity():
+    """/server_info's speculative_draft_model_path is stored in every row and names the drafter everywhere:
+    drafter_of redacts it, and the drafter_id is the redacted identity's (generate/drafter.py)."""
+    from eagle3_dagster.generate.drafter import drafter_of, redact_draft_path
+
+    cases = {
+        "s3://reader:pw-77x@bucket/eagle3": "s3://[redacted]@bucket/eagle3",
+        "https://ghp_tok77x@hub.example/o/eagle3": "https://[redacted]@hub.example/o/eagle3",  # a token as user
+        "https://h:8443/eagle3?X-Amz-Signature=sig77x&X-Amz-Expires=60": (
+            "https://h:8443/eagle3?X-Amz-Signature=[redacted]&X-Amz-Expires=[redacted]"
+        ),
+        "https://h/eagle3#tok77x": "https://h/eagle3#[redacted]",
+        "org/eagle3-kimi": "org/eagle3-kimi",
+        "/models/eagle3": "/models/eagle3",
+        "s3://bucket/eagle3": "s3://bucket/eagle3",
+    }
+    for raw, want in cases.items():
+        assert redact_draft_path(raw) == want, raw
+
+    def served(path: str) -> dict:
+        return {
+            "speculative_algorithm": "EAGLE3",
+            "speculative_draft_model_path": path,
+            "speculative_num_draft_tokens": 4,
+        }
+
+    a, b = (
+        drafter_of(served("s3://reader:pw-77x@bucket/eagle3")),
+        drafter_of(served("s3://reader:rotated-99@bucket/eagle3")),
+    )
+    assert a is not None and b is not None
+    assert a.draft_model_path == "s3://[redacted]@bucket/eagle3" and "pw-77x" not in json.dumps(a.columns())
+    assert a.drafter_id == b.drafter_id  # the same drafter, whichever credential reads it
+    other = drafter_of(served("s3://reader:pw-77x@bucket/eagle3-v2"))
+    assert other is not None and other.drafter_id != a.drafter_id
+    plain = drafter_of(served("org/eagle3-kimi"))  # a path without credentials keeps the id it always had
+    assert (
+        plain is not None
+        and plain.drafter_id == DrafterIdentity("EAGLE3", "org/eagle3-kimi", num_draft_tokens=4).drafter_id
+    )
+
+
+def test_a_drafter_path_stored_before_the_redaction_is_not_shown(tmp_path):
+    """Probe results and comparisons written before drafter paths were redacted: the report and a new
+    comparison's production identity show the path redacted."""
+    from datetime import UTC, datetime
+
+    import polars as pl
+
+    from eagle3_dagster.drafters.baseline import load_baseline
+    from eagle3_dagster.drafters.text import identity_line
+    from eagle3_dagster.generate.probe_results import update_shard_results
+    from eagle3_dagster.report.probes import collect_probes, probes_section
+    from eagle3_dagster.storage import as_data_path
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    row = {"sample_id": "s1", "prompt_id": "p1", "source": "probe_x", "drafter_id": "eagle3-old",
+           "spec_draft_model_path": "s3://reader:pw-77x@bucket/eagle3", "spec_draft_model_revision": None,
+           "spec_accept_length": 2.0, "spec_accept_rate": 0.5, "completion_tokens": 20, "spec_verify_ct": 10,
+           "spec_num_correct_drafts": 15, "spec_num_proposed_drafts": 30, "generated_at": now,
+           "integrity_violations": []}  # fmt: skip
+    update_shard_results(tmp_path, 0, pl.DataFrame([row]), "eagle3-old", now)
+    shown = "\n".join(probes_section(collect_probes(as_data_path(tmp_path))))
+    assert "s3://[redacted]@bucket/eagle3" in shown and "pw-77x" not in shown
+    production = load_baseline(tmp_path, None, ["probe_x"]).as_json()
+    assert production["spec_draft_model_path"] == "s3://[redacted]@bucket/eagle3"
+    assert production["drafter_id"] == "eagle3-old"
+    assert "pw-77x" not in identity_line(
+        "production", {**production, "spec_draft_model_path": row["spec_draft_model_path"]}
+    )

@@ -2,10 +2,10 @@
 
 The baseline's rows are its probe results (`<data>/probes/results/`, generate/probe_results.py): one per
 probe prompt (a probe conversation regenerated turn by turn: one per turn), the latest when it was
-measured more than once (a bumped probe seed). Each is completed from the production generations row it
-names (`sample_id`; a turn's from the shard's turns store): the verify steps, correct and proposed
-drafts, the drafter's draft budget, the target revision, the sampling hash and the row's integrity flags
-(a flagged row feeds no figure).
+measured more than once (a bumped probe seed). Its figures are the result's own (the sums, null where they
+failed their checks, with `spec_left_out` naming them: what the report's probe tables add up). Each is
+completed from the production generations row it names (`sample_id`; a turn's from the shard's turns
+store): the drafter's draft budget, the target revision, the sampling hash and the row's integrity flags.
 
 The default baseline is the production fleet's current drafter: the one it ran on the probe sets most
 recently (the newest `last_seen`).
@@ -19,18 +19,16 @@ from typing import Any
 
 import polars as pl
 
-from ..generate.drafter import DrafterIdentity
+from ..generate.drafter import DrafterIdentity, redact_draft_path
 from ..generate.multiturn import read_turn_rows
 from ..generate.probe_results import PROBES_DIR, RESULT_COLUMNS, conform_results
 from ..generate.store import iter_generations
 from ..storage import PathLike, as_data_path, read_parquet, shard_dir
 
-# completed from the generations row (schemas.GENERATIONS names)
+# completed from the generations row (schemas.GENERATIONS names); never its figures: a result's are
+# trusted_figures' (a result stored without the sums feeds no figure, as in the report)
 FROM_GENERATIONS = [
     "sample_id",
-    "spec_verify_ct",
-    "spec_num_correct_drafts",
-    "spec_num_proposed_drafts",
     "spec_num_draft_tokens",
     "integrity_violations",
     "model_revision",
@@ -103,13 +101,17 @@ class Baseline:
         return self.identity.num_draft_tokens if self.identity is not None else None
 
     def as_json(self) -> dict[str, Any]:
+        """The identity as a comparison stores it; a path stored before drafter paths were redacted is redacted
+        here (its drafter_id stays the one its rows carry)."""
         if self.identity is not None:
-            return self.identity.columns()
-        return {
-            "drafter_id": self.drafter_id,
-            "spec_draft_model_path": self.draft_model_path,
-            "spec_draft_model_revision": self.draft_model_revision,
-        }
+            out = self.identity.columns()
+        else:
+            out = {
+                "drafter_id": self.drafter_id,
+                "spec_draft_model_path": self.draft_model_path,
+                "spec_draft_model_revision": self.draft_model_revision,
+            }
+        return {**out, "spec_draft_model_path": redact_draft_path(out["spec_draft_model_path"])}
 
 
 def _int(v: Any) -> int | None:

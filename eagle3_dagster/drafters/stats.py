@@ -1,8 +1,11 @@
 """The statistics of a drafter comparison: pure functions on arrays, no I/O.
 
-A group's acceptance has ONE definition (`group_acceptance`): accept length = Σ completion tokens / Σ
-verify steps, accept rate = Σ correct drafts / Σ proposed drafts. Sums, never a mean of per-row ratios:
-a long answer weighs by its tokens, as it does in serving.
+A group's acceptance has ONE definition, generate/group_acceptance.py's: accept length = Σ completion
+tokens / Σ verify steps, accept rate = Σ correct drafts / Σ proposed drafts. Sums, never a mean of per-row
+ratios: a long answer weighs by its tokens, as it does in serving. Each drafter's figure (`Figures.acceptance`)
+is `group_acceptance.accept_length` / `accept_rate` on its units' sums (the units' terms: drafters/units.py),
+so a comparison shows the number the report's probe tables show for the same rows. `ratio_of_sums` is that
+definition vectorised over the bootstrap's resamples (the same sums and the same division, on arrays).
 
 The interval of a difference (candidate - production) comes from a paired bootstrap over units (a
 prompt, or a turn of a multi-turn probe): each resample draws units with replacement, the same units
@@ -28,17 +31,20 @@ from statistics import NormalDist
 
 import numpy as np
 
+from ..generate.group_acceptance import accept_length, accept_rate
+
 OVERALL = "overall"
 BETTER, WORSE, NO_DIFFERENCE = "better", "worse", "no_difference"
 BLOCK = 250  # resamples drawn at a time (part of the algorithm: the draws do not depend on memory or machine)
 _FIGURES = ("completion", "verify", "correct", "proposed")
 
 
-def group_acceptance(
+def ratio_of_sums(
     completion: np.ndarray, verify: np.ndarray, correct: np.ndarray, proposed: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(accept length, accept rate) of a group, summed over the last axis: Σ completion / Σ verify and
-    Σ correct / Σ proposed (nan where a denominator is 0)."""
+    """(accept length, accept rate) of groups summed over the last axis (one group per resample):
+    Σ completion / Σ verify and Σ correct / Σ proposed, group_acceptance.accept_length / accept_rate on
+    arrays (nan where they give None: a denominator of 0)."""
     with np.errstate(divide="ignore", invalid="ignore"):
         v, p = verify.sum(axis=-1), proposed.sum(axis=-1)
         length = np.where(v > 0, completion.sum(axis=-1) / np.where(v > 0, v, 1), np.nan)
@@ -48,7 +54,8 @@ def group_acceptance(
 
 @dataclass(frozen=True)
 class Figures:
-    """One drafter's figures per unit (prompt or turn), in the units' order: float arrays of one length."""
+    """One drafter's figures per unit (prompt or turn), in the units' order: counts (int64 arrays of one
+    length; whole numbers given as floats are taken, anything else is a ValueError)."""
 
     completion: np.ndarray
     verify: np.ndarray
@@ -59,13 +66,23 @@ class Figures:
         sizes = {len(getattr(self, f)) for f in _FIGURES}
         if len(sizes) != 1:
             raise ValueError(f"Figures: arrays of different lengths {sorted(sizes)}")
+        for f in _FIGURES:
+            values = np.asarray(getattr(self, f))
+            whole = values.dtype.kind in "iub" or (
+                values.dtype.kind == "f" and bool(np.all(np.isfinite(values) & (values == np.round(values))))
+            )
+            if not whole:
+                raise ValueError(f"Figures: {f} must hold counts (whole numbers), got {values[:5]!r}")
+            object.__setattr__(self, f, values.astype(np.int64))
 
     def __len__(self) -> int:
         return len(self.completion)
 
     def acceptance(self) -> tuple[float, float]:
-        length, rate = group_acceptance(self.completion, self.verify, self.correct, self.proposed)
-        return float(length), float(rate)
+        """(accept length, accept rate) of these units: accept_length / accept_rate on their sums (nan for None)."""
+        length = accept_length(int(self.completion.sum()), int(self.verify.sum()))
+        rate = accept_rate(int(self.correct.sum()), int(self.proposed.sum()))
+        return (math.nan if length is None else length), (math.nan if rate is None else rate)
 
 
 @dataclass(frozen=True)
@@ -152,13 +169,13 @@ def _resampled_sums(stratum: Stratum, rng: np.random.Generator, b: int) -> dict[
 
 
 def _stacked(sums: Sequence[dict[str, np.ndarray]], side: str) -> tuple[np.ndarray, ...]:
-    """A side's resampled sums as (b, strata) arrays: group_acceptance over them is the ratio of the totals."""
+    """A side's resampled sums as (b, strata) arrays: ratio_of_sums over them is the ratio of the totals."""
     return tuple(np.stack([s[f"{side}_{f}"] for s in sums], axis=-1) for f in _FIGURES)
 
 
 def _differences(sums: Sequence[dict[str, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    base_len, base_rate = group_acceptance(*_stacked(sums, "base"))
-    cand_len, cand_rate = group_acceptance(*_stacked(sums, "cand"))
+    base_len, base_rate = ratio_of_sums(*_stacked(sums, "base"))
+    cand_len, cand_rate = ratio_of_sums(*_stacked(sums, "cand"))
     return cand_len - base_len, cand_rate - base_rate
 
 

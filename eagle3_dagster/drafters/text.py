@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..generate.drafter import redact_draft_path
 from ..markdown import code_span
 
 
@@ -20,7 +21,8 @@ def _interval(r: dict[str, Any]) -> str:
 def identity_line(role: str, ident: dict[str, Any] | None) -> str:
     if not ident:
         return f"{role:<11}unknown"
-    model = f"{ident.get('spec_draft_model_path') or '?'}@{ident.get('spec_draft_model_revision') or 'default'}"
+    path = redact_draft_path(ident.get("spec_draft_model_path"))  # a comparison stored before paths were redacted
+    model = f"{path or '?'}@{ident.get('spec_draft_model_revision') or 'default'}"
     budget = (
         f", steps {ident.get('spec_num_steps')}, topk {ident.get('spec_eagle_topk')}, "
         f"draft tokens {ident.get('spec_num_draft_tokens')}"

@@ -4,12 +4,14 @@ A unit is one probe prompt (`prompt_id`), or one turn of a multi-turn probe conv
 and `turn_index`). Both drafters' rows are keyed the same way and joined on the unit: only units both
 drafters answered with usable figures are compared, and the others are counted by why.
 
-A row is left out of every figure when its spec figures are flagged `spec_metrics_inconsistent:*` in
-its integrity_violations (flagged figures feed nothing) or it carries no figures (the server did not
-speculate, a one-token answer has no verify step). Rows stored before the count columns existed keep
-their length and rate: the counts are derived from them (verify steps = completion tokens / accept
-length, exactly as SGLang defines it; proposed = verify steps x (draft tokens - 1), correct = rate x
-proposed), which leaves the sums unchanged.
+Which rows count, and what each adds to a group's sums, is the one definition of a group's acceptance
+(generate/group_acceptance.py), the one the report's probe tables use: `trusted_figures` leaves out a
+row whose figures are flagged `spec_metrics_inconsistent:*` (in its integrity_violations, or the
+`spec_left_out` a probe result stores), and `row_terms` gives each usable row's completion tokens, verify
+steps, correct and proposed drafts. A row stored without the counts (a probe result written before the sums
+were kept: a length and a rate only) is left out and counted, as the report leaves it out: verify steps
+rounded back from a stored length would be an estimate, not SGLang's count. So the same rows give the same
+accept length and rate here as in the report.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from ..generate.drafter import INCONSISTENT
+from ..generate.group_acceptance import LEFT_OUT, row_terms, trusted_figures
 from .stats import Figures, Stratum
 
 ROW_COLUMNS: dict[str, Any] = {
@@ -41,70 +43,68 @@ ROW_COLUMNS: dict[str, Any] = {
     "sampling_hash": pl.String,
 }
 FIGURE_COLUMNS = ("completion", "verify", "correct", "proposed")
+# why a unit is left out (after "production " or "candidate ")
+FLAGGED = "figures flagged spec_metrics_inconsistent"
+NO_SUMS = "row stored without the acceptance sums (written before they were kept)"
+NO_FIGURES = "row without acceptance figures"
+MISSING = "no candidate answer (request failed or not sent)"
 
 
 def conform(rows: pl.DataFrame) -> pl.DataFrame:
-    """`rows` with exactly ROW_COLUMNS (a column it lacks is null), cast."""
-    return rows.select(
-        [(pl.col(c) if c in rows.columns else pl.lit(None)).cast(t).alias(c) for c, t in ROW_COLUMNS.items()]
-    )
+    """`rows` with exactly ROW_COLUMNS (a column it lacks is null), cast, and `spec_left_out` (the checks a
+    stored probe result's figures failed; null where none or not stored)."""
+    cols = [(pl.col(c) if c in rows.columns else pl.lit(None)).cast(t).alias(c) for c, t in ROW_COLUMNS.items()]
+    left = (pl.col(LEFT_OUT) if LEFT_OUT in rows.columns else pl.lit(None)).cast(pl.String).alias(LEFT_OUT)
+    return rows.select(*cols, left)
 
 
-def flagged_expr() -> pl.Expr:
-    """True for a row whose spec figures are flagged inconsistent (left out of every figure)."""
-    return (
-        pl.col("integrity_violations")
-        .fill_null(pl.lit([], dtype=pl.List(pl.String)))
-        .list.eval(pl.element().str.starts_with(INCONSISTENT))
-        .list.any()
-    )
+# a unit's figure -> the row term (group_acceptance.row_terms) it is
+_TERMS = {
+    "completion": "completion_tokens",
+    "verify": "spec_verify_ct",
+    "correct": "spec_num_correct_drafts",
+    "proposed": "spec_num_proposed_drafts",
+}
 
 
 def with_figures(rows: pl.DataFrame) -> pl.DataFrame:
-    """The four per-row figures (floats; counts derived where a row stored only its length and rate)."""
-    verify = pl.coalesce(
-        pl.col("spec_verify_ct").cast(pl.Float64),
-        (pl.col("completion_tokens") / pl.col("spec_accept_length")).round(0),
-    )
-    proposed = pl.coalesce(
-        pl.col("spec_num_proposed_drafts").cast(pl.Float64),
-        pl.when(pl.col("spec_num_draft_tokens") > 1)
-        .then(verify * (pl.col("spec_num_draft_tokens") - 1))
-        .otherwise(verify),  # draft tokens unknown: proportional within one drafter, the rate is unchanged
-    )
-    correct = pl.coalesce(pl.col("spec_num_correct_drafts").cast(pl.Float64), pl.col("spec_accept_rate") * proposed)
+    """`rows` (after trusted_figures) with the four per-row figures: each row's terms of its group's sums
+    (group_acceptance.row_terms, Int64) and `counts` (it had a verify step)."""
+    terms = row_terms()
     return rows.with_columns(
-        pl.col("completion_tokens").cast(pl.Float64).alias("completion"),
-        verify.alias("verify"),
-        correct.alias("correct"),
-        proposed.alias("proposed"),
+        *(terms[col].alias(figure) for figure, col in _TERMS.items()),
+        (terms["rows"] == 1).alias("counts"),
     )
 
 
 @dataclass(frozen=True)
 class Usable:
-    """One drafter's rows, split: usable (with figures), flagged inconsistent, without figures."""
+    """One drafter's rows, split: usable (with figures), flagged inconsistent, stored without the counts,
+    without figures (the server did not speculate; a one-token answer has no verify step)."""
 
     rows: pl.DataFrame
     flagged: pl.DataFrame
+    no_sums: pl.DataFrame
     no_figures: pl.DataFrame
 
 
 def usable_rows(rows: pl.DataFrame) -> Usable:
     """`rows` (any columns of ROW_COLUMNS) split as Usable; usable rows carry the four figures and `unit`."""
-    rows = with_figures(conform(rows))
+    rows = with_figures(trusted_figures(conform(rows)))
     rows = rows.with_columns(
         pl.when(pl.col("turn_index").is_null())
         .then(pl.col("prompt_id"))
         .otherwise(pl.col("prompt_id") + "#turn" + pl.col("turn_index").cast(pl.String))
         .alias("unit")
     )
-    flagged = rows.filter(flagged_expr())
-    rest = rows.filter(~flagged_expr())
-    ok = pl.all_horizontal([pl.col(c).is_not_null() & pl.col(c).is_not_nan() for c in FIGURE_COLUMNS]) & (
-        pl.col("verify") > 0
+    flagged = pl.col(LEFT_OUT).is_not_null()
+    no_sums = ~flagged & pl.col("spec_verify_ct").is_null() & pl.col("spec_accept_length").is_not_null()
+    return Usable(
+        rows.filter(pl.col("counts")),
+        rows.filter(flagged),
+        rows.filter(no_sums),
+        rows.filter(~pl.col("counts") & ~flagged & ~no_sums),
     )
-    return Usable(rest.filter(ok), flagged, rest.filter(~ok))
 
 
 @dataclass(frozen=True)
@@ -125,8 +125,8 @@ class Paired:
             out.append(
                 Stratum(
                     name,
-                    Figures(*(part[f"base_{f}"].to_numpy().astype(np.float64) for f in FIGURE_COLUMNS)),
-                    Figures(*(part[f"cand_{f}"].to_numpy().astype(np.float64) for f in FIGURE_COLUMNS)),
+                    Figures(*(part[f"base_{f}"].to_numpy().astype(np.int64) for f in FIGURE_COLUMNS)),
+                    Figures(*(part[f"cand_{f}"].to_numpy().astype(np.int64) for f in FIGURE_COLUMNS)),
                 )
             )
         return out
@@ -140,7 +140,8 @@ def _count_by_source(df: pl.DataFrame, why: str, into: dict[str, dict[str, int]]
 def pair(base_rows: pl.DataFrame, cand_rows: pl.DataFrame) -> Paired:
     """Join production's and the candidate's rows on the unit (one row per unit and side expected: the
     latest is kept). A unit is left out, counted by why, when either side's figures are flagged
-    inconsistent or missing, or the candidate has no row for it (a request that failed)."""
+    inconsistent, stored without the counts or missing, or the candidate has no row for it (a request that
+    failed)."""
     base, cand = usable_rows(base_rows), usable_rows(cand_rows)
     keep = ["source", "unit", *FIGURE_COLUMNS]
     b = base.rows.unique("unit", keep="last").select(keep)
@@ -149,14 +150,13 @@ def pair(base_rows: pl.DataFrame, cand_rows: pl.DataFrame) -> Paired:
         c.rename({f: f"cand_{f}" for f in FIGURE_COLUMNS}), on="unit", how="inner"
     )
     left: dict[str, dict[str, int]] = {}
-    _count_by_source(base.flagged, "production figures flagged spec_metrics_inconsistent", left)
-    _count_by_source(base.no_figures, "production row without acceptance figures", left)
-    lost = b.join(c.select("unit"), on="unit", how="anti")
-    cand_flagged = lost.join(cand.flagged.select("unit"), on="unit", how="semi")
-    cand_empty = lost.join(cand.no_figures.select("unit"), on="unit", how="semi")
-    missing = lost.join(pl.concat([cand.flagged, cand.no_figures]).select("unit"), on="unit", how="anti")
-    _count_by_source(cand_flagged, "candidate figures flagged spec_metrics_inconsistent", left)
-    _count_by_source(cand_empty, "candidate row without acceptance figures", left)
-    _count_by_source(missing, "no candidate answer (request failed or not sent)", left)
+    lost = b.join(c.select("unit"), on="unit", how="anti")  # production's usable units without a usable candidate row
+    splits = ((FLAGGED, base.flagged, cand.flagged), (NO_SUMS, base.no_sums, cand.no_sums),
+              (NO_FIGURES, base.no_figures, cand.no_figures))  # fmt: skip
+    for why, prod_rows, cand_rows in splits:
+        _count_by_source(prod_rows, f"production {why}", left)
+        _count_by_source(lost.join(cand_rows.select("unit"), on="unit", how="semi"), f"candidate {why}", left)
+    answered = pl.concat([rows.select("unit") for _, _, rows in splits])
+    _count_by_source(lost.join(answered, on="unit", how="anti"), MISSING, left)
     units_base = {str(r["source"]): int(r["len"]) for r in b.group_by("source").len().iter_rows(named=True)}
     return Paired(table, units_base, left)

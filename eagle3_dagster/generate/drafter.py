@@ -22,6 +22,10 @@ histogram comes with them whenever it is non-empty. The server's `/server_info` 
 `speculative_algorithm`, `speculative_draft_model_path`, `speculative_draft_model_revision`,
 `speculative_num_steps`, `speculative_eagle_topk`, `speculative_num_draft_tokens` (flat keys: SGLang's
 ServerArgs assembles its namespaces into one record and serves `resolved_dict()`), and its `version`.
+A draft model path may be a URI with credentials (`s3://user:pw@bucket/drafter`, a presigned URL): they
+are redacted where the identity is read (`drafter_of`, `redact_draft_path`), so no row, probe result,
+comparison, log line or metadata holds them, and the drafter_id is a digest of the redacted identity (two
+servers whose drafter paths differ only in the credentials run the same drafter).
 
 These figures are the server's claims: they are stored as received and checked against each other, the
 drafter and what SGLang can produce at all (more verify steps than tokens, a histogram longer than the
@@ -38,11 +42,12 @@ import hashlib
 import json
 import logging
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..secret import printable
+from ..secret import REDACTED, printable, redact
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +97,8 @@ class DrafterIdentity:
 
     @property
     def drafter_id(self) -> str:
-        """Short and stable: the algorithm plus a digest of every field (same drafter, same id, any run)."""
+        """Short and stable: the algorithm plus a digest of every field (same drafter, same id, any run). Read
+        from a server (`drafter_of`), the fields are redacted: the digest never depends on a credential."""
         digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.algorithm.lower()}-{digest}"
 
@@ -124,15 +130,44 @@ def _opt_str(v: Any) -> str | None:
     return str(v) if v not in (None, "") else None
 
 
+# a URI's parts where credentials hide: the user info, the query, the fragment
+_URI = re.compile(
+    r"(?is)^(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/?#]*@)?(?P<rest>[^?#]*)(?:\?(?P<query>[^#]*))?(?P<frag>#.*)?$"
+)
+
+
+def _redacted_query(query: str) -> str:
+    """Each value of a URI query `[redacted]` (a presigned URL's signature, a token), its names kept."""
+    parts = [p for p in query.split("&") if p]
+    return "&".join(f"{p.split('=', 1)[0]}={REDACTED}" if "=" in p else REDACTED for p in parts)
+
+
+def redact_draft_path(path: str | None) -> str | None:
+    """A draft model path without the credentials a URI carries: its whole user info (`user:password@`, or a
+    token given as the user name) and every query value become `[redacted]`, the fragment too, and then
+    whatever `secret.redact` removes (a registered key, `sk-` keys, `token=...`). Local paths and hub ids
+    (`org/drafter`) come back unchanged, so their drafter_id is what it always was."""
+    if not path:
+        return path
+    uri = _URI.match(path)
+    if uri:
+        path = uri["scheme"] + (f"{REDACTED}@" if uri["user"] else "") + uri["rest"]
+        path += f"?{_redacted_query(uri['query'])}" if uri["query"] is not None else ""
+        path += f"#{REDACTED}" if uri["frag"] else ""
+    return redact(path)
+
+
 def drafter_of(info: Mapping[str, Any] | None) -> DrafterIdentity | None:
-    """The drafter a /server_info names; None when the server does not speculate (or does not say)."""
+    """The drafter a /server_info names, credentials redacted (`redact_draft_path`: the id is the redacted
+    identity's); None when the server does not speculate (or does not say)."""
     algo = _opt_str((info or {}).get("speculative_algorithm"))
     if info is None or algo is None:
         return None
+    revision = _opt_str(info.get("speculative_draft_model_revision"))
     return DrafterIdentity(
         algorithm=algo,
-        draft_model_path=_opt_str(info.get("speculative_draft_model_path")),
-        draft_model_revision=_opt_str(info.get("speculative_draft_model_revision")),
+        draft_model_path=redact_draft_path(_opt_str(info.get("speculative_draft_model_path"))),
+        draft_model_revision=redact(revision) if revision else None,
         num_steps=_opt_int(info.get("speculative_num_steps")),
         eagle_topk=_opt_int(info.get("speculative_eagle_topk")),
         num_draft_tokens=_opt_int(info.get("speculative_num_draft_tokens")),

@@ -12,7 +12,10 @@ the same rows read differently in two tables). Groups add up by adding their sum
 Only trusted figures count. A row whose figures failed their own checks (`spec_metrics_inconsistent:<which>`
 in `integrity_violations`, generate/drafter.py) feeds nothing: `trusted_figures` nulls its figures and names
 the failed checks in `spec_left_out`, and a group counts the rows it left out (`left_out`, and by check), so
-every consumer can say how many it left out and why.
+every consumer can say how many it left out and why. A row counts when it has a verify step; a row without
+the counts (stored before they were kept: a length and a rate only) counts in no sum, and nothing is derived
+from its rounded length. `row_terms` gives each row's share of the sums, which is what a group adds up (the
+drafter comparison's bootstrap resamples these per prompt: drafters/units.py).
 
     trusted = trusted_figures(rows)          # rows: completion_tokens, the spec_* columns, integrity_violations
     g = GroupAcceptance.of(trusted)          # g.accept_length, g.accept_rate, g.rows, g.left_out
@@ -59,16 +62,20 @@ def failed_checks(violations: Sequence[str] | None) -> list[str]:
 
 def trusted_figures(rows: pl.DataFrame) -> pl.DataFrame:
     """`rows` with the figures of every row that failed a figure check set to null and `spec_left_out` naming
-    those checks (null on every other row). Rows without `integrity_violations` are taken as unflagged."""
+    those checks (null on every other row). The one rule for which rows' figures feed nothing, for every
+    consumer. Rows without `integrity_violations` (or with a null list) are judged by the `spec_left_out` they
+    already carry (probe results store it: their flags are not kept), else taken as unflagged."""
+    kept = pl.col(LEFT_OUT).cast(pl.String) if LEFT_OUT in rows.columns else pl.lit(None, dtype=pl.String)
     if "integrity_violations" not in rows.columns:
-        return rows.with_columns(pl.lit(None, dtype=pl.String).alias(LEFT_OUT))
-    checks = (
-        pl.col("integrity_violations")
-        .cast(pl.List(pl.String))
-        .list.eval(pl.element().filter(pl.element().str.starts_with(_PREFIX)).str.strip_prefix(_PREFIX))
-        .list.join(",")
-    )
-    out = rows.with_columns(pl.when(checks != "").then(checks).otherwise(None).alias(LEFT_OUT))
+        out = rows.with_columns(kept.alias(LEFT_OUT))
+    else:
+        checks = (
+            pl.col("integrity_violations")
+            .cast(pl.List(pl.String))
+            .list.eval(pl.element().filter(pl.element().str.starts_with(_PREFIX)).str.strip_prefix(_PREFIX))
+            .list.join(",")
+        )
+        out = rows.with_columns(pl.coalesce(pl.when(checks != "").then(checks), kept).alias(LEFT_OUT))
     flagged = pl.col(LEFT_OUT).is_not_null()
     return out.with_columns(
         pl.when(flagged).then(None).otherwise(pl.col(c)).alias(c) for c in FIGURE_COLUMNS if c in out.columns
@@ -84,19 +91,27 @@ def _proposing() -> pl.Expr:
     return _counted() & pl.col("spec_num_proposed_drafts").is_not_null()
 
 
-def _sum(col: str, where: pl.Expr) -> pl.Expr:
-    return pl.col(col).filter(where).cast(pl.Int64).sum().alias(col)
+def _term(col: str, where: pl.Expr) -> pl.Expr:
+    return pl.when(where).then(pl.col(col).cast(pl.Int64).fill_null(0)).otherwise(0).cast(pl.Int64).alias(col)
 
 
-def _sum_exprs(left_out: bool) -> list[pl.Expr]:
-    return [
-        _counted().sum().cast(pl.Int64).alias("rows"),
-        _sum("completion_tokens", _counted()),
-        _sum("spec_verify_ct", _counted()),
-        _sum("spec_num_correct_drafts", _proposing()),
-        _sum("spec_num_proposed_drafts", _proposing()),
-        (pl.col(LEFT_OUT).is_not_null().sum() if left_out else pl.lit(0)).cast(pl.Int64).alias("left_out"),
-    ]
+def row_terms() -> dict[str, pl.Expr]:
+    """Each row's share of its group's sums (rows after `trusted_figures`), Int64, 0 where the row does not
+    count: `rows` (1: it counts, it had a verify step), `completion_tokens` and `spec_verify_ct` (of a row that
+    counts), `spec_num_correct_drafts` and `spec_num_proposed_drafts` (of a row that counts and says what it
+    proposed). A group's sums are the sums of its rows' terms; its ratios are `accept_length`/`accept_rate`."""
+    return {
+        "rows": _counted().cast(pl.Int64).alias("rows"),
+        "completion_tokens": _term("completion_tokens", _counted()),
+        "spec_verify_ct": _term("spec_verify_ct", _counted()),
+        "spec_num_correct_drafts": _term("spec_num_correct_drafts", _proposing()),
+        "spec_num_proposed_drafts": _term("spec_num_proposed_drafts", _proposing()),
+    }
+
+
+def _term_exprs(left_out: bool) -> list[pl.Expr]:
+    left = (pl.col(LEFT_OUT).is_not_null() if left_out else pl.lit(0)).cast(pl.Int64).alias("left_out")
+    return [*row_terms().values(), left]
 
 
 def with_ratios(sums: pl.DataFrame) -> pl.DataFrame:
@@ -114,8 +129,9 @@ def group_acceptance(trusted: pl.DataFrame, *by: str) -> pl.DataFrame:
     """One row per group of `by` (one row for the whole frame without `by`): rows counted, the four sums,
     left_out (rows whose figures failed their checks), accept_length and accept_rate. `trusted`: rows after
     `trusted_figures`."""
-    exprs = _sum_exprs(LEFT_OUT in trusted.columns)
-    sums = trusted.group_by(list(by), maintain_order=True).agg(exprs) if by else trusted.select(exprs)
+    terms = trusted.select(*by, *_term_exprs(LEFT_OUT in trusted.columns))
+    totals = pl.all().sum()
+    sums = terms.group_by(list(by), maintain_order=True).agg(totals) if by else terms.select(totals)
     return with_ratios(sums)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import polars as pl
 
 from ..drafters.versions import consecutive_intervals
+from ..generate.drafter import redact_draft_path
 from ..generate.group_acceptance import SUM_COLUMNS, with_ratios
 from ..generate.probe_results import drafter_versions, drafter_versions_by_source, read_all_results
 from ..quality.acceptance_drift import conform_log
@@ -100,7 +101,8 @@ def _versions_table(versions: list[dict[str, Any]], intervals: dict[str, dict[st
         delta = ""
         if prev is not None and prev["accept_length"] and v["accept_length"] is not None:
             delta = f"{v['accept_length'] / prev['accept_length'] - 1:+.1%} accept length"
-        model = f"{v['draft_model_path'] or '?'}@{v['draft_model_revision'] or 'default'}"
+        # a path stored before drafter paths were redacted where they are read (generate/drafter.py) is redacted here
+        model = f"{redact_draft_path(v['draft_model_path']) or '?'}@{v['draft_model_revision'] or 'default'}"
         h.append(
             f"<tr><td><code>{_e(v['drafter_id'])}</code></td><td>{_e(model)}</td>"
             f"<td>{_e(v['first_seen'])}</td><td>{_e(v['last_seen'])}</td>"

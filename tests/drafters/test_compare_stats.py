@@ -23,9 +23,9 @@ from eagle3_dagster.drafters.stats import (
     Estimate,
     Figures,
     Stratum,
-    group_acceptance,
     paired_bootstrap,
     prompts_needed,
+    ratio_of_sums,
     t_quantile,
 )
 from eagle3_dagster.drafters.units import pair
@@ -60,11 +60,11 @@ def _plant(rng: np.random.Generator, n: int, factor: float) -> tuple[Stratum, fl
 
 def test_a_groups_acceptance_is_a_ratio_of_sums_never_a_mean_of_ratios() -> None:
     # a long answer at 3 tokens per step and a short one at 1: the group is 301/101, not (3 + 1) / 2
-    length, rate = group_acceptance(
+    length, rate = ratio_of_sums(
         np.array([300.0, 1.0]), np.array([100.0, 1.0]), np.array([200.0, 0.0]), np.array([300.0, 3.0])
     )
     assert length == pytest.approx(301 / 101) and rate == pytest.approx(200 / 303)
-    assert np.isnan(group_acceptance(np.array([1.0]), np.array([0.0]), np.array([0.0]), np.array([0.0]))[0])
+    assert np.isnan(ratio_of_sums(np.array([1.0]), np.array([0.0]), np.array([0.0]), np.array([0.0]))[0])
 
 
 @pytest.mark.parametrize("factor", [1.15, 0.85, 1.0], ids=["better", "worse", "equal"])
@@ -221,13 +221,44 @@ def test_flagged_figures_feed_nothing_and_every_left_out_unit_is_counted() -> No
     assert strata["code"].cand.acceptance()[0] == pytest.approx(100 / 25)
 
 
-def test_rows_stored_with_length_and_rate_only_give_the_same_sums() -> None:
-    full = _rows([("p1", "code", 120, 40, 0.5), ("p2", "code", 30, 20, 0.25)])
-    old = full.drop("spec_verify_ct", "spec_num_proposed_drafts", "spec_num_correct_drafts")
-    a = pair(full, full).strata()[0].base
-    b = pair(old, old).strata()[0].base
-    assert a.acceptance() == pytest.approx(b.acceptance())
-    assert b.acceptance()[0] == pytest.approx(150 / 60)
+def test_rows_stored_without_the_counts_feed_no_sum_and_are_counted() -> None:
+    """A row with a length and a rate but no verify steps (a result written before the sums were kept) is left
+    out on either side, as the report leaves it out: steps rounded back from a stored length are an estimate."""
+    full = _rows([("p1", "code", 120, 40, 0.5), ("p2", "code", 30, 20, 0.25), ("p3", "code", 70, 20, 0.5)])
+    counts = ["spec_verify_ct", "spec_num_proposed_drafts", "spec_num_correct_drafts"]
+
+    def without_counts(prompt: str) -> pl.DataFrame:
+        return full.with_columns(pl.when(pl.col("prompt_id") != prompt).then(pl.col(c)).alias(c) for c in counts)
+
+    paired = pair(without_counts("p2"), without_counts("p3"))
+    assert paired.table["unit"].to_list() == ["p1"]
+    assert paired.left_out == {
+        "code": {
+            "production row stored without the acceptance sums (written before they were kept)": 1,
+            "candidate row stored without the acceptance sums (written before they were kept)": 1,
+        }
+    }
+    assert paired.strata()[0].base.acceptance() == (120 / 40, 60 / 120)
+
+
+def test_the_bootstrap_ratio_is_the_one_definition_on_each_resample() -> None:
+    """ratio_of_sums over resamples (rows) is group_acceptance.accept_length / accept_rate of each one's sums."""
+    from eagle3_dagster.generate.group_acceptance import accept_length, accept_rate
+
+    rng = np.random.default_rng(4)
+    figs = [rng.integers(0, 5000, size=(50, 7)) for _ in range(4)]
+    figs[1][3] = 0  # a resample without a verify step: no length (None there, nan here)
+    length, rate = ratio_of_sums(*figs)
+    for i in range(50):
+        sums = [int(f[i].sum()) for f in figs]
+        want_len, want_rate = accept_length(sums[0], sums[1]), accept_rate(sums[2], sums[3])
+        assert np.isnan(length[i]) if want_len is None else length[i] == want_len
+        assert rate[i] == want_rate
+    assert np.isnan(length[3])
+    one = Figures(*(f[0] for f in figs))
+    assert one.acceptance() == (accept_length(*(int(f[0].sum()) for f in figs[:2])), rate[0])
+    with pytest.raises(ValueError, match="counts"):
+        Figures(np.array([1.5]), np.array([1.0]), np.array([0.0]), np.array([0.0]))
 
 
 def test_a_multi_turn_probe_counts_per_turn() -> None:

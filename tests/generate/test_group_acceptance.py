@@ -10,6 +10,7 @@ from eagle3_dagster.generate.group_acceptance import (
     GroupAcceptance,
     accept_length,
     accept_rate,
+    failed_checks,
     group_acceptance,
     trusted_figures,
 )
@@ -58,3 +59,34 @@ def test_length_and_rate_are_sums_over_trusted_rows_and_flagged_rows_are_counted
     assert GroupAcceptance.from_sums(everything.as_sums()) == everything
     assert everything.accept_length == accept_length(1022, 506) and everything.accept_rate == accept_rate(413, 1518)
     assert accept_length(5, 0) is None and accept_rate(3, 0) is None
+
+
+def test_a_stored_left_out_stays_left_out_where_no_flags_are_read(tmp_path) -> None:
+    """Probe results store `spec_left_out` and nulled figures, not the flags: judged again (the drafter
+    comparison joins each result with its generations row, which may be gone), a row stays left out and counted."""
+    stored = trusted_figures(_rows()).drop("integrity_violations")  # as a probe result keeps it
+    path = tmp_path / "results.parquet"
+    stored.write_parquet(path)
+    for again in (
+        pl.read_parquet(path),  # no flags at all
+        pl.read_parquet(path).with_columns(pl.lit(None, dtype=pl.List(pl.String)).alias("integrity_violations")),
+    ):
+        judged = trusted_figures(again)
+        assert judged[LEFT_OUT].to_list() == [None, None, "correct_gt_proposed", None, None]
+        g = GroupAcceptance.of(judged.filter(pl.col("drafter_id") == "a"))
+        assert (g.left_out, g.left_out_by_check) == (1, {"correct_gt_proposed": 1})
+        assert g.accept_length == accept_length(1010, 502)
+
+
+def test_one_rule_for_a_row_and_for_a_frame() -> None:
+    """failed_checks (one row's flags) and trusted_figures (a frame) leave out the same rows for the same checks."""
+    rows = _rows().with_columns(
+        pl.Series(
+            "integrity_violations",
+            [[f"{FLAG}:a", "think_end_missing"], [], [f"{FLAG}:b", f"{FLAG}:c"], [FLAG, f"x{FLAG}:d"], None],
+        )
+    )
+    judged = trusted_figures(rows)
+    for flags, left in zip(rows["integrity_violations"].to_list(), judged[LEFT_OUT].to_list()):
+        assert failed_checks(flags) == (left.split(",") if left else [])
+    assert judged[LEFT_OUT].to_list() == ["a", None, "b,c", None, None]
