@@ -18,7 +18,7 @@ line with `gx_vs_polars` = (features + gx_gate) / (features + polars_checks), pl
                  file lock; `*_a_minute_apart`: the same with any Data Docs index aged by a minute before each step,
                  as when real shard steps are that far apart.
 
-    .venv/bin/python bench/gates.py [--rows 1000000] [--result-format SUMMARY] [--docs] [--steps 6]
+    .venv/bin/python bench/gates.py [--rows 1000000] [--result-format SUMMARY] [--steps 6]
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def polars_checks(features: pl.DataFrame, expectations_dir: Path) -> dict[str, b
 STEP = """
 import json, sys, time
 from pathlib import Path
-import great_expectations  # imported before the clock starts: a per-process cost, the same with or without docs
+import great_expectations  # imported before the clock starts: a per-process cost, not the gate's
 import polars as pl
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import load_profile
@@ -166,7 +166,6 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--result-format", default="SUMMARY")
-    ap.add_argument("--docs", action="store_true", help="also build Data Docs inside the timed gate")
     ap.add_argument("--steps", type=int, default=6, help="gate steps timed in fresh processes (0: none)")
     ap.add_argument("--step-rows", type=int, default=20_000, help="rows of the shard each gate step judges")
     args = ap.parse_args()
@@ -197,7 +196,6 @@ def main() -> None:
             small,
             expectations_dir=expectations_dir,
             context_dir=ctx,
-            build_docs=args.docs,
             profile=profile,
             result_format=args.result_format,
         )
@@ -217,13 +215,12 @@ def main() -> None:
                 feats,
                 expectations_dir=expectations_dir,
                 context_dir=ctx,
-                build_docs=args.docs,
                 profile=profile,
                 result_format=fmt,
             )
             timings[fmt] = time.perf_counter() - t0
             print(
-                f"gx gate ({fmt}, docs={args.docs}): {timings[fmt]:.2f}s  success={results[fmt].success} "
+                f"gx gate ({fmt}): {timings[fmt]:.2f}s  success={results[fmt].success} "
                 f"quarantined={results[fmt].row_failures.height}"
             )
         res, t_gx = results[args.result_format], timings[args.result_format]
@@ -257,7 +254,6 @@ def main() -> None:
         "output_ids": n_ids,
         "expectations": len(res.outcomes),
         "result_format": args.result_format,
-        "build_docs": args.docs,
         "features_s": round(t_feat, 3),
         "gx_gate_s": round(t_gx, 3),
         "polars_checks_s": round(t_pl, 3),

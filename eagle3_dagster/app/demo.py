@@ -149,11 +149,9 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
         f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected"
     )
     lines += shard_table(outcome, data_dir)
-    docs = None
     warned: dict[str, list[str]] = {}  # "gate/expectation key" -> shards where the warning fired
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):
         stored = json.loads(gate_file.read_text())
-        docs = stored.get("data_docs_index") or docs
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
                 warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
@@ -176,13 +174,21 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
         ),
         *_text_exact_line(data_dir, snap),
         *_publish_lines(outcome),
-        f"data docs:  {docs or 'not built'}",
+        _data_docs_line(s.work_dir),
         _report_line(report, getattr(outcome, "report_error", None)),
         f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report)
     lines.append(f"result:     {result_word(outcome)}")
     return "\n".join(lines)
+
+
+def _data_docs_line(work_dir: Path) -> str:
+    """Where the run's quality report built the gates' GX Data Docs (the gates build none)."""
+    from ..quality.retention import DOCS_INDEX
+
+    index = work_dir / "gx" / "gx" / DOCS_INDEX  # the pipeline's GX context: <work dir>/gx (resources.py)
+    return f"data docs:  {index if index.is_file() else 'not built'}"
 
 
 def _not_latest(data_dir: DataPath, snap: str | None) -> str:

@@ -154,7 +154,6 @@ def probes_and_acceptance(
         ),
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
-        keep_validations=pipeline.gx_keep_validations,
     )
     if night.change_line:
         context.log.warning(night.change_line)

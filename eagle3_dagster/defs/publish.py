@@ -109,7 +109,6 @@ def build_and_judge(
             excluded=info["excluded"],
             expectations_dir=pipeline.expectations_path,
             context_dir=pipeline.gx_context_dir,
-            keep_validations=pipeline.gx_keep_validations,
         )
 
     try:

@@ -19,7 +19,6 @@ from typing import Any
 
 import polars as pl
 
-from ..config import GX_KEEP_VALIDATIONS_DEFAULT
 from ..quality.features import ROW_ID
 from ..quality.gate import GateResult, run_gate
 from ..quality.suites import SuiteError, load_suite
@@ -135,7 +134,6 @@ def judge_snapshot(
     context_dir: Path,
     excluded: dict[str, str] | None = None,
     config_overrides: dict[str, dict[str, Any]] | None = None,
-    keep_validations: int = GX_KEEP_VALIDATIONS_DEFAULT,
 ) -> SnapshotVerdict:
     """Run the publish gate and (when there is a previous snapshot) the drift gate.
 
@@ -150,9 +148,7 @@ def judge_snapshot(
         pf,
         expectations_dir=expectations_dir,
         context_dir=context_dir,
-        build_docs=False,
         config_overrides=ov.get("publish"),
-        keep_validations=keep_validations,
     )
     pvals = pf.row(0, named=True)
     reasons = []
@@ -179,9 +175,7 @@ def judge_snapshot(
             df,
             expectations_dir=expectations_dir,
             context_dir=context_dir,
-            build_docs=False,
             config_overrides=ov.get("drift"),
-            keep_validations=keep_validations,
         )
         dvals = df.row(0, named=True)
         dvals.pop(ROW_ID, None)

@@ -114,7 +114,6 @@ def judge_night(
     *,
     expectations_dir: Path,
     context_dir: Path,
-    keep_validations: int,
 ) -> AcceptanceNight:
     """Append tonight's entry to the shard's log and judge it against the previous night of the same drafter."""
     log = read_log(data, shard)
@@ -132,14 +131,7 @@ def judge_night(
         night.line = f"acceptance drift: not judged on shard {shard:04d} ({why}; at least {min_rows} new rows needed)"
         return night
     frame = drift_frame(entry, previous)
-    res = run_gate(
-        SUITE,
-        frame,
-        expectations_dir=expectations_dir,
-        context_dir=context_dir,
-        build_docs=False,
-        keep_validations=keep_validations,
-    )
+    res = run_gate(SUITE, frame, expectations_dir=expectations_dir, context_dir=context_dir)
     night.outcomes = list(res.outcomes)
     night.values = {k: v for k, v in frame.row(0, named=True).items() if k != ROW_ID}
     failed = [o for o in res.outcomes if not o.success]

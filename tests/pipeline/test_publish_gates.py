@@ -26,7 +26,7 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
 from eagle3_dagster.orchestration.run import materialize_graph
-from eagle3_dagster.quality import gx_docs, read_gate_result
+from eagle3_dagster.quality import read_gate_result
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -81,10 +81,7 @@ def nights(tmp_path_factory):
     suite["meta"]["drifted_snapshot"] = "hold"
     (hold / "drift.json").write_text(json.dumps(suite))
     out = {"data": data}
-    with dg.instance_for_test() as instance, start_simulator() as sim, pytest.MonkeyPatch.context() as mp:
-        # gates never find the Data Docs index due (only when missing): only the end-of-run refresh
-        # of quality_report can list the pages of the later gates
-        mp.setattr(gx_docs, "DOCS_INDEX_REFRESH_S", 1e9)
+    with dg.instance_for_test() as instance, start_simulator() as sim:
         out["shard"], out["v1"], out["night1"] = _first_night(data, instance, sim.url)
         site = data / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site"
         out["docs_index_night1"] = (site / "index.html").read_text()
@@ -140,7 +137,7 @@ def test_night_one_is_published_without_a_single_warning(nights):
         assert res.success and not res.failed_warnings, (gate, [o.key for o in res.failed_warnings])
     assert 'class="badge WARN"' not in nights["report_night1"]
     assert "warnings:   none" in nights["summary_night1"]
-    # quality_report's end-of-run refresh: the GX Data Docs index links exactly the stored pages
+    # quality_report's Data Docs build (the gates build none): the index links exactly the stored pages
     # (every gate of the night: prompts, generations, training_samples, publish, drift)
     linked = set(re.findall(r'(validations/[^"\\\s<>]+?\.html)', nights["docs_index_night1"]))
     assert linked == nights["docs_pages_night1"]

@@ -22,6 +22,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
+from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE
 from eagle3_dagster.report.html import collect, default_report_path, render, write_report
 
 BLOCK = {"td", "th", "tr", "div", "p", "h1", "h2", "h3", "table", "li", "br", "title"}
@@ -385,7 +386,11 @@ def test_report_after_clean_pipeline_run(tmp_path, kimi_profile):
     assert "spec_accept_rate" not in meta["generations"] and "Drafter acceptance" not in visible
 
     # a pruned page loses its link (and only that one); `eagle3 report` rebuilds on demand
-    m.shards[int(shard)].cells["prompts"].docs_page.unlink()
+    page = m.shards[int(shard)].cells["prompts"].docs_page
+    gx_root = data / "gx" / "gx"
+    stored = gx_root / VALIDATIONS_BASE / page.relative_to(gx_root / DOCS_VALIDATIONS_BASE).with_suffix(".json")
+    stored.unlink()  # pruned as retention prunes: the stored result and its page
+    page.unlink()
     env = {**os.environ, "EAGLE3_DATA_DIR": str(data)}
     env.pop("EAGLE3_WORK_DIR", None)
     r = subprocess.run(
