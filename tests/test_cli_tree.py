@@ -41,7 +41,9 @@ def test_every_command_is_a_subparser_with_a_handler() -> None:
     parser = build_parser()
     [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert (
-        tuple(sub.choices) == COMMAND_NAMES == ("ingest", "render", "inspect", "report", "demo", "ui", "plan", "check")
+        tuple(sub.choices)
+        == COMMAND_NAMES
+        == ("ingest", "render", "inspect", "report", "demo", "backfill", "ui", "plan", "check")
     )
     args = parser.parse_args(["plan", "--servers", "3"])
     assert args.command == "plan" and args.servers == 3 and args.gpus_per_server == 8 and callable(args.handler)
@@ -62,6 +64,7 @@ def test_each_command_help_is_exit_0_and_names_its_flags(command: str, capsys) -
     assert out.startswith(f"usage: eagle3 {command}")
     flag = {"ingest": "--allow-empty", "render": "--max-new-tokens", "inspect": "--histograms", "report": "--work-dir"}
     flag |= {"demo": "--samples", "ui": "--port", "plan": "--tokens-per-s-per-server", "check": "--offline"}
+    flag |= {"backfill": "--allow-partial"}
     assert flag[command] in out
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 import dagster as dg
 
 from ..config import Settings
-from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, STAGE_TAG
+from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, STAGE_TAG
 from ..orchestration.resources import PipelineSettings
 from ..quality.gx_docs import build_data_docs
 from ..report.html import write_report
 
 STAGE = "report"
+REPORT_NOT_WRITTEN = "quality report not written"  # a failed write: the step's failure says so (the run is red)
 
 
 def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:
@@ -38,15 +39,16 @@ def data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> Path | N
 def render_report(
     log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None, n_shards: int
 ) -> Path:
-    """Write the report from everything stored; a write that fails is logged (REPORT_NOT_WRITTEN) and
-    fails the step, so neither the run nor the summary claims a report this run did not write."""
+    """Write the report from everything stored; a write that fails is logged and fails the step (its
+    failure says REPORT_NOT_WRITTEN and why), so neither the run nor the summary claims a report this run
+    did not write."""
     try:
         path = write_report(pipeline.data_path, pipeline.work_path, n_shards=n_shards, profile=profile_name)
     except Exception as e:
         line = f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}"
         log.warning(line)
         raise dg.Failure(description=line, allow_retries=False) from None
-    log.info(f"{REPORT_WRITTEN}{path}")
+    log.info(f"quality report: {path}")
     return path
 
 

@@ -259,6 +259,25 @@ def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> 
     ]
 
 
+def left_out_section(manifest: dict[str, Any]) -> list[str]:
+    """A partial snapshot (asked for explicitly): each shard it leaves out and why; nothing for a whole one."""
+    left_out = manifest.get("shards_left_out") or {}
+    if not left_out:
+        return []
+    total = len(manifest.get("shards") or [])
+    lines = [
+        "## Shards left out",
+        "",
+        f"**This is a partial snapshot**, published on an explicit request: {len(left_out)} of {total} shard(s) "
+        "did not pass and are not in it (their prompts have no row here).",
+        "",
+        "| shard | why it was left out |",
+        "|---|---|",
+    ]
+    lines += [f"| {_cell(shard)} | {_cell(why)} |" for shard, why in sorted(left_out.items())]
+    return [*lines, ""]
+
+
 def gates_section(manifest: dict[str, Any], row_gates: Sequence[GateFacts], shards: int) -> list[str]:
     lines = [
         "## Gates passed",
@@ -397,6 +416,7 @@ def render_card(
         "(content identity: " + _cell((manifest.get("identity") or {}).get("of", "n/a")) + ").",
         "",
         *([f"**Warning:** {_cell(w)}" for w in warnings] + ([""] if warnings else [])),
+        *left_out_section(manifest),
         *model_section(manifest, values),
         *gates_section(manifest, row_gates, sum(len(g) for g in table_groups)),
         *counts_section(counts, rows),

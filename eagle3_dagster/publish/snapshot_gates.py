@@ -5,8 +5,9 @@ on a one-row frame that describes the snapshot (publish) or compares its distrib
 the previous published snapshot's (drift). Thresholds and severities are data: edit the JSON, or
 pass `config_overrides` for one run.
 
-- publish: a critical failure (0 rows, no shard included, fewer rows than a fraction of the
-  previous snapshot) means: not published, LATEST unchanged.
+- publish: a critical failure (a shard left out of a snapshot no one asked to be partial, 0 rows, no
+  shard included, fewer rows than a fraction of the previous snapshot) means: not published, LATEST
+  unchanged.
 - drift: warning expectations warn, critical ones fail; the suite's `meta.drifted_snapshot` says
   what happens to a drifted snapshot: "publish" (published, marked in its manifest) or "hold".
 """
@@ -28,17 +29,22 @@ RATIO_METRICS = ("reasoning_len", "output_len", "answer_len", "prompt_len")
 RATE_METRICS = ("think_end_rate", "length_finish_rate", "tool_call_rate")
 
 
-def publish_frame(rows: int, shards_included: int, previous_rows: int | None) -> pl.DataFrame:
+def publish_frame(
+    rows: int, shards_included: int, previous_rows: int | None, left_out_unasked: int = 0
+) -> pl.DataFrame:
+    """The publish gate's one row; `left_out_unasked`: shards left out of a snapshot no one asked to be partial."""
     frac = None if not previous_rows else rows / previous_rows
     return pl.DataFrame(
         {
             ROW_ID: ["snapshot"],
+            "shards_left_out_unasked": [left_out_unasked],
             "rows": [rows],
             "shards_included": [shards_included],
             "rows_fraction_of_previous": [frac],
         },
         schema={
             ROW_ID: pl.String,
+            "shards_left_out_unasked": pl.Int64,
             "rows": pl.Int64,
             "shards_included": pl.Int64,
             "rows_fraction_of_previous": pl.Float64,
@@ -133,16 +139,18 @@ def judge_snapshot(
     expectations_dir: Path,
     context_dir: Path,
     excluded: dict[str, str] | None = None,
+    allow_partial: bool = False,
     config_overrides: dict[str, dict[str, Any]] | None = None,
 ) -> SnapshotVerdict:
     """Run the publish gate and (when there is a previous snapshot) the drift gate.
 
-    `previous` is the manifest of the snapshot LATEST names (None on the first night).
+    `previous` is the manifest of the snapshot LATEST names (None on the first night). `excluded`: the
+    shards left out and why; unless `allow_partial` (a partial snapshot asked for explicitly) any refuses it.
     `config_overrides` = {"publish": {...}, "drift": {...}} as run_gate's, per suite.
     """
     ov = config_overrides or {}
     prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
-    pf = publish_frame(rows, shards_included, prev_rows)
+    pf = publish_frame(rows, shards_included, prev_rows, 0 if allow_partial else len(excluded or {}))
     pres = run_gate(
         "publish",
         pf,
@@ -152,9 +160,15 @@ def judge_snapshot(
     )
     pvals = pf.row(0, named=True)
     reasons = []
+    left_out = ", ".join(f"{k} ({v})" for k, v in (excluded or {}).items())
     if not pres.success:
         for o in pres.failed_critical:
-            if o.key == "some_shard_included" and excluded:
+            if o.key == "every_shard_passed":
+                reasons.append(
+                    f"{o.name}: shard(s) left out: {left_out}; a snapshot is published only when every shard "
+                    "passed (a partial one needs allow_partial: `--allow-partial`, or the publish job's config)"
+                )
+            elif o.key == "some_shard_included" and excluded:
                 reasons.append(
                     f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
                 )

@@ -92,6 +92,11 @@ def _report_lock(path: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _write(path: Path, model: ReportModel) -> None:
+    """Render the page and write it whole (storage's atomic write: tmp + fsync + rename)."""
+    as_data_path(path).write_text(render(model, path))
+
+
 def write_report(
     data_dir: PathLike,
     work_dir: PathLike,
@@ -105,6 +110,5 @@ def write_report(
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
     with _report_lock(path):
-        model = collect(data, work, n_shards=n_shards, profile=profile, now=now)
-        as_data_path(path).write_text(render(model, path))
+        _write(path, collect(data, work, n_shards=n_shards, profile=profile, now=now))
     return path
