@@ -15,9 +15,10 @@ variable, the bad value and what is allowed:
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
 from functools import partial
@@ -56,6 +57,28 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """ " (did you mean 'x'?)" naming the known name a misspelt `word` is closest to (or the one name it is
+    the start of: `kimi` for `kimi-k2.5`); "" when none is close."""
+    names = sorted(known)
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
+    started = [n for n in names if word and n.lower().startswith(word.lower())]
+    guess = close[0] if close else (started[0] if len(started) == 1 else None)
+    return f" (did you mean {guess!r}?)" if guess else ""
+
+
+def misspelt_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:
+    """A line per EAGLE3_* variable of `env` that is no setting but close to one: a typo would otherwise be
+    ignored silently and its setting keep its default. A name close to none is another program's: left alone."""
+    names = [k for k in known if k.startswith("EAGLE3_")]
+    out = []
+    for var in sorted(v for v in env if v.startswith("EAGLE3_") and v not in names):
+        hint = did_you_mean(var, names)
+        if hint and (env.get(var) or "").strip():
+            out.append(f"{var} is not a setting{hint}: it would be ignored")
+    return out
 
 
 class PartitionKeyError(ValueError):
@@ -682,7 +705,7 @@ class Settings(DagsterSettings, StageSettings, ShardSettings, StorageSettings, M
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Read and validate every setting from `env`; raise SettingsError listing every bad one."""
-        problems: list[str] = []
+        problems: list[str] = misspelt_variables(env, [spec.env for _, spec in setting_fields()])
         read = {f.name: _read(env, spec, problems) for f, spec in setting_fields()}
         values = {name: _default(name) if v is _UNSET else v for name, v in read.items()}
         # a list of blanks (",") is no list: the default URL, as when the variable is unset

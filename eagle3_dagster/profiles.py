@@ -106,13 +106,16 @@ _REQUIRED = (
 def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> ModelProfile:
     if not isinstance(raw, dict):
         raise ProfileError(f"{source}: a profile must be a mapping, got {type(raw).__name__}")
-    missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
-        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}")
     known = set(ModelProfile.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    unknown = sorted(str(k) for k in set(raw) - known)
+    missing = [k for k in _REQUIRED if k not in raw]
+    if unknown or missing:  # both at once: a misspelt required field is one of each
+        from .config import did_you_mean
+
+        named = ", ".join(k + did_you_mean(k, known) for k in unknown)
+        problems = [f"unknown field(s) {named}; known: {', '.join(sorted(known))}"] if unknown else []
+        problems += [f"missing field(s) {', '.join(missing)}"] if missing else []
+        raise ProfileError(f"{source}: {'; '.join(problems)}")
     d = dict(raw)
     tok = str(d["tokenizer"])
     # A relative local path is relative to the profile file, so a profile folder can move as a whole.
@@ -154,7 +157,12 @@ def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> Mo
         p = models_dir / f"{name_or_path}.yaml"
     if not p.exists():
         avail = sorted(x.stem for x in p.parent.glob("*.yaml")) if p.parent.exists() else []
-        raise ProfileError(f"model profile {str(name_or_path)!r} not found at {p} (available: {avail or 'none'})")
+        from .config import did_you_mean
+
+        raise ProfileError(
+            f"model profile {str(name_or_path)!r} not found at {p}{did_you_mean(str(name_or_path), avail)} "
+            f"(available: {', '.join(avail) or 'none'})"
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
