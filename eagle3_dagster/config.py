@@ -15,7 +15,6 @@ variable, the bad value and what is allowed:
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .secret import Secret
+from .spelling import did_you_mean
 from .storage import DataPath, data_root
 from .urls import Endpoints, credentials_conflict, parse_endpoint_urls, redact_url
 
@@ -57,16 +57,6 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
-
-
-def did_you_mean(word: str, known: Iterable[str]) -> str:
-    """ " (did you mean 'x'?)" naming the known name a misspelt `word` is closest to (or the one name it is
-    the start of: `kimi` for `kimi-k2.5`); "" when none is close."""
-    names = sorted(known)
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
-    started = [n for n in names if word and n.lower().startswith(word.lower())]
-    guess = close[0] if close else (started[0] if len(started) == 1 else None)
-    return f" (did you mean {guess!r}?)" if guess else ""
 
 
 def misspelt_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from .spelling import did_you_mean
+
 
 class ProfileError(ValueError):
     """A profile file is missing, unreadable or inconsistent; the message names file and field."""
@@ -110,8 +112,6 @@ def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: 
     unknown = sorted(str(k) for k in set(raw) - known)
     missing = [k for k in _REQUIRED if k not in raw]
     if unknown or missing:  # both at once: a misspelt required field is one of each
-        from .config import did_you_mean
-
         named = ", ".join(k + did_you_mean(k, known) for k in unknown)
         problems = [f"unknown field(s) {named}; known: {', '.join(sorted(known))}"] if unknown else []
         problems += [f"missing field(s) {', '.join(missing)}"] if missing else []
@@ -157,8 +157,6 @@ def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> Mo
         p = models_dir / f"{name_or_path}.yaml"
     if not p.exists():
         avail = sorted(x.stem for x in p.parent.glob("*.yaml")) if p.parent.exists() else []
-        from .config import did_you_mean
-
         raise ProfileError(
             f"model profile {str(name_or_path)!r} not found at {p}{did_you_mean(str(name_or_path), avail)} "
             f"(available: {', '.join(avail) or 'none'})"

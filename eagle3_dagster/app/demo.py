@@ -132,6 +132,26 @@ def shard_table(outcome, data_dir: DataPath) -> list[str]:
     return lines
 
 
+def counts_lines(outcome, data_dir: DataPath, s: Settings) -> list[str]:
+    """Every prompt read, counted once (the data card states the same equation: publish/card_facts.py), over the
+    shards this run covered: rejected, duplicates, overlaps, other shards, probe prompts, quarantined or failed,
+    trained; then the training rows."""
+    from ..ingest import load_source_specs
+    from ..publish.card_facts import reconciliation, source_counts
+
+    if not outcome.ingest_success:
+        return []
+    specs = [x for x in load_source_specs(s.sources_dir) if x.role in ("train", "probe")]
+    shards = [int(sh.shard) for sh in outcome.shards]
+    tables = [
+        t for k in shards if (t := data_dir / "training_samples" / f"shard={k:04d}" / "part-0000.parquet").exists()
+    ]
+    counts = source_counts(
+        data_dir, [x.name for x in specs], shards, tables, [x.name for x in specs if x.role == "probe"]
+    )
+    return [f"counts:     {reconciliation(counts)}"]
+
+
 def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: str = "demo") -> str:
     """The summary of `outcome` (`eagle3 demo`, `eagle3 backfill`); `s`: the settings its definitions were
     built from (default: this process's)."""
@@ -150,6 +170,7 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: s
     lines.append(
         f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected"
     )
+    lines += counts_lines(outcome, data_dir, s)
     lines += shard_table(outcome, data_dir)
     warned: dict[str, list[str]] = {}  # "gate/expectation key" -> shards where the warning fired
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):

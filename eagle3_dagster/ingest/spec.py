@@ -56,7 +56,8 @@ from typing import Any
 
 import yaml
 
-from ..config import PROJECT_ROOT, did_you_mean
+from ..config import PROJECT_ROOT
+from ..spelling import did_you_mean
 from .errors import SourceSpecError
 from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri

@@ -1,6 +1,6 @@
 """A person's path through the UI, in a real browser (Debian's Chromium driven by Playwright).
 
-`eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
+The first screen after a demo shows the demo's runs. Then: `eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
 the ingest job -> launch one shard partition from the partition dialog -> the run succeeds ->
 the offline HTML quality report shows every shard -> the Great Expectations Data Docs it built list our suites.
 Screenshots go to the test's tmp dir.
@@ -46,6 +46,28 @@ def _wait_run_success(page, run_id: str, shot: Path) -> None:
     page.get_by_text("RUN_SUCCESS").or_(page.get_by_text("RUN_FAILURE")).first.wait_for(timeout=RUN_TIMEOUT_MS)
     page.screenshot(path=str(shot))
     assert page.get_by_text("RUN_FAILURE").count() == 0, f"run {run_id} failed (see {shot})"
+
+
+def test_the_first_screen_shows_the_runs_a_demo_made(eagle3_ui, page, kimi_profile, tmp_path):
+    """`make demo`, then `make ui`: the runs the demo executed in its own process are on the UI's first screen
+    (Overview, Timeline), which lists only runs of a code location of its workspace. First in this module: the
+    later test's runs, launched from the UI, would be listed anyway."""
+    import dagster as dg
+    from graph_helpers import graph_resources
+
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.orchestration.run import materialize_graph
+
+    res = graph_resources(eagle3_ui.data, kimi_profile.tokenizer, "http://127.0.0.1:9")
+    with dg.DagsterInstance.from_config(str(eagle3_ui.home)) as instance:
+        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success  # as the demo runs it
+    page.goto(eagle3_ui.url, wait_until="networkidle")
+    assert "/overview" in page.url, page.url  # the first screen
+    # the timeline's rows: the code location, then each job with runs in the period, the demo's `ingest` here
+    page.get_by_text("eagle3_dagster.definitions:defs", exact=True).first.wait_for(state="visible", timeout=60_000)
+    page.get_by_text("ingest", exact=True).first.wait_for(state="visible", timeout=60_000)
+    page.screenshot(path=str(tmp_path / "first-screen.png"))
+    assert page.get_by_text("No runs or scheduled ticks in this time period").count() == 0
 
 
 def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
