@@ -59,13 +59,19 @@ class SettingsError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+# How close an unknown EAGLE3_* variable must be to a setting to be taken for its typo (a letter missing, added or
+# swapped: EAGLE3_N_SHARD, EAGLE3_MODLE, EAGLE3_DATADIR are above it; the test and tool variables of other
+# programs, such as EAGLE3_TEST_NIGHTLY_DAEMON or EAGLE3_GPU_MODEL_PATH, are well below).
+MISSPELT_VARIABLE_CUTOFF = 0.88
+
+
 def misspelt_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:
-    """A line per EAGLE3_* variable of `env` that is no setting but close to one: a typo would otherwise be
+    """A line per EAGLE3_* variable of `env` that is no setting but very close to one: a typo would otherwise be
     ignored silently and its setting keep its default. A name close to none is another program's: left alone."""
     names = [k for k in known if k.startswith("EAGLE3_")]
     out = []
     for var in sorted(v for v in env if v.startswith("EAGLE3_") and v not in names):
-        hint = did_you_mean(var, names)
+        hint = did_you_mean(var, names, cutoff=MISSPELT_VARIABLE_CUTOFF)
         if hint and (env.get(var) or "").strip():
             out.append(f"{var} is not a setting{hint}: it would be ignored")
     return out

@@ -7,11 +7,11 @@ import difflib
 from collections.abc import Iterable
 
 
-def did_you_mean(word: str, known: Iterable[str]) -> str:
-    """ " (did you mean 'x'?)" naming the known name a misspelt `word` is closest to (or the one name it is
-    the start of: `kimi` for `kimi-k2.5`); "" when none is close."""
+def did_you_mean(word: str, known: Iterable[str], *, cutoff: float = 0.75) -> str:
+    """ " (did you mean 'x'?)" naming the known name a misspelt `word` is closest to (difflib's ratio at least
+    `cutoff`), or the one name it is the start of (`kimi` for `kimi-k2.5`); "" when none is close."""
     names = sorted(known)
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.75)
+    close = difflib.get_close_matches(word, names, n=1, cutoff=cutoff)
     started = [n for n in names if word and n.lower().startswith(word.lower())]
     guess = close[0] if close else (started[0] if len(started) == 1 else None)
     return f" (did you mean {guess!r}?)" if guess else ""

@@ -354,8 +354,10 @@ COMMANDS: tuple[Command, ...] = (
         "check",
         "validate settings, source YAMLs and files, the data dir and (unless --offline) the SGLang endpoints; "
         "create the instance",
-        "Validate every EAGLE3_* setting and every source YAML (each missing source file, an unwritable data or "
-        "work dir, and each configured SGLang endpoint that does not answer as SGLang too: one line per problem, "
+        "Validate every EAGLE3_* setting (a misspelt one named with what was meant) and every source YAML (each "
+        "missing source file, a source whose first records make no prompt in its format, the model profile and its "
+        "tokenizer, an unwritable data or work dir, and each configured SGLang endpoint that does not answer as "
+        "SGLang too: one line per problem, "
         "exit code 2, nothing written), then create or update the Dagster instance in DAGSTER_HOME, its `sglang` "
         "pool and run queue sized from the fleet: each EAGLE3_SGLANG_URL endpoint's max_running_requests and the "
         "prompts per shard of the last ingest. Nothing is run.",

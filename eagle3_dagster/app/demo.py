@@ -138,9 +138,11 @@ def counts_lines(outcome, data_dir: DataPath, s: Settings) -> list[str]:
     trained; then the training rows."""
     from ..ingest import load_source_specs
     from ..publish.card_facts import reconciliation, source_counts
+    from ..storage import as_data_path
 
     if not outcome.ingest_success:
         return []
+    data_dir = as_data_path(data_dir)
     specs = [x for x in load_source_specs(s.sources_dir) if x.role in ("train", "probe")]
     shards = [int(sh.shard) for sh in outcome.shards]
     tables = [

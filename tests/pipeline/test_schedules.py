@@ -255,3 +255,30 @@ def test_nightly_failed_names_every_failed_run_of_a_night_the_report_included(jo
     )
     skip = sensor(context)
     assert skip.skip_message == f"night night-7: {job_name} run {run.run_id} {said}"
+
+
+@pytest.mark.integration  # execute_in_process on a test instance starts Dagster's compute-log helpers
+def test_a_run_that_succeeded_with_a_failed_error_check_has_not_passed():
+    """The sensor judges a shard run as the demo does (orchestration/run_records.py): a run that succeeded but
+    whose non-blocking ERROR check failed did not pass, so the night publishes nothing; a WARN one passes."""
+    from eagle3_dagster.orchestration.run_records import read_run, run_state
+    from eagle3_dagster.orchestration.sequence import RunState
+
+    def job_with(severity: dg.AssetCheckSeverity) -> dg.JobDefinition:
+        @dg.asset(check_specs=[dg.AssetCheckSpec("drift", asset="thing", blocking=False)])
+        def thing():
+            yield dg.MaterializeResult()
+            yield dg.AssetCheckResult(check_name="drift", passed=False, severity=severity)
+
+        return dg.Definitions(assets=[thing], jobs=[dg.define_asset_job("j", "thing")]).resolve_job_def("j")
+
+    with dg.instance_for_test() as instance:
+        for severity, want in (
+            (dg.AssetCheckSeverity.ERROR, RunState.FAILED),
+            (dg.AssetCheckSeverity.WARN, RunState.PASSED),
+        ):
+            result = job_with(severity).execute_in_process(instance=instance)
+            run = instance.get_run_by_id(result.run_id)
+            assert result.success and run.status == dg.DagsterRunStatus.SUCCESS
+            assert run_state(instance, run) == want == read_run(instance, run.run_id).state
+            assert read_run(instance, run.run_id).failed_checks == {"thing:drift": severity.value}

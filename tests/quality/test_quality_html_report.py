@@ -430,9 +430,13 @@ def test_report_shows_dropped_think_end(tmp_path, kimi_profile):
     assert "think_end_present" in visible and think.name in visible
     assert "blocked: the generations gate failed" in visible  # why training_samples did not run
     assert f"{gen.n_rows} of {gen.n_rows} rows unexpected (100.0%); pass rate 0.0% < mostly" in visible
-    # every shard is out, so nothing is published; the report opens with that and says why
-    assert out.publish_success is False and out.snapshot_version is None
-    assert "NOT published (refused)" in visible and f"{shard}: generations gate failed" in visible
+    # the shard failed, so no snapshot is even attempted (one rule: every shard must pass); the report, run last
+    # all the same, opens with that and says why
+    assert out.publish_success is None and out.snapshot_version is None
+    assert out.not_published == f"not published: no shard passed (shard(s) {shard} failed)"
+    top = visible[: visible.index("Gates by shard")]
+    assert "A snapshot is published only when every shard passed" in top
+    assert f"{shard}: generations gate FAIL" in top and "No publish attempt recorded yet" in top
 
 
 def test_demo_summary_prints_report_path(stored, monkeypatch):
