@@ -180,13 +180,10 @@ ui: instance
 check-defs: instance
 	cd $(CURDIR) && $(VENV)/bin/dg check defs
 
-# One dg launch run per shard, then a snapshot. Needs EAGLE3_SGLANG_URL (a server or `eagle3-sim`).
+# The whole graph against EAGLE3_SGLANG_URL (a server, a router or `eagle3-sim`): ingest, every shard, the
+# snapshot (only when every shard passed; ARGS=--allow-partial publishes the others), the report last.
 backfill: instance
-	@test -n "$$EAGLE3_SGLANG_URL" || { echo "set EAGLE3_SGLANG_URL (e.g. run .venv/bin/eagle3-sim --port 30000 and use http://127.0.0.1:30000)"; exit 2; }
-	$(VENV)/bin/dg launch --job ingest
-	for s in $$(seq 0 $$(( $${EAGLE3_N_SHARDS:-4} - 1 ))); do \
-	  $(VENV)/bin/dg launch --job shard_pipeline --partition $$(printf %04d $$s) || exit 1; done
-	$(VENV)/bin/dg launch --assets training_dataset
+	$(VENV)/bin/eagle3 backfill $(ARGS)
 
 # The GPU lane (docs/real-sglang.md): a real SGLang server (its own venv) with the local Qwen3-family model at
 # EAGLE3_GPU_MODEL_PATH, the demo through it, one JSON line. Without a CUDA GPU: one line, exit 0.

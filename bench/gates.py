@@ -11,7 +11,14 @@ The gate is timed with the chosen GX result_format (default SUMMARY, what run_ga
 with the other one (BOOLEAN_ONLY). Prints human-readable lines, then a JSON object on the LAST
 line with `gx_vs_polars` = (features + gx_gate) / (features + polars_checks), plus the timings.
 
-    .venv/bin/python bench/gates.py [--rows 1000000] [--result-format SUMMARY] [--docs]
+- gate steps:    the gate as a pipeline step runs it: each of `--steps` gates in a fresh process (as the
+                 step processes of the multiprocess executor), one after the other on one shared GX context,
+                 on a `--step-rows` shard; `step_gate_s_median` is run_gate's wall time in such a process
+                 (the great_expectations import excluded), `step_lock_held_s_median` how long it held the context's
+                 file lock; `*_a_minute_apart`: the same with any Data Docs index aged by a minute before each step,
+                 as when real shard steps are that far apart.
+
+    .venv/bin/python bench/gates.py [--rows 1000000] [--result-format SUMMARY] [--steps 6]
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 
 import argparse
 import json
+import os
+import statistics
+import subprocess
 import tempfile
 import time
 
@@ -94,11 +104,70 @@ def polars_checks(features: pl.DataFrame, expectations_dir: Path) -> dict[str, b
     return ok
 
 
+# One gate step in a fresh process: read the features, time run_gate alone (as the step's body calls it).
+STEP = """
+import json, sys, time
+from pathlib import Path
+import great_expectations  # imported before the clock starts: a per-process cost, not the gate's
+import polars as pl
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.profiles import load_profile
+from eagle3_dagster.quality import run_gate
+features = pl.read_parquet(sys.argv[1])
+profile = load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models")
+t0 = time.perf_counter()
+res = run_gate("generations", features, expectations_dir=PROJECT_ROOT / "expectations",
+               context_dir=Path(sys.argv[2]), profile=profile, **json.loads(sys.argv[3]))
+gate_s = time.perf_counter() - t0
+print(json.dumps({"gate_s": gate_s, "lock_held_s": res.gx_run.lock_held_s if res.gx_run else None}))
+"""
+
+
+# GX's Data Docs index in a file context (gx.get_context(mode="file") puts the context in <context dir>/gx)
+DOCS_INDEX = Path("gx") / "uncommitted" / "data_docs" / "local_site" / "index.html"
+
+
+def gate_steps(features: pl.DataFrame, steps: int, options: dict, *, age_index_s: float = 0.0) -> list[dict]:
+    """`steps` gate steps, each in a fresh process, on one GX context (after one untimed set-up step);
+    `options`: run_gate's keyword arguments beyond what every step passes. `age_index_s`: before each step
+    any Data Docs index is made that much older, as when the shard steps are that far apart."""
+    out: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        feats = Path(tmp) / "features.parquet"
+        features.write_parquet(feats)
+        ctx = Path(tmp) / "gx"
+        for i in range(steps + 1):
+            index = ctx / DOCS_INDEX
+            if age_index_s and index.is_file():
+                old = index.stat().st_mtime - age_index_s
+                os.utime(index, (old, old))
+            done = subprocess.run(
+                [sys.executable, "-c", STEP, str(feats), str(ctx), json.dumps(options)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            if i:  # the first one sets the context up, as the first step of a fresh data dir does
+                out.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return out
+
+
+def step_figures(out: list[dict], suffix: str = "") -> dict[str, float]:
+    gate = [o["gate_s"] for o in out]
+    held = [o["lock_held_s"] or 0.0 for o in out]
+    return {
+        f"step_gate_s_median{suffix}": round(statistics.median(gate), 3),
+        f"step_gate_s_max{suffix}": round(max(gate), 3),
+        f"step_lock_held_s_median{suffix}": round(statistics.median(held), 3),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--result-format", default="SUMMARY")
-    ap.add_argument("--docs", action="store_true", help="also build Data Docs inside the timed gate")
+    ap.add_argument("--steps", type=int, default=6, help="gate steps timed in fresh processes (0: none)")
+    ap.add_argument("--step-rows", type=int, default=20_000, help="rows of the shard each gate step judges")
     args = ap.parse_args()
     profile = load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models")
     tokenizer = None
@@ -127,7 +196,6 @@ def main() -> None:
             small,
             expectations_dir=expectations_dir,
             context_dir=ctx,
-            build_docs=args.docs,
             profile=profile,
             result_format=args.result_format,
         )
@@ -147,13 +215,12 @@ def main() -> None:
                 feats,
                 expectations_dir=expectations_dir,
                 context_dir=ctx,
-                build_docs=args.docs,
                 profile=profile,
                 result_format=fmt,
             )
             timings[fmt] = time.perf_counter() - t0
             print(
-                f"gx gate ({fmt}, docs={args.docs}): {timings[fmt]:.2f}s  success={results[fmt].success} "
+                f"gx gate ({fmt}): {timings[fmt]:.2f}s  success={results[fmt].success} "
                 f"quarantined={results[fmt].row_failures.height}"
             )
         res, t_gx = results[args.result_format], timings[args.result_format]
@@ -162,6 +229,21 @@ def main() -> None:
         pc = polars_checks(feats, expectations_dir)
         t_pl = time.perf_counter() - t0
         print(f"polars checks: {t_pl:.2f}s  quarantined={pc['_rows_failing']}")
+
+    steps: dict[str, float] = {}
+    if args.steps > 0:
+        step_feats = generation_features(gens.head(args.step_rows), None, profile, tokenizer)
+        # as orchestration/gate_step.py calls it; then as if the steps were a minute apart (a real shard's
+        # generation takes longer than that): a Data Docs index older than the gates' refresh interval
+        for suffix, age in (("", 0.0), ("_a_minute_apart", 60.0)):
+            figures = step_figures(gate_steps(step_feats, args.steps, {}, age_index_s=age), suffix)
+            steps.update(figures)
+            print(
+                f"gate steps{suffix.replace('_', ' ')} ({args.steps} fresh processes, {step_feats.height} rows, as a "
+                f"pipeline step calls run_gate): median {figures[f'step_gate_s_median{suffix}']:.2f}s, max "
+                f"{figures[f'step_gate_s_max{suffix}']:.2f}s, context lock held "
+                f"{figures[f'step_lock_held_s_median{suffix}']:.2f}s (median)"
+            )
 
     agree = all(
         all(pc[o.key] == o.success for o in r.outcomes) and pc["_rows_failing"] == r.row_failures.height
@@ -172,7 +254,6 @@ def main() -> None:
         "output_ids": n_ids,
         "expectations": len(res.outcomes),
         "result_format": args.result_format,
-        "build_docs": args.docs,
         "features_s": round(t_feat, 3),
         "gx_gate_s": round(t_gx, 3),
         "polars_checks_s": round(t_pl, 3),
@@ -180,6 +261,7 @@ def main() -> None:
         **{f"gx_gate_{fmt.lower()}_s": round(t, 3) for fmt, t in timings.items()},
         **{f"gx_vs_polars_{fmt.lower()}": round((t_feat + t) / (t_feat + t_pl), 3) for fmt, t in timings.items()},
         "gx_only_vs_polars_checks": round(t_gx / t_pl, 1),
+        **steps,
         "results_agree": agree,
         "tool_args_checked": tokenizer is not None,
     }

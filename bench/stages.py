@@ -24,20 +24,19 @@
    - startup_cpu_s: the intercept, CPU_small - N_small / steady rate: what every fresh step process pays.
    Nothing is hidden: stage_cpu_s (from the stage's first import) and process_cpu_s are printed too.
 3. Fixed cost per shard run: the same rows split into 4 and into 64 shards (16 with --quick); per
-   shard the three gates (prompts, generations, training_samples) with Data Docs (this run's page;
-   the index and the pruning when due, gx_docs.py), their stored results and the report update, as
-   store_gate_result does; then the end-of-run Data Docs refresh training_dataset does (once per
-   run, in both runs: it cancels out of the difference); per_shard_fixed_s = (T64 - T4) / 60,
+   shard the three gates (prompts, generations, training_samples) and their stored results, as the
+   gated steps do; then what the quality report does once per run: the gates' Data Docs (pruned, a
+   page per new result, the index: gx_docs.build_data_docs) and the report; per_shard_fixed_s = (T64 - T4) / 60,
    wall (and `per_shard_fixed_cpu_s` from CPU time: on a shared machine wall time includes
    waiting for a core). One process, as the in-process executor runs a backfill;
    `gx_first_gate_s` is the first gate of a process (GX import + set-up, what each step of the
    multiprocess executor pays once).
-4. report_rebuild_ms_at_1000_results: update_report after one gate with 1,002 stored results
-   (median of 5, wall, fsyncs included; the CPU figure beside it).
+4. report_write_ms_at_1000_results: the quality report (write_report, once per run) with 1,002 stored
+   gate results (median of 3, wall, fsyncs included; the CPU figure beside it).
 
 Last stdout line: one JSON object with `train_samples_per_s_per_core`, `max_stage_rss_ratio_10x`,
-`per_shard_fixed_s`, `report_rebuild_ms_at_1000_results` (targets >= 1,000; <= 1.5; <= 1.0 s;
-<= 50 ms) and the figures behind them.
+`per_shard_fixed_s`, `report_write_ms_at_1000_results` (targets >= 1,000; <= 1.5; <= 1.0 s;
+<= 1,000 ms) and the figures behind them.
 """
 
 from __future__ import annotations
@@ -238,12 +237,12 @@ def run_child(stage: str, inputs: Path, size: int, work: Path, env: dict[str, st
 
 
 def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> tuple[float, float]:
-    """(wall, CPU) seconds for the three gates + stored results + report updates of every shard, and
-    the end of the run's Data Docs refresh (prune + index, as training_dataset's report refresh does)."""
+    """(wall, CPU) seconds for the three gates + stored results of every shard, and what the quality report
+    does once per run: the gates' Data Docs (pruned, the new pages, the index) and the report."""
     from eagle3_dagster.config import GX_KEEP_VALIDATIONS_DEFAULT
     from eagle3_dagster.quality import run_gate, write_gate_result
-    from eagle3_dagster.quality.gx_context import refresh_docs_index
-    from eagle3_dagster.report.html import update_report
+    from eagle3_dagster.quality.gx_docs import build_data_docs
+    from eagle3_dagster.report.html import write_report
 
     profile = _profile()
     data = work / f"fixed-{n_shards}"
@@ -253,15 +252,15 @@ def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> 
             part = f.filter(pl.int_range(pl.len()) % n_shards == k)
             res = run_gate(gate, part, expectations_dir=EXPECTATIONS, context_dir=data / "gx", profile=profile)
             write_gate_result(data, gate, k, res)
-            update_report(data, data, shards=[k], n_shards=n_shards, profile=profile.name)
-    refresh_docs_index(data / "gx", GX_KEEP_VALIDATIONS_DEFAULT)
+    build_data_docs(data / "gx", GX_KEEP_VALIDATIONS_DEFAULT)
+    write_report(data, data, n_shards=n_shards, profile=profile.name)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
+def report_write(work: Path, results: int = 1002) -> dict[str, float]:
     from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
     from eagle3_dagster.quality.suites import GATES
-    from eagle3_dagster.report.html import update_report, write_report
+    from eagle3_dagster.report.html import write_report
 
     data = work / "report"
     n = results // len(GATES)
@@ -270,7 +269,7 @@ def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
             o = ExpectationOutcome(
                 "think-end present", "critical", 0.95, 0.9, 1, k % 9 != 0, "d", key="k", evaluated=10
             )
-            # a real Data Docs page per result (every 3rd pruned, as retention does): an update checks them
+            # a real Data Docs page per result (every 3rd pruned, as retention does): the report checks them
             page = data / "gx" / "validations" / f"{g}-{k:04d}.html"
             if k % 3:
                 page.parent.mkdir(parents=True, exist_ok=True)
@@ -285,20 +284,16 @@ def report_rebuild(work: Path, results: int = 1002) -> dict[str, float]:
                 data_docs_page=str(page),
             )
             write_gate_result(data, g, k, res)
-    write_report(data, data, n_shards=4)
+    write_report(data, data, n_shards=4)  # warm: imports, first reads
     walls, cpus = [], []
-    for i in range(5):
+    for _ in range(3):
         c0, w0 = time.process_time(), time.perf_counter()
-        update_report(data, data, shards=[i], n_shards=4)
+        write_report(data, data, n_shards=4)
         walls.append(time.perf_counter() - w0)
         cpus.append(time.process_time() - c0)
-    c0, w0 = time.process_time(), time.perf_counter()
-    write_report(data, data, n_shards=4)
-    full = time.perf_counter() - w0
     return {
-        "report_rebuild_ms_at_1000_results": round(1000 * statistics.median(walls), 1),
-        "report_rebuild_cpu_ms_at_1000_results": round(1000 * statistics.median(cpus), 1),
-        "report_full_rebuild_ms_at_1000_results": round(1000 * full, 1),
+        "report_write_ms_at_1000_results": round(1000 * statistics.median(walls), 1),
+        "report_write_cpu_ms_at_1000_results": round(1000 * statistics.median(cpus), 1),
     }
 
 
@@ -381,14 +376,14 @@ def main() -> int:
             f"fixed cost: {few} shards {w_few:.2f}s wall / {c_few:.2f}s CPU, {many} shards {w_many:.2f}s / "
             f"{c_many:.2f}s -> {result['per_shard_fixed_s']} s wall, {result['per_shard_fixed_cpu_s']} s CPU per extra shard"
         )
-        result.update(report_rebuild(work))
-        print(f"report: {result['report_rebuild_ms_at_1000_results']} ms per update at 1,002 results")
+        result.update(report_write(work))
+        print(f"report: {result['report_write_ms_at_1000_results']} ms per report at 1,002 results")
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     result["targets"] = {
         "train_samples_per_s_per_core": ">= 1000",
         "max_stage_rss_ratio_10x": "<= 1.5",
         "per_shard_fixed_s": "<= 1.0",
-        "report_rebuild_ms_at_1000_results": "<= 50",
+        "report_write_ms_at_1000_results": "<= 1000",
     }
     print(json.dumps(result))
     return 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from datetime import timedelta
 from functools import partial
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .secret import Secret
+from .spelling import did_you_mean
 from .storage import DataPath, data_root
 from .urls import Endpoints, credentials_conflict, parse_endpoint_urls, redact_url
 
@@ -56,6 +57,24 @@ class SettingsError(ValueError):
     def __init__(self, problems: list[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
+
+
+# How close an unknown EAGLE3_* variable must be to a setting to be taken for its typo (a letter missing, added or
+# swapped: EAGLE3_N_SHARD, EAGLE3_MODLE, EAGLE3_DATADIR are above it; the test and tool variables of other
+# programs, such as EAGLE3_TEST_NIGHTLY_DAEMON or EAGLE3_GPU_MODEL_PATH, are well below).
+MISSPELT_VARIABLE_CUTOFF = 0.88
+
+
+def misspelt_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:
+    """A line per EAGLE3_* variable of `env` that is no setting but very close to one: a typo would otherwise be
+    ignored silently and its setting keep its default. A name close to none is another program's: left alone."""
+    names = [k for k in known if k.startswith("EAGLE3_")]
+    out = []
+    for var in sorted(v for v in env if v.startswith("EAGLE3_") and v not in names):
+        hint = did_you_mean(var, names, cutoff=MISSPELT_VARIABLE_CUTOFF)
+        if hint and (env.get(var) or "").strip():
+            out.append(f"{var} is not a setting{hint}: it would be ignored")
+    return out
 
 
 class PartitionKeyError(ValueError):
@@ -741,7 +760,7 @@ class Settings(DagsterSettings, StageSettings, ShardSettings, StorageSettings, M
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Read and validate every setting from `env`; raise SettingsError listing every bad one."""
-        problems: list[str] = []
+        problems: list[str] = misspelt_variables(env, [spec.env for _, spec in setting_fields()])
         read = {f.name: _read(env, spec, problems) for f, spec in setting_fields()}
         values = {name: _default(name) if v is _UNSET else v for name, v in read.items()}
         # a list of blanks (",") is no list: the default URL, as when the variable is unset

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from .spelling import did_you_mean
+
 
 class ProfileError(ValueError):
     """A profile file is missing, unreadable or inconsistent; the message names file and field."""
@@ -113,19 +115,20 @@ _REQUIRED = (
 def profile_from_dict(raw: dict[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> ModelProfile:
     if not isinstance(raw, dict):
         raise ProfileError(f"{source}: a profile must be a mapping, got {type(raw).__name__}")
+    known = set(ModelProfile.__dataclass_fields__)
+    unknown = sorted(str(k) for k in set(raw) - known)
     missing = [k for k in _REQUIRED if k not in raw]
-    if missing:
+    if unknown or missing:  # both at once: a misspelt required field is one of each
+        named = ", ".join(k + did_you_mean(k, known) for k in unknown)
+        problems = [f"unknown field(s) {named}; known: {', '.join(sorted(known))}"] if unknown else []
         hint = (
             " (model_types: the model_type(s) an endpoint serving this model reports in /model_info, the model's "
             "config.json `model_type`, e.g. [kimi_k25]; an endpoint serving another model is refused)"
             if "model_types" in missing
             else ""
         )
-        raise ProfileError(f"{source}: missing field(s) {', '.join(missing)}{hint}")
-    known = set(ModelProfile.__dataclass_fields__)
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ProfileError(f"{source}: unknown field(s) {', '.join(unknown)}")
+        problems += [f"missing field(s) {', '.join(missing)}{hint}"] if missing else []
+        raise ProfileError(f"{source}: {'; '.join(problems)}")
     d = dict(raw)
     tok = str(d["tokenizer"])
     # A relative local path is relative to the profile file, so a profile folder can move as a whole.
@@ -182,7 +185,10 @@ def load_profile(name_or_path: str | Path, models_dir: Path | None = None) -> Mo
         p = models_dir / f"{name_or_path}.yaml"
     if not p.exists():
         avail = sorted(x.stem for x in p.parent.glob("*.yaml")) if p.parent.exists() else []
-        raise ProfileError(f"model profile {str(name_or_path)!r} not found at {p} (available: {avail or 'none'})")
+        raise ProfileError(
+            f"model profile {str(name_or_path)!r} not found at {p}{did_you_mean(str(name_or_path), avail)} "
+            f"(available: {', '.join(avail) or 'none'})"
+        )
     try:
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:

@@ -1,5 +1,7 @@
 """`eagle3 check` from a plain shell: every problem of every source YAML, missing source files, an
-unwritable data dir and a dead endpoint, one line each naming file and field (or setting), exit 2."""
+unwritable data dir and a dead endpoint, one line each naming file and field (or setting), exit 2; and what
+a run would die on later: a model profile that is not there, a tokenizer that does not load, a source whose
+first records do not fit its format, a misspelt setting, YAML key or profile key ("did you mean")."""
 
 from __future__ import annotations
 
@@ -61,8 +63,9 @@ def test_check_names_every_problem_in_one_line_each(tmp_path: Path):
     known = next(e.split("known: ")[1] for e in errors if "unknown field" in e)
     assert sorted(errors) == sorted(
         [
-            f"{src / 'gone.yaml'}: field 'path': file not found: {src / 'missing.jsonl'}",
-            f"{src / 'nopath.yaml'}: unknown field(s) fromat; known: {known}",
+            f"{src / 'gone.yaml'}: field 'path': file not found: {src / 'missing.jsonl'}; a relative path is read "
+            f"from the YAML's folder ({src})",
+            f"{src / 'nopath.yaml'}: unknown field(s) fromat (did you mean 'format'?); known: {known}",
             f"{src / 'nopath.yaml'}: missing field 'path'",
             f"{src / 'twobad.yaml'}: source 'twobad': limit must be a positive integer, got -1",
             f"{src / 'twobad.yaml'}: source 'twobad': max_reject_rate must be a number in [0, 1], got 2",
@@ -89,3 +92,66 @@ def test_check_is_ok_once_everything_is_fixed_and_offline_says_it_did_not_probe(
     r, _ = _check(env, "--offline")
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert "1 source(s) OK" in r.stdout and "endpoints not probed (--offline)" in r.stdout, r.stdout
+
+
+def _errors(r: subprocess.CompletedProcess[str]) -> list[str]:
+    return [ln.removeprefix("eagle3 check: error: ") for ln in r.stderr.splitlines() if " error: " in ln]
+
+
+def test_check_refuses_what_the_run_would_die_on(tmp_path: Path):
+    env, src, _ = _setup(tmp_path)
+    for name in ("twobad", "gone", "nopath"):
+        (src / f"{name}.yaml").unlink()
+    env["EAGLE3_DATA_DIR"] = str(tmp_path / "data")
+
+    # a misspelt setting: refused first, naming what was meant (else EAGLE3_N_SHARDS keeps its default, silently)
+    r, _ = _check({**env, "EAGLE3_N_SHARD": "2"}, "--offline")
+    assert r.returncode == 2 and _errors(r) == [
+        "EAGLE3_N_SHARD is not a setting (did you mean 'EAGLE3_N_SHARDS'?): it would be ignored"
+    ], r.stderr
+
+    # a source whose records are OpenAI messages, declared as alpaca; a path written from the project's folder
+    # (the demo's prompts, as the repository names them); a model name that names no profile
+    (src / "wrong.yaml").write_text("path: good.jsonl\nformat: alpaca\n")
+    (src / "rooted.yaml").write_text("path: assets/sources/data/demo_prompts.jsonl\n")
+    demo = PROJECT_ROOT / "assets/sources/data/demo_prompts.jsonl"
+    r, _ = _check({**env, "EAGLE3_MODEL": "kimi"}, "--offline")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert sorted(_errors(r)) == sorted(
+        [
+            f"{src / 'rooted.yaml'}: field 'path': file not found: {src / 'assets/sources/data/demo_prompts.jsonl'}; "
+            f"a relative path is read from the YAML's folder ({src}), not from {PROJECT_ROOT}: write "
+            f"{os.path.relpath(demo, src)!r} (or an absolute path)",
+            f"{src / 'wrong.yaml'}: field 'format': none of the first 1 record(s) makes a prompt as format 'alpaca' "
+            "(1 rejected as missing_field: field 'instruction' is missing or null); the first record looks like format "
+            "'openai'",
+            f"EAGLE3_MODEL 'kimi': model profile 'kimi' not found at {tmp_path / 'assets/models/kimi.yaml'} (did you "
+            "mean 'kimi-k2.5'?) (available: kimi-k2.5, qwen3)",
+        ]
+    ), r.stderr
+    assert not (tmp_path / "home").exists()
+
+    # a tokenizer folder that holds no tokenizer: the whole reason, on one line
+    for name in ("wrong", "rooted"):
+        (src / f"{name}.yaml").unlink()
+    r, _ = _check({**env, "EAGLE3_TOKENIZER": str(tmp_path / "assets")}, "--offline")
+    [tok] = _errors(r)
+    assert r.returncode == 2 and tok.startswith(
+        f"EAGLE3_TOKENIZER {str(tmp_path / 'assets')!r} does not load: {tmp_path / 'assets'}: cannot load tokenizer: "
+    ), tok
+    assert tok.endswith("to convert a slow tokenizer to a fast one."), tok  # not cut at its first line
+    assert not (tmp_path / "home").exists()
+
+
+def test_a_misspelt_profile_key_is_named_with_what_was_meant(tmp_path: Path):
+    from eagle3_dagster.profiles import ProfileError, load_profile
+
+    text = (PROJECT_ROOT / "assets" / "models" / "qwen3.yaml").read_text().replace("vocab_size:", "vocab_sise:")
+    (tmp_path / "typo.yaml").write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(tmp_path / "typo.yaml")
+    said = str(e.value)
+    assert said.startswith(
+        f"{tmp_path / 'typo.yaml'}: unknown field(s) vocab_sise (did you mean 'vocab_size'?); known: "
+    )
+    assert said.endswith("; missing field(s) vocab_size")

@@ -43,7 +43,7 @@ def test_every_command_is_a_subparser_with_a_handler() -> None:
     assert (
         tuple(sub.choices)
         == COMMAND_NAMES
-        == ("ingest", "render", "inspect", "report", "demo", "ui", "plan", "check", "drafters")
+        == ("ingest", "render", "inspect", "report", "demo", "backfill", "ui", "plan", "check", "drafters")
     )
     args = parser.parse_args(["drafters", "compare", "--candidate", "http://c:30000", "--baseline", "eagle3-a"])
     assert (args.drafters_action, args.candidate, args.baseline, args.json, args.trained_on) == (
@@ -73,6 +73,7 @@ def test_each_command_help_is_exit_0_and_names_its_flags(command: str, capsys) -
     flag = {"ingest": "--allow-empty", "render": "--max-new-tokens", "inspect": "--histograms", "report": "--work-dir"}
     flag |= {"demo": "--samples", "ui": "--port", "plan": "--tokens-per-s-per-server", "check": "--offline"}
     flag |= {"drafters": "compare"}
+    flag |= {"backfill": "--allow-partial"}
     assert flag[command] in out
 
 

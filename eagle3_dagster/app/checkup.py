@@ -1,8 +1,9 @@
 """What `eagle3 check` finds wrong before anything runs: every problem, one line each, none hidden behind another.
 
 Source YAMLs (every bad field of every file), the source files they name (local ones: a missing file fails
-the ingest otherwise), the data and work dirs (writable), and the configured SGLang endpoints (they answer,
-as SGLang, to our key). `run_check` is the command: it prints what the plain functions return and, when
+the ingest otherwise, and their first records must make prompts in the YAML's `format`), the model profile
+EAGLE3_MODEL names and its tokenizer (it must load), the data and work dirs (writable), and the configured
+SGLang endpoints (they answer, as SGLang, to our key). `run_check` is the command: it prints what the plain functions return and, when
 nothing is wrong, writes the Dagster instance sized from the fleet.
 """
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..generate.fleet_capacity import endpoint_problems
 from ..ingest.errors import IngestFileError
+from ..ingest.pipeline import first_records_problem
 from ..ingest.remote import is_remote
 from ..ingest.spec import SourceSpec, read_source_specs
 
@@ -27,16 +29,43 @@ if TYPE_CHECKING:
 
 
 def source_problems(sources_dir: Path) -> tuple[list[SourceSpec], list[str]]:
-    """The valid specs, and a line per problem: each bad field of each YAML, each local source file missing."""
+    """The valid specs, and a line per problem: each bad field of each YAML, each local source file missing,
+    each local source whose first records make no prompt in its `format`."""
     loaded, problems = read_source_specs(sources_dir)
     for yaml_file, spec in loaded:
         if is_remote(spec.path):
             continue  # listing a bucket needs its credentials and the network: the ingest names a missing one
         try:
-            spec.files()
+            wrong = first_records_problem(spec)
         except IngestFileError as e:
             problems.append(f"{yaml_file}: field 'path': {str(e).removeprefix(f'source {spec.name!r}: ')}")
+            continue
+        if wrong:
+            problems.append(f"{yaml_file}: {wrong}")
     return [spec for _, spec in loaded], problems
+
+
+def model_problems(s: Settings) -> list[str]:
+    """A line when the model profile EAGLE3_MODEL names is not there or not valid, or when its tokenizer
+    (EAGLE3_TOKENIZER when set, else the profile's `tokenizer`) does not load; [] when both do."""
+    from ..profiles import ProfileError, active_profile
+    from ..tokenize.loading import TokenizerLoadError, load_tokenizer
+
+    try:
+        profile = active_profile(s.model, s.models_dir, s.tokenizer_override)
+    except ProfileError as e:
+        return [f"EAGLE3_MODEL {s.model!r}: {one_line(str(e))}"]
+    where = "EAGLE3_TOKENIZER" if s.tokenizer_override else f"the tokenizer of model profile {profile.name!r}"
+    try:
+        load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
+    except TokenizerLoadError as e:
+        return [f"{where} {profile.tokenizer!r} does not load: {one_line(str(e))}"]
+    return []
+
+
+def one_line(text: str) -> str:
+    """An error's whole text on one line (a library's message may run over several)."""
+    return " ".join(text.split())
 
 
 def writable_dir_problem(setting: str, folder: Path) -> str | None:
@@ -90,6 +119,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     s = settings()
     specs, problems = source_problems(s.sources_dir)
+    problems += model_problems(s)
     dirs = [("EAGLE3_DATA_DIR", s.data_dir.local_path)] if s.data_dir.is_local else []
     dirs += [("EAGLE3_WORK_DIR", s.work_dir)] if s.work_dir not in [d for _, d in dirs] else []
     problems += [p for name, d in dirs if (p := writable_dir_problem(name, d))]

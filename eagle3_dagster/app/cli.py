@@ -5,6 +5,7 @@
     eagle3 inspect --shard N            preview a shard's generations and its gate result
     eagle3 report [--out FILE]          rebuild the offline HTML data-quality report (shards x gates)
     eagle3 demo                         run the whole graph on a local Dagster instance and summarize
+    eagle3 backfill                     the same graph against EAGLE3_SGLANG_URL (a real fleet), and summarize
     eagle3 ui                           the Dagster UI on 127.0.0.1:3000 with a simulator behind it
     eagle3 plan [--tokens-per-s-per-server X] [--servers N]
                                         before a run: prompts, tokens, cached requests, ETA, GPU-hours, disk
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -139,8 +141,20 @@ def _report_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="model profile shown in the header (default: from the gate results)")
 
 
-def _demo_args(p: argparse.ArgumentParser) -> None:
+_ALLOW_PARTIAL_HELP = (
+    "publish a snapshot even when some shards did not pass: they are left out, and its manifest and data card "
+    "name each and why (default: a snapshot is published only when every shard passed)"
+)
+
+
+def _graph_args(p: argparse.ArgumentParser) -> None:
+    """What `eagle3 demo` and `eagle3 backfill` share."""
     p.add_argument("--shards", help="comma-separated shard keys (default: all)")
+    p.add_argument("--allow-partial", action="store_true", help=_ALLOW_PARTIAL_HELP)
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    _graph_args(p)
     p.add_argument("--sim-arg", action="append", default=[], help="extra argument for eagle3-sim (repeatable)")
     p.add_argument("--samples", type=int, help="one big shard of N distinct prompts from ../shared/datasets")
     p.add_argument("--output-tokens", type=int, help="simulator outputs of about T tokens (long reasoning)")
@@ -269,6 +283,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _backfill(args: argparse.Namespace) -> int:
+    from .backfill import run
+
+    return run(args)
+
+
 def _ui(args: argparse.Namespace) -> int:
     from .ui import run
 
@@ -347,6 +367,16 @@ COMMANDS: tuple[Command, ...] = (
         _demo,
     ),
     Command(
+        "backfill",
+        "the whole graph against EAGLE3_SGLANG_URL (a real fleet) on the local instance, and summarize",
+        "Ingest, every shard, the snapshot, the quality report: the same graph, order and publish rule as the "
+        "demo and the nightly (a snapshot only when every shard passed, unless --allow-partial; the report "
+        "last), against the SGLang server or router EAGLE3_SGLANG_URL names, on the Dagster instance in "
+        "DAGSTER_HOME. A failed shard does not stop the others. Exit 0 when everything passed.",
+        _graph_args,
+        _backfill,
+    ),
+    Command(
         "ui",
         "the Dagster UI on 127.0.0.1:3000 with a simulator behind it",
         "Start the Dagster UI (dagster dev: webserver, daemon, code server) on 127.0.0.1 for this project's "
@@ -366,8 +396,10 @@ COMMANDS: tuple[Command, ...] = (
         "check",
         "validate settings, source YAMLs and files, the data dir and (unless --offline) the SGLang endpoints; "
         "create the instance",
-        "Validate every EAGLE3_* setting and every source YAML (each missing source file, an unwritable data or "
-        "work dir, and each configured SGLang endpoint that does not answer as SGLang too: one line per problem, "
+        "Validate every EAGLE3_* setting (a misspelt one named with what was meant) and every source YAML (each "
+        "missing source file, a source whose first records make no prompt in its format, the model profile and its "
+        "tokenizer, an unwritable data or work dir, and each configured SGLang endpoint that does not answer as "
+        "SGLang too: one line per problem, "
         "exit code 2, nothing written), then create or update the Dagster instance in DAGSTER_HOME, its `sglang` "
         "pool and run queue sized from the fleet: each EAGLE3_SGLANG_URL endpoint's max_running_requests and the "
         "prompts per shard of the last ingest. Nothing is run.",
@@ -433,13 +465,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return _run(args.command, args.handler, args)
+    try:
+        code = _run(args.command, args.handler, args)
+        sys.stdout.flush()  # what is still buffered goes now, while a closed pipe can be answered here
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+# the exit code of a command whose reader closed the pipe (`eagle3 inspect | head`): 128 + SIGPIPE, as a
+# command killed by SIGPIPE exits
+PIPE_CLOSED = 141
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away: no traceback, and nothing more is written to the closed pipe (stdout
+    points at /dev/null, so the interpreter's last flush at exit finds nothing to complain about)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return PIPE_CLOSED
 
 
 def _run(cmd: str, handler: Handler, args: argparse.Namespace) -> int:
     """The handler, with every mistake the user fixes (a setting, a file, a folder) as one line, exit code 2."""
     from ..config import PartitionKeyError, SettingsError, apply_project_env_defaults
     from ..ingest.errors import SourceSpecError
+    from ..profiles import ProfileError
     from ..sim.process import SimulatorError
     from ..tokenize.loading import TokenizerLoadError
 
@@ -448,12 +500,16 @@ def _run(cmd: str, handler: Handler, args: argparse.Namespace) -> int:
         return handler(args)
     except (TokenizerLoadError, SimulatorError) as e:
         # the tokenizer (or the simulator that loads it) cannot start: one line naming the setting
-        print(f"eagle3 {cmd}: error: {_one_line(e)}", file=sys.stderr)
-        print(
-            f"eagle3 {cmd}: the tokenizer comes from EAGLE3_TOKENIZER (or the profile named by EAGLE3_MODEL): "
-            "point it at a local tokenizer folder",
-            file=sys.stderr,
-        )
+        line = _one_line(e)
+        print(f"eagle3 {cmd}: error: {line}", file=sys.stderr)
+        if "ProfileError" in line:
+            hint = "EAGLE3_MODEL names a model profile (assets/models/<name>.yaml, or a YAML path): fix it or the file"
+        else:
+            hint = (
+                "the tokenizer comes from EAGLE3_TOKENIZER (or the profile named by EAGLE3_MODEL): point it at a "
+                "local tokenizer folder"
+            )
+        print(f"eagle3 {cmd}: {hint} (`eagle3 check` loads both without running)", file=sys.stderr)
         return 2
     except OSError as e:
         if e.errno not in UNWRITABLE_ERRNOS:
@@ -467,7 +523,7 @@ def _run(cmd: str, handler: Handler, args: argparse.Namespace) -> int:
         if cmd == "demo":
             print("next:       fix the folder named above, then rerun `make demo`\nresult:     FAILED", flush=True)
         return 2
-    except (SettingsError, SourceSpecError, PartitionKeyError) as e:
+    except (SettingsError, SourceSpecError, PartitionKeyError, ProfileError) as e:
         # a configuration mistake: one readable line per problem, no traceback
         for line in str(e).splitlines():
             print(f"eagle3 {cmd}: error: {line}", file=sys.stderr)

@@ -1,9 +1,11 @@
-"""`eagle3 demo`: the whole graph on a local instance, with a simulator if needed, and its summary.
+"""`eagle3 demo` and `eagle3 backfill`: the whole graph on the local instance, and its summary.
 
-The simulator is started only when EAGLE3_SGLANG_URL is unset; pointing that variable at a real
-SGLang server (or router) runs the very same code against it. Nothing here writes the process
-environment: the instance is opened from its folder, the simulator's URL reaches the runs as the
-`sglang` resource.
+Both run the graph in this process in the order and by the publish rule of orchestration/sequence.py
+(materialize_graph): ingest, every shard, the snapshot (only when every shard passed, unless
+`--allow-partial`), the report last. The demo starts a simulator when EAGLE3_SGLANG_URL is unset;
+the backfill needs that variable (a real SGLang server or router) and waits for it as long as the
+nightly does. Nothing here writes the process environment: the instance is opened from its folder,
+the endpoint's URL reaches the runs as the `sglang` resource.
 """
 
 from __future__ import annotations
@@ -136,11 +138,33 @@ def shard_table(outcome, data_dir: DataPath) -> list[str]:
     return lines
 
 
-def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
-    """The demo's summary of `outcome`; `s`: the settings its definitions were built from (default: this
-    process's)."""
+def counts_lines(outcome, data_dir: DataPath, s: Settings) -> list[str]:
+    """Every prompt read, counted once (the data card states the same equation: publish/card_facts.py), over the
+    shards this run covered: rejected, duplicates, overlaps, other shards, probe prompts, quarantined or failed,
+    trained; then the training rows."""
+    from ..ingest import load_source_specs
+    from ..publish.card_facts import reconciliation, source_counts
+    from ..storage import as_data_path
+
+    if not outcome.ingest_success:
+        return []
+    data_dir = as_data_path(data_dir)
+    specs = [x for x in load_source_specs(s.sources_dir) if x.role in ("train", "probe")]
+    shards = [int(sh.shard) for sh in outcome.shards]
+    tables = [
+        t for k in shards if (t := data_dir / "training_samples" / f"shard={k:04d}" / "part-0000.parquet").exists()
+    ]
+    counts = source_counts(
+        data_dir, [x.name for x in specs], shards, tables, [x.name for x in specs if x.role == "probe"]
+    )
+    return [f"counts:     {reconciliation(counts)}"]
+
+
+def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: str = "demo") -> str:
+    """The summary of `outcome` (`eagle3 demo`, `eagle3 backfill`); `s`: the settings its definitions were
+    built from (default: this process's)."""
     s = s or settings()
-    lines = ["", "=" * 72, "eagle3-dagster demo summary", "=" * 72]
+    lines = ["", "=" * 72, f"eagle3-dagster {command} summary", "=" * 72]
     prompts = data_dir / "prompts" / "prompts.parquet"
     rej = data_dir / "prompts" / "prompt_rejects.parquet"
     lines.append(f"model profile: {s.model}   data dir: {data_dir}")
@@ -154,12 +178,11 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
     lines.append(
         f"prompts: {_rows(prompts.parent, 'prompts.parquet')} unique, {_rows(rej.parent, 'prompt_rejects.parquet')} rejected"
     )
+    lines += counts_lines(outcome, data_dir, s)
     lines += shard_table(outcome, data_dir)
-    docs = None
     warned: dict[str, list[str]] = {}  # "gate/expectation key" -> shards where the warning fired
     for gate_file in (data_dir / "gates").glob("*/shard=*.json"):
         stored = json.loads(gate_file.read_text())
-        docs = stored.get("data_docs_index") or docs
         for o in stored.get("outcomes", []):
             if o.get("severity") == "warning" and not o.get("success"):
                 warned.setdefault(f"{gate_file.parent.name}/{o.get('key')}", []).append(gate_file.stem[len("shard=") :])
@@ -184,11 +207,11 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None) -> str:
         *_text_exact_line(data_dir, snap),
         *acceptance_lines(data_dir, [int(sh.shard) for sh in outcome.shards]),
         *_publish_lines(outcome),
-        f"data docs:  {docs or 'not built'}",
+        f"data docs:  {getattr(outcome, 'data_docs', None) or 'not built'}",
         _report_line(report, getattr(outcome, "report_error", None)),
         f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
     ]
-    lines += problem_lines(outcome, s, report)
+    lines += problem_lines(outcome, s, report, command)
     lines.append(f"result:     {result_word(outcome)}")
     # one printed line per entry: an error or warning quoting a server (a drafter path, a version, an error
     # body) cannot clear the terminal or forge a line of the summary
@@ -228,8 +251,16 @@ def result_word(outcome) -> str:
 
 
 def _publish_lines(outcome) -> list[str]:
-    """The publish and drift gates of the snapshot run (asset checks on training_dataset), one line each."""
+    """Why no snapshot was asked for; a partial one's shards left out; the publish and drift gates of the
+    snapshot run (asset checks on training_dataset); one line each."""
     lines = []
+    if getattr(outcome, "not_published", ""):
+        lines.append(f"publish:    {outcome.not_published}")
+    if getattr(outcome, "left_out", []) and getattr(outcome, "publish_success", None):
+        lines.append(
+            f"publish:    PARTIAL snapshot (--allow-partial): shard(s) {', '.join(outcome.left_out)} left out; its "
+            "manifest and data card name each and why"
+        )
     checks = getattr(outcome, "publish_checks", {}) or {}
     if "publish_gate" in checks and not checks["publish_gate"][0]:
         lines.append(f"publish:    FAILED: {checks['publish_gate'][2]}")
@@ -239,8 +270,9 @@ def _publish_lines(outcome) -> list[str]:
     return lines
 
 
-def problem_lines(outcome, s, report: Path) -> list[str]:
+def problem_lines(outcome, s, report: Path, command: str = "demo") -> list[str]:
     """Errors, warnings and what to do next; empty when everything passed."""
+    rerun = f"rerun `{'make demo' if command == 'demo' else 'eagle3 ' + command}`"
     errors = [f"ingest {e}" for e in outcome.ingest_errors]
     errors += [f"ingest check {c} failed" for c, sev in outcome.ingest_failed_checks.items() if sev == "ERROR"]
     if not outcome.ingest_success and not outcome.ingest_errors:
@@ -264,17 +296,18 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
     if not outcome.ingest_success:
         out.append(
             f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
-            "`allow_empty: true` makes an empty source a warning), then rerun `make demo`"
+            f"`allow_empty: true` makes an empty source a warning), then {rerun}"
         )
     elif endpoint := endpoint_advice([e for sh in outcome.shards for e in sh.errors]):
-        out.append(f"next:       {endpoint}, then rerun `make demo`")
+        out.append(f"next:       {endpoint}, then {rerun}")
     elif any(not sh.ok for sh in outcome.shards):
         bad = next(sh.shard for sh in outcome.shards if not sh.ok)
         out.append(
             f"next:       `eagle3 inspect --shard {bad}` shows the failing gate's rows; the report {report} "
-            "lists every failed expectation; fix the cause, then rerun `make demo` (answers the server got wrong: "
+            f"lists every failed expectation; fix the cause, then {rerun} (answers the server got wrong: "
             "empty, capped, integrity, are sent again; answers judged on their content are redrawn only with a new "
-            "`regen_seed`: docs/troubleshooting.md)"
+            "`regen_seed`: docs/troubleshooting.md); nothing is published until every shard passes "
+            "(`--allow-partial` publishes the others, naming what it leaves out)"
         )
     elif getattr(outcome, "report_error", None) and getattr(outcome, "data_success", False):
         out.append(
@@ -284,7 +317,7 @@ def problem_lines(outcome, s, report: Path) -> list[str]:
     elif not outcome.success:
         out.append(
             "next:       the snapshot was not published (LATEST unchanged); the error above and the report "
-            f"{report} say why; fix it, then rerun `make demo`"
+            f"{report} say why; fix it, then {rerun}"
         )
     elif outcome.warnings:
         out.append(
@@ -335,7 +368,7 @@ def big_shard_settings(s: Settings, n: int) -> Settings:
 def demo_settings(args: argparse.Namespace, s: Settings) -> Settings:
     """The settings the demo's definitions are built from: `s`, changed by --samples (one big shard) and
     --speculative (the example probe set among the sources). Copies: the process's settings stay as they were."""
-    if args.samples is not None:
+    if getattr(args, "samples", None) is not None:
         s = big_shard_settings(s, args.samples)
     if getattr(args, "speculative", False):
         from .speculative_demo import speculative_settings
@@ -358,38 +391,43 @@ def run(args: argparse.Namespace) -> int:
         from .speculative_demo import SPECULATIVE_SIM_ARGS
 
         args.sim_arg = [*SPECULATIVE_SIM_ARGS, *args.sim_arg]
-    # One demo per data dir: a second one would ingest, tokenize and generate into the same shard
-    # folders as the first. Refused at once, in one line naming the running demo and the lock file.
+    return run_graph_command(args, "demo")
+
+
+def run_graph_command(args: argparse.Namespace, command: str) -> int:
+    """`eagle3 demo` or `eagle3 backfill` (`command`): the graph on the local instance, one at a time per data dir."""
+    # One graph run per data dir: a second one would ingest, tokenize and generate into the same shard
+    # folders as the first. Refused at once, in one line naming the running one and the lock file.
     s = settings()
-    if args.samples is None:  # (--samples builds its assets folder first; _main_locked validates those)
-        # a bad shard key or source YAML fails before anything, the lock file included, is created
+    samples = getattr(args, "samples", None)
+    if samples is None:  # (--samples builds its assets folder first; _main_locked validates those)
+        # a bad shard key, model profile or source YAML fails before anything, the lock file included, is created
         from ..ingest import load_source_specs
         from ..orchestration.partitions import shard_keys
         from ..orchestration.run import check_shard_keys
+        from ..profiles import active_profile
 
         check_shard_keys(args.shards.split(",") if args.shards else None, shard_keys(s.n_shards))
+        active_profile(s.model, s.models_dir, s.tokenizer_override)  # a ProfileError names EAGLE3_MODEL's file
         load_source_specs(s.sources_dir)
-    lock = DataDirLock(s.data_dir, DEMO_LOCK, what="eagle3 demo", wait_s=0, local_lock_dir=s.work_dir / "locks")
+    what = f"eagle3 {command}"
+    lock = DataDirLock(s.data_dir, DEMO_LOCK, what=what, wait_s=0, local_lock_dir=s.work_dir / "locks")
     try:
         lock.acquire()
     except DataDirLocked as e:
-        print(
-            f"[demo] refused: {e}; wait for it to finish, or set another EAGLE3_DATA_DIR",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"[{command}] refused: {e}; wait for it to finish, or set another EAGLE3_DATA_DIR", file=sys.stderr)
         return 1
     try:
         warning = lock.host_only_warning()
         if warning:
-            print(f"[demo] warning: {warning}", file=sys.stderr, flush=True)
-        return _main_locked(args, demo_settings(args, s))
+            print(f"[{command}] warning: {warning}", file=sys.stderr, flush=True)
+        return _main_locked(args, demo_settings(args, s), command)
     finally:
         lock.release()
 
 
-def _main_locked(args: argparse.Namespace, s: Settings) -> int:
-    """The demo on the settings `s` (validated: cli.py prints a SettingsError as one line each)."""
+def _main_locked(args: argparse.Namespace, s: Settings, command: str) -> int:
+    """The graph on the settings `s` (validated: cli.py prints a SettingsError as one line each)."""
     shards = args.shards.split(",") if args.shards else None
     from ..orchestration.partitions import shard_keys
     from ..orchestration.run import check_shard_keys
@@ -402,52 +440,25 @@ def _main_locked(args: argparse.Namespace, s: Settings) -> int:
     from .checkup import dead_endpoint_lines
 
     for line in dead_endpoint_lines(s):  # named now, not after ingest and tokenize; a cached shard needs no server
-        print(f"[demo] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails", flush=True)
-    import dagster as dg
-
+        print(f"[{command}] warning: {line.split(' (`eagle3 check')[0]}; a shard with prompts to send fails")
     from ..definitions import build_definitions
 
     defs = build_definitions(s)  # loads the source YAMLs: a bad one fails here, one line per problem
-    from ..orchestration.resources import SGLangFleet
-
-    with StopOnSignal() as stopper:
-        try:
-            with sglang_endpoint(s, args.sim_arg) as url, dg.DagsterInstance.from_config(str(home)) as instance:
-                from ..orchestration.run import materialize_graph
-
-                stopper.instance = instance
-                # the URL (a configured fleet or the simulator just started) reaches every run as the
-                # `sglang` resource, not through the process environment
-                # and an interactive run names a dead endpoint within seconds (the nightly waits longer)
-                fleet = {"sglang": SGLangFleet(urls=url, wait_for_endpoint_s=interactive_endpoint_wait_s(s))}
-                outcome = stopper.run(
-                    lambda: materialize_graph(
-                        defs,
-                        instance,
-                        shards=shards,
-                        resources=fleet,
-                        run_publish=True,
-                        should_stop=lambda: stopper.requested,
-                    )
-                )
-        except KeyboardInterrupt:
-            print(
-                "[demo] stopped: simulator ended, no further run started; rerun `eagle3 demo` to resume",
-                file=sys.stderr,
-                flush=True,
-            )
-            return 130
-    if outcome.stopped:
-        print(stopped_line(outcome), file=sys.stderr, flush=True)
+    outcome = _graph(args, s, command, defs, home, shards)
+    if outcome is None:
         return 130
-    print(summarize(outcome, s.data_dir, s), flush=True)
-    summary_path = s.data_dir / "demo_summary.json"
-    summary_path.write_text(
+    if outcome.stopped:
+        print(stopped_line(outcome, command), file=sys.stderr, flush=True)
+        return 130
+    print(summarize(outcome, s.data_dir, s, command), flush=True)
+    (s.data_dir / f"{command}_summary.json").write_text(
         json.dumps(
             {
                 "success": outcome.success,
-                "shards": [s.__dict__ for s in outcome.shards],
+                "shards": [sh.__dict__ for sh in outcome.shards],
                 "ingest_errors": outcome.ingest_errors,
+                "not_published": outcome.not_published,
+                "left_out": outcome.left_out,
                 "publish_errors": outcome.publish_errors,
                 "warnings": outcome.warnings,
                 "report_error": outcome.report_error,
@@ -456,3 +467,43 @@ def _main_locked(args: argparse.Namespace, s: Settings) -> int:
         )
     )
     return 0 if outcome.success else 1
+
+
+def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path, shards: list[str] | None):
+    """materialize_graph against the endpoint (the demo's simulator when none is configured), stopping on a
+    signal; None when a second signal ended the wait."""
+    import dagster as dg
+
+    from ..orchestration.resources import SGLangFleet
+    from ..orchestration.run import materialize_graph
+
+    with StopOnSignal(command) as stopper:
+        try:
+            with (
+                sglang_endpoint(s, getattr(args, "sim_arg", None)) as url,
+                dg.DagsterInstance.from_config(str(home)) as instance,
+            ):
+                stopper.instance = instance
+                # the URL (a configured fleet or the simulator just started) reaches every run as the `sglang`
+                # resource, not through the process environment; the demo names a dead endpoint within seconds,
+                # a backfill waits for a fleet as long as the nightly does
+                wait = interactive_endpoint_wait_s(s) if command == "demo" else None
+                fleet = {"sglang": SGLangFleet(urls=url, wait_for_endpoint_s=wait)}
+                return stopper.run(
+                    lambda: materialize_graph(
+                        defs,
+                        instance,
+                        shards=shards,
+                        resources=fleet,
+                        run_publish=True,
+                        allow_partial=args.allow_partial,
+                        should_stop=lambda: stopper.requested,
+                    )
+                )
+        except KeyboardInterrupt:
+            print(
+                f"[{command}] stopped: no further run started; rerun `eagle3 {command}` to resume",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None

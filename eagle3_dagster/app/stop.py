@@ -26,7 +26,8 @@ class StopOnSignal:
     simulator is stopped on the way out. A second signal stops waiting for the cleanup.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, command: str = "demo") -> None:
+        self.command = command  # the `eagle3` command that runs the graph: its lines start with [<command>]
         self.requested = False
         self.instance: Any = None
         self._old: dict[int, Any] = {}
@@ -43,7 +44,7 @@ class StopOnSignal:
         # the buffered sys.stderr, and during a step Dagster's compute-log capture has fd 2 redirected
         os.write(
             self._tty_err,
-            f"\n[demo] {name}: stopping (the current run is canceled; a publish stops before LATEST is "
+            f"\n[{self.command}] {name}: stopping (the current run is canceled; a publish stops before LATEST is "
             "switched; no further run starts; a rerun resumes). Again to stop waiting for the cleanup.\n".encode(),
         )
         if self.instance is not None:
@@ -52,7 +53,7 @@ class StopOnSignal:
 
                 cancel_own_runs(self.instance)
             except Exception as e:
-                print(f"[demo] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
+                print(f"[{self.command}] could not mark the run canceled: {e}", file=sys.stderr, flush=True)
         stopping.request_stop(f"{name} received")
 
     def run(self, fn: Any) -> Any:
@@ -87,15 +88,16 @@ class StopOnSignal:
         os.close(self._tty_err)
 
 
-def stopped_line(outcome: Any) -> str:
-    """The demo's last line after a stop: what ran, and whether the snapshot was published."""
-    rerun = "rerun `eagle3 demo` to resume"
+def stopped_line(outcome: Any, command: str = "demo") -> str:
+    """The last line of `eagle3 demo` / `eagle3 backfill` after a stop: what ran, and whether the snapshot was
+    published."""
+    rerun = f"rerun `eagle3 {command}` to resume"
     if outcome.publish_success is None:
-        return f"[demo] stopped: the interrupted run is marked canceled, no further run started; {rerun}"
+        return f"[{command}] stopped: the interrupted run is marked canceled, no further run started; {rerun}"
     if outcome.publish_success:
         return (
-            f"[demo] stop requested during publish: the snapshot {outcome.snapshot_version} was completed and "
+            f"[{command}] stop requested during publish: the snapshot {outcome.snapshot_version} was completed and "
             f"published (LATEST names it) before the stop was seen; no further run started"
         )
     why = printable("; ".join(outcome.publish_errors)) or "see the publish run in `make ui`"
-    return f"[demo] stopped during publish, nothing published: {why}; {rerun}"
+    return f"[{command}] stopped during publish, nothing published: {why}; {rerun}"

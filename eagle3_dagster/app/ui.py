@@ -44,9 +44,11 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from ..ingest import load_source_specs
+    from ..profiles import active_profile
     from ..sim.process import die_with_parent
 
     load_source_specs(s.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
+    active_profile(s.model, s.models_dir, s.tokenizer_override)  # EAGLE3_MODEL names no profile: one line
     with StopOnSignal() as stopper, sglang_endpoint(s) as url:
         # `dagster dev` and the runs it starts get the instance and the URL in their own environment
         env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})

@@ -5,21 +5,26 @@ What the daemon does, night by night (every step is a plain Dagster run, visible
 1. `nightly_regeneration` (schedule, EAGLE3_NIGHTLY_CRON in EAGLE3_NIGHTLY_TZ) launches the `ingest`
    job tagged `eagle3/nightly`; `prompt_source_sensor` does the same when a source file is added or
    changes. The ingest run's id names the night (`eagle3/night`).
-2. `nightly` (one sensor, reading the night's runs on every tick) moves the latest night on: after its
-   successful ingest run, one `shard_pipeline` run per shard partition (tokenize -> generate -> train,
-   each gated by blocking checks), all tagged with the night; once EVERY shard run of the night
-   succeeded, the `publish` job (`training_dataset`: snapshot, LATEST, exports). A night with a failed
-   shard (a gate failed, the server was down, ...) publishes nothing: LATEST is unchanged, the failed
-   runs are red, and `nightly_failed` names each failed run of the night on its tick. The night's
-   state is its runs, so a tick that was missed (daemon restart) is made good by the next one.
-3. When the night ends (published, or a shard lost), the same sensor launches the `report` job:
-   `quality_report` renders the offline HTML report from what is stored, so a night that published
-   nothing shows why too.
-4. A night is open from its ingest run until it published or lost a shard: the schedule and the
-   source sensor do not start another while one is open.
+2. `nightly` (one sensor, reading the night's runs on every tick) moves the latest night on, asking the
+   sequencer every graph run asks (orchestration/sequence.py `next_runs`, on the state of the night's runs:
+   run statuses and check evaluations, orchestration/run_records.py): after its successful ingest run, one
+   `shard_pipeline` run per shard partition (tokenize -> generate -> train, each gated by blocking checks),
+   all tagged with the night; once EVERY shard passed, the `publish` job (`training_dataset`: snapshot,
+   LATEST, exports). A night with a failed shard (a gate failed, the server was down, ...) publishes
+   nothing: LATEST is unchanged, the failed runs are red, and `nightly_failed` names each failed run of the
+   night on its tick. The night's state is its runs, so a tick that was missed (daemon restart) is made good
+   by the next one, and a shard re-run that passes lets the night publish after all.
+3. Last, whatever happened (published, a shard lost, the ingest failed), the same sensor launches the
+   `report` job: the gates' Data Docs and the offline HTML report from what is stored, so a night that
+   published nothing shows why too.
+4. A night is open from its ingest run until its report ran: the schedule and the source sensor do not
+   start another while one is open.
 5. `training_dataset:freshness_check` (an ERROR asset check, evaluated by the `snapshot_freshness` sensor
    and after every publish) fails when the last publish is older than EAGLE3_SNAPSHOT_MAX_AGE
    (default 26h), so a night that did not publish turns red the next day.
+
+A partial snapshot is never published by the night; launch the `publish` job with `allow_partial: true` in
+its config (the launchpad) to publish one by hand.
 
 Only public Dagster API: per-partition RunRequests from a sensor that declares the jobs it requests
 (the daemon rejects asset-graph-subset requests from sensors without an asset selection).
@@ -28,7 +33,8 @@ Only public Dagster API: per-partition RunRequests from a sensor that declares t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -37,9 +43,12 @@ from ..config import Settings, settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.asset_names import REPORT_ASSET, SHARD_ASSETS, AssetName, stage_assets
 from ..orchestration.partitions import shard_keys
+from ..orchestration.run_records import IN_PROGRESS, combine, run_state
+from ..orchestration.sequence import GraphState, Job, NextRun, RunState, next_runs
 
 NIGHTLY_TAG = "eagle3/nightly"
 NIGHT_TAG = "eagle3/night"  # the id of the ingest run that started the night
+PARTITION_TAG = "dagster/partition"
 FRESHNESS_SENSOR = "snapshot_freshness"
 NIGHTLY_SENSOR = "nightly"
 
@@ -74,36 +83,6 @@ NIGHT_JOBS = (ingest_job, shard_pipeline_job, publish_job, report_job)
 
 # ----------------------------------------------------------------------------------- night logic
 
-IN_PROGRESS = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
-
-
-def night_verdict(expected: list[str], status_by_shard: Mapping[str, list[str]]) -> tuple[str, list[str]]:
-    """Whether a night may publish, from the statuses of its shard runs (several runs per shard: a re-run).
-
-    Returns ("publish", []) when every expected shard has a successful run; ("failed", shards)
-    when a shard's runs are all finished and none succeeded; else ("waiting", shards still open).
-    """
-    failed, waiting = [], []
-    for shard in expected:
-        statuses = status_by_shard.get(shard, [])
-        if "SUCCESS" in statuses:
-            continue
-        if not statuses or any(s not in ("FAILURE", "CANCELED") for s in statuses):
-            waiting.append(shard)
-        else:
-            failed.append(shard)
-    if failed:
-        return "failed", failed
-    if waiting:
-        return "waiting", waiting
-    return "publish", []
-
 
 def latest_night(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     """The newest tagged ingest run (nightly or source change): it starts a night and its id names it."""
@@ -111,41 +90,72 @@ def latest_night(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     return runs[0] if runs else None
 
 
-def shard_statuses(instance: dg.DagsterInstance, night: str) -> dict[str, list[str]]:
-    """Shard key -> the statuses of that shard's runs in the night (several: a re-run)."""
-    runs = instance.get_runs(filters=dg.RunsFilter(job_name=shard_pipeline_job.name, tags={NIGHT_TAG: night}))
-    by_shard: dict[str, list[str]] = {}
-    for r in runs:
-        by_shard.setdefault(r.tags.get("dagster/partition", ""), []).append(r.status.value)
-    return by_shard
+@dataclass(frozen=True)
+class Night:
+    """A night's runs as the sequencer sees them, and the newest of its runs other than a report (a report
+    run is the night's last only when it is newer: a re-run shard or publish asks for another)."""
+
+    id: str
+    state: GraphState
+    newest_run: str
+
+
+def night_state(instance: dg.DagsterInstance, night_run: dg.DagsterRun, expected: Sequence[str]) -> Night:
+    """The state of the night `night_run` started, from its runs' records (orchestration/run_records.py)."""
+    night = night_run.run_id
+    runs = [r.dagster_run for r in instance.get_run_records(filters=dg.RunsFilter(tags={NIGHT_TAG: night}))]
+    others = [r for r in runs if r.job_name != report_job.name]  # newest first
+
+    def state(job: str, shard: str | None = None) -> RunState:
+        return combine(
+            run_state(instance, r) for r in others if r.job_name == job and r.tags.get(PARTITION_TAG, shard) == shard
+        )
+
+    # the report is the night's last run only when nothing ran after it
+    last_report = runs[0] if runs and runs[0].job_name == report_job.name else None
+    return Night(
+        night,
+        GraphState(
+            ingest=run_state(instance, night_run),
+            shards={k: state(shard_pipeline_job.name, k) for k in expected},
+            publish=state(publish_job.name),
+            report=run_state(instance, last_report) if last_report is not None else RunState.NOT_RUN,
+        ),
+        others[0].run_id if others else night,
+    )
 
 
 def night_ended(instance: dg.DagsterInstance, night: str) -> bool:
-    """A night ends with its publish run, or with a shard run that failed or was canceled (nothing published)."""
-    published = instance.get_runs(filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1)
-    failed = instance.get_runs(
-        filters=dg.RunsFilter(
-            job_name=shard_pipeline_job.name,
-            tags={NIGHT_TAG: night},
-            statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
-        ),
-        limit=1,
-    )
-    return bool(published or failed)
+    """A night ends with its report: the sequencer runs it last, whatever happened before (sequence.py), so
+    the night's newest run is a finished report run."""
+    newest = instance.get_runs(filters=dg.RunsFilter(tags={NIGHT_TAG: night}), limit=1)
+    return bool(newest) and newest[0].job_name == report_job.name and newest[0].status not in IN_PROGRESS
+
+
+def night_request(night: Night, run: NextRun) -> dg.RunRequest:
+    """A run the sequencer asked for, as the sensor's request: tagged with the night, keyed so that a later
+    tick asking again launches nothing (a report: once per state of the night's other runs)."""
+    tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night.id}
+    if run.job is Job.SHARD:
+        key = f"{night.id}:{run.shard}"
+        return dg.RunRequest(run_key=key, job_name=shard_pipeline_job.name, partition_key=run.shard, tags=tags)
+    if run.job is Job.PUBLISH:
+        return dg.RunRequest(run_key=f"publish:{night.id}", job_name=publish_job.name, tags=tags)
+    return dg.RunRequest(run_key=f"report:{night.id}:{night.newest_run}", job_name=report_job.name, tags=tags)
 
 
 def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
     """What of a night is still going on: unfinished tagged runs, or a night between two of its runs.
 
-    Between a successful ingest and its shard runs (and between the last shard run and the publish)
-    nothing is running; a night that has neither published nor lost a shard is still open, so a
+    Between a successful ingest and its shard runs (and between the last shard run and the publish, and
+    before the report) nothing is running; a night that has not ended (its report, last) is still open, so a
     schedule or source-sensor tick landing there does not start a second, overlapping night.
     """
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS, tags={NIGHTLY_TAG: "true"}), limit=5)
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=list(IN_PROGRESS), tags={NIGHTLY_TAG: "true"}), limit=5)
     if runs:
         return [f"{r.job_name}:{r.run_id[:8]}" for r in runs]
     night = latest_night(instance)
-    if night is None or night.status != dg.DagsterRunStatus.SUCCESS or night_ended(instance, night.run_id):
+    if night is None or night_ended(instance, night.run_id):
         return []
     return [f"night {night.run_id[:8]} (between its runs; the `{NIGHTLY_SENSOR}` sensor moves it on)"]
 
@@ -178,31 +188,6 @@ def build_nightly_schedule(cron: str | None = None, timezone: str | None = None)
 # ---------------------------------------------------------------------------------------- sensors
 
 
-def night_requests(
-    night: str, by_shard: Mapping[str, list[str]], expected: list[str]
-) -> list[dg.RunRequest] | tuple[str, list[str]]:
-    """The next step of a night whose ingest succeeded: a `shard_pipeline` run for every shard without one,
-    else the `publish` run once every shard has a successful run, else the night's verdict (waiting / failed)."""
-    tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night}
-    missing = [k for k in expected if k not in by_shard]
-    if missing:
-        return [
-            dg.RunRequest(run_key=f"{night}:{k}", job_name=shard_pipeline_job.name, partition_key=k, tags=tags)
-            for k in missing
-        ]
-    verdict, shards = night_verdict(expected, by_shard)
-    if verdict == "publish":
-        return [dg.RunRequest(run_key=f"publish:{night}", job_name=publish_job.name, tags=tags)]
-    return verdict, shards
-
-
-def report_request(night: str, ended: str) -> dg.RunRequest:
-    """The `report` run of a night that `ended` ("failed", "published"): one each, by its run key, so a later
-    tick asks again and Dagster launches nothing, and a night rescued by a re-run is reported again."""
-    tags = {NIGHTLY_TAG: "true", NIGHT_TAG: night}
-    return dg.RunRequest(run_key=f"report:{night}:{ended}", job_name=report_job.name, tags=tags)
-
-
 def build_nightly_sensor(n_shards: int, interval_s: int) -> dg.SensorDefinition:
     """The `nightly` sensor over the shard keys of `n_shards` shards (the partitions of the same definitions)."""
     expected = shard_keys(n_shards)
@@ -211,45 +196,26 @@ def build_nightly_sensor(n_shards: int, interval_s: int) -> dg.SensorDefinition:
         name=NIGHTLY_SENSOR,
         jobs=[shard_pipeline_job, publish_job, report_job],
         minimum_interval_seconds=interval_s,
-        description="Moves the latest tagged night on (nightly or source change): after its successful `ingest` run, "
-        "one `shard_pipeline` run per shard; when every shard run succeeded, the `publish` run; when the night ended "
-        "(published, or a shard lost), the `report` run. A night with a failed shard publishes nothing (LATEST "
-        "unchanged; the freshness check turns red).",
+        description="Moves the latest tagged night on (nightly or source change), in the order and by the publish "
+        "rule every graph run follows (orchestration/sequence.py): after its successful `ingest` run, one "
+        "`shard_pipeline` run per shard; when every shard passed, the `publish` run; last, the `report` run. A "
+        "night with a failed shard publishes nothing (LATEST unchanged; the freshness check turns red).",
         default_status=dg.DefaultSensorStatus.STOPPED,
     )
     def nightly(context: dg.SensorEvaluationContext) -> Iterator[dg.RunRequest | dg.SkipReason]:
         night_run = latest_night(context.instance)
-        if night_run is None or night_run.status != dg.DagsterRunStatus.SUCCESS:
-            what = (
-                "no nightly or source-change ingest run yet"
-                if night_run is None
-                else f"ingest {night_run.status.value}"
-            )
-            yield dg.SkipReason(f"nothing to move on: {what}")
+        if night_run is None:
+            yield dg.SkipReason("nothing to move on: no nightly or source-change ingest run yet")
             return
-        night = night_run.run_id
-        publish = context.instance.get_runs(
-            filters=dg.RunsFilter(job_name=publish_job.name, tags={NIGHT_TAG: night}), limit=1
-        )
-        if publish:
-            if publish[0].status in IN_PROGRESS:
-                yield dg.SkipReason(f"night {night}: publish run started")
-            else:
-                yield report_request(night, "published")
+        night = night_state(context.instance, night_run, expected)
+        step = next_runs(night.state)
+        if step.not_published and context.cursor != night.id:  # said once a night at ERROR; the report shows it
+            context.log.error(f"night {night.id}: {step.not_published}; LATEST unchanged")
+            context.update_cursor(night.id)
+        if step.runs:
+            yield from (night_request(night, run) for run in step.runs)
             return
-        step = night_requests(night, shard_statuses(context.instance, night), expected)
-        if isinstance(step, list):
-            yield from step
-            return
-        verdict, shards = step
-        if verdict == "failed":
-            msg = f"night {night}: shard run(s) {', '.join(shards)} failed; nothing published, LATEST unchanged"
-            if context.cursor != night:  # said once a night at ERROR; the report run shows it too
-                context.log.error(msg)
-                context.update_cursor(night)
-            yield report_request(night, "failed")
-            return
-        yield dg.SkipReason(f"night {night}: waiting for shard(s) {', '.join(shards)}")
+        yield dg.SkipReason(f"night {night.id}: {'ended: ' if step.done else ''}{step.why}")
 
     return nightly
 

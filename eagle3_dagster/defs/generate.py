@@ -162,7 +162,6 @@ def probes_and_acceptance(
         ),
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
-        keep_validations=pipeline.gx_keep_validations,
     )
     if night.change_line:  # from no drafter to one is information; any other change a warning
         (context.log.warning if night.change_warns else context.log.info)(night.change_line)

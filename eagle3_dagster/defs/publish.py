@@ -6,6 +6,7 @@ The nightly schedule, the sensors and the jobs that run this asset live in defs/
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 from ..config import Settings, settings
 from ..ingest import load_source_specs
@@ -32,6 +33,16 @@ def _tokenizer(profile):
 
 PUBLISH_CHECK = "publish_gate"
 DRIFT_CHECK = "drift_gate"
+
+
+class PublishConfig(dg.Config):
+    """The publish run's config (the launchpad, `eagle3 demo|backfill --allow-partial`)."""
+
+    allow_partial: bool = Field(
+        default=False,
+        description="Publish a partial snapshot: shards that did not pass are left out, and the manifest and the "
+        "data card name each and why. Off: a snapshot is published only when every shard passed.",
+    )
 
 
 def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
@@ -66,8 +77,12 @@ def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
             ),
         ],
     )
-    def training_dataset(context: dg.AssetExecutionContext, pipeline: PipelineSettings, sglang: SGLangFleet):
-        snap = build_and_judge(context, pipeline, snapshot_config(pipeline, sglang, n_shards), n_shards)
+    def training_dataset(
+        context: dg.AssetExecutionContext, config: PublishConfig, pipeline: PipelineSettings, sglang: SGLangFleet
+    ):
+        snap = build_and_judge(
+            context, pipeline, snapshot_config(pipeline, sglang, n_shards), n_shards, allow_partial=config.allow_partial
+        )
         log_snapshot(context, snap)
         checks = snapshot_check_results(snap, snap.verdict)
         if not snap.published:
@@ -94,9 +109,15 @@ def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: i
 
 
 def build_and_judge(
-    context: dg.AssetExecutionContext, pipeline: PipelineSettings, config: dict[str, Any], n_shards: int
+    context: dg.AssetExecutionContext,
+    pipeline: PipelineSettings,
+    config: dict[str, Any],
+    n_shards: int,
+    *,
+    allow_partial: bool = False,
 ) -> Any:
-    """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they pass)."""
+    """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they
+    pass); a shard left out refuses it unless `allow_partial`."""
     data = pipeline.data_path
     profile = pipeline.profile()
 
@@ -107,9 +128,9 @@ def build_and_judge(
             summary=info["summary"],
             previous=info["previous"],
             excluded=info["excluded"],
+            allow_partial=bool(info.get("allow_partial")),
             expectations_dir=pipeline.expectations_path,
             context_dir=pipeline.gx_context_dir,
-            keep_validations=pipeline.gx_keep_validations,
         )
 
     try:
@@ -125,6 +146,7 @@ def build_and_judge(
             run_id=context.run_id,
             local_lock_dir=pipeline.work_path / "locks",  # object storage: the lock is a local file (this host only)
             on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
+            allow_partial=allow_partial,
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None

@@ -1,8 +1,8 @@
 """The offline HTML quality report as its own asset: `quality_report`.
 
-The gated steps (tokenize, generate, train, publish) only store their gate results; this asset reads
-everything stored (gate results, snapshots, Data Docs pages) and renders <work_dir>/reports/index.html
-once per run, after them. The `report` job (defs/automation.py) runs it: the demo's and the nightly's
+The gated steps (tokenize, generate, train, publish) only validate and store their gate results; this
+asset builds the GX Data Docs from them (once per run: pruned, the new pages, the index) and renders
+<work_dir>/reports/index.html from everything stored, after them. The `report` job (defs/automation.py) runs it: the demo's and the nightly's
 last run, whatever the publish run's outcome, so a night that published nothing still shows why.
 """
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import dagster as dg
 
 from ..config import Settings
-from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, STAGE_TAG
+from ..orchestration.asset_names import ASSET_GROUP, REPORT_ASSET, STAGE_TAG
 from ..orchestration.resources import PipelineSettings
-from ..quality.gx_context import refresh_docs_index
+from ..quality.gx_docs import build_data_docs
 from ..report.html import write_report
 
 STAGE = "report"
+REPORT_NOT_WRITTEN = "quality report not written"  # a failed write: the step's failure says so (the run is red)
 
 
 def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:
@@ -24,28 +25,30 @@ def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:
     return {"quality_report": dg.MetadataValue.path(str(path))}
 
 
-def refresh_data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> Path | None:
-    """Prune the GX validations to EAGLE3_GX_KEEP_VALIDATIONS and rebuild the Data Docs index.
-    Docs are a view: a failure is a warning naming the cause, the report is still written."""
+def data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> Path | None:
+    """The gates' GX Data Docs, built once for the run: the stored results pruned to
+    EAGLE3_GX_KEEP_VALIDATIONS, the pages they lack, the index. Docs are a view: a failure is a warning
+    naming the cause, and the report is still written."""
     try:
-        return refresh_docs_index(pipeline.gx_context_dir, pipeline.gx_keep_validations)
+        return build_data_docs(pipeline.gx_context_dir, pipeline.gx_keep_validations)
     except Exception as e:
-        log.warning(f"GX Data Docs index not refreshed: {type(e).__name__}: {e}")
+        log.warning(f"GX Data Docs not built: {type(e).__name__}: {e}")
         return None
 
 
 def render_report(
     log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None, n_shards: int
 ) -> Path:
-    """Write the report from everything stored; a write that fails is logged (REPORT_NOT_WRITTEN) and
-    fails the step, so neither the run nor the summary claims a report this run did not write."""
+    """Write the report from everything stored; a write that fails is logged and fails the step (its
+    failure says REPORT_NOT_WRITTEN and why), so neither the run nor the summary claims a report this run
+    did not write."""
     try:
         path = write_report(pipeline.data_path, pipeline.work_path, n_shards=n_shards, profile=profile_name)
     except Exception as e:
         line = f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}"
         log.warning(line)
         raise dg.Failure(description=line, allow_retries=False) from None
-    log.info(f"{REPORT_WRITTEN}{path}")
+    log.info(f"quality report: {path}")
     return path
 
 
@@ -58,12 +61,12 @@ def quality_report_asset(n_shards: int) -> dg.AssetsDefinition:
         deps=["tokenized_prompts", "generations", "training_samples", "training_dataset"],
         description="The offline HTML quality report (<work_dir>/reports/index.html): publish/drift, charts, shards x "
         "gates with their Data Docs pages, failures, quarantine, snapshots. Rendered from the stored gate results "
-        "after the gated steps (the `report` job); the GX Data Docs index is pruned and rebuilt first.",
+        "after the gated steps (the `report` job); the gates' GX Data Docs are built first (pruned, new pages, index).",
         kinds={"html"},
         tags={STAGE_TAG: STAGE},
     )
     def quality_report(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
-        docs = refresh_data_docs(context.log, pipeline)
+        docs = data_docs(context.log, pipeline)
         path = render_report(context.log, pipeline, pipeline.profile().name, n_shards)
         metadata: dict[str, dg.MetadataValue] = {"path": dg.MetadataValue.path(str(path))}
         if docs is not None:

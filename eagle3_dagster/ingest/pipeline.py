@@ -49,7 +49,7 @@ from .decontaminate import DEFAULT_OVERLAP_THRESHOLD, EvalIndex, Overlap, user_t
 from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
 from .health import empty_source_message
-from .normalize import build_conversation, build_prompt
+from .normalize import FORMAT_ALIASES, build_conversation, build_prompt, detect_layout
 from .readers import RawRecord, cut_utf8, iter_records, safe_text
 from .spec import CONTROL_TEXT_POLICIES, SourceSpec
 from .turns import regenerate_options
@@ -294,6 +294,62 @@ def ingest_source(spec: SourceSpec, out_dir: OutDir, *, n_shards: int, require_a
     )
     assert counts.reconciles(), counts  # an internal bug, not bad input
     return counts
+
+
+FIRST_RECORDS = 20  # the records `eagle3 check` reads of each local source (first_records_problem)
+
+
+def first_records_problem(spec: SourceSpec, n: int = FIRST_RECORDS) -> str | None:
+    """None when one of the source's first `n` records makes a prompt as the ingest reads it (its `format`,
+    `field_map`, `prompt_rule`); else one line: how many were read, the commonest reason with its first
+    detail, and the layout the first record looks like when `format` names another. An empty source is the
+    ingest's to judge (`allow_empty`). Raises IngestFileError as the ingest does (a missing file)."""
+    from collections import Counter
+
+    docs_folder = spec.function_docs_folder()
+    docs = FunctionDocs(docs_folder, spec.name) if docs_folder is not None else None
+    reasons: Counter[str] = Counter()
+    details: dict[str, str] = {}
+    first: Any = None
+    for rec in _first_records(spec, n):
+        if rec.error is not None:
+            reason, detail = rec.error
+        else:
+            first = rec.value if first is None else first
+            try:
+                _record_prompt(rec.value, spec, docs)
+                return None
+            except RowReject as r:
+                reason, detail = r.reason, r.detail
+        reasons[reason] += 1
+        details.setdefault(reason, detail)
+    if not reasons:
+        return None
+    (reason, count), read = reasons.most_common(1)[0], sum(reasons.values())
+    looks = ""
+    if isinstance(first, dict):
+        try:
+            layout = detect_layout(first)
+            if FORMAT_ALIASES.get(spec.format) not in (layout, "auto"):
+                looks = f"; the first record looks like format {layout!r}"
+        except RowReject:
+            pass
+    return (
+        f"field 'format': none of the first {read} record(s) makes a prompt as format {spec.format!r}"
+        f"{' with its field_map' if spec.field_map else ''} ({count} rejected as {reason}: "
+        f"{safe_text(details[reason])[:200]}){looks}"
+    )
+
+
+def _first_records(spec: SourceSpec, n: int):
+    """The first `n` raw records of the source's files, in the ingest's order."""
+    read = 0
+    for path in spec.files():
+        for rec in iter_records(path, max_bytes=spec.max_bytes):
+            yield rec
+            read += 1
+            if read >= n:
+                return
 
 
 def _source_outputs(d: DataPath) -> tuple[DataPath, DataPath, DataPath]:

@@ -48,6 +48,7 @@ Fields (only `path` is required):
 from __future__ import annotations
 
 import glob
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,8 @@ from typing import Any
 
 import yaml
 
+from ..config import PROJECT_ROOT
+from ..spelling import did_you_mean
 from .errors import SourceSpecError
 from .normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from .remote import SourceFile, file_uri_to_path, is_remote, is_uri, remote_files, validate_source_uri
@@ -119,13 +122,28 @@ class SourceSpec:
         if any(ch in raw for ch in "*?["):
             matches: list[SourceFile] = sorted(Path(x) for x in glob.glob(str(p), recursive=True) if Path(x).is_file())
             if not matches:
-                raise IngestFileError(f"source {self.name!r}: no file matches {self.path!r} (pattern {p})")
+                hint = self._relative_path_hint(raw)
+                raise IngestFileError(f"source {self.name!r}: no file matches {self.path!r} (pattern {p}){hint}")
             return matches
         if not p.exists():
-            raise IngestFileError(f"source {self.name!r}: file not found: {p}")
+            raise IngestFileError(f"source {self.name!r}: file not found: {p}{self._relative_path_hint(raw)}")
         if p.is_dir():
             raise IngestFileError(f"source {self.name!r}: {p} is a directory; give a file or a glob")
         return [p]
+
+    def _relative_path_hint(self, raw: str) -> str:
+        """For a relative `path` that names nothing: where relative paths are read from, and what to write when
+        it names a file relative to the project's folder or the working folder instead."""
+        if Path(raw).expanduser().is_absolute() or self.base_dir is None:
+            return ""
+        for root in dict.fromkeys([PROJECT_ROOT, Path.cwd()]):
+            if glob.glob(str(root / raw), recursive=True):
+                rel = os.path.relpath(root / raw, self.base_dir)
+                return (
+                    f"; a relative path is read from the YAML's folder ({self.base_dir}), not from {root}: "
+                    f"write {rel!r} (or an absolute path)"
+                )
+        return f"; a relative path is read from the YAML's folder ({self.base_dir})"
 
     def function_docs_folder(self) -> Path | None:
         """The `function_docs` folder as a local path (relative to the YAML's folder), or None."""
@@ -237,7 +255,8 @@ def spec_from_dict(raw: Any, *, source: str, default_name: str, base_dir: Path |
     problems: list[str] = []
     unknown = sorted(str(k) for k in set(d) - _FIELDS)
     if unknown:
-        problems.append(f"unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(_FIELDS))}")
+        named = ", ".join(k + did_you_mean(k, _FIELDS) for k in unknown)
+        problems.append(f"unknown field(s) {named}; known: {', '.join(sorted(_FIELDS))}")
         d = {k: v for k, v in d.items() if k in _FIELDS}
     if "path" not in d or d["path"] is None:
         problems.append("missing field 'path'")

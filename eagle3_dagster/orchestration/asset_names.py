@@ -35,7 +35,3 @@ def stage_assets(stage: str) -> dg.AssetSelection:
 
 # the offline HTML quality report, an asset of its own (defs/report.py)
 REPORT_ASSET = "quality_report"
-# the start of the lines the report step logs: the run driver (orchestration/run.py) reads them back,
-# so the summary names a failed write instead of pointing at the report an earlier run left
-REPORT_NOT_WRITTEN = "quality report not written"
-REPORT_WRITTEN = "quality report: "

@@ -39,7 +39,6 @@ def gated_result(
         expectations_dir=pipeline.expectations_path,
         context_dir=pipeline.gx_context_dir,
         profile=profile,
-        keep_validations=pipeline.gx_keep_validations,
     )
     for outcome in extra_outcomes:  # shard-level outcomes judged outside the suite (quality/request_failures.py)
         result = with_outcome(result, outcome)

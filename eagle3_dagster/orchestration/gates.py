@@ -99,10 +99,8 @@ def gate_check_results(gate: str, result: Any, headlines: tuple[HeadlineCheck, .
         ),
         "expectations": dg.MetadataValue.md(outcomes_table(result.outcomes, n_rows=int(result.n_rows))),
     }
-    if getattr(result, "data_docs_page", None):  # this run's own page: exists whatever the index's freshness
+    if getattr(result, "data_docs_page", None):  # this run's own page, written by the run's quality report
         meta["data_docs_page"] = dg.MetadataValue.url("file://" + str(result.data_docs_page))
-    if getattr(result, "data_docs_index", None):
-        meta["data_docs"] = dg.MetadataValue.url("file://" + str(result.data_docs_index))
     out.append(
         dg.AssetCheckResult(
             check_name=f"{gate}_gate",

@@ -1,28 +1,34 @@
-"""Materialize the graph on a Dagster instance from Python: ingest once, then each shard.
+"""Run the graph on a Dagster instance from this process: ingest, each shard, the snapshot, the report.
 
-Used by `eagle3 demo` and by the end-to-end tests, so what they exercise is the real graph,
-its real checks and a real instance (runs show up in the UI afterwards).
+Used by `eagle3 demo`, `eagle3 backfill` and the end-to-end tests, so what they exercise is the real graph,
+its real checks and a real instance. The order and the publish rule are sequence.next_runs' (the nightly
+sensor asks the same function); each run is executed here as a run of the UI's code location
+(in_process.py: `make ui` shows them on its first screen) and judged from the instance's records
+(run_records.py). Also here: what a run executed in a process that died leaves behind (its pool slots).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import dagster as dg
 import psutil
 
 from ..config import PartitionKeyError
-from .asset_names import REPORT_ASSET, REPORT_NOT_WRITTEN, REPORT_WRITTEN, SHARD_ASSETS, AssetName, stage_assets
+from .asset_names import REPORT_ASSET, SHARD_ASSETS, AssetName, stage_assets
 from .console import one_line_console_logger
-from .metadata import JUDGED_KEY
+from .in_process import REPOSITORY_LABEL_TAG, UI_REPOSITORY_LABEL, execute_as_ui_run
 from .pools import GENERATE_POOL
+from .run_records import RunRecord, logged_warnings, read_run
+from .sequence import GraphState, Job, NextRun, RunState, next_runs
+
+__all__ = ["REPOSITORY_LABEL_TAG", "UI_REPOSITORY_LABEL", "GraphOutcome", "ShardOutcome", "materialize_graph"]
 
 # Dagster's console logger defaults to DEBUG (every engine event); progress and results are INFO.
 QUIET = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
@@ -40,10 +46,6 @@ PID_STARTED_TAG = "eagle3/pid_started"
 GRAPH_RUN_TAG = "eagle3/graph_run"
 BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on every run of a backfill
 PARENT_RUN_TAG = "dagster/parent_run_id"  # set on a re-execution (which inherits its parent's tags)
-# The UI lists a job's runs by job name AND this tag (its code location, as workspace.yaml's entry is named:
-# "<repository>@<module>:<attribute>"); a run executed in process carries it only when given.
-REPOSITORY_LABEL_TAG = ".dagster/repository"
-UI_REPOSITORY_LABEL = "__repository__@eagle3_dagster.definitions:defs"
 
 
 def graph_run_key(tags: Mapping[str, str], run_id: str) -> str:
@@ -180,6 +182,21 @@ class ShardOutcome:
         """The run succeeded and no ERROR-severity check failed (WARN ones are warnings)."""
         return self.success and "ERROR" not in self.failed_checks.values()
 
+    @classmethod
+    def of(cls, record: RunRecord) -> ShardOutcome:
+        done = sorted(a for a in record.materialized if a in SHARD_ASSETS)
+        return cls(
+            shard=record.partition or "",
+            success=record.status == dg.DagsterRunStatus.SUCCESS,
+            checks={name: v.passed for name, v in record.checks.items()},
+            materialized=done,
+            skipped_or_failed=[a for a in SHARD_ASSETS if a not in done],
+            run_id=record.run_id,
+            failed_checks=record.failed_checks,
+            errors=record.errors,
+            not_judged=record.not_judged,
+        )
+
 
 @dataclass
 class GraphOutcome:
@@ -199,8 +216,13 @@ class GraphOutcome:
     publish_errors: list[str] = field(default_factory=list)
     # WARNING lines the runs' steps logged ("<run>: <message>"), in run order, at most MAX_LOGGED a run
     logged_warnings: list[str] = field(default_factory=list)
-    # the quality report's last write failed (the warning's text): the report on disk is an earlier run's
+    # the quality report's run failed (its error): the report on disk is an earlier run's
     report_error: str | None = None
+    report_run_id: str = ""
+    data_docs: str | None = None  # the GX Data Docs index the report built
+    # why this graph run asked for no snapshot (a shard did not pass, the ingest failed); "" when it did
+    not_published: str = ""
+    left_out: list[str] = field(default_factory=list)  # the failed shards a partial snapshot left out (asked for)
 
     @property
     def success(self) -> bool:
@@ -227,126 +249,53 @@ class GraphOutcome:
         out += [c for c, sev in self.publish_failed_checks.items() if sev == "WARN"]
         return out + self.logged_warnings
 
-    def note_logs(self, instance: dg.DagsterInstance, run_id: str, what: str) -> None:
-        """Take in one run's logged warnings and what became of its quality report writes."""
-        warnings, report = run_log_warnings(instance, run_id, what)
+    def take(self, job: Job, record: RunRecord, warnings: list[str]) -> None:
+        """One finished run of this graph run, as the instance recorded it."""
         self.logged_warnings += warnings
-        if report is not None:
-            self.report_error = report or None
+        if job is Job.INGEST:
+            self.ingest_success, self.ingest_run_id = record.status == dg.DagsterRunStatus.SUCCESS, record.run_id
+            self.ingest_failed_checks, self.ingest_errors = record.failed_checks, record.errors
+        elif job is Job.SHARD:
+            self.shards.append(ShardOutcome.of(record))
+        elif job is Job.PUBLISH:
+            self.publish_success = record.status == dg.DagsterRunStatus.SUCCESS
+            self.publish_run_id = record.run_id
+            self.publish_checks = {
+                name.split(":", 1)[1]: (v.passed, v.severity, v.description) for name, v in record.checks.items()
+            }
+            self.publish_failed_checks, self.publish_errors = record.failed_checks, record.errors
+            version = record.materialized.get(AssetName.TRAINING_DATASET, {}).get("version")
+            self.snapshot_version = None if version is None else str(version)
+        elif job is Job.REPORT:
+            self.report_run_id = record.run_id
+            if record.status != dg.DagsterRunStatus.SUCCESS:  # its step's failure says why ("step: why")
+                why = [e.split(": ", 1)[-1] for e in record.errors]
+                self.report_error = "; ".join(why) or f"the report run {record.status.value}"
+            docs = record.materialized.get(REPORT_ASSET, {}).get("data_docs")
+            self.data_docs = str(docs).removeprefix("file://") if docs else None
 
 
-MAX_LOGGED = 10  # warnings a run contributes to the summary; the rest are counted, in the run's log
-
-
-def run_log_warnings(instance: dg.DagsterInstance, run_id: str, what: str) -> tuple[list[str], str | None]:
-    """The WARNING lines the steps of a run logged (not Dagster's own events), distinct, in order, as
-    "<what>: <first line>"; and the run's last quality-report outcome: the failure, "" (written) or None."""
-    seen: dict[str, None] = {}
-    report: str | None = None
-    for rec in instance.all_logs(run_id):
-        if rec.dagster_event is not None or not rec.user_message:
-            continue
-        level = rec.level if isinstance(rec.level, int) else logging.getLevelName(str(rec.level))
-        msg = rec.user_message.strip().splitlines()[0]
-        if msg.startswith(REPORT_WRITTEN):
-            report = ""
-        if level != logging.WARNING:
-            continue
-        if msg.startswith(REPORT_NOT_WRITTEN):
-            report = msg
-        seen.setdefault(msg, None)
-    lines = [f"{what}: {m}" for m in list(seen)[:MAX_LOGGED]]
-    if len(seen) > MAX_LOGGED:
-        lines.append(f"{what}: {len(seen) - MAX_LOGGED} more distinct warning(s) in run {run_id} (`make ui`)")
-    return lines, report
-
-
-def _checks(result: dg.ExecuteInProcessResult) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    for ev in result.get_asset_check_evaluations():
-        out[f"{ev.asset_key.to_user_string()}:{ev.check_name}"] = bool(ev.passed)
-    return out
-
-
-def _not_judged(result: dg.ExecuteInProcessResult) -> list[str]:
-    """The checks that passed without judging anything (metadata `judged: false`, metadata.JUDGED_KEY)."""
-    out = []
-    for ev in result.get_asset_check_evaluations():
-        judged = ev.metadata.get(JUDGED_KEY)
-        if judged is not None and getattr(judged, "value", judged) is False:
-            out.append(f"{ev.asset_key.to_user_string()}:{ev.check_name}")
-    return out
-
-
-def _failed_checks(result: dg.ExecuteInProcessResult) -> dict[str, str]:
-    return {
-        f"{ev.asset_key.to_user_string()}:{ev.check_name}": ev.severity.value
-        for ev in result.get_asset_check_evaluations()
-        if not ev.passed
-    }
-
-
-def _words(message: str) -> str:
-    """ "dagster.<module path>.Failure: ..." / "eagle3_dagster.ingest.errors.IngestFileError: ...":
-    the user's words, without the exception's module path."""
-    return re.sub(r"^[A-Za-z_][\w.]*\.(\w+): ", "", message.strip())
-
-
-def _errors(result: dg.ExecuteInProcessResult) -> list[str]:
-    """One line per failed step: the step and the first line of its error (dg.Failure: the description)."""
-    out = []
-    for ev in result.get_step_failure_events():
-        err = ev.step_failure_data.error
-        # an unexpected exception is wrapped ("Error occurred while executing op ..."): its cause says why
-        while err is not None and _words(err.message).startswith("Error occurred while executing") and err.cause:
-            err = err.cause
-        msg = _words(err.message if err else "failed")
-        out.append(f"{ev.step_key}: {msg.splitlines()[0] if msg else 'failed'}")
-    return out
-
-
-def run_named_job(
-    defs: dg.Definitions,
-    job: str,
-    selection: dg.AssetSelection,
-    *,
-    instance: dg.DagsterInstance,
-    resources: Mapping[str, Any] | None,
-    partition_key: str | None,
-    run_config: Mapping[str, Any],
-    tags: Mapping[str, str],
-) -> dg.ExecuteInProcessResult:
-    """One run of the project's job `job` (ingest, shard_pipeline, publish), in this process: the UI's Jobs
-    and Runs pages show its history under that name. Definitions without that job (a test's own) get an
-    ad-hoc run of `selection`. The console shows one line per event, the stack traces stay in the event log."""
-    try:
-        job_def = defs.resolve_job_def(job)
-    except Exception:
-        res = {**(defs.resources or {}), **(resources or {})}
-        assets: list[Any] = list(defs.assets or [])
-        return dg.materialize(
-            assets,
-            selection=selection,
-            partition_key=partition_key,
-            instance=instance,
-            resources=res,
-            raise_on_error=False,
-            run_config=dict(run_config),
-            tags=dict(tags),
-        )
-    return job_def.with_logger_defs({"console": one_line_console_logger}).execute_in_process(
-        run_config=dict(run_config),
-        instance=instance,
-        partition_key=partition_key,
-        raise_on_error=False,
-        tags={**tags, REPOSITORY_LABEL_TAG: UI_REPOSITORY_LABEL},
-        resources=dict(resources or {}),
-    )
+def _with_job(defs: dg.Definitions, job: Job, resources: Mapping[str, Any]) -> dg.JobDefinition:
+    """The definitions' job `job`. Definitions a test builds from some of the project's assets carry none of
+    its jobs (nor their resources): for them the job is defined here, over the same selection as
+    defs/automation.py defines it, with `resources` bound."""
+    if not any(getattr(j, "name", None) == job.value for j in defs.jobs or []):
+        selection = {
+            Job.INGEST: stage_assets("ingest"),
+            Job.SHARD: dg.AssetSelection.assets(*SHARD_ASSETS),
+            Job.PUBLISH: dg.AssetSelection.assets(AssetName.TRAINING_DATASET),
+            Job.REPORT: dg.AssetSelection.assets(REPORT_ASSET),
+        }[job]
+        own = dg.Definitions(jobs=[dg.define_asset_job(job.value, selection)], resources=dict(resources))
+        defs = dg.Definitions.merge(dg.Definitions(assets=defs.assets, asset_checks=defs.asset_checks), own)
+    return defs.resolve_job_def(job.value)
 
 
 @dataclass
 class GraphRunner:
-    """The runs of one materialize_graph call: the same definitions, instance, resources, config and tags."""
+    """The runs of one materialize_graph call: the same definitions, instance, resources, config and tags.
+    Each run is executed in this process as a run of the UI's code location (in_process.py), and what it did
+    is read back from the instance (run_records.py)."""
 
     defs: dg.Definitions
     instance: dg.DagsterInstance
@@ -354,69 +303,52 @@ class GraphRunner:
     run_config: Mapping[str, Any]
     tags: Mapping[str, str]
 
-    def run(self, job: str, selection: dg.AssetSelection, partition_key: str | None) -> dg.ExecuteInProcessResult:
-        return run_named_job(
-            self.defs,
-            job,
-            selection,
+    def execute(self, run: NextRun) -> RunRecord:
+        resources = {**(self.defs.resources or {}), **(self.resources or {})}
+        job_def = _with_job(self.defs, run.job, resources).with_logger_defs({"console": one_line_console_logger})
+        config = dict(self.run_config)
+        if run.allow_partial:  # training_dataset's config (defs/publish.py PublishConfig)
+            config["ops"] = {AssetName.TRAINING_DATASET: {"config": {"allow_partial": True}}}
+        run_id = execute_as_ui_run(
+            job_def,
             instance=self.instance,
-            resources=self.resources,
-            partition_key=partition_key,
-            run_config=self.run_config,
+            resources=resources,
+            run_config=config,
+            partition_key=run.shard,
             tags=self.tags,
         )
-
-    def shard(self, key: str) -> ShardOutcome:
-        """One shard's tokenize -> generate -> train run."""
-        r = self.run("shard_pipeline", dg.AssetSelection.assets(*SHARD_ASSETS), key)
-        done = sorted({e.asset_key.to_user_string() for e in r.get_asset_materialization_events() if e.asset_key})
-        return ShardOutcome(
-            shard=key,
-            success=r.success,
-            checks=_checks(r),
-            materialized=done,
-            skipped_or_failed=[a for a in SHARD_ASSETS if a not in done],
-            run_id=r.run_id,
-            failed_checks=_failed_checks(r),
-            errors=_errors(r),
-            not_judged=_not_judged(r),
-        )
-
-    def publish(self, outcome: GraphOutcome, stop: Callable[[], bool]) -> None:
-        """The snapshot run, recorded on `outcome`: its checks, errors, warnings and the version published."""
-        r = self.run("publish", dg.AssetSelection.assets(AssetName.TRAINING_DATASET), None)
-        outcome.publish_success = r.success
-        outcome.publish_run_id = r.run_id
-        for ev in r.get_asset_check_evaluations():
-            outcome.publish_checks[ev.check_name] = (bool(ev.passed), ev.severity.value, ev.description or "")
-        outcome.publish_failed_checks, outcome.publish_errors = _failed_checks(r), _errors(r)
-        outcome.note_logs(self.instance, r.run_id, "publish")
-        outcome.stopped = stop()  # a stop during publish: honoured before LATEST moved, or came after it
-        for mev in r.get_asset_materialization_events():
-            version = mev.materialization.metadata.get("version")
-            outcome.snapshot_version = getattr(version, "value", None)
-
-    def report(self, outcome: GraphOutcome) -> None:
-        """The quality report run (its own asset: the gated steps never render it), recorded on `outcome`."""
-        r = self.run("report", dg.AssetSelection.assets(REPORT_ASSET), None)
-        outcome.note_logs(self.instance, r.run_id, "report")
-        if not r.success and outcome.report_error is None:  # a crash before the report step could log why
-            outcome.report_error = f"{REPORT_NOT_WRITTEN}: " + "; ".join(_errors(r) or ["the report run failed"])
+        return read_run(self.instance, run_id)
 
 
-def _ingest_failed(r: dg.ExecuteInProcessResult, reaped: list[str], instance: dg.DagsterInstance) -> GraphOutcome:
-    """The outcome of a graph that ends after its ingest run: the ingest failed, or a stop came during it."""
-    early = GraphOutcome(
-        False,
-        r.run_id,
-        [],
-        reaped_runs=reaped,
-        ingest_failed_checks={} if r.success else _failed_checks(r),
-        ingest_errors=[] if r.success else _errors(r),
-        stopped=r.success,
+def graph_state(
+    defs: dg.Definitions, shards: list[str] | None, *, run_ingest: bool, run_publish: bool, allow_partial: bool
+) -> GraphState:
+    """The state of a graph run (over `shards`, None: every shard) before its first run. A call that runs no
+    shard and no snapshot (an ingest alone) is no graph run: no report follows it; any other ends with the
+    report (when the definitions have it)."""
+    keys = graph_shard_keys(defs)
+    chosen = keys if shards is None else shards
+    report = has_asset(defs, REPORT_ASSET) and (bool(chosen) or run_publish)
+    return GraphState(
+        ingest=RunState.NOT_RUN if run_ingest else None,
+        shards=dict.fromkeys(chosen, RunState.NOT_RUN),
+        publish=RunState.NOT_RUN if run_publish else None,
+        report=RunState.NOT_RUN if report else None,
+        allow_partial=allow_partial,
+        covers_every_shard=set(chosen) >= set(keys),
     )
-    early.note_logs(instance, r.run_id, "ingest")
-    return early
+
+
+def _after(state: GraphState, run: NextRun, record: RunRecord) -> GraphState:
+    """The state once `run` finished as `record` says."""
+    st = record.state
+    if run.job is Job.INGEST:
+        return replace(state, ingest=st)
+    if run.job is Job.SHARD:
+        return replace(state, shards={**state.shards, str(run.shard): st})
+    if run.job is Job.PUBLISH:
+        return replace(state, publish=st)
+    return replace(state, report=st)
 
 
 def materialize_graph(
@@ -427,52 +359,45 @@ def materialize_graph(
     resources: dict[str, Any] | None = None,
     run_ingest: bool = True,
     run_publish: bool = False,
+    allow_partial: bool = False,
     run_config: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
-    """Ingest, then each shard's tokenize -> generate -> train run, then (optionally) the snapshot, then the
-    quality report (when a shard or the snapshot ran).
+    """The graph in this process, in the order and by the publish rule of sequence.next_runs: ingest, then each
+    shard's tokenize -> generate -> train run, then (with `run_publish`) the snapshot, published only when
+    every shard passed unless `allow_partial` asks for a partial one, then the quality report, last.
 
-    A failed shard does not stop the others, and the snapshot step still runs: it records which
-    shards it left out and why. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further run
-    is started: the outcome says `stopped`.
+    A failed shard does not stop the others. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further
+    run is started: the outcome says `stopped`.
     """
     keys = graph_shard_keys(defs)  # the partitions these definitions were built with
     if shards is None and not keys:  # "every shard" of definitions without any: nothing would be generated
         raise ValueError("these definitions have no shard assets: a graph run over every shard would generate nothing")
     check_shard_keys(shards, keys)  # before anything is written: an unknown key lists the valid ones
     stop = should_stop or (lambda: False)
-    reaped = reap_dead_runs(instance)
+    outcome = GraphOutcome(True, "", [], reaped_runs=reap_dead_runs(instance))
     prime_pools(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
     runner = GraphRunner(defs, instance, resources, run_config or QUIET, tags)
-    ingest: dg.ExecuteInProcessResult | None = None
-    if run_ingest:
-        ingest = runner.run("ingest", stage_assets("ingest"), None)
-        if not ingest.success or stop():
-            return _ingest_failed(ingest, reaped, instance)
-    outcomes = []
-    for key in shards if shards is not None else keys:
-        if stop():
-            break
-        outcomes.append(runner.shard(key))
-    outcome = GraphOutcome(
-        ingest.success if ingest else True,
-        ingest.run_id if ingest else "",
-        outcomes,
-        reaped_runs=reaped,
-        stopped=stop(),
-        ingest_failed_checks=_failed_checks(ingest) if ingest else {},
-        ingest_errors=_errors(ingest) if ingest else [],
+    state = graph_state(
+        defs,
+        shards,
+        run_ingest=run_ingest,
+        run_publish=run_publish,
+        allow_partial=allow_partial,
     )
-    if ingest:
-        outcome.note_logs(instance, ingest.run_id, "ingest")
-    for sh in outcomes:
-        outcome.note_logs(instance, sh.run_id, f"shard {sh.shard}")
-    if run_publish and not outcome.stopped:
-        runner.publish(outcome, stop)
-    if (outcomes or run_publish) and not outcome.stopped and has_asset(defs, REPORT_ASSET):
-        runner.report(outcome)
+    while not (step := next_runs(replace(state, stopping=stop()))).done:
+        if not step.runs:  # a run executed here is finished when execute returns: nothing can be running
+            raise RuntimeError(f"the graph run cannot go on: {step.why}")
+        for run in step.runs:  # executed in turn
+            if stop():
+                break
+            record = runner.execute(run)
+            what = run.job.value if run.shard is None else f"shard {run.shard}"
+            outcome.take(run.job, record, logged_warnings(instance, record.run_id, what))
+            state = _after(state, run, record)
+    outcome.stopped = stop()
+    outcome.not_published, outcome.left_out = step.not_published, list(step.left_out)
     return outcome
 
 

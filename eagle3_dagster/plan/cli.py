@@ -1,6 +1,6 @@
 """`eagle3 plan`: what the next run will cost, before it runs (docs/plan.md).
 
-Reads the source YAMLs (EAGLE3_SOURCES_DIR), ingests and tokenizes them with the pipeline's own code
+Reads the source YAMLs (<EAGLE3_ASSETS_DIR>/sources), ingests and tokenizes them with the pipeline's own code
 into a scratch folder (nothing generated), counts the requests already cached in the data dir, and
 with a declared (`--tokens-per-s-per-server`) or probed throughput prints the ETA, GPU-hours and
 disk. Writes the plan as JSON to <data dir>/plan/plan.json (and to `--json PATH`).
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     s = settings()
     specs = load_source_specs(s.sources_dir)
     if not specs:
-        print(f"eagle3 plan: error: no source YAML in {s.sources_dir} (EAGLE3_SOURCES_DIR)", file=sys.stderr)
+        print(f"eagle3 plan: error: no source YAML in {s.sources_dir} (<EAGLE3_ASSETS_DIR>/sources)", file=sys.stderr)
         return 2
     try:
         profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -34,6 +34,7 @@ from .card_facts import (
     GateFacts,
     SourceCounts,
     gate_facts,
+    reconciliation,
     source_counts,
     table_columns,
     table_provenance,
@@ -92,25 +93,36 @@ _BIG = ((10**7, "1M<n<10M"), (10**8, "10M<n<100M"), (10**9, "100M<n<1B"))
 log = logging.getLogger(__name__)
 
 
+def public_location(location: str, *, local: bool) -> str:
+    """A location as a card (and the manifest beside it) names it: a URI (without credentials: display_uri) or
+    a Hugging Face id as it is; a `local` path by its last part only, marked so: a card names no folder of the
+    machine that made it."""
+    if not local:
+        return display_uri(location)
+    name = PurePosixPath(str(location).replace("\\", "/").rstrip("/")).name or str(location)
+    return f"{name} (local)"
+
+
 def card_config(profile: Any, specs: Sequence[Any], served_model_pin: str | None = None) -> dict[str, Any]:
     """What the card needs beyond the rows, for the snapshot's `config`: the profile's tokenizer and
     sampling, the served model the endpoints were checked against (the profile's model_types and
-    model_path, the user's EAGLE3_SERVED_MODEL pin), and each source's licence and origin (its path as
-    display_uri shows it: no credentials)."""
+    model_path, the user's EAGLE3_SERVED_MODEL pin), and each source's licence and origin, each location as
+    public_location names it."""
+    tokenizer = str(profile.tokenizer)
     return {
-        "tokenizer": str(profile.tokenizer),
+        "tokenizer": public_location(tokenizer, local=Path(tokenizer).expanduser().exists()),
         "sampling": asdict(profile.sampling),
         "served_model": {
             "model_types": list(profile.model_types),
-            "model_path": profile.model_path,
-            "pinned_path": served_model_pin,
+            "model_path": _public_model_path(profile.model_path),
+            "pinned_path": _public_model_path(served_model_pin),
         },
         "sources": [
             {
                 "name": s.name,
                 "licence": s.licence,
                 "language": list(s.language),
-                "origin": display_uri(s.path),
+                "origin": public_location(s.path, local="://" not in s.path or s.path.startswith("file://")),
                 "description": s.description,
                 "role": s.role,
             }
@@ -241,6 +253,23 @@ def _values(c: Counter[str]) -> str:
     return ", ".join(f"`{_code(v)}` ({n} rows)" for v, n in sorted(c.items())) or "not recorded"
 
 
+def _public_model_path(path: str | None) -> str | None:
+    """A model path as the card names it: a folder of the serving machine (absolute) by its last part."""
+    if path is None or not (path.startswith(("/", "~", "\\")) or ":\\" in path):
+        return path
+    return public_location(path, local=True)
+
+
+def public_revisions(c: Counter[str]) -> Counter[str]:
+    """Model revisions (`model_path@weight_version`) as the card names them: a model path that is a folder of the
+    serving machine (absolute) by its last part; a Hugging Face id as it is."""
+    out: Counter[str] = Counter()
+    for value, n in c.items():
+        path, at, version = value.rpartition("@") if "@" in value else (value, "", "")
+        out[f"{_public_model_path(path)}{at}{version}"] += n
+    return out
+
+
 def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> list[str]:
     cfg = manifest.get("config") or {}
     sampling = cfg.get("sampling")
@@ -258,7 +287,7 @@ def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> 
         f"(fingerprint `{_code(cfg.get('profile_fingerprint') or 'not recorded')}`) |",
         f"| tokenizer | `{_code(cfg.get('tokenizer') or 'not recorded')}`; "
         f"fingerprints {_values(values['tokenizer_fingerprint'])} |",
-        f"| model revision (model path @ weight version) | {_values(values['model_revision'])} |",
+        f"| model revision (model path @ weight version) | {_values(public_revisions(values['model_revision']))} |",
         f"| served model (each endpoint's `/model_info`, checked before a request was sent) | "
         f"{_served_model_text(cfg.get('served_model'))} |",
         f"| chat template (template hash) | {_values(values['template_hash'])} |",
@@ -283,6 +312,25 @@ def _served_model_text(served: dict[str, Any] | None) -> str:
         )
     path = served.get("model_path")
     return f"model type {types}" + (f" and model path `{_code(path)}`" if path else "") + "; any other was refused"
+
+
+def left_out_section(manifest: dict[str, Any]) -> list[str]:
+    """A partial snapshot (asked for explicitly): each shard it leaves out and why; nothing for a whole one."""
+    left_out = manifest.get("shards_left_out") or {}
+    if not left_out:
+        return []
+    total = len(manifest.get("shards") or [])
+    lines = [
+        "## Shards left out",
+        "",
+        f"**This is a partial snapshot**, published on an explicit request: {len(left_out)} of {total} shard(s) "
+        "did not pass and are not in it (their prompts have no row here).",
+        "",
+        "| shard | why it was left out |",
+        "|---|---|",
+    ]
+    lines += [f"| {_cell(shard)} | {_cell(why)} |" for shard, why in sorted(left_out.items())]
+    return [*lines, ""]
 
 
 def gates_section(manifest: dict[str, Any], row_gates: Sequence[GateFacts], shards: int) -> list[str]:
@@ -319,27 +367,31 @@ _COUNT_COLUMNS = (
     ("accepted", "accepted"),
     ("cross_source_duplicates", "duplicates of an earlier source"),
     ("eval_overlap", "eval overlap"),
+    ("probe_overlap", "probe overlap"),
+    ("other_shards", "in other shards"),
     ("prompts", "prompts in the snapshot's shards"),
-    ("tokenize_rejected", "quarantined at tokenize"),
-    ("gate_quarantined", "quarantined by gates"),
+    ("probe_prompts", "probe prompts"),
+    ("no_row", "quarantined or failed"),
+    ("tokenize_rejected", "of which quarantined at tokenize"),
+    ("gate_quarantined", "rows quarantined by gates"),
     ("generation_failed", "generation failed"),
+    ("trained", "trained prompts"),
     ("rows", "rows"),
 )
 
 
 def counts_section(counts: dict[str, SourceCounts], rows: int) -> list[str]:
-    def total(key: str) -> int:
-        return sum(getattr(c, key) or 0 for c in counts.values())
-
-    quarantined = total("tokenize_rejected") + total("gate_quarantined")
     lines = [
         "## Counts",
         "",
-        f"Prompts in: {total('read')} read; rows: {rows}; quarantined: {quarantined}; duplicates: "
-        f"{total('duplicates') + total('cross_source_duplicates')}; rejected at ingest: {total('rejected')}; generation failed: "
-        f"{total('generation_failed')}. Ingest figures (read to eval overlap) cover every shard; the "
-        "others cover the shards in this snapshot. A source's read = rejected + duplicates + sampled out + "
-        "accepted, and accepted = duplicates of an earlier source + eval overlap + its prompts in every shard.",
+        f"Prompts in: {reconciliation(counts)} (the snapshot's {rows} rows).",
+        "",
+        "Every prompt read is counted once: ingest figures (read to probe overlap) cover every shard; prompts of "
+        "shards not in this snapshot are `in other shards`; of the snapshot's shards, a `role: probe` source's "
+        "prompts are generated to compare drafters and never trained on, and a training prompt is either trained "
+        "(one row, or one per turn of a multi-turn conversation) or quarantined or failed (at tokenize, by a gate, "
+        "its request failed for good, or skipped; the three columns after it break that down, a row a gate "
+        "quarantined counted by each gate that did).",
         "",
         "| source | " + " | ".join(label for _, label in _COUNT_COLUMNS) + " |",
         "|---" * (len(_COUNT_COLUMNS) + 1) + "|",
@@ -423,6 +475,7 @@ def render_card(
         "(content identity: " + _cell((manifest.get("identity") or {}).get("of", "n/a")) + ").",
         "",
         *([f"**Warning:** {_cell(w)}" for w in warnings] + ([""] if warnings else [])),
+        *left_out_section(manifest),
         *model_section(manifest, values),
         *gates_section(manifest, row_gates, sum(len(g) for g in table_groups)),
         *counts_section(counts, rows),
@@ -436,13 +489,14 @@ def render_card(
 def write_card(data: DataPath, snapshot: DataPath, manifest: dict[str, Any]) -> dict[str, Any]:
     """Write `snapshot`/README.md for a snapshot being assembled (its tables and exports in place, its
     manifest dict not yet written) and return the manifest's `card` entry (file, sha256, warnings)."""
-    tables = snapshot.joinpath("training_samples").glob("shard=*.parquet")
+    tables = list(snapshot.joinpath("training_samples").glob("shard=*.parquet"))
     groups, warnings = table_groups({f"training_samples/{t.name}": table_columns(t) for t in tables})
-    rows_by_source, values = table_provenance(tables)
+    _, values = table_provenance(tables)
     shards = [int(s["shard"]) for s in manifest.get("shards", []) if s.get("included")]
     sources = (manifest.get("config") or {}).get("sources") or []
-    names = list(dict.fromkeys([str(s.get("name")) for s in sources if s.get("role", "train") == "train"]))
-    counts = source_counts(data, names, shards, rows_by_source)
+    roles = {str(s.get("name")): s.get("role", "train") for s in sources}
+    names = list(dict.fromkeys(n for n, role in roles.items() if role in ("train", "probe")))
+    counts = source_counts(data, names, shards, tables, [n for n, role in roles.items() if role == "probe"])
     licences, licence_warnings = source_licences(sources, list(counts))
     warnings = licence_warnings + warnings
     if not tables:

@@ -1,9 +1,10 @@
-"""The figures a snapshot's data card states, read from the data dir and the snapshot's own tables.
+"""The figures a snapshot's data card states (and the demo's summary), read from the data dir and the tables.
 
 Plain functions, no Dagster: every figure is measured from a file (the snapshot's Parquet tables, the
 sources' counts.json, the prompts table, the tokenize rejects, the stored gate results, the generation
-errors), never taken from what a caller says. Figures about stages are for the shards the snapshot
-includes; the ingest figures (read, rejected, duplicates) are the sources' own, over every shard.
+errors), never taken from what a caller says. Figures about stages are for the counted shards (the ones the
+snapshot includes, or a run's); the ingest figures (read, rejected, duplicates) are the sources' own, over
+every shard, and `reconciliation` states how they all add up.
 """
 
 from __future__ import annotations
@@ -25,7 +26,13 @@ PROVENANCE_COLUMNS = ("model_revision", "template_hash", "tokenizer_fingerprint"
 
 @dataclass
 class SourceCounts:
-    """One source's figures: ingest (every shard) and the published shards' stages."""
+    """One source's figures: ingest (every shard) and the counted shards' stages (a snapshot's, a run's).
+
+    Every prompt read ends in exactly one of the terms of `TERMS`, so they add up to `read` (`reconciles`):
+    rejected at ingest, a duplicate (in the source or of an earlier source), sampled out, quarantined against
+    an eval or probe set, in a shard not counted here, a probe prompt (role: probe: generated to compare
+    drafters, never trained on), left without a training row (quarantined at tokenize or by a gate, its
+    request failed for good, or skipped), or trained (one row, or one per turn of a multi-turn conversation)."""
 
     read: int | None = None  # None: no counts.json (the source was not ingested into this data dir)
     accepted: int | None = None
@@ -34,14 +41,52 @@ class SourceCounts:
     cross_source_duplicates: int | None = None  # the same prompt already in an earlier source
     sampled_out: int | None = None
     eval_overlap: int = 0
-    prompts: int = 0  # unique prompts in the snapshot's shards
+    probe_overlap: int = 0  # training prompts quarantined because a probe set holds them
+    prompts: int = 0  # unique prompts in the counted shards
+    other_shards: int = 0  # unique prompts in the shards not counted (another snapshot's, not run)
+    probe_prompts: int = 0  # the counted shards' prompts of a role: probe source
+    no_row: int = 0  # the counted shards' training prompts without a training row (the next three and skips)
     tokenize_rejected: int = 0
     gate_quarantined: int = 0  # rows the row-level gates quarantined (prompts, generations, training_samples)
     generation_failed: int = 0  # requests that failed for good (generations errors.parquet)
-    rows: int = 0  # training rows in the snapshot
+    trained: int = 0  # the counted shards' training prompts with at least one training row
+    rows: int = 0  # training rows in the counted shards
+
+    # the terms `read` is the sum of, with their words
+    TERMS = (
+        ("rejected", "rejected at ingest"),
+        ("duplicates", "duplicates"),
+        ("cross_source_duplicates", "duplicates of an earlier source"),
+        ("sampled_out", "sampled out"),
+        ("eval_overlap", "eval overlap"),
+        ("probe_overlap", "probe overlap"),
+        ("other_shards", "in other shards"),
+        ("probe_prompts", "probe prompts"),
+        ("no_row", "quarantined or failed"),
+        ("trained", "trained"),
+    )
+
+    def reconciles(self) -> bool:
+        """read == the sum of TERMS (None: ingest figures missing, nothing to reconcile)."""
+        values = [getattr(self, key) for key, _ in self.TERMS]
+        return self.read is None or None in values or self.read == sum(values)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def total(counts: dict[str, SourceCounts], key: str) -> int:
+    return sum(getattr(c, key) or 0 for c in counts.values())
+
+
+def reconciliation(counts: dict[str, SourceCounts]) -> str:
+    """The counts of every source as one equation that holds: read = the terms of TERMS (those that are not 0,
+    and `trained` always); then the rows. The demo's summary and the data card both state it, from these figures."""
+    kept = [(key, words) for key, words in SourceCounts.TERMS if key == "trained" or total(counts, key)]
+    terms = " + ".join(f"{words} {total(counts, key):,}" for key, words in kept)
+    trained, rows = total(counts, "trained"), total(counts, "rows")
+    more = f", {rows - trained:,} of them further turns of multi-turn conversations" if rows > trained else ""
+    return f"read {total(counts, 'read'):,} = {terms}; training rows {rows:,}{more}"
 
 
 @dataclass
@@ -93,38 +138,36 @@ def table_provenance(tables: Iterable[DataPath]) -> tuple[Counter[str], dict[str
     return rows, values
 
 
-def _prompt_sources(data: DataPath, shards: set[int]) -> tuple[Counter[str], Counter[str], dict[str, str]]:
-    """(unique prompts per source over every shard, the same in `shards`, prompt_id -> source in `shards`)."""
+def _prompt_sources(data: DataPath, shards: set[int]) -> tuple[Counter[str], dict[str, str]]:
+    """(unique prompts per source over every shard, prompt_id -> source of the prompts in `shards`)."""
     f = data / "prompts" / "prompts.parquet"
     every: Counter[str] = Counter()
-    inside: Counter[str] = Counter()
     owner: dict[str, str] = {}
     if not f.exists():
-        return every, inside, owner
+        return every, owner
     cols = _column(f, ("prompt_id", "source", "shard"))
-    for pid, src, shard in zip(cols["prompt_id"], cols["source"], cols["shard"]):
+    for pid, src, shard in zip(cols["prompt_id"], cols["source"], cols["shard"], strict=True):
         every[src] += 1
         if shard in shards:
-            inside[src] += 1
             owner[pid] = src
-    return every, inside, owner
+    return every, owner
 
 
-def _ingest_counts(data: DataPath, name: str, every_prompt: Counter[str], eval_overlap: int) -> SourceCounts:
-    c = SourceCounts(eval_overlap=eval_overlap)
+def _ingest_counts(data: DataPath, name: str, every_prompt: Counter[str], overlap: tuple[int, int]) -> SourceCounts:
+    c = SourceCounts(eval_overlap=overlap[0], probe_overlap=overlap[1])
     counts = _json(data / "sources" / name / "counts.json")
     if counts is None:
         return c
     c.read, c.accepted = int(counts.get("read", 0)), int(counts.get("accepted", 0))
     c.rejected, c.sampled_out = int(counts.get("rejected", 0)), int(counts.get("sampled_out", 0))
-    # accepted = kept in prompts + quarantined as eval overlap + already in an earlier source
+    # accepted = kept in prompts + quarantined as eval or probe overlap + already in an earlier source
     c.duplicates = int(counts.get("duplicates", 0))
-    c.cross_source_duplicates = c.accepted - every_prompt.get(name, 0) - eval_overlap
+    c.cross_source_duplicates = c.accepted - every_prompt.get(name, 0) - c.eval_overlap - c.probe_overlap
     return c
 
 
 def _stage_counts(data: DataPath, shards: Sequence[int], owner: dict[str, str], by: dict[str, SourceCounts]) -> None:
-    """Tokenize rejects, gate quarantines and failed requests of the snapshot's shards, per source."""
+    """Tokenize rejects, gate quarantines and failed requests of the counted shards, per source."""
     for k in shards:
         key = f"{k:04d}"
         rej = data / "tokenized_prompts" / f"shard={key}" / "rejects.parquet"
@@ -141,20 +184,48 @@ def _stage_counts(data: DataPath, shards: Sequence[int], owner: dict[str, str], 
                 by.setdefault(owner.get(pid, "(unknown source)"), SourceCounts()).generation_failed += 1
 
 
+def training_rows(tables: Iterable[DataPath]) -> tuple[Counter[str], dict[str, set[str]]]:
+    """(rows per source, the prompt ids with a row per source) of training tables."""
+    rows: Counter[str] = Counter()
+    prompts: dict[str, set[str]] = {}
+    for t in tables:
+        cols = _column(t, ("source", "prompt_id"))
+        sources = cols.get("source", [])
+        for src, pid in zip(sources, cols.get("prompt_id") or [None] * len(sources), strict=True):
+            rows[str(src)] += 1
+            if pid is not None:
+                prompts.setdefault(str(src), set()).add(str(pid))
+    return rows, prompts
+
+
 def source_counts(
-    data: DataPath, names: Sequence[str], shards: Sequence[int], rows_by_source: Counter[str]
+    data: DataPath,
+    names: Sequence[str],
+    shards: Sequence[int],
+    tables: Iterable[DataPath],
+    probe_sources: Iterable[str] = (),
 ) -> dict[str, SourceCounts]:
-    """Every source's figures (the configured `names` and any other source the rows name), by name."""
-    every, inside, owner = _prompt_sources(data, set(shards))
+    """Every source's figures (the configured `names` and any other source the prompts or rows name), by name,
+    over the training tables `tables` of the counted `shards`; `probe_sources`: the role: probe ones."""
+    every, owner = _prompt_sources(data, set(shards))
+    rows_by_source, trained_prompts = training_rows(tables)
     decon = _json(data / "prompts" / "decontamination.json") or {}
-    overlap = decon.get("eval_overlap_by_training_source") or {}
+    evals = decon.get("eval_overlap_by_training_source") or {}
+    probes_overlap = decon.get("probe_overlap_by_training_source") or {}
+    inside: Counter[str] = Counter(owner.values())
     by: dict[str, SourceCounts] = {}
     for name in dict.fromkeys([*names, *sorted(rows_by_source), *sorted(inside)]):
-        by[name] = _ingest_counts(data, name, every, int(overlap.get(name, 0)))
+        by[name] = _ingest_counts(data, name, every, (int(evals.get(name, 0)), int(probes_overlap.get(name, 0))))
     _stage_counts(data, shards, owner, by)
+    probe = set(probe_sources)
     for name, c in by.items():
-        c.prompts = inside.get(name, 0)
-        c.rows = rows_by_source.get(name, 0)
+        c.prompts, c.rows = inside.get(name, 0), rows_by_source.get(name, 0)
+        c.other_shards = every.get(name, 0) - c.prompts
+        if name in probe:
+            c.probe_prompts = c.prompts
+        else:
+            c.trained = sum(1 for pid in trained_prompts.get(name, ()) if owner.get(pid) == name)
+            c.no_row = c.prompts - c.trained
     return by
 
 

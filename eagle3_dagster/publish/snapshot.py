@@ -11,9 +11,9 @@ Memory stays flat however big the snapshot: the content identity and summary rea
 batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
 shard by shard (publish/export.py); bench/publish_memory.py measures it (docs/benchmarks-memory.md).
 
-Publishing is a gate of its own (`judge`, see publish/snapshot_gates.py): a refused snapshot (no
-rows, every shard excluded, a sudden drop against the previous one) is not written and LATEST does
-not move; a snapshot held back by the drift policy is written with `published: false` and LATEST
+Publishing is a gate of its own (`judge`, see publish/snapshot_gates.py): a refused snapshot (a shard
+left out when no partial snapshot was asked for, no rows, every shard excluded, a sudden drop against the
+previous one) is not written and LATEST does not move; a snapshot held back by the drift policy is written with `published: false` and LATEST
 does not move either. Every attempt is recorded in data/gates/publish/last.json.
 
 Local data: the snapshot is assembled in a staging folder and renamed into place. Object storage
@@ -220,8 +220,13 @@ def build_snapshot(
     lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
     on_wait: Callable[[str], None] | None = None,
     local_lock_dir: Path | None = None,
+    allow_partial: bool = False,
 ) -> SnapshotResult:
     """Assemble, judge and (if the gates allow) publish a snapshot, holding the data dir's publish lock.
+
+    A shard left out (a failed or missing gate result) refuses the snapshot unless `allow_partial` asks for a
+    partial one (the judge decides: `info["allow_partial"]`); the manifest names every shard left out and why
+    (`shards_left_out`), and so does the data card.
 
     `profile` enables the distribution summary. `judge(info)` -> an object with `publish` (bool),
     `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
@@ -260,6 +265,7 @@ def build_snapshot(
             now=now,
             profile=profile,
             judge=judge,
+            allow_partial=allow_partial,
         )
         result.removed_staging = removed_staging
         return result
@@ -338,6 +344,7 @@ def _build_snapshot_locked(
     now: dt.datetime | None,
     profile: Any,
     judge: Callable[[dict[str, Any]], Any] | None,
+    allow_partial: bool = False,
 ) -> SnapshotResult:
     data = as_data_path(data_dir)
     root = data / "snapshots"
@@ -347,8 +354,11 @@ def _build_snapshot_locked(
     rows = sum(d.rows for d in decisions if d.included)
     latest = read_latest(root)
     verdict = None
-    if judge is not None and latest != version:
-        verdict = judge(_judged_snapshot(rows, decisions, summary, read_manifest(root, latest)))
+    # the same content as LATEST needs no new judgement, unless shards are left out that no one agreed to leave
+    unasked = not allow_partial and not all(d.included for d in decisions)
+    if judge is not None and (latest != version or unasked):
+        info = _judged_snapshot(rows, decisions, summary, read_manifest(root, latest))
+        verdict = judge({**info, "allow_partial": allow_partial})
     published = verdict is None or bool(verdict.publish)
     gate_fields = _gate_fields(verdict, latest)
     refused = verdict is not None and not verdict.publish_gate.get("success", True)
@@ -576,6 +586,8 @@ def _assemble(
         "files": files,
         "exports": exports,
         "shards": [asdict(d) for d in decisions],
+        # a partial snapshot (asked for): every shard it leaves out and why ({} when it has them all)
+        "shards_left_out": {d.shard: d.reason for d in decisions if not d.included},
         # generation requests that failed for good, per shard (included or not): reasons, counts, examples
         "request_failures": request_failures(data, decisions),
         "config": config,

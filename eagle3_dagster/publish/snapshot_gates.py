@@ -5,12 +5,13 @@ on a one-row frame that describes the snapshot (publish) or compares its distrib
 the previous published snapshot's (drift). Thresholds and severities are data: edit the JSON, or
 pass `config_overrides` for one run.
 
-- publish: a critical failure (0 rows, no shard included, fewer rows than a fraction of the
-  previous snapshot, too many rows whose answer is that of several other prompts) means: not
-  published, LATEST unchanged. `same_answer_share` is the share of the snapshot's rows whose output
-  ids are exactly those of at least `min_prompts` different prompts (the expectation's meta, default
-  4), across shards: the shard gates quarantine such groups within a shard, this sees one answer
-  spread over shards (a response cache keyed on the wrong field, in front of every shard).
+- publish: a critical failure (a shard left out of a snapshot no one asked to be partial, 0 rows, no
+  shard included, fewer rows than a fraction of the previous snapshot, too many rows whose answer is
+  that of several other prompts) means: not published, LATEST unchanged. `same_answer_share` is the
+  share of the snapshot's rows whose output ids are exactly those of at least `min_prompts` different
+  prompts (the expectation's meta, default 4), across shards: the shard gates quarantine such groups
+  within a shard, this sees one answer spread over shards (a response cache keyed on the wrong field,
+  in front of every shard).
 - drift: warning expectations warn, critical ones fail; the suite's `meta.drifted_snapshot` says
   what happens to a drifted snapshot: "publish" (published, marked in its manifest) or "hold".
 """
@@ -23,7 +24,6 @@ from typing import Any
 
 import polars as pl
 
-from ..config import GX_KEEP_VALIDATIONS_DEFAULT
 from ..quality.features import ROW_ID
 from ..quality.gate import GateResult, run_gate
 from ..quality.suites import SuiteError, load_suite
@@ -38,12 +38,18 @@ DEFAULT_MIN_PROMPTS = 4
 
 
 def publish_frame(
-    rows: int, shards_included: int, previous_rows: int | None, same_answer_share: float | None = None
+    rows: int,
+    shards_included: int,
+    previous_rows: int | None,
+    left_out_unasked: int = 0,
+    same_answer_share: float | None = None,
 ) -> pl.DataFrame:
+    """The publish gate's one row; `left_out_unasked`: shards left out of a snapshot no one asked to be partial."""
     frac = None if not previous_rows else rows / previous_rows
     return pl.DataFrame(
         {
             ROW_ID: ["snapshot"],
+            "shards_left_out_unasked": [left_out_unasked],
             "rows": [rows],
             "shards_included": [shards_included],
             "rows_fraction_of_previous": [frac],
@@ -51,6 +57,7 @@ def publish_frame(
         },
         schema={
             ROW_ID: pl.String,
+            "shards_left_out_unasked": pl.Int64,
             "rows": pl.Int64,
             "shards_included": pl.Int64,
             "rows_fraction_of_previous": pl.Float64,
@@ -170,6 +177,41 @@ def drift_policy(expectations_dir: Path) -> str:
     return policy
 
 
+def _publish_reasons(
+    pres: Any,
+    pvals: dict[str, Any],
+    summary: dict[str, Any],
+    previous: dict[str, Any] | None,
+    excluded: dict[str, str] | None,
+    share: float | None,
+    min_prompts: int | None,
+) -> list[str]:
+    """Why the publish gate refused the snapshot: one line per failed critical expectation, in the user's words."""
+    reasons = []
+    left_out = ", ".join(f"{k} ({v})" for k, v in (excluded or {}).items())
+    prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
+    for o in pres.failed_critical:
+        if o.key == "every_shard_passed":
+            reasons.append(
+                f"{o.name}: shard(s) left out: {left_out}; a snapshot is published only when every shard "
+                "passed (a partial one needs allow_partial: `--allow-partial`, or the publish job's config)"
+            )
+        elif o.key == "some_shard_included" and excluded:
+            reasons.append(
+                f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
+            )
+        elif o.key == SAME_ANSWER_KEY:
+            reasons.append(_same_answer_reason(o.name, summary, share, min_prompts))
+        elif o.key == "rows_vs_previous" and prev_rows:
+            reasons.append(
+                f"{o.name}: {pvals['rows']} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
+                f"({pvals['rows_fraction_of_previous']:.0%})"
+            )
+        else:
+            reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
+    return reasons
+
+
 def judge_snapshot(
     *,
     rows: int,
@@ -179,44 +221,29 @@ def judge_snapshot(
     expectations_dir: Path,
     context_dir: Path,
     excluded: dict[str, str] | None = None,
+    allow_partial: bool = False,
     config_overrides: dict[str, dict[str, Any]] | None = None,
-    keep_validations: int = GX_KEEP_VALIDATIONS_DEFAULT,
 ) -> SnapshotVerdict:
     """Run the publish gate and (when there is a previous snapshot) the drift gate.
 
-    `previous` is the manifest of the snapshot LATEST names (None on the first night).
+    `previous` is the manifest of the snapshot LATEST names (None on the first night). `excluded`: the
+    shards left out and why; unless `allow_partial` (a partial snapshot asked for explicitly) any refuses it.
     `config_overrides` = {"publish": {...}, "drift": {...}} as run_gate's, per suite.
     """
     ov = config_overrides or {}
     prev_rows = int(previous["rows"]) if previous and previous.get("rows") is not None else None
     min_prompts = same_answer_min_prompts(expectations_dir)
     share = same_answer_share(summary, min_prompts)
-    pf = publish_frame(rows, shards_included, prev_rows, share)
+    pf = publish_frame(rows, shards_included, prev_rows, 0 if allow_partial else len(excluded or {}), share)
     pres = run_gate(
         "publish",
         pf,
         expectations_dir=expectations_dir,
         context_dir=context_dir,
-        build_docs=False,
         config_overrides=ov.get("publish"),
-        keep_validations=keep_validations,
     )
     pvals = pf.row(0, named=True)
-    reasons = []
-    for o in pres.failed_critical if not pres.success else []:
-        if o.key == "some_shard_included" and excluded:
-            reasons.append(
-                f"{o.name}: every shard was excluded ({', '.join(f'{k}: {v}' for k, v in excluded.items())})"
-            )
-        elif o.key == SAME_ANSWER_KEY:
-            reasons.append(_same_answer_reason(o.name, summary, share, min_prompts))
-        elif o.key == "rows_vs_previous" and prev_rows:
-            reasons.append(
-                f"{o.name}: {rows} rows vs {prev_rows} in snapshot {(previous or {}).get('version')} "
-                f"({pvals['rows_fraction_of_previous']:.0%})"
-            )
-        else:
-            reasons.append(f"{o.name} ({o.column} = {pvals.get(o.column or '')!r})")
+    reasons = [] if pres.success else _publish_reasons(pres, pvals, summary, previous, excluded, share, min_prompts)
     publish_gate = {**_gate_json(pres), "values": pvals}
     drift = None
     if previous is not None and previous.get("summary"):
@@ -227,9 +254,7 @@ def judge_snapshot(
             df,
             expectations_dir=expectations_dir,
             context_dir=context_dir,
-            build_docs=False,
             config_overrides=ov.get("drift"),
-            keep_validations=keep_validations,
         )
         dvals = df.row(0, named=True)
         dvals.pop(ROW_ID, None)

@@ -182,7 +182,6 @@ def judge_night(
     *,
     expectations_dir: Path,
     context_dir: Path,
-    keep_validations: int,
 ) -> AcceptanceNight:
     """Append tonight's entry to the shard's log (a known drafter only) and judge it against the previous
     night of the same drafter."""
@@ -199,7 +198,7 @@ def judge_night(
     if why_not is not None or previous is None:
         night.line = why_not or ""
         return night
-    return _judged(night, entry, previous, shard, expectations_dir, context_dir, keep_validations)
+    return _judged(night, entry, previous, shard, expectations_dir, context_dir)
 
 
 def _judged(
@@ -209,17 +208,9 @@ def _judged(
     shard: int,
     expectations_dir: Path,
     context_dir: Path,
-    keep_validations: int,
 ) -> AcceptanceNight:
     frame = drift_frame(entry, previous)
-    res = run_gate(
-        SUITE,
-        frame,
-        expectations_dir=expectations_dir,
-        context_dir=context_dir,
-        build_docs=False,
-        keep_validations=keep_validations,
-    )
+    res = run_gate(SUITE, frame, expectations_dir=expectations_dir, context_dir=context_dir)
     night.outcomes = list(res.outcomes)
     night.values = {k: v for k, v in frame.row(0, named=True).items() if k != ROW_ID}
     failed = [o for o in res.outcomes if not o.success]

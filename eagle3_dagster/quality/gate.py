@@ -21,7 +21,6 @@ from typing import Any
 
 import polars as pl
 
-from ..config import GX_KEEP_VALIDATIONS_DEFAULT
 from ..profiles import ModelProfile
 from ..storage import DataPath, PathLike, as_data_path, read_parquet, safe_join, shard_key, write_frame_atomic
 from . import gx_context
@@ -68,8 +67,8 @@ class GateResult:
     outcomes: list[ExpectationOutcome]
     row_failures: pl.DataFrame = field(default_factory=_empty_failures)
     n_rows: int = 0
-    data_docs_index: str | None = None
-    data_docs_page: str | None = None  # this validation's Data Docs page (absolute path), if built
+    # this validation's Data Docs page (absolute path): the quality report's Data Docs build writes it
+    data_docs_page: str | None = None
     suite_sha256: str = ""
     profile: str | None = None
     created_at: str = ""
@@ -99,7 +98,6 @@ class GateResult:
             "success": self.success,
             "n_rows": self.n_rows,
             "n_row_failures": self.row_failures.height,
-            "data_docs_index": self.data_docs_index,
             "data_docs_page": self.data_docs_page,
             "row_failures_by_reason": self.reason_counts(),
             "suite_sha256": self.suite_sha256,
@@ -124,7 +122,6 @@ class GateResult:
             outcomes=[ExpectationOutcome(**o) for o in d.get("outcomes", [])],
             row_failures=rf,
             n_rows=int(d.get("n_rows", 0)),
-            data_docs_index=d.get("data_docs_index"),
             data_docs_page=d.get("data_docs_page"),
             suite_sha256=d.get("suite_sha256", ""),
             profile=d.get("profile"),
@@ -244,24 +241,20 @@ def run_gate(
     *,
     expectations_dir: Path,
     context_dir: Path,
-    build_docs: bool = True,
     config_overrides: dict | None = None,
     profile: ModelProfile | None = None,
     result_format: str = "SUMMARY",
-    keep_validations: int = GX_KEEP_VALIDATIONS_DEFAULT,
 ) -> GateResult:
-    """Validate `features` against expectations/<gate>.json in a GX file context at context_dir.
+    """Validate `features` against expectations/<gate>.json in a GX file context at context_dir, and store
+    GX's validation result there: a gate only validates (the quality report builds the Data Docs and prunes
+    old results: gx_docs.build_data_docs).
 
     `profile` renders the profile's token ids into expectation names. `result_format` is GX's;
     counts and failing rows come from polars either way, so BOOLEAN_ONLY is safe for speed.
-    `keep_validations`: GX validation results (and Data Docs pages) kept per suite, older ones are
-    pruned under the context lock; 0 keeps all. Pipeline steps pass Settings.gx_keep_validations
-    (EAGLE3_GX_KEEP_VALIDATIONS); this function reads no environment.
 
     The GX context, suite and checkpoint are set up once per process and reused (gx_context.py);
-    only the writes to the shared context (set-up, pruning, Data Docs) hold its file lock.
+    only a set-up writes to the shared context, under its file lock.
     """
-    keep = int(keep_validations)
     suite = load_suite(gate, Path(expectations_dir), profile=profile, config_overrides=config_overrides)
     missing = [c for c in [ROW_ID, *suite.columns()] if c not in features.columns]
     if missing:
@@ -270,16 +263,8 @@ def run_gate(
     stats, failures = row_stats(features, suite)
     # GX sees only the columns the suite reads: narrow and typed keeps the validation fast.
     pdf = features.select(suite.columns()).to_pandas()
-    run = gx_context.validate(
-        Path(context_dir),
-        gate,
-        pdf,
-        gx_suite,
-        build_docs=build_docs,
-        result_format=result_format,
-        keep_validations=max(keep, 0),
-    )
-    results, index, page = run.results, run.docs_index, run.docs_page
+    run = gx_context.validate(Path(context_dir), gate, pdf, gx_suite, result_format=result_format)
+    results = run.results
     by_key = {r.expectation_config.meta.get("key"): r for r in results}
     outcomes = [_outcome(gate, spec, by_key.get(spec.key), stats, features.height) for spec in suite.expectations]
     return GateResult(
@@ -289,8 +274,7 @@ def run_gate(
         outcomes=outcomes,
         row_failures=failures,
         n_rows=features.height,
-        data_docs_index=index,
-        data_docs_page=page,
+        data_docs_page=run.docs_page,
         suite_sha256=suite.sha256,
         profile=profile.name if profile else None,
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),

@@ -1,7 +1,9 @@
 """The GX file context of the gates: set up once per process, validated outside the lock.
 
-Most of a small gate's GX cost is set-up, not validation (`gx.get_context`, the datasource, suite,
-validation definition and checkpoint, each written and re-read), so:
+A gate only validates and stores its result; the Data Docs are built once per run by the quality
+report (gx_docs.py), never by a gate step. Most of a small gate's GX cost is set-up, not validation
+(`gx.get_context`, the datasource, suite, validation definition and checkpoint, each written and
+re-read), so:
 
 - `prepare()` returns a `Prepared` (context, suite, validation definition, checkpoint) cached per
   process and (context dir, gate), valid for one GX suite definition and result_format: the same
@@ -11,20 +13,15 @@ validation definition and checkpoint, each written and re-read), so:
   suites never rewrite each other's files.
 - Validation (the CPU part, in `validate()`) runs outside the context lock. GX stores the
   validation result under a new unique run-time folder, so concurrent runs never write the same
-  file. Only the writes that touch shared files take the lock: set-up on a cache miss, pruning
-  old results (retention.py) and the Data Docs build (this run's page, the suite page, index.html).
+  file. Only the set-up on a cache miss writes shared files and takes the lock; the Data Docs build
+  and the pruning of old results take it too (gx_docs.build_data_docs).
 - `config_variables_file_path` is cleared in the pipeline-owned context (no `${VAR}` substitution
   is used by it), so reading a context variable does not parse a YAML file.
 - The validation runs through the validation definition (`_run`), not `checkpoint.run`, whose
   freshness check re-reads and compares the checkpoint, definition and suite from disk every time;
   the definition's own check still catches a suite rewritten by another process. The stored
   result is the one `checkpoint.run` stores (a test compares them).
-- What GX recomputes needlessly (templates, expectation configurations, site builders, stored
-  results) is cut by the patches of gx_patches.py, applied explicitly here.
-- Data Docs per gate (gx_docs.py): this run's page; the suite page only on a set-up (a changed
-  suite always is one) or when missing; the index, and the retention pruning with it, only when
-  due (missing, older than gx_docs.DOCS_INDEX_REFRESH_S, or at the end of a run:
-  `refresh_docs_index`). The pages are those a full GX build writes (a test compares them).
+- Each expectation's configuration is built once per validation (gx_patches.py, applied here).
 
 `analytics_enabled: false` is written to the context's config, so no GX version sends usage statistics.
 """
@@ -42,8 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import gx_docs, gx_patches
-from .retention import DOCS_INDEX, DOCS_SUITES_BASE, PruneStats, prune_all, prune_validations
+from . import gx_patches
+from .retention import validation_page
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +67,7 @@ class GXRun:
     """What one validation produced, and where its time went (for logs, tests and the bench)."""
 
     results: list[Any]
-    docs_index: str | None
-    docs_page: str | None
+    docs_page: str  # where the Data Docs build (gx_docs.build_data_docs) writes this validation's page
     cache_hit: bool
     validate_started_at: float
     validate_ended_at: float
@@ -114,7 +110,6 @@ class Prepared:
 # in a context, so another definition of the same gate replaces the entry (and the stored suite).
 _PREPARED: dict[tuple[str, str], tuple[str, str, Prepared]] = {}
 _CONTEXTS: dict[str, Any] = {}
-_DOCS_INDEX_URLS: dict[str, str] = {}  # GX root dir -> its local site's index.html
 # suite object -> its fingerprint (the suite objects are built once per definition, gate._gx_suite)
 _FINGERPRINTS: dict[int, tuple[Any, str]] = {}
 # GX context objects are not made for concurrent use by threads: threads of one process take turns
@@ -142,8 +137,15 @@ def clear_cache() -> None:
     with _THREAD_LOCK:
         _PREPARED.clear()
         _CONTEXTS.clear()
-        _DOCS_INDEX_URLS.clear()
         _FINGERPRINTS.clear()
+
+
+@contextmanager
+def context_locked(context_dir: Path, what: str) -> Iterator[Any]:
+    """The GX file context in `context_dir` (one object per process), held by this thread and under the
+    context's file lock for one write to what every process shares (the Data Docs build, the pruning)."""
+    with _THREAD_LOCK, context_lock(context_dir, what):
+        yield _context(context_dir)
 
 
 def _context(context_dir: Path) -> Any:
@@ -168,7 +170,6 @@ def _context(context_dir: Path) -> Any:
         ctx.config.config_variables_file_path = None
         ctx.variables.save()
         ctx = gx.get_context(mode="file", project_root_dir=str(context_dir))  # without that provider
-    gx_patches.install_context_patches(ctx)
     _CONTEXTS[key] = ctx
     return ctx
 
@@ -204,7 +205,7 @@ def _set_up(context_dir: Path, gate: str, gx_suite: Any, fingerprint: str, resul
             raise DataContextError(f"{name}: stored validation definition is for another suite or batch")
     except DataContextError:
         vd = ctx.validation_definitions.add_or_update(gx.ValidationDefinition(name=name, data=batch_def, suite=suite))
-    # No actions: Data Docs are built under the lock by validate(), after the result is stored.
+    # No actions: a gate stores its result only; the quality report builds the Data Docs (gx_docs.py).
     want_format = {"result_format": result_format}
     try:
         cp = ctx.checkpoints.get(name)
@@ -279,85 +280,11 @@ def _run(prepared: Prepared, pdf: Any) -> tuple[Any, Any]:
     return vri, result
 
 
-def _docs_index_url(ctx: Any) -> str | None:
-    """The local site's index.html (fixed per context: looked up once)."""
-    root = str(ctx.root_directory)
-    url = _DOCS_INDEX_URLS.get(root)
-    if url is None:
-        url = gx_docs.local_site_url(ctx.get_docs_sites_urls())
-        if url is not None:
-            _DOCS_INDEX_URLS[root] = url
-    return url
+def validate(context_dir: Path, gate: str, pdf: Any, gx_suite: Any, *, result_format: str) -> GXRun:
+    """Validate `pdf` with the gate's suite and store the result in the context; nothing else.
 
-
-def _docs_after_run(
-    prepared: Prepared, vri: Any, hit: bool, build_docs: bool, keep: int
-) -> tuple[str | None, str | None]:
-    """Under the context lock: this run's page (and the suite page on a set-up or when missing); the
-    index and the pruning when the index is due (gx_docs.py). Without docs: prune this suite, and
-    rewrite an existing index if a page went. (index, this run's page)."""
-    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
-
-    ctx = prepared.context
-    gx_root = Path(ctx.root_directory)
-    suite_name = prepared.suite.name
-    suite_id = ExpectationSuiteIdentifier(name=suite_name)
-    if not build_docs:
-        pruned = prune_validations(gx_root, suite_name, keep) if keep > 0 else PruneStats()
-        if pruned.pages_removed and (gx_root / DOCS_INDEX).exists():
-            gx_docs.build_index(ctx)  # so it links no pruned page
-        return None, None
-    pages = [vri]
-    new_suite_page = not (gx_root / DOCS_SUITES_BASE / f"{suite_name}.html").is_file()
-    if not hit or new_suite_page:
-        pages.append(suite_id)  # the suite page changes only with the suite (a set-up)
-    # a suite's first page: the index lists the suite once rebuilt (once per suite and context)
-    if new_suite_page or gx_docs.index_due(gx_root):
-        gx_docs.refresh(ctx, keep, pages)
-    else:
-        mine = ctx.validation_results_store.has_key(vri)  # pruned already by a newer concurrent run?
-        gx_docs.build_pages(ctx, pages if mine else pages[1:])
-    page = None
-    try:
-        page = gx_docs.page_url(ctx, vri)
-    except Exception:  # a link for the report and the check only; never fail a gate over it
-        page = None
-    return _docs_index_url(ctx), page
-
-
-def refresh_docs_index(context_dir: Path, keep: int) -> Path | None:
-    """Bring the gates' Data Docs up to date at the end of a run: prune every suite to its newest
-    `keep` results and pages (0 keeps all), then rebuild the index, so it lists exactly the kept
-    pages. The index path; None when the context has no Data Docs site yet (then only pruned)."""
-    gx_root = Path(context_dir) / "gx"
-    if not (gx_root / "great_expectations.yml").is_file():
-        return None
-    with _THREAD_LOCK:
-        ctx = _context(Path(context_dir))
-        with context_lock(Path(context_dir), "prune+index"):
-            if not (gx_root / DOCS_INDEX).is_file():
-                if keep > 0:
-                    prune_all(gx_root, keep)
-                return None
-            gx_docs.refresh(ctx, keep)
-    return gx_root / DOCS_INDEX
-
-
-def validate(
-    context_dir: Path,
-    gate: str,
-    pdf: Any,
-    gx_suite: Any,
-    *,
-    build_docs: bool,
-    result_format: str,
-    keep_validations: int = 0,
-) -> GXRun:
-    """Validate `pdf` with the gate's suite; store the result; prune; build Data Docs (if asked).
-
-    With keep_validations > 0, results (and pages) beyond the newest `keep_validations` per suite
-    are pruned when the Data Docs index is rebuilt (retention.py, gx_docs.py).
-    """
+    The context lock is taken only for a set-up (a fresh process, an edited suite); the Data Docs
+    page of this validation is written later, by the quality report (gx_docs.build_data_docs)."""
     gx_patches.apply_process_patches()
     holds: list[LockHold] = []
     with _THREAD_LOCK:
@@ -376,9 +303,8 @@ def validate(
             started = time.time()
             vri, vres = _run(prepared, pdf)
         ended = time.time()
-        with context_lock(context_dir, "prune+docs", holds):
-            index, page = _docs_after_run(prepared, vri, hit, build_docs, keep_validations)
-    run = GXRun(vres.results, index, page, hit, started, ended, holds)
+    page = validation_page(Path(prepared.context.root_directory), vri.to_tuple())
+    run = GXRun(vres.results, str(page), hit, started, ended, holds)
     log.debug(
         "gate %s: GX validation %.3fs (set-up %s), context lock held %.3fs",
         gate,

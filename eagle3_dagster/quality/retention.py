@@ -11,27 +11,18 @@ caller holds the context's file lock (gx_context.context_lock), so concurrent sh
 under each other. Run folders are named by GX's run time (`20261202T135856.199965Z`, fixed width,
 UTC), so a name sort is a time sort.
 
-When pruning happens, and so what `keep_validations` (EAGLE3_GX_KEEP_VALIDATIONS) means:
-
-- Gates that build Data Docs (the default) prune only when the Data Docs index is rebuilt, right
-  before it, under the same lock (gx_docs.py): when the index is missing or older than
-  gx_docs.DOCS_INDEX_REFRESH_S (or a suite gets its first page), and at the end of a run (`quality_report`, `eagle3 report`:
-  gx_context.refresh_docs_index). So the index never links a page that was deleted. Results kept
-  at any moment = the newest `keep` per suite, plus at most those stored since the last rebuild
-  (one refresh interval's worth of gates); right after the end-of-run refresh, exactly the newest
-  `keep` per suite, and the index lists exactly their pages.
-- Gates without Data Docs prune their own suite on every run (and rewrite an existing index if a
-  page went).
-
-Every pruning that deletes a page rewrites PRUNE_STAMP (a fresh token), so the quality report's
-incremental update re-checks which linked pages still exist only after a pruning (report_index.py).
+When pruning happens, and so what `keep_validations` (EAGLE3_GX_KEEP_VALIDATIONS) means: the gates only
+store their results; the quality report prunes every suite to its newest `keep` runs right before it
+builds the Data Docs, under the context lock (gx_docs.build_data_docs), so the Data Docs index never
+links a deleted page. Between two reports the stored results grow by the gates run since (one per
+gate and shard); right after a report, exactly the newest `keep` per suite are left, each with its page.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +33,14 @@ VALIDATIONS_BASE = "uncommitted/validations"
 DOCS_VALIDATIONS_BASE = "uncommitted/data_docs/local_site/validations"
 DOCS_INDEX = "uncommitted/data_docs/local_site/index.html"
 DOCS_SUITES_BASE = "uncommitted/data_docs/local_site/expectations"
-PRUNE_STAMP = "uncommitted/data_docs/.pages_pruned"  # rewritten whenever pruning deletes a page
+
+
+def validation_page(gx_root: Path, key: Sequence[str]) -> Path:
+    """Where GX's Data Docs put the page of the validation result whose store key is `key`
+    (ValidationResultIdentifier.to_tuple(): suite, run name, run time, batch): the result's own path
+    under the site's validations folder (tests/quality/test_gx_reuse.py holds it to GX's build)."""
+    *folders, batch = key
+    return gx_root / DOCS_VALIDATIONS_BASE / Path(*folders) / f"{batch}.html"
 
 
 @dataclass
@@ -95,8 +93,6 @@ def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
         if key not in kept:
             _remove(d)
             stats.pages_removed += 1
-    if stats.pages_removed:
-        _stamp(gx_root)
     if stats.results_removed or stats.pages_removed:
         log.info(
             "GX context %s: pruned %d old validation result(s) and %d page(s) of %s (keeping %d)",
@@ -107,23 +103,6 @@ def prune_validations(gx_root: Path, suite: str, keep: int) -> PruneStats:
             keep,
         )
     return stats
-
-
-def _stamp(gx_root: Path) -> None:
-    """A new token in PRUNE_STAMP (written whole: tmp + rename)."""
-    f = gx_root / PRUNE_STAMP
-    f.parent.mkdir(parents=True, exist_ok=True)
-    tmp = f.with_name(f"{f.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(uuid.uuid4().hex)
-    tmp.replace(f)
-
-
-def prune_stamp(gx_root: Path) -> str | None:
-    """The token of the last pruning that deleted a page (None: none since the docs folder exists)."""
-    try:
-        return (gx_root / PRUNE_STAMP).read_text()
-    except (FileNotFoundError, NotADirectoryError):
-        return None
 
 
 def prune_all(gx_root: Path, keep: int) -> PruneStats:

@@ -126,8 +126,30 @@ def _snapshot_summary(model: Any, version: str | None) -> dict[str, Any] | None:
     return None
 
 
+def blocking_shards(model: Any) -> list[str]:
+    """Each shard whose stored gate results keep a snapshot from being published now (the one publish rule,
+    orchestration/sequence.py: every shard must pass), as "shard: why" (its first failed gate, or not run)."""
+    out = []
+    for row in model.shards:
+        statuses = [(g, c.status) for g, c in row.cells.items()]
+        failed = next((g for g, st in statuses if st not in ("PASS", "EMPTY")), None)
+        if failed is not None:
+            why = (
+                "not run" if all(st == "not run" for _, st in statuses) else f"{failed} gate {row.cells[failed].status}"
+            )
+            out.append(f"{row.shard}: {why}")
+    return out
+
+
 def top_section(model: Any) -> list[str]:
     out = ['<h2 id="snapshot-status">Latest snapshot: publish and drift</h2>']
+    blocking = blocking_shards(model)
+    if blocking:  # what the stored gate results say now, whatever the last attempt was
+        out.append(
+            f'<div class="warnbox" id="not-publishable"><b>A snapshot is published only when every shard passed</b>: '
+            f"now {len(blocking)} shard(s) did not ({_e('; '.join(blocking))}); nothing is published until they do, "
+            "unless a partial snapshot is asked for (<code>--allow-partial</code>), which names them.</div>"
+        )
     att = model.attempt
     latest = next((s for s in model.snapshots if s.latest), None)
     if att is None:

@@ -93,8 +93,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             print(f"quarantined rows (first 10 of {res.row_failures.height}):")
             for row in res.row_failures.head(10).iter_rows(named=True):
                 print(f"- `{row['row_id']}`: {'; '.join(row['reasons'])}")
-        if res.data_docs_index:
-            print(f"\nData Docs: {res.data_docs_index}")
+        if res.data_docs_page and Path(res.data_docs_page).is_file():  # built by the run's quality report
+            print(f"\nData Docs: {res.data_docs_page}")
     return 0
 
 
@@ -116,7 +116,7 @@ def run_report(args: argparse.Namespace) -> int:
         if args.work_dir
         else (s.work_dir if not args.data_dir else work_dir_for(data_dir))
     )
-    _refresh_docs(work, s.gx_keep_validations)
+    _build_docs(work, s.gx_keep_validations)
     try:
         path = write_report(data_dir, work, out=args.out, n_shards=s.n_shards, profile=args.model)
     except (StorageError, OSError) as e:
@@ -127,15 +127,15 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _refresh_docs(work: Path, keep: int) -> None:
-    """The GX Data Docs index brought up to date (pruned, rebuilt) before the report links its pages;
-    a failure is a warning on stderr (the report is still written)."""
-    from ..quality.gx_context import refresh_docs_index
+def _build_docs(work: Path, keep: int) -> None:
+    """The gates' GX Data Docs built (pruned, the missing pages, the index) before the report links their
+    pages; a failure is a warning on stderr (the report is still written)."""
+    from ..quality.gx_docs import build_data_docs
 
     try:
-        refresh_docs_index(work / "gx", keep)
+        build_data_docs(work / "gx", keep)
     except Exception as e:
-        print(f"eagle3 report: GX Data Docs index not refreshed: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"eagle3 report: GX Data Docs not built: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def _print_latest_age(data_dir: DataPath | Path) -> None:

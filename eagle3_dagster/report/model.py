@@ -1,13 +1,9 @@
 """The quality report's model: what is stored, read into dataclasses (no HTML here).
 
-    collect(data_dir, work_dir)          -> ReportModel   (reads every shard's stored results)
-    collect_row(data, shard, gates, work) -> ShardRow     (one shard: its gate cells and rejects)
-    assemble(...)                         -> ReportModel   (rows + the run-wide parts: snapshots,
-                                                            sources, LATEST age, publish attempt)
-
-The incremental update (html.update_report) re-collects one shard's row and reuses the
-others from the report's index (report_index.py); `collect` is the full rebuild. Both end in
-`assemble`, so the model (and the HTML) is the same either way.
+collect(data_dir, work_dir)          -> ReportModel   (reads every shard's stored results)
+collect_row(data, shard, gates, work) -> ShardRow     (one shard: its gate cells and rejects)
+assemble(...)                         -> ReportModel   (rows + the run-wide parts: snapshots,
+                                                        sources, LATEST age, publish attempt)
 """
 
 from __future__ import annotations
@@ -499,12 +495,9 @@ def assemble(
     profile: str | None,
     gates: Sequence[str],
     now: dt.datetime | None,
-    turns: dict[str, dict[str, Any]] | None = None,
 ) -> ReportModel:
-    """The model from shard rows (sorted by shard) plus the run-wide parts, read now.
-
-    `turns`: the shards' multi-turn summaries when the caller has them (the report's index);
-    else read for every row."""
+    """The model from shard rows (sorted by shard) plus the run-wide parts (and the rows' multi-turn
+    summaries), read now."""
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})
     profiles = [profile] + [p for p in seen if p != profile] if profile else seen
     index = work / "gx" / "gx" / DOCS_INDEX
@@ -527,7 +520,7 @@ def assemble(
         data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
         latest=latest_age(data, now),
-        turns=turns if turns is not None else collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
+        turns=collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
         probes=collect_probes(data),

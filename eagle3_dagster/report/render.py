@@ -159,10 +159,7 @@ def shard_fragments(
     row: ShardRow, summary: dict[str, Any] | None, report_path: Path, work: Path, gates: tuple[str, ...]
 ) -> dict[str, str]:
     """One shard's parts of the page (each "" when the shard has none): its row of the gates table,
-    its failure details, its distribution charts and its other-rejects rows.
-
-    A shard's fragments depend only on the shard (and which of its Data Docs pages exist), so an
-    update re-renders the shards that changed and reuses the others (report_index.py)."""
+    its failure details, its distribution charts and its other-rejects rows."""
     cells, failed = [], None
     for g in gates:  # gates in pipeline order: a failed gate blocks the later stages
         cells.append(_cell_html(row.cells[g], report_path, work, blocked_by=failed))
@@ -181,16 +178,11 @@ def shard_fragments(
     }
 
 
-def render(model: ReportModel, report_path: PathLike, fragments: dict[str, dict[str, str]] | None = None) -> str:
-    """The report as one HTML document (no scripts, no external resources).
-
-    `fragments`: shard_fragments() of shards rendered before (by shard key); the others are rendered.
-    """
+def render(model: ReportModel, report_path: PathLike) -> str:
+    """The report as one HTML document (no scripts, no external resources)."""
     rp = Path(os.fspath(report_path))
-    known = fragments or {}
     frags = [
-        known.get(row.shard)
-        or shard_fragments(row, model.shard_summaries.get(row.shard), rp, model.work_dir, model.gates)
+        shard_fragments(row, model.shard_summaries.get(row.shard), rp, model.work_dir, model.gates)
         for row in model.shards
     ]
     h = _head(model, rp)

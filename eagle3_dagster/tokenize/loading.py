@@ -148,7 +148,8 @@ def _guarded(folder: Path, load):
     except TokenizerLoadError:
         raise
     except Exception as e:  # transformers raises many types; name the folder in one clear error
-        raise TokenizerLoadError(f"{folder}: cannot load tokenizer: {type(e).__name__}: {e}") from e
+        why = " ".join(str(e).split())  # a library's message may run over several lines: one line, whole
+        raise TokenizerLoadError(f"{folder}: cannot load tokenizer: {type(e).__name__}: {why}") from e
 
 
 def _has_plain_tokenizer_files(folder: Path) -> bool:

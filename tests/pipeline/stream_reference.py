@@ -105,7 +105,6 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
         expectations_dir=pipeline.expectations_path,
         context_dir=tmp_path / "gx",
         profile=profile,
-        build_docs=False,
     )
     assert stored.n_rows == fresh.n_rows == samples.height
     assert [(o.key, o.unexpected_count, o.success) for o in stored.outcomes] == [
@@ -127,7 +126,6 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
         expectations_dir=pipeline.expectations_path,
         context_dir=tmp_path / "gx",
         profile=profile,
-        build_docs=False,
     )
     gstored = read_gate_result(data, "generations", k)
     assert gstored.n_rows == gfresh.n_rows == gens.height

@@ -49,3 +49,26 @@ def test_a_missing_source_file_is_named_without_a_stack_trace(tmp_path: Path):
     assert f"error:      ingest source__lost: source 'lost': file not found: {src / 'nowhere.jsonl'}" in out
     [nxt] = [ln for ln in out.splitlines() if ln.startswith("next:")]
     assert "fix the source or setting named above" in nxt
+
+
+def test_a_model_that_names_no_profile_is_named_not_blamed_on_the_tokenizer(tmp_path: Path):
+    env = {**command_env(tmp_path), "EAGLE3_MODEL": "kimi"}
+    r, took = _demo(env)
+    profile = PROJECT_ROOT / "assets" / "models" / "kimi.yaml"
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        f"eagle3 demo: error: model profile 'kimi' not found at {profile} (did you mean 'kimi-k2.5'?) "
+        "(available: kimi-k2.5, qwen3)"
+    ], r.stderr
+    assert "simulator" not in r.stdout and took < 60  # refused before anything started
+
+
+def test_a_tokenizer_that_does_not_load_is_named_in_one_whole_line(tmp_path: Path):
+    empty = tmp_path / "not-a-tokenizer"
+    empty.mkdir()
+    r, _ = _demo({**command_env(tmp_path), "EAGLE3_TOKENIZER": str(empty)})
+    first, hint = r.stderr.splitlines()
+    assert r.returncode == 2 and first.startswith(
+        f"eagle3 demo: error: TokenizerLoadError: {empty}: cannot load tokenizer: ValueError: "
+    ), r.stderr
+    assert first.endswith("to convert a slow tokenizer to a fast one."), first  # the reason whole, not its first line
+    assert hint.startswith("eagle3 demo: the tokenizer comes from EAGLE3_TOKENIZER")

@@ -1,5 +1,5 @@
 """A second nightly run with unchanged inputs sends zero requests and republishes the identical snapshot;
-a shard whose gate failed is left out of the snapshot with its reason; `dg launch` runs a shard."""
+a failed shard publishes nothing unless a partial snapshot is asked for, which names it; `dg launch` runs a shard."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dagster as dg
 import httpx
+import polars as pl
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
@@ -62,32 +63,52 @@ def test_second_nightly_run_is_free_and_identical(tmp_path, kimi_profile):
             assert _generate_requests(sim.url) > sent
 
 
-def test_failed_gate_shard_is_excluded_from_the_snapshot_with_its_reason(tmp_path, kimi_profile):
+def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for(tmp_path, kimi_profile):
+    """The demo's graph run (materialize_graph + its summary) with one shard failing: no snapshot, and the
+    summary says why; asked for explicitly, a partial one whose manifest and data card name the shard left out."""
+    from eagle3_dagster.app.demo import summarize
+    from eagle3_dagster.storage import data_root
+
     data = tmp_path / "data"
-    with start_simulator() as good, start_simulator(extra_args=["--mode", "drop-think-end"]) as bad:
-        with dg.instance_for_test() as instance:
-            base = PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048)
-            ok = materialize_graph(
-                defs,
-                instance,
-                resources={"pipeline": base, "sglang": SGLangFleet(urls=good.url)},
-                shards=["0000", "0001"],
-            )
-            assert ok.success
-            broken = materialize_graph(
-                defs,
-                instance,
-                resources={"pipeline": base, "sglang": SGLangFleet(urls=bad.url)},
-                shards=["0002"],
-                run_ingest=False,
-                run_publish=True,
-            )
-            assert not broken.shards[0].success and broken.publish_success
-    manifest = json.loads((data / "snapshots" / broken.snapshot_version / "manifest.json").read_text())
-    by_shard = {s["shard"]: s for s in manifest["shards"]}
-    assert by_shard["0000"]["included"] and by_shard["0001"]["included"]
-    assert not by_shard["0002"]["included"] and by_shard["0002"]["reason"].startswith("generations gate failed: ")
-    assert not by_shard["0003"]["included"]
+    with start_simulator() as sim, dg.instance_for_test() as instance:
+        res = {
+            "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+            "sglang": SGLangFleet(urls=sim.url),
+        }
+        assert materialize_graph(defs, instance, resources=res, shards=[]).ingest_success
+        prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
+        first = prompts.filter(pl.col("shard") == 0).height
+        # the first shard's answers carry no result (200 {"error": ...}, refused for good): only it fails
+        httpx.post(f"{sim.url}/_sim/faults", json={"error_body": first}, timeout=10).raise_for_status()
+        held = materialize_graph(defs, instance, resources=res, run_ingest=False, run_publish=True)
+        assert [sh.ok for sh in held.shards] == [False, True, True, True], held.shards
+        assert held.publish_success is None and held.snapshot_version is None
+        assert not (data / "snapshots" / "LATEST").exists(), "a shard failed: nothing may be published"
+        assert held.not_published.startswith("not published: shard(s) 0000 did not pass")
+        summary = summarize(held, data_root(data))
+        assert "publish:    not published: shard(s) 0000 did not pass" in summary and "--allow-partial" in summary
+        assert "snapshot:   not published" in summary and "result:     FAILED" in summary
+        # the report ran, last
+        newest = instance.get_runs(limit=1)[0]
+        assert newest.job_name == "report" and newest.run_id == held.report_run_id and held.report_error is None
+
+        # asked for explicitly: the three shards that passed are published, shard 0000 named as left out (its
+        # failed requests are sent again: the server still answers them without a result)
+        httpx.post(f"{sim.url}/_sim/faults", json={"error_body": first}, timeout=10).raise_for_status()
+        partial = materialize_graph(
+            defs, instance, resources=res, run_ingest=False, run_publish=True, allow_partial=True
+        )
+        assert not partial.shards[0].ok and partial.publish_success and partial.left_out == ["0000"]
+        assert not partial.success  # a shard failed: never a SUCCESS, published or not
+        assert (data / "snapshots" / "LATEST").read_text().strip() == partial.snapshot_version
+    snap = data / "snapshots" / str(partial.snapshot_version)
+    manifest = json.loads((snap / "manifest.json").read_text())
+    (why,) = manifest["shards_left_out"].values()
+    assert list(manifest["shards_left_out"]) == ["0000"] and "generations" in why, why
+    assert manifest["rows"] == prompts.height - first
+    card = (snap / "README.md").read_text()
+    assert "## Shards left out" in card and "**This is a partial snapshot**" in card and "| 0000 |" in card
+    assert "PARTIAL snapshot (--allow-partial): shard(s) 0000 left out" in summarize(partial, data_root(data))
 
 
 def test_dg_launch_runs_a_shard(tmp_path, kimi_profile):

@@ -28,7 +28,9 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
         with dg.instance_for_test() as instance:
             assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
             shard = shard_with_most_prompts(data)
-            out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True)
+            out = materialize_graph(
+                defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True, allow_partial=True
+            )
             assert out.success, out  # every gate passes: non-canonical output is valid output
             train_meta = instance.get_latest_materialization_event(
                 dg.AssetKey("training_samples")

@@ -23,7 +23,6 @@ from eagle3_dagster.defs.automation import (
     build_freshness,
     build_nightly_schedule,
     build_prompt_source_sensor,
-    night_verdict,
 )
 from eagle3_dagster.orchestration.resources import PipelineSettings
 
@@ -123,10 +122,11 @@ def test_one_sensor_publishes_a_night_only_when_every_shard_run_succeeded():
             _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: k})
         last = _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.STARTED, **{NIGHT_TAG: night, PART: shards[-1]})
         waiting = tick()
-        assert not waiting.run_requests and f"waiting for shard(s) {shards[-1]}" in waiting.skip_message
+        assert not waiting.run_requests and f"waiting for shard run(s) {shards[-1]}" in waiting.skip_message
         instance.report_run_failed(instance.get_run_by_id(last))
-        failed = tick().run_requests  # the night ended without publishing: its report says why
+        failed = tick().run_requests  # the night ends without publishing: its report says why
         assert [(r.job_name, r.tags[NIGHT_TAG]) for r in failed] == [("report", night)]
+        assert tick().run_requests == failed  # asked again on the next tick: the same key, launched once
         _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: shards[-1]})
         publish = tick().run_requests  # the failed shard was re-run and succeeded: every shard has passed
         assert [(r.job_name, r.tags[NIGHT_TAG]) for r in publish] == [("publish", night)]
@@ -134,12 +134,16 @@ def test_one_sensor_publishes_a_night_only_when_every_shard_run_succeeded():
         assert not tick().run_requests  # no report while the publish runs
         instance.report_run_failed(instance.get_run_by_id(run))
         reported = tick().run_requests  # the publish run ended (here: failed), the report is rendered again
-        assert [(r.job_name, r.run_key) for r in reported] == [("report", f"report:{night}:published")]
+        assert [(r.job_name, r.run_key) for r in reported] == [("report", f"report:{night}:{run}")]
         assert reported[0].run_key != failed[0].run_key  # a new request, not one Dagster would skip
+        _add_run(instance, "report", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night})
+        ended = tick()  # the report ran last: the night is over
+        assert not ended.run_requests and f"night {night}: ended: publish failed" in ended.skip_message
 
 
-def test_an_open_night_holds_the_next_one_until_it_publishes_or_loses_a_shard():
+def test_an_open_night_holds_the_next_one_until_its_report_ran():
     sched = build_nightly_schedule("* * * * *", "UTC")
+    shards = list(defs.get_repository_def().get_job("shard_pipeline").partitions_def.get_partition_keys())
     with dg.instance_for_test() as instance:
 
         def next_night() -> dg.ScheduleExecutionData:
@@ -147,24 +151,20 @@ def test_an_open_night_holds_the_next_one_until_it_publishes_or_loses_a_shard():
 
         night = _add_run(instance, "ingest", dg.DagsterRunStatus.SUCCESS)
         _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: "0000"})
-        held = next_night()  # nothing runs, the night has neither published nor failed: it is still open
+        held = next_night()  # nothing runs, the night has not ended (its report is last): it is still open
         assert not held.run_requests and "between its runs" in held.skip_message
+        for k in shards[1:]:
+            _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night, PART: k})
         _add_run(instance, "publish", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night})
+        assert not next_night().run_requests  # published, but its report has not run
+        _add_run(instance, "report", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: night})
         assert len(next_night().run_requests) == 1
         second = _add_run(instance, "ingest", dg.DagsterRunStatus.SUCCESS)
         assert not next_night().run_requests
         _add_run(instance, "shard_pipeline", dg.DagsterRunStatus.FAILURE, **{NIGHT_TAG: second, PART: "0001"})
+        assert not next_night().run_requests  # a shard lost: the night ends with its report, not before
+        _add_run(instance, "report", dg.DagsterRunStatus.SUCCESS, **{NIGHT_TAG: second})
         assert len(next_night().run_requests) == 1
-
-
-def test_night_publishes_only_when_every_shard_succeeded():
-    shards = ["0000", "0001", "0002"]
-    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["SUCCESS"], "0002": ["FAILURE", "SUCCESS"]}) == (
-        "publish",
-        [],
-    )
-    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["STARTED"]}) == ("waiting", ["0001", "0002"])
-    assert night_verdict(shards, {"0000": ["SUCCESS"], "0001": ["FAILURE"], "0002": ["QUEUED"]}) == ("failed", ["0001"])
 
 
 def test_freshness_check_and_its_sensor_are_defined_with_the_configured_age(monkeypatch):
@@ -255,3 +255,30 @@ def test_nightly_failed_names_every_failed_run_of_a_night_the_report_included(jo
     )
     skip = sensor(context)
     assert skip.skip_message == f"night night-7: {job_name} run {run.run_id} {said}"
+
+
+@pytest.mark.integration  # execute_in_process on a test instance starts Dagster's compute-log helpers
+def test_a_run_that_succeeded_with_a_failed_error_check_has_not_passed():
+    """The sensor judges a shard run as the demo does (orchestration/run_records.py): a run that succeeded but
+    whose non-blocking ERROR check failed did not pass, so the night publishes nothing; a WARN one passes."""
+    from eagle3_dagster.orchestration.run_records import read_run, run_state
+    from eagle3_dagster.orchestration.sequence import RunState
+
+    def job_with(severity: dg.AssetCheckSeverity) -> dg.JobDefinition:
+        @dg.asset(check_specs=[dg.AssetCheckSpec("drift", asset="thing", blocking=False)])
+        def thing():
+            yield dg.MaterializeResult()
+            yield dg.AssetCheckResult(check_name="drift", passed=False, severity=severity)
+
+        return dg.Definitions(assets=[thing], jobs=[dg.define_asset_job("j", "thing")]).resolve_job_def("j")
+
+    with dg.instance_for_test() as instance:
+        for severity, want in (
+            (dg.AssetCheckSeverity.ERROR, RunState.FAILED),
+            (dg.AssetCheckSeverity.WARN, RunState.PASSED),
+        ):
+            result = job_with(severity).execute_in_process(instance=instance)
+            run = instance.get_run_by_id(result.run_id)
+            assert result.success and run.status == dg.DagsterRunStatus.SUCCESS
+            assert run_state(instance, run) == want == read_run(instance, run.run_id).state
+            assert read_run(instance, run.run_id).failed_checks == {"thing:drift": severity.value}

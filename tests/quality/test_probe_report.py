@@ -155,7 +155,6 @@ def _judge(data, entry):
         entry,
         expectations_dir=PROJECT_ROOT / "expectations",
         context_dir=data / "gx",
-        keep_validations=2,
     )
 
 

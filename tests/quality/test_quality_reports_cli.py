@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import polars as pl
 import pytest
@@ -72,6 +75,39 @@ def test_histogram_bins_are_exact_for_integers():
     rows = md.split("```text\n")[1].split("```")[0].strip().splitlines()
     assert rows[0].split("|")[0].strip() == "[0, 9]" and rows[-1].split("|")[0].strip() == "[90, 99]"
     assert all(int(r.split("|")[1]) == 10 for r in rows)
+
+
+def _stored_shard(data, shard) -> None:
+    """Shard 2's generations and tokenized prompts in `data`, as the pipeline stores them."""
+    gens, tokenized = shard
+    write_frame_atomic(gens, shard_dir(data, "generations", 2) / "part-0000.parquet", schema=schemas.GENERATIONS)
+    write_frame_atomic(
+        tokenized, shard_dir(data, "tokenized_prompts", 2) / "part-0000.parquet", schema=schemas.TOKENIZED_PROMPTS
+    )
+
+
+@pytest.mark.integration
+def test_inspect_into_a_pipe_its_reader_closed_ends_without_a_traceback(shard, kimi_profile, tmp_path):
+    """`eagle3 inspect | head`: the reader goes away early; the command stops writing, quietly, with the exit code
+    of a command killed by SIGPIPE (141), never a BrokenPipeError traceback."""
+    _stored_shard(tmp_path / "data", shard)
+    env = {**os.environ, "EAGLE3_TOKENIZER": kimi_profile.tokenizer, "HF_HUB_OFFLINE": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "eagle3_dagster.app.cli",
+        "inspect",
+        "--shard",
+        "2",
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `head` does once it has its lines: every later write meets a closed pipe
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
 
 
 def test_inspect_prints_preview_and_stored_gate(shard, kimi_profile, kimi_tokenizer, tmp_path, capsys, monkeypatch):

@@ -100,7 +100,6 @@ def _night(data: Path, kimi, profile, night: int):
                 expectations_dir=EXPECTATIONS_DIR,
                 context_dir=data / "gx",
                 profile=profile,
-                build_docs=False,
             )
             assert res.success and res.by_source
             for gate in ("prompts", "generations", "training_samples"):

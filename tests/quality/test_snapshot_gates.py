@@ -28,7 +28,6 @@ def _publish(data, kimi, profile, n: int, expectations=EXPECTATIONS_DIR):
             training_features(samples, profile, max_total_len=65536),
             expectations_dir=EXPECTATIONS_DIR,
             context_dir=data / "gx",
-            build_docs=False,
         )
         for gate in ("prompts", "generations", "training_samples"):
             write_gate_result(data, gate, 0, res)

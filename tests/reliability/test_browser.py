@@ -1,8 +1,8 @@
 """A person's path through the UI, in a real browser (Debian's Chromium driven by Playwright).
 
-`eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
+The first screen after a demo shows the demo's runs. Then: `eagle3 ui` (simulator + `dagster dev` on 127.0.0.1) -> the asset graph and our checks -> materialize
 the ingest job -> launch one shard partition from the partition dialog -> the run succeeds ->
-the Great Expectations Data Docs list our suites -> the offline HTML quality report shows every shard ->
+the offline HTML quality report shows every shard -> the Great Expectations Data Docs it built list our suites ->
 a candidate drafter judged from the `drafter_comparison` asset, its URL given in the launchpad's run config,
 and the `promotion_rule` check's result on the asset's page.
 Screenshots go to the test's tmp dir.
@@ -49,6 +49,28 @@ def _wait_run_success(page, run_id: str, shot: Path) -> None:
     page.get_by_text("RUN_SUCCESS").or_(page.get_by_text("RUN_FAILURE")).first.wait_for(timeout=RUN_TIMEOUT_MS)
     page.screenshot(path=str(shot))
     assert page.get_by_text("RUN_FAILURE").count() == 0, f"run {run_id} failed (see {shot})"
+
+
+def test_the_first_screen_shows_the_runs_a_demo_made(eagle3_ui, page, kimi_profile, tmp_path):
+    """`make demo`, then `make ui`: the runs the demo executed in its own process are on the UI's first screen
+    (Overview, Timeline), which lists only runs of a code location of its workspace. First in this module: the
+    later test's runs, launched from the UI, would be listed anyway."""
+    import dagster as dg
+    from graph_helpers import graph_resources
+
+    from eagle3_dagster.definitions import defs
+    from eagle3_dagster.orchestration.run import materialize_graph
+
+    res = graph_resources(eagle3_ui.data, kimi_profile.tokenizer, "http://127.0.0.1:9")
+    with dg.DagsterInstance.from_config(str(eagle3_ui.home)) as instance:
+        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success  # as the demo runs it
+    page.goto(eagle3_ui.url, wait_until="networkidle")
+    assert "/overview" in page.url, page.url  # the first screen
+    # the timeline's rows: the code location, then each job with runs in the period, the demo's `ingest` here
+    page.get_by_text("eagle3_dagster.definitions:defs", exact=True).first.wait_for(state="visible", timeout=60_000)
+    page.get_by_text("ingest", exact=True).first.wait_for(state="visible", timeout=60_000)
+    page.screenshot(path=str(tmp_path / "first-screen.png"))
+    assert page.get_by_text("No runs or scheduled ticks in this time period").count() == 0
 
 
 def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
@@ -116,29 +138,7 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     page.get_by_text("Passed").first.wait_for(state="visible")
     assert re.search(r"thinking_token_ends_prompt\s+Succeeded", page.inner_text("body"))
 
-    # 5. the GX Data Docs written by the gates list our suites; the gate result (also the check's
-    # `data_docs` metadata link) says where: <data>/gx/gx/uncommitted/data_docs/local_site/index.html
-    gate = json.loads((eagle3_ui.data / "gates" / "generations" / "shard=0000.json").read_text())
-    index = Path(gate["data_docs_index"])
-    assert index.name == "index.html" and index.is_relative_to(eagle3_ui.data) and index.exists(), index
-    page.goto(index.as_uri(), wait_until="load")
-    page.get_by_text("Expectation Suites").first.wait_for(state="visible")
-    page.screenshot(path=str(tmp_path / "7-data-docs-index.png"), full_page=True)
-    # GX renders the index tables with scripts from public CDNs, which an offline machine cannot load;
-    # the rows (suite links) are in the page itself, so read them there and open each suite page,
-    # which is static HTML and renders offline.
-    listed = sorted(set(re.findall(r'href="(expectations/[A-Za-z0-9_]+\.html)"', page.content())))
-    assert listed == [f"expectations/{g}_gate.html" for g in ("generations", "prompts", "training_samples")], listed
-    for href in listed:
-        suite = href.split("/")[1].removesuffix(".html")
-        page.goto((index.parent / href).as_uri(), wait_until="load")
-        text = page.inner_text("body")
-        assert f"Expectations / {suite}" in text and "Expectation Suite Name" in text, text[:1000]
-    page.goto((index.parent / "expectations" / "generations_gate.html").as_uri(), wait_until="load")
-    assert "think_end_count" in page.inner_text("body")
-    page.screenshot(path=str(tmp_path / "8-data-docs-generations-suite.png"), full_page=False)
-
-    # 6. the offline quality report: its own asset (the gated steps never draw it), materialized from the
+    # 5. the offline quality report: its own asset (the gated steps never draw it), materialized from the
     # `report` job's page, written beside gx/ in the work dir (the data dir here); it renders without the
     # network: every shard row, shard 0000 passed all gates
     page.goto(f"{base}{LOCATION}/jobs/report", wait_until="networkidle")
@@ -156,6 +156,29 @@ def test_ui_graph_checks_shard_run_and_data_docs(eagle3_ui, page, tmp_path):
     assert row.count("PASS") == 3 and "Data Docs" in row, row
     assert "not run" in page.locator("tr", has=page.locator("th#shard-0001")).inner_text()
     page.screenshot(path=str(tmp_path / "9-quality-report.png"), full_page=True)
+
+    # 6. the GX Data Docs, built by that report run (the gates build none), list our suites; the gate result
+    # (also the check's `data_docs_page` link) names its page under <data>/gx/gx/uncommitted/data_docs/local_site/
+    gate = json.loads((eagle3_ui.data / "gates" / "generations" / "shard=0000.json").read_text())
+    assert Path(gate["data_docs_page"]).is_file(), gate["data_docs_page"]
+    index = eagle3_ui.data / "gx" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    assert index.exists(), index
+    page.goto(index.as_uri(), wait_until="load")
+    page.get_by_text("Expectation Suites").first.wait_for(state="visible")
+    page.screenshot(path=str(tmp_path / "7-data-docs-index.png"), full_page=True)
+    # GX renders the index tables with scripts from public CDNs, which an offline machine cannot load;
+    # the rows (suite links) are in the page itself, so read them there and open each suite page,
+    # which is static HTML and renders offline.
+    listed = sorted(set(re.findall(r'href="(expectations/[A-Za-z0-9_]+\.html)"', page.content())))
+    assert listed == [f"expectations/{g}_gate.html" for g in ("generations", "prompts", "training_samples")], listed
+    for href in listed:
+        suite = href.split("/")[1].removesuffix(".html")
+        page.goto((index.parent / href).as_uri(), wait_until="load")
+        text = page.inner_text("body")
+        assert f"Expectations / {suite}" in text and "Expectation Suite Name" in text, text[:1000]
+    page.goto((index.parent / "expectations" / "generations_gate.html").as_uri(), wait_until="load")
+    assert "think_end_count" in page.inner_text("body")
+    page.screenshot(path=str(tmp_path / "8-data-docs-generations-suite.png"), full_page=False)
 
     # 7. a candidate drafter judged from the UI (docs/drafter-compare.md): Materialize on `drafter_comparison`
     # opens the launchpad, whose run config takes the candidate's URL. The demo has no probe set, so there is no

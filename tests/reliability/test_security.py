@@ -63,7 +63,6 @@ def _remote_code_trap(kimi_dir: Path, folder: Path, marker: Path) -> Path:
 def test_tokenizer_remote_code_is_never_executed(tmp_path, kimi_profile, kimi_tokenizer, monkeypatch):
     marker = tmp_path / "PWNED"
     trap = _remote_code_trap(Path(kimi_profile.tokenizer), tmp_path / "evil-tok", marker)
-    monkeypatch.setenv("EAGLE3_TOKENIZER_CACHE", str(tmp_path / "tok-cache"))
     monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "hf-modules"))
 
     # the loader the pipeline uses, directly ...

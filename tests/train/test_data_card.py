@@ -54,7 +54,9 @@ def published(tmp_path_factory, kimi_profile):
     data = tmp_path_factory.mktemp("card") / "data"
     with dg.instance_for_test() as instance, start_simulator() as sim:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=512)
-        out = materialize_graph(defs, instance, shards=["0000", "0001"], resources=res, run_publish=True)
+        out = materialize_graph(
+            defs, instance, shards=["0000", "0001"], resources=res, run_publish=True, allow_partial=True
+        )
         assert out.success, out
     version = (data / "snapshots" / "LATEST").read_text().strip()
     return data, data / "snapshots" / version
@@ -89,7 +91,13 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
     assert int(counts["demo"]["accepted"]) == ingest["accepted"] == ingest["read"] - 1  # the demo's one duplicate
     prompts = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard").is_in([0, 1]))
     assert int(counts["demo"]["prompts in the snapshot's shards"]) == prompts.height
-    assert f"Prompts in: {ingest['read']} read; rows: {rows.height};" in body
+    assert f"Prompts in: read {ingest['read']} = " in body and f"; training rows {rows.height} (the snapshot's" in body
+    # a card names no folder of the machine that made it: the tokenizer (a local folder here) and the source
+    # file (a local path) by their names only
+    for folder in (str(PROJECT_ROOT), str(PROJECT_ROOT.parent), str(data)):
+        assert folder not in card and folder not in (snap / "manifest.json").read_text(), folder
+    assert "| tokenizer | `kimi-k2.5 (local)`; fingerprints" in body
+    assert _table(body, "Sources")[0]["from"] == r"demo\_prompts.jsonl \(local\)"
     for column in ("model_revision", "template_hash", "sampling_hash", "tokenizer_fingerprint"):
         for value, n in rows[column].value_counts().iter_rows():
             assert f"`{value}` ({n} rows)" in body, (column, value)
@@ -264,3 +272,51 @@ def test_tables_with_other_columns_get_a_config_each_that_datasets_loads(tmp_pat
     first = datasets.load_dataset(str(snap.path), cache_dir=cache)["train"]
     second = datasets.load_dataset(str(snap.path), "training_samples_2", cache_dir=cache)["train"]
     assert (first.num_rows, second.num_rows) == (2, 3) and second.column_names[-2:] == ["conversation_id", "turn_index"]
+
+
+def test_every_count_of_the_card_reconciles_probes_and_quarantined_prompts_included(tmp_path):
+    """read = rejected + duplicates + overlaps + other shards + probe prompts + quarantined or failed + trained,
+    per source and in total, over a data dir holding each case once; the card states that equation."""
+    from eagle3_dagster.publish.card_facts import reconciliation, source_counts
+    from eagle3_dagster.storage import data_root
+
+    data = tmp_path
+    for name, counts in {"demo": (12, 9, 1, 2), "probe": (2, 2, 0, 0)}.items():
+        (data / "sources" / name).mkdir(parents=True)
+        read, accepted, rejected, duplicates = counts
+        (data / "sources" / name / "counts.json").write_text(
+            json.dumps({"read": read, "accepted": accepted, "rejected": rejected, "duplicates": duplicates})
+        )
+    # demo: 9 accepted = 1 quarantined as probe overlap + 6 in shard 0 + 2 in shard 1; probe: 2 in shard 0
+    (data / "prompts").mkdir()
+    (data / "prompts" / "decontamination.json").write_text(
+        json.dumps({"probe_overlap_by_training_source": {"demo": 1}})
+    )
+    prompts = [(f"p0-{i}", "demo", 0) for i in range(6)] + [("p1-0", "demo", 1), ("p1-1", "demo", 1)]
+    prompts += [("q0", "probe", 0), ("q1", "probe", 0)]
+    pl.DataFrame(prompts, schema=["prompt_id", "source", "shard"], orient="row").write_parquet(
+        data / "prompts" / "prompts.parquet"
+    )
+    # shard 0: p0-0..p0-3 trained (p0-3 a two-turn conversation: two rows), p0-4 quarantined at tokenize,
+    # p0-5's request failed for good
+    _write_shard(data, 0, 4)
+    table = data / "training_samples" / "shard=0000" / "part-0000.parquet"
+    rows = pl.read_parquet(table)
+    pl.concat([rows, rows.tail(1).with_columns(pl.lit("s0-3b").alias("sample_id"))]).write_parquet(table)
+    tok = data / "tokenized_prompts" / "shard=0000"
+    tok.mkdir(parents=True)
+    pl.DataFrame({"prompt_id": ["p0-4"], "source": ["demo"]}).write_parquet(tok / "rejects.parquet")
+    gen = data / "generations" / "shard=0000"
+    gen.mkdir(parents=True)
+    pl.DataFrame({"prompt_id": ["p0-5"], "reason": ["http_400"]}).write_parquet(gen / "errors.parquet")
+
+    counts = source_counts(data_root(data), ["demo", "probe"], [0], [data_root(table)], ["probe"])
+    demo, probe = counts["demo"], counts["probe"]
+    assert (demo.other_shards, demo.probe_overlap, demo.no_row, demo.trained, demo.rows) == (2, 1, 2, 4, 5)
+    assert (demo.tokenize_rejected, demo.generation_failed, demo.cross_source_duplicates) == (1, 1, 0)
+    assert (probe.probe_prompts, probe.trained, probe.rows) == (2, 0, 0)
+    assert demo.reconciles() and probe.reconciles()
+    assert reconciliation(counts) == (
+        "read 14 = rejected at ingest 1 + duplicates 2 + probe overlap 1 + in other shards 2 + probe prompts 2 + "
+        "quarantined or failed 2 + trained 4; training rows 5, 1 of them further turns of multi-turn conversations"
+    )

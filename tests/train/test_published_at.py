@@ -41,7 +41,7 @@ def test_an_identical_rerun_keeps_published_at_and_says_unchanged_since(tmp_path
     assert _manifest(b)["published_at"] == first.isoformat()
     att = _attempt(tmp_path)
     assert att["published_at"] == first.isoformat() and att["at"] > first.isoformat()
-    page = "".join(top_section(SimpleNamespace(attempt=att, snapshots=[])))
+    page = "".join(top_section(SimpleNamespace(attempt=att, snapshots=[], shards=[])))
     assert f"unchanged since {first.isoformat()}" in page and "published at" not in page
     # the rerun is still a publish for freshness: LATEST is young, the first publish is named
     age = latest_age(tmp_path, max_age=DAY)
@@ -57,7 +57,7 @@ def test_new_content_and_a_return_to_earlier_content_are_new_publishes(tmp_path)
     _write_shard(tmp_path, 0, 4)
     b = build_snapshot(tmp_path, [0], _gates(), config={}, now=t[1])
     assert _manifest(b)["published_at"] == t[1].isoformat() != _manifest(a)["published_at"]
-    page = "".join(top_section(SimpleNamespace(attempt=_attempt(tmp_path), snapshots=[])))
+    page = "".join(top_section(SimpleNamespace(attempt=_attempt(tmp_path), snapshots=[], shards=[])))
     assert f"published at {t[1].isoformat()}" in page and "unchanged" not in page
     _write_shard(tmp_path, 0, 3)  # back to the first content: LATEST moves to it now
     again = build_snapshot(tmp_path, [0], _gates(), config={}, now=t[2])
