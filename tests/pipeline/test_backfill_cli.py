@@ -4,6 +4,7 @@ summary; refused in one line without a server."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -58,8 +59,16 @@ def test_backfill_without_a_server_is_refused_in_one_line(tmp_path: Path):
 
 
 def test_make_backfill_is_eagle3_backfill():
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")
+    }  # as typed, not under make test
     r = subprocess.run(
-        ["make", "-n", "backfill", "ARGS=--allow-partial"], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60
+        ["make", "--no-print-directory", "-n", "backfill", "ARGS=--allow-partial"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == ".venv/bin/eagle3 backfill --allow-partial"

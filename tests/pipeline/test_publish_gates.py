@@ -248,7 +248,8 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
 def test_one_answer_for_every_prompt_fails_the_shard_and_nothing_is_published(nights):
     """A server that sends one answer for every prompt, each with its own rid and prompt length (a response cache
     keyed on the wrong field): the generations gate fails on `same_answer_to_different_prompts` and quarantines
-    every row, the shard is excluded, nothing is published and LATEST stays. It used to publish them."""
+    every row. Under the one publish rule no snapshot is asked for and the summary says which shard kept it back;
+    a partial snapshot asked for is not made of no shard at all. LATEST stays."""
     data, shard = nights["data"], nights["shard"]
     good = _latest(data)
     before = sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir())
@@ -258,15 +259,19 @@ def test_one_answer_for_every_prompt_fails_the_shard_and_nothing_is_published(ni
         res["sglang"] = SGLangFleet(urls=sim.url, regen_seed=12)  # new cache keys: regenerate
         run = materialize_graph(defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True)
         sent = httpx.get(f"{sim.url}/_sim/stats", timeout=10).json()
+        partial = materialize_graph(
+            defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True, allow_partial=True
+        )
     answered = sum(sent["finished"].values())
     assert sent["faults_injected"]["same_answer"] == answered > 1  # every answer was the first one
-    assert not run.shards[0].success and run.publish_success is False and not run.success
+    assert not run.shards[0].success and run.publish_success is None and not run.success
+    assert shard in run.not_published and "every shard passed" in run.not_published
     gate = read_gate_result(data, "generations", int(shard))
     assert [o.key for o in gate.failed_critical] == ["same_answer_to_different_prompts"]
     assert gate.row_failures.height == answered  # every row quarantined: none can reach training
-    ok, severity, text = run.publish_checks["publish_gate"]
-    assert not ok and severity == "ERROR" and "every shard was excluded" in text and "generations gate failed" in text
+    summary = summarize(run, dg_data(data))
+    assert f"publish:    {run.not_published}" in summary and "result:     FAILED" in summary
+    assert partial.publish_success is None and not partial.success  # a partial snapshot of no shard is none
+    assert "no shard passed" in partial.not_published and shard in partial.not_published
     assert _latest(data) == good
     assert sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir()) == before
-    summary = summarize(run, dg_data(data))
-    assert "publish:    FAILED" in summary and "result:     FAILED" in summary
