@@ -412,9 +412,8 @@ def run_graph_command(args: argparse.Namespace, command: str) -> int:
         from ..profiles import active_profile
 
         check_shard_keys(args.shards.split(",") if args.shards else None, shard_keys(s.shards.n_shards))
-        active_profile(
-            s.model.name, s.storage.models_dir, s.model.tokenizer_override
-        )  # a ProfileError names EAGLE3_MODEL's file
+        # a ProfileError names EAGLE3_MODEL's file
+        active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
         load_source_specs(s.storage.sources_dir)
     what = f"eagle3 {command}"
     lock = DataDirLock(s.storage.data_dir, DEMO_LOCK, what=what, wait_s=0, local_lock_dir=s.storage.work_dir / "locks")

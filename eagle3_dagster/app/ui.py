@@ -48,9 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from ..sim.process import die_with_parent
 
     load_source_specs(s.storage.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
-    active_profile(
-        s.model.name, s.storage.models_dir, s.model.tokenizer_override
-    )  # EAGLE3_MODEL names no profile: one line
+    # EAGLE3_MODEL names no profile: one line
+    active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
     with StopOnSignal() as stopper, sglang_endpoint(s) as url:
         # `dagster dev` and the runs it starts get the instance and the URL in their own environment
         env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})

@@ -103,9 +103,8 @@ class SGLangFleet(dg.ConfigurableResource):
     wait_for_endpoint_s: float = _generation_default("wait_for_endpoint_s")
     stream: bool = _generation_default("stream")  # SSE with stall detection
     stall_timeout_s: float = _generation_default("stall_timeout_s")  # silence between chunks = stall
-    context_overflow: str = _generation_default(
-        "context_overflow"
-    )  # prompt + max_new_tokens over the context: fit or skip
+    # a prompt whose prompt + max_new_tokens exceeds the server's context: "fit" or "skip"
+    context_overflow: str = _generation_default("context_overflow")
 
     def endpoints(self, handed: Endpoints) -> Endpoints:
         """The run's URLs: its `urls` text parsed (once, here), else `handed`: the endpoints the definitions were
