@@ -155,7 +155,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     s0 = time.process_time()
     import great_expectations  # noqa: F401
 
-    from eagle3_dagster.config import apply_tokenizers_parallelism
+    from eagle3_dagster.config import StageSettings, apply_tokenizers_parallelism
     from eagle3_dagster.orchestration.resources import cached_renderer
     from eagle3_dagster.tokenize.fast_bpe import fast_bpe_for
     from eagle3_dagster.train.samples import TRAINING_INPUT_COLUMNS
@@ -164,7 +164,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
 
     if stage == "training_samples":
         columns = list(TRAINING_INPUT_COLUMNS)  # as defs/train.py: only what a training row is built from
-        apply_tokenizers_parallelism()
+        apply_tokenizers_parallelism(StageSettings().tokenizers_parallelism)
         fast_bpe_for(cached_renderer(profile).tokenizer)
     setup_cpu = time.process_time() - s0
     c0, w0 = time.process_time(), time.perf_counter()
@@ -239,7 +239,7 @@ def run_child(stage: str, inputs: Path, size: int, work: Path, env: dict[str, st
 def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> tuple[float, float]:
     """(wall, CPU) seconds for the three gates + stored results of every shard, and what the quality report
     does once per run: the gates' Data Docs (pruned, the new pages, the index) and the report."""
-    from eagle3_dagster.config import GX_KEEP_VALIDATIONS_DEFAULT
+    from eagle3_dagster.config import StageSettings
     from eagle3_dagster.quality import run_gate, write_gate_result
     from eagle3_dagster.quality.gx_docs import build_data_docs
     from eagle3_dagster.report.html import write_report
@@ -252,7 +252,7 @@ def shard_runs(features: dict[str, pl.DataFrame], n_shards: int, work: Path) -> 
             part = f.filter(pl.int_range(pl.len()) % n_shards == k)
             res = run_gate(gate, part, expectations_dir=EXPECTATIONS, context_dir=data / "gx", profile=profile)
             write_gate_result(data, gate, k, res)
-    build_data_docs(data / "gx", GX_KEEP_VALIDATIONS_DEFAULT)
+    build_data_docs(data / "gx", StageSettings().gx_keep_validations)
     write_report(data, data, n_shards=n_shards, profile=profile.name)
     return time.perf_counter() - t0, time.process_time() - c0
 

@@ -63,7 +63,9 @@ def ingest_shared_prompts(sources_dir: Path, repeat: int) -> pl.DataFrame:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=settings().model, help="profile name or YAML path (default EAGLE3_MODEL)")
+    parser.add_argument(
+        "--model", default=settings().model.name, help="profile name or YAML path (default EAGLE3_MODEL)"
+    )
     parser.add_argument(
         "--tokenizer",
         default=None,
@@ -76,11 +78,11 @@ def main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
 
-    profile = load_profile(args.model, settings().models_dir)
+    profile = load_profile(args.model, settings().storage.models_dir)
     shared_tokenizer = SHARED_TOKENIZERS / profile.name
     tokenizer = (
         args.tokenizer
-        or settings().tokenizer_override
+        or settings().model.tokenizer_override
         or (str(shared_tokenizer) if shared_tokenizer.is_dir() else None)
     )
     if tokenizer:

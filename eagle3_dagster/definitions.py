@@ -9,7 +9,7 @@ graph is built from: each module under eagle3_dagster/defs/ has a `build_defs(s:
     defs/automation.py                                               jobs, schedule, sensors, freshness check
     defs/common/resources.py                                         resources and executor
 
-so the shard partitions (`s.n_shards`), the ingest assets (the source YAMLs of `s.assets_dir`), the
+so the shard partitions (`s.shards.n_shards`), the ingest assets (the source YAMLs of `s.storage.assets_dir`), the
 resources, the executor, the schedule and the sensors all come from `s`. `defs` is built from the
 environment's settings, read once here; `eagle3 demo --samples` builds its own from a changed copy
 without touching the environment. Helpers that are not definitions (the gated-shard asset factory, run

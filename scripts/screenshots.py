@@ -122,7 +122,7 @@ def _evaluate_freshness() -> int:
 
     key = dg.AssetCheckKey(dg.AssetKey("training_dataset"), "freshness_check")
     job = defs.resolve_implicit_global_asset_job_def().get_subset(asset_check_selection={key}, asset_selection=set())
-    with dg.DagsterInstance.from_config(str(settings().dagster_home)) as instance:
+    with dg.DagsterInstance.from_config(str(settings().dagster.home)) as instance:
         result = job.execute_in_process(instance=instance, raise_on_error=False)
     evaluations = [(e.asset_check_key.to_user_string(), e.passed) for e in result.get_asset_check_evaluations()]
     print(f"freshness: {evaluations}")

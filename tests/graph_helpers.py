@@ -9,8 +9,8 @@ from pathlib import Path
 
 import polars as pl
 
-from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.config import PROJECT_ROOT, settings
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 
 
 def graph_resources(
@@ -25,8 +25,8 @@ def graph_resources(
     """The `pipeline` and `sglang` resources of one test run (data dir may be a path or a URI)."""
     budget = {} if max_failed_rate is None else {"max_failed_rate": max_failed_rate}
     return {
-        "pipeline": PipelineSettings(
-            data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens, **budget
+        "pipeline": pipeline_resource(
+            settings(), data_dir=str(data_dir), tokenizer=tokenizer, max_new_tokens=max_new_tokens, **budget
         ),
         "sglang": SGLangFleet(urls=url, **fleet),
     }

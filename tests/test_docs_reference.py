@@ -49,36 +49,51 @@ def test_check_mode_fails_on_an_edited_page_and_writing_repairs_it(tmp_path, cap
 
 def _with_spec(var: str, **changes: object) -> list:
     """The declared settings with the declaration of `var` changed."""
-    return [(f, dataclasses.replace(d, **changes) if d.env == var else d) for f, d in setting_fields()]
+    return [
+        dataclasses.replace(d, spec=dataclasses.replace(d.spec, **changes)) if d.spec.env == var else d
+        for d in setting_fields()
+    ]
 
 
 def test_an_undocumented_setting_stops_the_page(monkeypatch) -> None:
     monkeypatch.setattr(docs_gen, "setting_fields", lambda: _with_spec("EAGLE3_STALL_TIMEOUT_S", meaning=" "))
     with pytest.raises(docs_gen.DocsError) as e:
         docs_gen.configuration_page()
-    assert "EAGLE3_STALL_TIMEOUT_S (Settings.stall_timeout_s) has no description" in str(e.value)
+    assert "EAGLE3_STALL_TIMEOUT_S (Settings.fleet.stall_timeout_s) has no description" in str(e.value)
 
 
 def test_a_setting_declared_twice_or_a_field_without_a_variable_stops_the_page(monkeypatch) -> None:
-    declared = [(f, d) for f, d in _with_spec("EAGLE3_STREAM", env="EAGLE3_STALL_TIMEOUT_S") if f.name != "model"]
+    declared = [d for d in _with_spec("EAGLE3_STREAM", env="EAGLE3_STALL_TIMEOUT_S") if d.path != "model.name"]
     monkeypatch.setattr(docs_gen, "setting_fields", lambda: declared)
     with pytest.raises(docs_gen.DocsError) as e:
         docs_gen.configuration_page()
-    assert "EAGLE3_STALL_TIMEOUT_S is declared by two Settings fields" in str(e.value)
-    assert "Settings.model is neither read from a variable" in str(e.value)
+    assert "EAGLE3_STALL_TIMEOUT_S is declared by two settings" in str(e.value)
+    assert "Settings.model.name is not read from a variable" in str(e.value)
 
 
 def test_a_documented_default_that_is_not_the_codes_stops_the_page(monkeypatch) -> None:
+    wrong = [*_with_spec("EAGLE3_N_SHARDS", default_doc="`8`")]
     wrong = [
-        (f, dataclasses.replace(d, default_doc="`8`") if d.env in ("EAGLE3_N_SHARDS", "EAGLE3_ENDPOINT_WAIT_S") else d)
-        for f, d in setting_fields()
+        dataclasses.replace(d, spec=dataclasses.replace(d.spec, default_doc="`8`"))
+        if d.spec.env == "EAGLE3_ENDPOINT_WAIT_S"
+        else d
+        for d in wrong
     ]
     monkeypatch.setattr(docs_gen, "setting_fields", lambda: wrong)
     with pytest.raises(docs_gen.DocsError) as e:
         docs_gen.configuration_page()
-    # a Settings default (4 shards) and a GenerationConfig default (600 s) are both checked
+    # every default is the declared one (4 shards, a 600 s endpoint wait), and the page must say it
     assert "EAGLE3_N_SHARDS: the documented default '`8`' does not say the code's default '4'" in str(e.value)
     assert "EAGLE3_ENDPOINT_WAIT_S: the documented default '`8`' does not say the code's default '600'" in str(e.value)
+
+
+def test_a_none_default_must_say_what_none_means(monkeypatch) -> None:
+    monkeypatch.setattr(docs_gen, "setting_fields", lambda: _with_spec("EAGLE3_SERVED_MODEL", default_doc=None))
+    with pytest.raises(docs_gen.DocsError) as e:
+        docs_gen.configuration_page()
+    assert "EAGLE3_SERVED_MODEL (Settings.model.served_model) defaults to None without saying what None means" in str(
+        e.value
+    )
 
 
 def test_the_source_page_lists_every_key_with_its_type_default_and_allowed_values() -> None:

@@ -3,6 +3,9 @@
 - Only the settings modules read the process environment: eagle3_dagster/config.py (the pipeline)
   and eagle3_dagster/sim/settings.py (the simulator, a program of its own with its own CLI).
   Everything else is handed its values as parameters (a Settings object, a Secret, a URL).
+- `config.settings()` is called only where the app's commands and the definitions start (SETTINGS_READERS):
+  no asset body, sensor, schedule, resource method, stage or report function reads the settings when it
+  runs; the definitions bind the values into the resources and the steps when they are built.
 - No function under eagle3_dagster/ is longer than 80 lines (small named functions, cut by concept).
   ruff's PLR0915 (statements) and C901 (complexity) in pyproject.toml hold the same line at lint time.
 
@@ -90,6 +93,85 @@ def test_only_the_settings_modules_read_the_environment():
         assert env_reads((PROJECT_ROOT / rel).read_text()), rel
     stale = [rel for rel in PENDING_ENV if not env_reads((PROJECT_ROOT / rel).read_text())]
     assert not stale, f"no longer reads the environment: remove from PENDING_ENV: {stale}"
+
+
+# (module, function) -> what starts there. Each reads the settings once and hands their values on.
+SETTINGS_READERS = {
+    ("eagle3_dagster/definitions.py", "<module>"): "the code location: `defs = build_definitions(settings())`",
+    ("eagle3_dagster/app/demo.py", "run_graph_command"): "`eagle3 demo`, `eagle3 backfill`",
+    ("eagle3_dagster/app/backfill.py", "run"): "`eagle3 backfill` (refused without EAGLE3_SGLANG_URL)",
+    ("eagle3_dagster/app/ui.py", "run"): "`eagle3 ui`",
+    ("eagle3_dagster/app/checkup.py", "run_check"): "`eagle3 check`",
+    ("eagle3_dagster/app/smoke.py", "main"): "the smoke check after `make demo`",
+    ("eagle3_dagster/report/cli.py", "run_inspect"): "`eagle3 inspect`",
+    ("eagle3_dagster/report/cli.py", "run_report"): "`eagle3 report`",
+    ("eagle3_dagster/plan/cli.py", "run"): "`eagle3 plan`",
+    ("eagle3_dagster/drafters/cli.py", "run"): "`eagle3 drafters compare`",
+    ("eagle3_dagster/ingest/cli.py", "run"): "`eagle3 ingest`",
+    ("eagle3_dagster/tokenize/cli.py", "run"): "`eagle3 render`",
+    ("eagle3_dagster/sim/server.py", "resolve_profile"): "the simulator's start (its default model profile)",
+}
+
+
+def settings_calls(source: str) -> list[tuple[str, int]]:
+    """Every call of config.settings() in `source`: (the outermost function around it, or "<module>", line)."""
+    tree = ast.parse(source)
+    names, modules = set(), set()  # `from ..config import settings [as x]`; `from .. import config [as c]`
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            from_config = (node.module or "").split(".")[-1] == "config"
+            names |= {a.asname or a.name for a in node.names if from_config and a.name == "settings"}
+            modules |= {a.asname or a.name for a in node.names if a.name == "config"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.endswith(".config") and a.asname}
+        elif isinstance(node, ast.FunctionDef) and node.name == "settings" and node in tree.body:
+            names.add("settings")  # config.py itself
+
+    def is_settings(call: ast.Call) -> bool:
+        f = call.func
+        if isinstance(f, ast.Name):
+            return f.id in names
+        return (
+            isinstance(f, ast.Attribute)
+            and f.attr == "settings"
+            and isinstance(f.value, ast.Name)
+            and (f.value.id in modules)
+        )
+
+    found = []
+    for top in tree.body:
+        where = top.name if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) else "<module>"
+        found += [(where, n.lineno) for n in ast.walk(top) if isinstance(n, ast.Call) and is_settings(n)]
+    return found
+
+
+def test_the_settings_call_scanner_sees_every_way_of_calling_it():
+    samples = {
+        "from ..config import settings\ndef run():\n    return settings().fleet": [("run", 3)],
+        "from eagle3_dagster.config import settings as st\nclass R:\n    def m(self):\n        st()": [("R", 4)],
+        "from .. import config\nx = config.settings()": [("<module>", 2)],
+        "import eagle3_dagster.config as c\ndef f():\n    def g():\n        c.settings()": [("f", 4)],
+        "from ..config import Settings\ndef f(s: Settings):\n    return s.settings()": [],  # not config's
+        "def settings():\n    pass\ndef wait(s=None):\n    return s or settings()": [("wait", 4)],  # config.py's own
+    }
+    for src, want in samples.items():
+        assert settings_calls(src) == want, src
+
+
+def test_only_the_entry_points_read_the_settings():
+    """The definitions, and each command of the app, read the settings once where they start; what they run
+    (asset bodies, sensors, schedules, resource methods, stages, the report) is handed values, so a step sees
+    exactly the settings its definitions were built from (tests/pipeline/test_build_definitions.py)."""
+    calls = {(rel, where): line for rel, path in _modules().items() for where, line in settings_calls(path.read_text())}
+    unexpected = {
+        f"{rel}:{line} in {where}" for (rel, where), line in calls.items() if (rel, where) not in SETTINGS_READERS
+    }
+    assert not unexpected, (
+        "settings() is read only where the app's commands and the definitions start; hand the values down "
+        f"(a parameter, a resource field bound in defs/common/resources.py, a value the asset factory closes over): {sorted(unexpected)}"
+    )
+    stale = set(SETTINGS_READERS) - set(calls)
+    assert not stale, f"no longer reads the settings: remove from SETTINGS_READERS: {sorted(stale)}"
 
 
 def long_functions(source: str, limit: int) -> list[str]:

@@ -3,6 +3,7 @@ API key as a Secret, and domain functions without a global fallback (their calle
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -10,20 +11,21 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster.config import (
+    MAX_N_SHARDS,
     PROJECT_ROOT,
+    SECTION_TYPES,
     SECTIONS,
     SETTINGS_SECTIONS,
     Settings,
     SettingsError,
     derived_fields,
-    section_of,
     setting_fields,
 )
 from eagle3_dagster.devtools.docs_gen import variables_read_by_settings
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.generate.config import deployment_fields, generation_config
 from eagle3_dagster.generate.store import lock_path_for
-from eagle3_dagster.orchestration.resources import SGLangFleet
+from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet, resources_from_settings
 from eagle3_dagster.profiles import ProfileError, load_profile
 from eagle3_dagster.storage import data_root
 from eagle3_dagster.urls import Endpoints, parse_endpoint_urls
@@ -82,6 +84,15 @@ def samples(tmp: Path) -> dict[str, str]:
     }
 
 
+def leaves(s: Settings) -> dict[str, object]:
+    """Every setting of `s` by where a caller finds it: `fleet.stall_timeout_s` -> its value."""
+    return {
+        f"{name}.{f.name}": getattr(getattr(s, name), f.name)
+        for name in SECTION_TYPES
+        for f in fields(SECTION_TYPES[name])
+    }
+
+
 def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
     documented = documented_variables()
     read = variables_read_by_settings()
@@ -93,49 +104,87 @@ def test_every_configuration_page_row_is_one_settings_field_and_back(tmp_path):
     values = samples(tmp_path)
     assert set(values) == read, f"tests need one sample value per variable: {read ^ set(values)}"
     pinned = {"EAGLE3_WORK_DIR": values["EAGLE3_WORK_DIR"]}  # else the work dir follows the data dir
-    base = Settings.from_env(pinned)
+    base = leaves(Settings.from_env(pinned))
     field_of: dict[str, str] = {}
     for var, value in values.items():
         changed = Settings.from_env({**pinned, var: value})
+        base_ = leaves(Settings.from_env({})) if var == "EAGLE3_WORK_DIR" else base
         if var == "EAGLE3_WORK_DIR":
-            changed, base_ = Settings.from_env({var: value}), Settings.from_env({})
-        else:
-            base_ = base
-        diff = {f.name for f in fields(Settings) if getattr(changed, f.name) != getattr(base_, f.name)}
-        diff -= set(derived_fields())
-        assert len(diff) == 1, f"{var} should set exactly one Settings field, it changes {sorted(diff)}"
+            changed = Settings.from_env({var: value})
+        diff = {path for path, v in leaves(changed).items() if v != base_[path]}
+        assert len(diff) == 1, f"{var} should set exactly one setting, it changes {sorted(diff)}"
         field_of[var] = diff.pop()
-    # the page names the field each variable sets, and it is the one the variable changes
-    for var, field in field_of.items():
-        assert f"| `{field}` |" in documented[var], f"{var} sets Settings.{field}, its row says {documented[var]}"
-    # and every Settings field is set by exactly one documented variable (or derived from one)
+        assert var in changed.configured  # and the settings know the user set it
+    # the page names the setting each variable sets, and it is the one the variable changes
+    for var, path in field_of.items():
+        assert f"| `{path}` |" in documented[var], f"{var} sets Settings.{path}, its row says {documented[var]}"
+    # and every setting is set by exactly one documented variable
     by_field = sorted(field_of.values())
     assert len(by_field) == len(set(by_field)), field_of
-    assert set(by_field) | set(derived_fields()) == {f.name for f in fields(Settings)}, (
-        f"Settings fields without a documented variable: {({f.name for f in fields(Settings)} - set(by_field)) - set(derived_fields())}"
-    )
+    assert set(by_field) == set(base), f"settings without a documented variable: {set(base) - set(by_field)}"
 
 
 def test_each_setting_is_declared_by_exactly_one_section_model():
-    """One typed model per section declares its settings; `Settings` is their union plus what is derived from them."""
-    declared = [f.name for section in SETTINGS_SECTIONS for f in fields(section)]
-    assert len(declared) == len(set(declared)), "a setting declared by two sections"
-    assert set(declared) == {f.name for f, _ in setting_fields()}
-    assert {f.name for f in fields(Settings)} == set(declared) | set(derived_fields())
+    """One typed model per section declares its settings; `Settings` is the sections plus what is derived."""
+    assert tuple(SECTION_TYPES.values()) == SETTINGS_SECTIONS
+    assert {f.name for f in fields(Settings)} == set(SECTION_TYPES) | set(derived_fields())
+    assert [d.path for d in setting_fields()] == list(leaves(Settings()))
     # the reference page lists the sections in this order, each variable under the model that declares it
     page = (PROJECT_ROOT / "docs" / "reference" / "configuration.md").read_text()
     headings = [line[3:] for line in page.splitlines() if line.startswith("## ")]
     assert [h for h in headings if h in SECTIONS] == list(SECTIONS)
-    for f, spec in setting_fields():
-        under = page.split(f"### `{spec.env}`", 1)[0].rsplit("\n## ", 1)[1].splitlines()[0]
-        assert under == section_of(f.name), (spec.env, under)
+    for d in setting_fields():
+        under = page.split(f"### `{d.spec.env}`", 1)[0].rsplit("\n## ", 1)[1].splitlines()[0]
+        assert under == d.title, (d.spec.env, under)
+        assert f"- allowed: {' '.join(d.spec.allowed.split())}" in page.split(f"### `{d.spec.env}`", 1)[1]
+
+
+def test_every_default_is_concrete_and_has_one_home():
+    """A setting's default is its value (None only where None is a value of its own, and the page says which);
+    GenerationConfig's and the resources' defaults of the same values are read from the declarations."""
+    for d in setting_fields():
+        assert d.default is not None or d.spec.default_doc, f"{d.spec.env}: None without saying what it means"
+    nones = {d.path for d in setting_fields() if d.default is None}
+    assert nones == {"fleet.api_key", "model.served_model", "model.tokenizer_override"}, nones
+    declared = leaves(Settings())
+    generation = {f.name: f.default for f in fields(GenerationConfig)}
+    for field, path in {
+        "wait_for_endpoint_s": "fleet.wait_for_endpoint_s",
+        "stream": "fleet.stream",
+        "stall_timeout_s": "fleet.stall_timeout_s",
+        "request_deadline_s": "fleet.request_deadline_s",
+        "context_overflow": "fleet.context_overflow",
+        "allow_old_server": "fleet.allow_old_server",
+        "compact_after_chunks": "stages.compact_after_chunks",
+    }.items():
+        assert generation[field] == declared[path], field
+        assert SGLangFleet.model_fields.get(field) is None or SGLangFleet.model_fields[field].default == declared[path]
+    assert PipelineSettings.model_fields["model"].default == declared["model.name"]
+    assert PipelineSettings.model_fields["assets_dir"].default == str(declared["storage.assets_dir"])
+
+
+def test_a_section_built_in_code_is_held_to_the_declared_bounds():
+    s = Settings()
+    assert dataclasses.replace(s.shards, n_shards=MAX_N_SHARDS).n_shards == MAX_N_SHARDS
+    for section, change, said in (
+        (s.shards, {"n_shards": 0}, "EAGLE3_N_SHARDS must be an integer >= 1, got 0"),
+        (s.shards, {"n_shards": MAX_N_SHARDS + 1}, "EAGLE3_N_SHARDS must be at most 4096"),
+        (s.fleet, {"stall_timeout_s": 0.0}, "EAGLE3_STALL_TIMEOUT_S must be a number of seconds > 0, got 0.0"),
+        (s.fleet, {"request_deadline_s": 5.0}, "EAGLE3_REQUEST_DEADLINE_S must be a number of seconds from 10 to"),
+        (s.fleet, {"context_overflow": "trim"}, "EAGLE3_CONTEXT_OVERFLOW must be one of fit, skip, got 'trim'"),
+        (s.fleet, {"stream": "yes"}, "EAGLE3_STREAM must be on or off"),
+        (s.stages, {"snapshot_retention": 0}, "EAGLE3_SNAPSHOT_RETENTION must be an integer >= 1, got 0"),
+        (s.dagster, {"executor": "celery"}, "EAGLE3_EXECUTOR must be one of multiprocess, in_process, k8s"),
+    ):
+        with pytest.raises(SettingsError, match=re.escape(said)):
+            dataclasses.replace(section, **change)
 
 
 def test_one_parser_for_endpoint_lists(kimi_profile):
     raw = " http://gpu-1:30000/ , http://gpu-2:30000,"
     want = ("http://gpu-1:30000", "http://gpu-2:30000")
-    assert Settings.from_env({"EAGLE3_SGLANG_URL": raw}).sglang_urls == want
-    assert SGLangFleet(urls=raw).endpoints() == want
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": raw}).fleet.urls == want
+    assert SGLangFleet(urls=raw).endpoints(Settings().fleet.urls) == want
     assert GenerationConfig.from_profile(kimi_profile, raw).endpoints == want
     assert GenerationConfig.from_profile(kimi_profile, list(want)).endpoints == want
 
@@ -145,7 +194,7 @@ def test_one_parser_for_endpoint_lists(kimi_profile):
         Settings.from_env({"EAGLE3_SGLANG_URL": bad})
     msgs.append(str(e1.value))
     with pytest.raises(ValueError) as e2:
-        SGLangFleet(urls=bad).endpoints()
+        SGLangFleet(urls=bad).endpoints(Settings().fleet.urls)
     msgs.append(str(e2.value))
     with pytest.raises(ValueError) as e3:
         GenerationConfig.from_profile(kimi_profile, bad)
@@ -164,7 +213,7 @@ def test_the_api_key_is_read_by_the_settings_and_handed_over_masked(kimi_profile
     assert cfg.api_key is not None and cfg.api_key.reveal() == key
     for text in (repr(s), str(s), repr(cfg), str(cfg), f"{cfg.api_key}", repr(overrides)):
         assert key not in text
-    assert Settings.from_env({}).sglang_api_key is None and "api_key" not in deployment_fields(Settings.from_env({}))
+    assert Settings.from_env({}).fleet.api_key is None and "api_key" not in deployment_fields(Settings.from_env({}))
 
 
 def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch):
@@ -184,26 +233,30 @@ def test_domain_functions_take_their_values_as_parameters(tmp_path, monkeypatch)
 
 def test_the_url_is_configured_only_when_the_variable_names_one():
     # the resources bind `sglang.urls` only when it is configured; else the demo's simulator or the default
-    assert not Settings.from_env({}).sglang_url_configured
+    assert not Settings.from_env({}).urls_configured
     blanks = Settings.from_env({"EAGLE3_SGLANG_URL": " , "})
-    assert blanks.sglang_urls == ("http://127.0.0.1:30000",) and not blanks.sglang_url_configured
-    assert Settings.from_env({"EAGLE3_SGLANG_URL": "http://127.0.0.1:30000"}).sglang_url_configured
+    assert blanks.fleet.urls == ("http://127.0.0.1:30000",) and not blanks.urls_configured
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": "http://127.0.0.1:30000"}).urls_configured
 
 
 def test_the_url_list_is_parsed_once_and_handed_on_typed(kimi_profile):
     s = Settings.from_env({"EAGLE3_SGLANG_URL": "http://gpu-1:30000/, http://gpu-2:30000"})
-    assert isinstance(s.sglang_urls, Endpoints) and parse_endpoint_urls(s.sglang_urls) is s.sglang_urls
-    cfg = generation_config(kimi_profile, s.sglang_urls, s, {})
-    assert cfg.endpoints is s.sglang_urls and s.sglang_urls.as_text() == "http://gpu-1:30000,http://gpu-2:30000"
+    assert isinstance(s.fleet.urls, Endpoints) and parse_endpoint_urls(s.fleet.urls) is s.fleet.urls
+    cfg = generation_config(kimi_profile, s.fleet.urls, s, {})
+    assert cfg.endpoints is s.fleet.urls and s.fleet.urls.as_text() == "http://gpu-1:30000,http://gpu-2:30000"
 
 
 def test_each_generation_field_arrives_by_one_route(kimi_profile):
     s = Settings.from_env({"EAGLE3_STREAM": "0", "EAGLE3_STALL_TIMEOUT_S": "7", "SGLANG_API_KEY": "sk-route"})
     urls = ("http://h:1",)
-    unset = generation_config(kimi_profile, urls, s, SGLangFleet().generation_fields())
-    assert (unset.stream, unset.stall_timeout_s, unset.api_key is not None) == (False, 7.0, True)
-    run = generation_config(kimi_profile, urls, s, SGLangFleet(stream=True).generation_fields())
+    sglang = resources_from_settings(s)["sglang"]  # bound with the settings' values when the definitions are built
+    bound_ = generation_config(kimi_profile, urls, s, sglang.generation_fields())
+    assert (bound_.stream, bound_.stall_timeout_s, bound_.api_key is not None) == (False, 7.0, True)
+    run = generation_config(kimi_profile, urls, s, {**sglang.generation_fields(), "stream": True})
     assert (run.stream, run.stall_timeout_s) == (True, 7.0)  # the run's resource value wins over the setting
+    # a command without a resource (eagle3 plan, eagle3 drafters compare) generates with the settings' values
+    cli = generation_config(kimi_profile, urls, s, {"max_new_tokens": 64})
+    assert (cli.stream, cli.stall_timeout_s) == (False, 7.0)
     plain = generation_config(kimi_profile, urls, Settings.from_env({}), {})
     assert (plain.stream, plain.stall_timeout_s, plain.compact_after_chunks) == (True, 300.0, 8)
     assert plain.request_deadline_s == 10800.0  # the setting reaches the client; unset, the default
@@ -226,9 +279,9 @@ def test_the_settings_are_read_once_and_again_when_a_variable_changes(tmp_path, 
     first = settings()
     assert settings() is first  # one parsed object for every caller
     monkeypatch.setenv("EAGLE3_N_SHARDS", "3")
-    assert settings().n_shards == 3 and settings() is not first  # a changed variable is read again
+    assert settings().shards.n_shards == 3 and settings() is not first  # a changed variable is read again
     assets.rmdir()
-    assert settings().assets_dir == assets  # nothing changed in the environment: the cached object
+    assert settings().storage.assets_dir == assets  # nothing changed in the environment: the cached object
     reset_settings()
     with pytest.raises(SettingsError, match="EAGLE3_ASSETS_DIR must be an existing directory"):
         settings()

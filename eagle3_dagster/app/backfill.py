@@ -15,7 +15,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config import settings
     from .demo import run_graph_command
 
-    if not settings().sglang_url_configured:
+    if not settings().urls_configured:
         print(
             "eagle3 backfill: error: EAGLE3_SGLANG_URL is not set: a backfill generates through a real SGLang "
             "server or router (for a try-out with a simulator, `eagle3 demo`)",

@@ -52,10 +52,10 @@ def model_problems(s: Settings) -> list[str]:
     from ..tokenize.loading import TokenizerLoadError, load_tokenizer
 
     try:
-        profile = active_profile(s.model, s.models_dir, s.tokenizer_override)
+        profile = active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
     except ProfileError as e:
-        return [f"EAGLE3_MODEL {s.model!r}: {one_line(str(e))}"]
-    where = "EAGLE3_TOKENIZER" if s.tokenizer_override else f"the tokenizer of model profile {profile.name!r}"
+        return [f"EAGLE3_MODEL {s.model.name!r}: {one_line(str(e))}"]
+    where = "EAGLE3_TOKENIZER" if s.model.tokenizer_override else f"the tokenizer of model profile {profile.name!r}"
     try:
         load_tokenizer(profile.tokenizer, trust_remote_code=profile.trust_remote_code)
     except TokenizerLoadError as e:
@@ -99,10 +99,10 @@ def dead_endpoint_lines(s: Settings) -> list[str]:
     (3 s a probe), so a wrong EAGLE3_SGLANG_URL is named before ingest and tokenize have run."""
     from ..generate.fleet_capacity import probe_fleet
 
-    if not s.sglang_url_configured:
+    if not s.urls_configured:
         return []
-    headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
-    return endpoint_problems(probe_fleet(s.sglang_urls, headers=headers))
+    headers = {"Authorization": f"Bearer {s.fleet.api_key.reveal()}"} if s.fleet.api_key else None
+    return endpoint_problems(probe_fleet(s.fleet.urls, headers=headers))
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -118,10 +118,10 @@ def run_check(args: argparse.Namespace) -> int:
     from .instance import ensure_dagster_home, instance_yaml
 
     s = settings()
-    specs, problems = source_problems(s.sources_dir)
+    specs, problems = source_problems(s.storage.sources_dir)
     problems += model_problems(s)
-    dirs = [("EAGLE3_DATA_DIR", s.data_dir.local_path)] if s.data_dir.is_local else []
-    dirs += [("EAGLE3_WORK_DIR", s.work_dir)] if s.work_dir not in [d for _, d in dirs] else []
+    dirs = [("EAGLE3_DATA_DIR", s.storage.data_dir.local_path)] if s.storage.data_dir.is_local else []
+    dirs += [("EAGLE3_WORK_DIR", s.storage.work_dir)] if s.storage.work_dir not in [d for _, d in dirs] else []
     problems += [p for name, d in dirs if (p := writable_dir_problem(name, d))]
     sizing, routers, fleet = fleet_pool_sizing(s, probe=not args.offline)
     problems += endpoint_problems(fleet)
@@ -130,10 +130,12 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"eagle3 check: error: {line}", file=sys.stderr)
         print(f"eagle3 check: {len(problems)} problem(s); nothing was written", file=sys.stderr)
         return 2
-    home = ensure_dagster_home(instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs))
-    probed = "endpoints not probed (--offline)" if args.offline and s.sglang_url_configured else ""
+    home = ensure_dagster_home(
+        s.dagster.home, instance_config=instance_yaml(sizing.pool_limit, sizing.max_concurrent_runs)
+    )
+    probed = "endpoints not probed (--offline)" if args.offline and s.urls_configured else ""
     print(
-        f"eagle3 check: settings OK (model {s.model}, {s.n_shards} shards, data {s.data_dir}); "
+        f"eagle3 check: settings OK (model {s.model.name}, {s.shards.n_shards} shards, data {s.storage.data_dir}); "
         f"{len(specs)} source(s) OK; instance ready at {home}" + (f"; {probed}" if probed else "")
     )
     for line in routers:
@@ -154,17 +156,17 @@ def fleet_pool_sizing(s: Settings, *, probe: bool = True) -> tuple[PoolSizing, l
 
     routers: list[str] = []
     fleet: list[EndpointCapacity] = []
-    if s.sglang_url_configured and not probe:
-        capacity: dict[str, int | None] = {display_url(u): None for u in s.sglang_urls}  # no credentials
-    elif s.sglang_url_configured:
-        headers = {"Authorization": f"Bearer {s.sglang_api_key.reveal()}"} if s.sglang_api_key else None
-        fleet = probe_fleet(s.sglang_urls, headers=headers)
+    if s.urls_configured and not probe:
+        capacity: dict[str, int | None] = {display_url(u): None for u in s.fleet.urls}  # no credentials
+    elif s.urls_configured:
+        headers = {"Authorization": f"Bearer {s.fleet.api_key.reveal()}"} if s.fleet.api_key else None
+        fleet = probe_fleet(s.fleet.urls, headers=headers)
         capacity = {c.endpoint: c.slots for c in fleet}
         routers = [c.describe() for c in fleet if c.workers is not None]
     else:  # `eagle3 demo` / `eagle3 ui` start their own simulator: nothing to probe yet
         capacity = {"the simulator eagle3 demo/ui starts": None}
-    prompts = s.data_dir / "prompts" / "prompts.parquet"
+    prompts = s.storage.data_dir / "prompts" / "prompts.parquet"
     per_shard = None
     if prompts.exists():
-        per_shard = max(1, parquet_num_rows(prompts) // s.n_shards)
+        per_shard = max(1, parquet_num_rows(prompts) // s.shards.n_shards)
     return size_pools(capacity, shard_requests=per_shard), routers, fleet

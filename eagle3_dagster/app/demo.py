@@ -149,7 +149,7 @@ def counts_lines(outcome, data_dir: DataPath, s: Settings) -> list[str]:
     if not outcome.ingest_success:
         return []
     data_dir = as_data_path(data_dir)
-    specs = [x for x in load_source_specs(s.sources_dir) if x.role in ("train", "probe")]
+    specs = [x for x in load_source_specs(s.storage.sources_dir) if x.role in ("train", "probe")]
     shards = [int(sh.shard) for sh in outcome.shards]
     tables = [
         t for k in shards if (t := data_dir / "training_samples" / f"shard={k:04d}" / "part-0000.parquet").exists()
@@ -160,14 +160,13 @@ def counts_lines(outcome, data_dir: DataPath, s: Settings) -> list[str]:
     return [f"counts:     {reconciliation(counts)}"]
 
 
-def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: str = "demo") -> str:
+def summarize(outcome, data_dir: DataPath, s: Settings, command: str = "demo") -> str:
     """The summary of `outcome` (`eagle3 demo`, `eagle3 backfill`); `s`: the settings its definitions were
-    built from (default: this process's)."""
-    s = s or settings()
+    built from."""
     lines = ["", "=" * 72, f"eagle3-dagster {command} summary", "=" * 72]
     prompts = data_dir / "prompts" / "prompts.parquet"
     rej = data_dir / "prompts" / "prompt_rejects.parquet"
-    lines.append(f"model profile: {s.model}   data dir: {data_dir}")
+    lines.append(f"model profile: {s.model.name}   data dir: {data_dir}")
     for src in (data_dir / "sources").glob("*"):
         c = json.loads((src / "counts.json").read_text()) if (src / "counts.json").exists() else {}
         lines.append(
@@ -192,7 +191,7 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: s
     from ..report.html import default_report_path
     from .speculative_demo import acceptance_lines
 
-    report = default_report_path(s.work_dir)
+    report = default_report_path(s.storage.work_dir)
     lines += [
         "",
         f"tables:     {data_dir}/{{prompts,tokenized_prompts,generations,training_samples}}/",
@@ -209,7 +208,7 @@ def summarize(outcome, data_dir: DataPath, s: Settings | None = None, command: s
         *_publish_lines(outcome),
         f"data docs:  {getattr(outcome, 'data_docs', None) or 'not built'}",
         _report_line(report, getattr(outcome, "report_error", None)),
-        f"instance:   DAGSTER_HOME={s.dagster_home}  (see the runs with `make ui`)",
+        f"instance:   DAGSTER_HOME={s.dagster.home}  (see the runs with `make ui`)",
     ]
     lines += problem_lines(outcome, s, report, command)
     lines.append(f"result:     {result_word(outcome)}")
@@ -295,7 +294,7 @@ def problem_lines(outcome, s, report: Path, command: str = "demo") -> list[str]:
     out += [f"warning:    {w}" for w in outcome.warnings]
     if not outcome.ingest_success:
         out.append(
-            f"next:       fix the source or setting named above (source YAMLs in {s.sources_dir}; "
+            f"next:       fix the source or setting named above (source YAMLs in {s.storage.sources_dir}; "
             f"`allow_empty: true` makes an empty source a warning), then {rerun}"
         )
     elif endpoint := endpoint_advice([e for sh in outcome.shards for e in sh.errors]):
@@ -358,11 +357,16 @@ def big_shard_settings(s: Settings, n: int) -> Settings:
     definitions are built from the copy and its runs execute in this process."""
     import dataclasses
 
-    from ..config import PROJECT_ROOT, check_n_shards
+    from ..config import PROJECT_ROOT
     from ..devtools.sample_shard import prepare_big_shard
 
-    assets = prepare_big_shard(n, s.work_dir / "big_shard", PROJECT_ROOT.parent / "shared" / "datasets", s.assets_dir)
-    return dataclasses.replace(s, n_shards=check_n_shards(1), assets_dir=assets.resolve())
+    datasets = PROJECT_ROOT.parent / "shared" / "datasets"
+    assets = prepare_big_shard(n, s.storage.work_dir / "big_shard", datasets, s.storage.assets_dir)
+    return dataclasses.replace(
+        s,
+        shards=dataclasses.replace(s.shards, n_shards=1),
+        storage=dataclasses.replace(s.storage, assets_dir=assets.resolve()),
+    )
 
 
 def demo_settings(args: argparse.Namespace, s: Settings) -> Settings:
@@ -374,7 +378,7 @@ def demo_settings(args: argparse.Namespace, s: Settings) -> Settings:
         from .speculative_demo import speculative_settings
 
         s = speculative_settings(s)
-        if s.sglang_url_configured:
+        if s.urls_configured:
             print(
                 "[demo] --speculative: EAGLE3_SGLANG_URL is set, so no simulator is started: the probe set measures "
                 "the fleet's own drafter (none if it does not speculate)",
@@ -407,11 +411,12 @@ def run_graph_command(args: argparse.Namespace, command: str) -> int:
         from ..orchestration.run import check_shard_keys
         from ..profiles import active_profile
 
-        check_shard_keys(args.shards.split(",") if args.shards else None, shard_keys(s.n_shards))
-        active_profile(s.model, s.models_dir, s.tokenizer_override)  # a ProfileError names EAGLE3_MODEL's file
-        load_source_specs(s.sources_dir)
+        check_shard_keys(args.shards.split(",") if args.shards else None, shard_keys(s.shards.n_shards))
+        # a ProfileError names EAGLE3_MODEL's file
+        active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
+        load_source_specs(s.storage.sources_dir)
     what = f"eagle3 {command}"
-    lock = DataDirLock(s.data_dir, DEMO_LOCK, what=what, wait_s=0, local_lock_dir=s.work_dir / "locks")
+    lock = DataDirLock(s.storage.data_dir, DEMO_LOCK, what=what, wait_s=0, local_lock_dir=s.storage.work_dir / "locks")
     try:
         lock.acquire()
     except DataDirLocked as e:
@@ -432,11 +437,11 @@ def _main_locked(args: argparse.Namespace, s: Settings, command: str) -> int:
     from ..orchestration.partitions import shard_keys
     from ..orchestration.run import check_shard_keys
 
-    check_shard_keys(shards, shard_keys(s.n_shards))  # an unknown key fails here, before anything is written
+    check_shard_keys(shards, shard_keys(s.shards.n_shards))  # an unknown key fails here, before anything is written
     from ..ingest import load_source_specs
 
-    load_source_specs(s.sources_dir)  # every bad source YAML: one line each, before anything is created
-    home = ensure_dagster_home(s.dagster_home)
+    load_source_specs(s.storage.sources_dir)  # every bad source YAML: one line each, before anything is created
+    home = ensure_dagster_home(s.dagster.home)
     from .checkup import dead_endpoint_lines
 
     for line in dead_endpoint_lines(s):  # named now, not after ingest and tokenize; a cached shard needs no server
@@ -450,8 +455,8 @@ def _main_locked(args: argparse.Namespace, s: Settings, command: str) -> int:
     if outcome.stopped:
         print(stopped_line(outcome, command), file=sys.stderr, flush=True)
         return 130
-    print(summarize(outcome, s.data_dir, s, command), flush=True)
-    (s.data_dir / f"{command}_summary.json").write_text(
+    print(summarize(outcome, s.storage.data_dir, s, command), flush=True)
+    (s.storage.data_dir / f"{command}_summary.json").write_text(
         json.dumps(
             {
                 "success": outcome.success,
@@ -474,7 +479,7 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
     signal; None when a second signal ended the wait."""
     import dagster as dg
 
-    from ..orchestration.resources import SGLangFleet
+    from ..orchestration.resources import sglang_resource
     from ..orchestration.run import materialize_graph
 
     with StopOnSignal(command) as stopper:
@@ -487,8 +492,8 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
                 # the URL (a configured fleet or the simulator just started) reaches every run as the `sglang`
                 # resource, not through the process environment; the demo names a dead endpoint within seconds,
                 # a backfill waits for a fleet as long as the nightly does
-                wait = interactive_endpoint_wait_s(s) if command == "demo" else None
-                fleet = {"sglang": SGLangFleet(urls=url, wait_for_endpoint_s=wait)}
+                wait = interactive_endpoint_wait_s(s) if command == "demo" else s.fleet.wait_for_endpoint_s
+                fleet = {"sglang": sglang_resource(s, urls=url, wait_for_endpoint_s=wait)}
                 return stopper.run(
                     lambda: materialize_graph(
                         defs,

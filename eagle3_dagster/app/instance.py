@@ -12,7 +12,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..config import Settings, settings
+from ..config import Settings
 from ..orchestration.pools import DEFAULT_OVERLAP, RUNS_PER_POOL_SLOT
 
 INSTANCE_HEADER = "# Written by eagle3-dagster: a local instance (SQLite under this folder)."
@@ -46,8 +46,8 @@ INSTANCE_YAML = instance_yaml()  # before `eagle3 check` has probed a fleet
 INSTANCE_LOCK = ".eagle3-instance.lock"
 
 
-def ensure_dagster_home(home: Path | None = None, instance_config: str | None = None) -> Path:
-    """DAGSTER_HOME (default ./.dagster_home) with its dagster.yaml and its storage created, once.
+def ensure_dagster_home(home: Path, instance_config: str | None = None) -> Path:
+    """DAGSTER_HOME (`s.dagster.home`, default ./.dagster_home) with its dagster.yaml and its storage created, once.
 
     Under an exclusive file lock in the folder: two first uses at the same time (two `eagle3 demo`
     on a fresh folder) would otherwise both create the SQLite tables and one would crash with
@@ -56,7 +56,7 @@ def ensure_dagster_home(home: Path | None = None, instance_config: str | None = 
     `instance_config` (instance_yaml(...) sized by `eagle3 check`) replaces a dagster.yaml this
     project wrote; a user's own dagster.yaml is never touched.
     """
-    home = Path(home or settings().dagster_home).resolve()
+    home = Path(home).resolve()
     home.mkdir(parents=True, exist_ok=True)
     with open(home / INSTANCE_LOCK, "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -101,8 +101,8 @@ def sglang_endpoint(s: Settings, extra_sim_args: list[str] | None = None) -> Ite
 
     The caller hands the URL over explicitly (the `sglang` resource, a child's environment).
     """
-    if s.sglang_url_configured:
-        yield ",".join(s.sglang_urls)
+    if s.urls_configured:
+        yield ",".join(s.fleet.urls)
         return
     from ..sim.process import start_simulator
 

@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
     from ..profiles import resolve_profile
 
     s = settings()  # EAGLE3_MODEL / EAGLE3_ASSETS_DIR: the profile the demo ran with
-    profile = resolve_profile(s.model, s.assets_dir / "models")
+    profile = resolve_profile(s.model.name, s.storage.assets_dir / "models")
     summary = smoke_summary(argv[0], profile.think_end_id, expect_drafter=expect_drafter)
     print(summary.json_line(), flush=True)
     # the draft model's figures missing is the lane's own failure (a failed gate is the demo's exit code)

@@ -51,19 +51,19 @@ def _absolute(raw: dict[str, Any], base: Path) -> dict[str, Any]:
 def speculative_settings(s: Settings, probe_set: Path = EXAMPLE_PROBE_SET) -> Settings:
     """`s` with an assets folder (under the work dir) whose sources are `s`'s plus `probe_set`. A source YAML
     that is not a mapping is copied as it is (the demo's own validation names it)."""
-    assets = s.work_dir / "speculative_demo" / "assets"
+    assets = s.storage.work_dir / "speculative_demo" / "assets"
     if assets.exists():
         shutil.rmtree(assets)
     sources = assets / "sources"
     sources.mkdir(parents=True)
-    (assets / "models").symlink_to(s.models_dir.resolve(), target_is_directory=True)
-    for f in sorted([*s.sources_dir.glob("*.yaml"), *s.sources_dir.glob("*.yml"), probe_set]):
+    (assets / "models").symlink_to(s.storage.models_dir.resolve(), target_is_directory=True)
+    for f in sorted([*s.storage.sources_dir.glob("*.yaml"), *s.storage.sources_dir.glob("*.yml"), probe_set]):
         raw = yaml.safe_load(f.read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             shutil.copyfile(f, sources / f.name)
             continue
         (sources / f.name).write_text(yaml.safe_dump(_absolute(raw, f.parent.resolve()), sort_keys=False))
-    return dataclasses.replace(s, assets_dir=assets.resolve())
+    return dataclasses.replace(s, storage=dataclasses.replace(s.storage, assets_dir=assets.resolve()))
 
 
 def acceptance_lines(data_dir: DataPath, shards: list[int]) -> list[str]:

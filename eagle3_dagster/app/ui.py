@@ -40,15 +40,16 @@ def dagster_dev_command(port: str, workspace: Path = PROJECT_ROOT / "workspace.y
 def run(args: argparse.Namespace) -> int:
     """`eagle3 ui` with its parsed arguments (app/cli.py declares them); the exit code."""
     s = settings()  # validated before the UI starts
-    home = ensure_dagster_home(s.dagster_home)
+    home = ensure_dagster_home(s.dagster.home)
     import time
 
     from ..ingest import load_source_specs
     from ..profiles import active_profile
     from ..sim.process import die_with_parent
 
-    load_source_specs(s.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
-    active_profile(s.model, s.models_dir, s.tokenizer_override)  # EAGLE3_MODEL names no profile: one line
+    load_source_specs(s.storage.sources_dir)  # a bad source YAML: one line per problem, not a failed code location
+    # EAGLE3_MODEL names no profile: one line
+    active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
     with StopOnSignal() as stopper, sglang_endpoint(s) as url:
         # `dagster dev` and the runs it starts get the instance and the URL in their own environment
         env = child_process_env({"DAGSTER_HOME": str(home), "EAGLE3_SGLANG_URL": url})

@@ -35,11 +35,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
 
-from ..config import Settings, settings
+from ..config import Settings
 from ..ingest.fingerprint import SourceListingError, source_files_fingerprint
 from ..orchestration.asset_names import REPORT_ASSET, SHARD_ASSETS, AssetName, stage_assets
 from ..orchestration.partitions import shard_keys
@@ -163,14 +164,14 @@ def _nightly_in_progress(instance: dg.DagsterInstance) -> list[str]:
 # --------------------------------------------------------------------------------------- schedule
 
 
-def build_nightly_schedule(cron: str | None = None, timezone: str | None = None) -> dg.ScheduleDefinition:
-    """Cron and timezone default from EAGLE3_NIGHTLY_CRON / EAGLE3_NIGHTLY_TZ (02:00 UTC)."""
+def build_nightly_schedule(cron: str, timezone: str) -> dg.ScheduleDefinition:
+    """The nightly schedule at `cron` in `timezone` (EAGLE3_NIGHTLY_CRON / EAGLE3_NIGHTLY_TZ: 02:00 UTC)."""
 
     @dg.schedule(
         name="nightly_regeneration",
         job=ingest_job,
-        cron_schedule=cron or settings().nightly_cron,
-        execution_timezone=timezone or settings().nightly_tz,
+        cron_schedule=cron,
+        execution_timezone=timezone,
         tags={NIGHTLY_TAG: "true"},
         description="Nightly: re-ingest prompt sources; the `nightly` sensor then regenerates every shard and "
         "snapshots. Skips a tick while the previous night is still running.",
@@ -287,46 +288,44 @@ def build_prompt_source_sensor(sources_dir: Path, interval_s: int) -> dg.SensorD
 # -------------------------------------------------------------------------------------- freshness
 
 
-def build_freshness(
-    max_age=None, interval_s: int | None = None
-) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:
-    """The `training_dataset` freshness check (ERROR when the last publish is older than max_age) and its sensor.
+def build_freshness(max_age: timedelta, interval_s: int) -> tuple[list[dg.AssetChecksDefinition], dg.SensorDefinition]:
+    """The `training_dataset` freshness check (ERROR when the last publish is older than `max_age`) and its sensor,
+    evaluated at most every `interval_s` seconds.
 
     Dagster 1.13 marks these factories "superseded" by FreshnessPolicy; they are kept because their
     result is an asset check (red in the UI, stored with the run history, asserted by tests) and
     their sensor runs under the ordinary daemon, with no instance setting to switch on.
     """
-    age = max_age or settings().snapshot_max_age
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         checks = list(
             dg.build_last_update_freshness_checks(
                 assets=[AssetName.TRAINING_DATASET],
-                lower_bound_delta=age,
+                lower_bound_delta=max_age,
                 severity=dg.AssetCheckSeverity.ERROR,
             )
         )
         sensor = dg.build_sensor_for_freshness_checks(
             freshness_checks=checks,
             name=FRESHNESS_SENSOR,
-            minimum_interval_seconds=interval_s or settings().sensor_interval_s,
+            minimum_interval_seconds=interval_s,
         )
     return checks, sensor
 
 
 def build_defs(s: Settings) -> dg.Definitions:
     """The jobs, the schedule, the sensors and the freshness check, configured from `s`."""
-    interval = s.sensor_interval_s
-    freshness_checks, snapshot_freshness = build_freshness(s.snapshot_max_age, interval)
+    interval = s.shards.sensor_interval_s
+    freshness_checks, snapshot_freshness = build_freshness(s.shards.snapshot_max_age, interval)
     sensors = [
-        build_nightly_sensor(s.n_shards, interval),
+        build_nightly_sensor(s.shards.n_shards, interval),
         build_nightly_failed_sensor(interval),
-        build_prompt_source_sensor(s.sources_dir, interval),
+        build_prompt_source_sensor(s.storage.sources_dir, interval),
         snapshot_freshness,
     ]
     return dg.Definitions(
         asset_checks=freshness_checks,
         jobs=list(NIGHT_JOBS),
-        schedules=[build_nightly_schedule(s.nightly_cron, s.nightly_tz)],
+        schedules=[build_nightly_schedule(s.shards.nightly_cron, s.shards.nightly_tz)],
         sensors=sensors,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ..config import Settings, settings
+from ..config import Settings
 from ..drafters.candidate import CandidateRefused
 from ..drafters.compare import PROMOTE
 from ..drafters.lineage import LineageError
@@ -49,10 +49,11 @@ class DrafterComparisonConfig(dg.Config):
 
 
 def comparison_inputs(
-    context: dg.AssetExecutionContext, urls: str, pipeline: PipelineSettings, sglang: SGLangFleet
+    context: dg.AssetExecutionContext, urls: str, pipeline: PipelineSettings, sglang: SGLangFleet, s: Settings
 ) -> CompareInputs:
     """The comparison's inputs from the run's resources: production's sampling, regen and probe seed (the
-    `sglang` resource), pointed at the candidate; the candidate's own target revision is read, not pinned."""
+    `sglang` resource), pointed at the candidate; the candidate's own target revision is read, not pinned.
+    `s`: the settings the definitions were built from (the API key, the served-model pin, ...)."""
     try:
         rule = load_rule(pipeline.expectations_path)
         endpoints = parse_endpoint_urls(urls, source="run config `candidate_urls`")
@@ -68,7 +69,7 @@ def comparison_inputs(
         "wait_for_endpoint_s": CANDIDATE_WAIT_S,
     }
     profile = pipeline.profile()
-    config = generation_config(profile, endpoints, settings(), fields, probe_sources=names)
+    config = generation_config(profile, endpoints, s, fields, probe_sources=names)
     return CompareInputs(
         pipeline.data_path,
         pipeline.work_path / "locks",
@@ -118,40 +119,48 @@ def promotion_check(outcome: Outcome) -> dg.AssetCheckResult:
     )
 
 
-@dg.asset(
-    name=AssetName.DRAFTER_COMPARISON,
-    group_name=ASSET_GROUP,
-    deps=[AssetName.GENERATIONS],
-    kinds={"json"},
-    tags={STAGE_TAG: STAGE},
-    check_specs=[
-        dg.AssetCheckSpec(
-            CHECK,
-            asset=AssetName.DRAFTER_COMPARISON,
-            blocking=False,
-            description="Passes only when the comparison's decision is promote (expectations/drafter_promotion.json: "
-            "overall accept length better by at least the margin, no probe source worse); ERROR with the reasons on hold.",
-        )
-    ],
-    description="A candidate drafter (run config `candidate_urls`) against production's on the probe sets: the probe "
-    "prompts only, production's sampling and probe seed; per source and overall accept length, the difference with a "
-    "paired bootstrap interval, a verdict, and promote or hold (docs/drafter-compare.md).",
-)
-def drafter_comparison(
-    context: dg.AssetExecutionContext, config: DrafterComparisonConfig, pipeline: PipelineSettings, sglang: SGLangFleet
-) -> dg.MaterializeResult:
-    inputs = comparison_inputs(context, config.candidate_urls, pipeline, sglang)
-    request = CompareRequest(tuple(inputs.config.endpoints), config.baseline, config.trained_on)
-    try:
-        with client_logs_to(context):
-            outcome = compare_candidate(inputs, request)
-    except REFUSALS as e:
-        raise dg.Failure(description=f"candidate refused: {e}", allow_retries=False) from None
-    (context.log.info if outcome.decision == PROMOTE else context.log.warning)(
-        f"{outcome.decision}: {outcome.doc.get('headline') or outcome.refused}"
+def drafter_comparison_asset(s: Settings) -> dg.AssetsDefinition:
+    """`drafter_comparison`, its steps handed the settings `s` the definitions are built from."""
+
+    @dg.asset(
+        name=AssetName.DRAFTER_COMPARISON,
+        group_name=ASSET_GROUP,
+        deps=[AssetName.GENERATIONS],
+        kinds={"json"},
+        tags={STAGE_TAG: STAGE},
+        check_specs=[
+            dg.AssetCheckSpec(
+                CHECK,
+                asset=AssetName.DRAFTER_COMPARISON,
+                blocking=False,
+                description="Passes only when the comparison's decision is promote (expectations/drafter_promotion.json: "
+                "overall accept length better by at least the margin, no probe source worse); ERROR with the reasons on hold.",
+            )
+        ],
+        description="A candidate drafter (run config `candidate_urls`) against production's on the probe sets: the probe "
+        "prompts only, production's sampling and probe seed; per source and overall accept length, the difference with a "
+        "paired bootstrap interval, a verdict, and promote or hold (docs/drafter-compare.md).",
     )
-    return dg.MaterializeResult(metadata=comparison_metadata(outcome), check_results=[promotion_check(outcome)])
+    def drafter_comparison(
+        context: dg.AssetExecutionContext,
+        config: DrafterComparisonConfig,
+        pipeline: PipelineSettings,
+        sglang: SGLangFleet,
+    ) -> dg.MaterializeResult:
+        inputs = comparison_inputs(context, config.candidate_urls, pipeline, sglang, s)
+        request = CompareRequest(tuple(inputs.config.endpoints), config.baseline, config.trained_on)
+        try:
+            with client_logs_to(context):
+                outcome = compare_candidate(inputs, request)
+        except REFUSALS as e:
+            raise dg.Failure(description=f"candidate refused: {e}", allow_retries=False) from None
+        (context.log.info if outcome.decision == PROMOTE else context.log.warning)(
+            f"{outcome.decision}: {outcome.doc.get('headline') or outcome.refused}"
+        )
+        return dg.MaterializeResult(metadata=comparison_metadata(outcome), check_results=[promotion_check(outcome)])
+
+    return drafter_comparison
 
 
 def build_defs(s: Settings) -> dg.Definitions:
-    return dg.Definitions(assets=[drafter_comparison])
+    return dg.Definitions(assets=[drafter_comparison_asset(s)])

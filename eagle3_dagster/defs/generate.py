@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from ..config import Settings, settings
+from ..config import Settings
 from ..generate import (
     AuthError,
     GenerationConfig,
@@ -237,16 +237,16 @@ GENERATE = ShardAssetSpec(
 )
 
 
-def shard_generation_config(step: ShardStep, sglang: SGLangFleet) -> GenerationConfig:
+def shard_generation_config(step: ShardStep, sglang: SGLangFleet, s: Settings) -> GenerationConfig:
     """The shard's GenerationConfig: profile, endpoints, sampling, probe sources and the graph run's one
-    bounded endpoint wait."""
+    bounded endpoint wait; `s`: the settings the definitions were built from (the fields no resource has)."""
     run_fields = {"max_new_tokens": step.pipeline.max_new_tokens, **sglang.generation_fields()}
     run_key = graph_run_key(step.context.run.tags, step.context.run_id)
     probe_sources = probe_source_names(step.pipeline.sources_path)
     return generation_config(
         step.profile,
-        sglang.endpoints(),
-        settings(),
+        sglang.endpoints(s.fleet.urls),
+        s,
         run_fields,
         probe_sources=probe_sources,
         # what keyed the stored probe samples, for a run whose endpoints do not answer (as `eagle3 plan`)
@@ -382,10 +382,11 @@ def generation_metadata(
     }
 
 
-def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
-    """Generate the shard through the fleet, record tonight's acceptance, and hand its current rows to the gate."""
+def generate_and_gate(step: ShardStep, sglang: SGLangFleet, s: Settings) -> GatedShard:
+    """Generate the shard through the fleet, record tonight's acceptance, and hand its current rows to the gate
+    (`s`: the settings the definitions were built from)."""
     tokenized = tokenized_source(step.data, step.shard)  # a folder, streamed: never the whole shard in memory
-    config = shard_generation_config(step, sglang)
+    config = shard_generation_config(step, sglang, s)
     out = step.folder("generations")
     renderer = cached_renderer(step.profile)
     # regenerate: all_turns sources: their conversations' turns run in the same shard (generate/multiturn.py)
@@ -430,13 +431,13 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet) -> GatedShard:
     )
 
 
-def generate_step(step: ShardStep) -> GatedShard:
-    return generate_and_gate(step, step.resource("sglang"))
-
-
 def generations(s: Settings) -> dg.AssetsDefinition:
-    """`generations` over the shard partitions of `s`."""
-    return gated_shard_asset(GENERATE, shard_partitions(s.n_shards))(generate_step)
+    """`generations` over the shard partitions of `s`, its steps handed `s`."""
+
+    def generate_step(step: ShardStep) -> GatedShard:
+        return generate_and_gate(step, step.resource("sglang"), s)
+
+    return gated_shard_asset(GENERATE, shard_partitions(s.shards.n_shards))(generate_step)
 
 
 def build_defs(s: Settings) -> dg.Definitions:

@@ -136,9 +136,9 @@ def log_combined(context: Any, counts: Any, evals: list[SourceSpec], probes: lis
 
 
 def build_ingest_assets(s: Settings) -> list[dg.AssetsDefinition]:
-    """One asset per source YAML of `s.sources_dir` and `prompts`, sharding into `s.n_shards` shards."""
-    n_shards = s.n_shards
-    specs = load_source_specs(s.sources_dir)
+    """One asset per source YAML of `s.storage.sources_dir` and `prompts`, sharding into `s.shards.n_shards` shards."""
+    n_shards = s.shards.n_shards
+    specs = load_source_specs(s.storage.sources_dir)
     source_assets = [_source_asset(spec, n_shards) for spec in specs]
     # probe sets last: a training prompt equal to a probe prompt is quarantined (probe_overlap), not deduplicated
     names = [x.name for x in specs if x.role == "train"] + [x.name for x in specs if x.role == "probe"]

@@ -8,7 +8,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from ..config import Settings, settings
+from ..config import Settings
 from ..ingest import load_source_specs
 from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.resources import PipelineSettings, SGLangFleet
@@ -45,8 +45,10 @@ class PublishConfig(dg.Config):
     )
 
 
-def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
-    """`training_dataset`: the snapshot of shards 0 .. n_shards-1 (the partitions of the same definitions)."""
+def training_dataset_asset(s: Settings) -> dg.AssetsDefinition:
+    """`training_dataset`: the snapshot of shards 0 .. n_shards-1 (the partitions of the same definitions), with
+    the served-model pin and the snapshot retention of `s`."""
+    n_shards, served_model_pin, keep = s.shards.n_shards, s.model.served_model, s.stages.snapshot_retention
 
     @dg.asset(
         name=AssetName.TRAINING_DATASET,
@@ -81,7 +83,12 @@ def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
         context: dg.AssetExecutionContext, config: PublishConfig, pipeline: PipelineSettings, sglang: SGLangFleet
     ):
         snap = build_and_judge(
-            context, pipeline, snapshot_config(pipeline, sglang, n_shards), n_shards, allow_partial=config.allow_partial
+            context,
+            pipeline,
+            snapshot_config(pipeline, sglang, n_shards, served_model_pin),
+            n_shards,
+            keep=keep,
+            allow_partial=config.allow_partial,
         )
         log_snapshot(context, snap)
         checks = snapshot_check_results(snap, snap.verdict)
@@ -94,7 +101,9 @@ def training_dataset_asset(n_shards: int) -> dg.AssetsDefinition:
     return training_dataset
 
 
-def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: int) -> dict[str, Any]:
+def snapshot_config(
+    pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: int, served_model_pin: str | None
+) -> dict[str, Any]:
     """What a snapshot records as its config (and the data card's model and sources: train/card.py)."""
     profile = pipeline.profile()
     return {
@@ -104,7 +113,7 @@ def snapshot_config(pipeline: PipelineSettings, sglang: SGLangFleet, n_shards: i
         "regen_seed": sglang.regen_seed,
         "n_shards": n_shards,
         # the data card's model and sources (publish/card.py): tokenizer, sampling, licences and origins
-        **card_config(profile, load_source_specs(pipeline.sources_path), settings().served_model),
+        **card_config(profile, load_source_specs(pipeline.sources_path), served_model_pin),
     }
 
 
@@ -114,10 +123,11 @@ def build_and_judge(
     config: dict[str, Any],
     n_shards: int,
     *,
+    keep: int,
     allow_partial: bool = False,
 ) -> Any:
     """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they
-    pass); a shard left out refuses it unless `allow_partial`."""
+    pass; the newest `keep` snapshots are kept); a shard left out refuses it unless `allow_partial`."""
     data = pipeline.data_path
     profile = pipeline.profile()
 
@@ -139,7 +149,7 @@ def build_and_judge(
             range(n_shards),
             lambda g, k: read_gate_result(data, g, k),
             config=config,
-            keep=settings().snapshot_retention,
+            keep=keep,
             exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
             profile=profile,
             judge=judge,
@@ -279,4 +289,4 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.Ass
 
 
 def build_defs(s: Settings) -> dg.Definitions:
-    return dg.Definitions(assets=[training_dataset_asset(s.n_shards)])
+    return dg.Definitions(assets=[training_dataset_asset(s)])

@@ -6,6 +6,7 @@ asset builds the GX Data Docs from them (once per run: pruned, the new pages, th
 last run, whatever the publish run's outcome, so a night that published nothing still shows why.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -25,25 +26,31 @@ def report_metadata(path: Path) -> dict[str, dg.MetadataValue]:
     return {"quality_report": dg.MetadataValue.path(str(path))}
 
 
-def data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings) -> Path | None:
-    """The gates' GX Data Docs, built once for the run: the stored results pruned to
-    EAGLE3_GX_KEEP_VALIDATIONS, the pages they lack, the index. Docs are a view: a failure is a warning
-    naming the cause, and the report is still written."""
+def data_docs(log: dg.DagsterLogManager, pipeline: PipelineSettings, keep: int) -> Path | None:
+    """The gates' GX Data Docs, built once for the run: the stored results pruned to the newest `keep` per suite
+    (EAGLE3_GX_KEEP_VALIDATIONS; 0 keeps all), the pages they lack, the index. Docs are a view: a failure is a
+    warning naming the cause, and the report is still written."""
     try:
-        return build_data_docs(pipeline.gx_context_dir, pipeline.gx_keep_validations)
+        return build_data_docs(pipeline.gx_context_dir, keep)
     except Exception as e:
         log.warning(f"GX Data Docs not built: {type(e).__name__}: {e}")
         return None
 
 
 def render_report(
-    log: dg.DagsterLogManager, pipeline: PipelineSettings, profile_name: str | None, n_shards: int
+    log: dg.DagsterLogManager,
+    pipeline: PipelineSettings,
+    profile_name: str | None,
+    n_shards: int,
+    max_age: timedelta,
 ) -> Path:
     """Write the report from everything stored; a write that fails is logged and fails the step (its
     failure says REPORT_NOT_WRITTEN and why), so neither the run nor the summary claims a report this run
     did not write."""
     try:
-        path = write_report(pipeline.data_path, pipeline.work_path, n_shards=n_shards, profile=profile_name)
+        path = write_report(
+            pipeline.data_path, pipeline.work_path, n_shards=n_shards, profile=profile_name, max_age=max_age
+        )
     except Exception as e:
         line = f"{REPORT_NOT_WRITTEN}: {type(e).__name__}: {e}"
         log.warning(line)
@@ -52,8 +59,10 @@ def render_report(
     return path
 
 
-def quality_report_asset(n_shards: int) -> dg.AssetsDefinition:
-    """`quality_report` over shards 0 .. n_shards-1 (the partitions of the same definitions)."""
+def quality_report_asset(s: Settings) -> dg.AssetsDefinition:
+    """`quality_report` over shards 0 .. n_shards-1 (the partitions of the same definitions), pruning the GX
+    results and judging LATEST's age by the settings `s`."""
+    n_shards, keep, max_age = s.shards.n_shards, s.stages.gx_keep_validations, s.shards.snapshot_max_age
 
     @dg.asset(
         name=REPORT_ASSET,
@@ -66,8 +75,8 @@ def quality_report_asset(n_shards: int) -> dg.AssetsDefinition:
         tags={STAGE_TAG: STAGE},
     )
     def quality_report(context: dg.AssetExecutionContext, pipeline: PipelineSettings) -> dg.MaterializeResult:
-        docs = data_docs(context.log, pipeline)
-        path = render_report(context.log, pipeline, pipeline.profile().name, n_shards)
+        docs = data_docs(context.log, pipeline, keep)
+        path = render_report(context.log, pipeline, pipeline.profile().name, n_shards, max_age)
         metadata: dict[str, dg.MetadataValue] = {"path": dg.MetadataValue.path(str(path))}
         if docs is not None:
             metadata["data_docs"] = dg.MetadataValue.url("file://" + str(docs))
@@ -77,4 +86,4 @@ def quality_report_asset(n_shards: int) -> dg.AssetsDefinition:
 
 
 def build_defs(s: Settings) -> dg.Definitions:
-    return dg.Definitions(assets=[quality_report_asset(s.n_shards)])
+    return dg.Definitions(assets=[quality_report_asset(s)])

@@ -143,7 +143,7 @@ def tokenize_step(step: ShardStep) -> GatedShard:
 
 def tokenized_prompts(s: Settings) -> dg.AssetsDefinition:
     """`tokenized_prompts` over the shard partitions of `s`."""
-    return gated_shard_asset(TOKENIZE, shard_partitions(s.n_shards))(tokenize_step)
+    return gated_shard_asset(TOKENIZE, shard_partitions(s.shards.n_shards))(tokenize_step)
 
 
 def build_defs(s: Settings) -> dg.Definitions:

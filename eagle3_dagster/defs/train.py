@@ -9,7 +9,7 @@ from typing import Any, cast
 import dagster as dg
 import polars as pl
 
-from ..config import Settings, apply_tokenizers_parallelism, settings
+from ..config import Settings, StageSettings, apply_tokenizers_parallelism
 from ..generate.active import ActiveSamplesMissingError, read_active_samples
 from ..generate.inputs import iter_batches
 from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
@@ -109,7 +109,9 @@ class TrainingInputs:
     acceptance: bool
 
 
-def training_inputs(step: ShardStep, renderer: Any) -> TrainingInputs:
+def training_inputs(step: ShardStep, renderer: Any, acceptance: bool) -> TrainingInputs:
+    """The shard's training inputs, streamed; `acceptance` (EAGLE3_TRAIN_ACCEPTANCE): with the per-row acceptance
+    columns."""
     gates = passed_gates(step.data, step.shard)
     tok_src = tokenized_source(step.data, step.shard)  # a folder, streamed: the prompt ids are never held whole
     gen_dir = step.folder("generations")
@@ -133,7 +135,6 @@ def training_inputs(step: ShardStep, renderer: Any) -> TrainingInputs:
     if turns.height:  # each turn's exact prompt ids and messages, looked up like the prompts'
         extra_tok = [turn_tokenized(turns, profile_name=step.profile.name, tokenizer_fingerprint=fingerprint)]
         extra_prompts = [turn_prompt_rows(turns)]
-    acceptance = settings().train_acceptance  # EAGLE3_TRAIN_ACCEPTANCE: the per-row acceptance columns
     active = active_samples["sample_id"]
     batches: Iterable[pl.DataFrame] = iter_generations(
         gen_dir,
@@ -213,10 +214,11 @@ def training_metadata(step: ShardStep, built: Any, summary: dict[str, Any], line
     }
 
 
-def train_step(step: ShardStep) -> GatedShard:
-    apply_tokenizers_parallelism()  # the batch decode/encode of the round trip on every core
+def train_step(step: ShardStep, stages: StageSettings) -> GatedShard:
+    """Build the shard's training samples (`stages`: the settings the definitions were built from)."""
+    apply_tokenizers_parallelism(stages.tokenizers_parallelism)  # the round trip's batch decode/encode on every core
     renderer = cached_renderer(step.profile)
-    inputs = training_inputs(step, renderer)
+    inputs = training_inputs(step, renderer, stages.train_acceptance)
     out = step.folder("training_samples")
     built = build_shard(step, inputs, renderer.tokenizer, out)
     features = with_training_table_features(built.row_features, available_source_shares(inputs.turns.source_tokenized))
@@ -227,8 +229,12 @@ def train_step(step: ShardStep) -> GatedShard:
 
 
 def training_samples(s: Settings) -> dg.AssetsDefinition:
-    """`training_samples` over the shard partitions of `s`."""
-    return gated_shard_asset(TRAIN, shard_partitions(s.n_shards))(train_step)
+    """`training_samples` over the shard partitions of `s`, its steps handed the stage settings of `s`."""
+
+    def step_of_s(step: ShardStep) -> GatedShard:
+        return train_step(step, s.stages)
+
+    return gated_shard_asset(TRAIN, shard_partitions(s.shards.n_shards))(step_of_s)
 
 
 def build_defs(s: Settings) -> dg.Definitions:

@@ -1,7 +1,7 @@
 """The generated reference pages of the docs site, written from the code so they cannot drift.
 
-- docs/reference/configuration.md from `config.Settings`: every field declared with `config._setting`
-  (its variable, section, type, default, meaning and how it changes per run);
+- docs/reference/configuration.md from `config.Settings`: every field of its sections declared with
+  `config.setting` (its variable, section, type, default, bounds, meaning and how it changes per run);
 - docs/reference/source-yaml.md from `ingest.spec.SourceSpec` (every key, its type, default and allowed
   values; the descriptions are the field list of the `ingest/spec.py` docstring);
 - docs/reference/gates.md from `expectations/*.json` (every expectation: what it checks, its threshold,
@@ -24,12 +24,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..config import PROJECT_ROOT, SECTIONS, Settings, SettingSpec, derived_fields, section_of, setting_fields
+from ..config import PROJECT_ROOT, SECTION_TYPES, SECTIONS, Declared, Settings, derived_fields, setting_fields
 from ..drafters.rule import RULE_FIELDS, RULE_NAME, parse_rule
 from ..generate.config import GenerationConfig
 from ..ingest import spec as spec_module
 from ..ingest.normalize import FIELD_NAMES, FORMAT_ALIASES, PROMPT_RULES
 from ..ingest.spec import CONTROL_TEXT_POLICIES, REGENERATE_MODES, TOOL_MISMATCH_POLICIES, SourceSpec
+from ..quality.request_failures import DEFAULT_MAX_FAILED_RATE
 from ..quality.suites import ROW_LEVEL_TYPES
 
 DOCS_DIR = PROJECT_ROOT / "docs"
@@ -96,42 +97,37 @@ def _plain_default(value: Any) -> str | None:
     return None
 
 
-def _documented_default(f: dataclasses.Field[Any], spec: SettingSpec) -> str:
+def _documented_default(d: Declared) -> str:
     """The default as the page shows it: the declared text, else the plain value in backticks."""
-    if spec.default_doc is not None:
-        return spec.default_doc
-    return f"`{_plain_default(_code_default(f, spec))}`"
+    if d.spec.default_doc is not None:
+        return d.spec.default_doc
+    return f"`{_plain_default(d.default)}`"
 
 
-def _code_default(f: dataclasses.Field[Any], spec: SettingSpec) -> Any:
-    """The value a run gets when the variable is unset: the field's, or GenerationConfig's for an unset None."""
-    if f.default is None and spec.default_from is not None:
-        gen_fields = {g.name: g for g in dataclasses.fields(GenerationConfig)}
-        return gen_fields[spec.default_from].default if spec.default_from in gen_fields else None
-    return f.default
-
-
-def configuration_problems(declared: list[tuple[dataclasses.Field[Any], SettingSpec]] | None = None) -> list[str]:
+def configuration_problems(declared: list[Declared] | None = None) -> list[str]:
     """Why the configuration page would not tell the truth about `Settings` (empty: it would)."""
     declared = setting_fields() if declared is None else declared
     problems: list[str] = []
-    envs = [spec.env for _, spec in declared]
+    envs = [d.spec.env for d in declared]
     for var in sorted({v for v in envs if envs.count(v) > 1}):
-        problems.append(f"{var} is declared by two Settings fields")
-    covered = {f.name for f, _ in declared} | set(derived_fields())
-    for name in sorted({f.name for f in dataclasses.fields(Settings)} - covered):
-        problems.append(f"Settings.{name} is neither read from a variable (config._setting) nor derived")
-    gen_fields = {g.name for g in dataclasses.fields(GenerationConfig)}
-    for f, spec in declared:
-        if not spec.meaning.strip() or not spec.per_run.strip():
-            problems.append(f"{spec.env} (Settings.{f.name}) has no description or no per-run note")
-        if spec.default_from is not None and spec.default_from not in gen_fields:
-            problems.append(f"{spec.env}: default_from names no GenerationConfig field: {spec.default_from}")
-            continue
-        want = _plain_default(_code_default(f, spec))
-        shown = _documented_default(f, spec)
-        if want is not None and f.name not in ("work_dir", "dagster_home") and want not in shown:
-            problems.append(f"{spec.env}: the documented default {shown!r} does not say the code's default {want!r}")
+        problems.append(f"{var} is declared by two settings")
+    paths = {d.path for d in declared}
+    for name, section in SECTION_TYPES.items():
+        for f in dataclasses.fields(section):
+            if f"{name}.{f.name}" not in paths:
+                problems.append(f"Settings.{name}.{f.name} is not read from a variable (config.setting)")
+    for f in dataclasses.fields(Settings):
+        if f.name not in SECTION_TYPES and f.name not in derived_fields():
+            problems.append(f"Settings.{f.name} is neither a section nor derived")
+    for d in declared:
+        if not d.spec.meaning.strip() or not d.spec.per_run.strip() or not d.spec.allowed.strip():
+            problems.append(f"{d.spec.env} (Settings.{d.path}) has no description, no per-run note or no bounds")
+        if d.default is None and d.spec.default_doc is None:
+            problems.append(f"{d.spec.env} (Settings.{d.path}) defaults to None without saying what None means")
+        want = _plain_default(d.default)
+        shown = _documented_default(d)
+        if want is not None and d.path not in ("storage.work_dir", "dagster.home") and want not in shown:
+            problems.append(f"{d.spec.env}: the documented default {shown!r} does not say the code's default {want!r}")
     return problems
 
 
@@ -150,40 +146,40 @@ def configuration_page() -> str:
     problems = configuration_problems(declared)
     if problems:
         raise DocsError("\n".join(problems))
-    ordered = sorted(declared, key=lambda d: SECTIONS.index(section_of(d[0].name)))
     lines = [
         GENERATED_NOTE.format(source="eagle3_dagster/config.py (Settings)"),
         "",
         "# Configuration reference",
         "",
         CONFIG_INTRO,
-        "| variable | section | `Settings` field | default | per run (launchpad run config) |",
+        "| variable | section | setting (`s.…`) | default | per run (launchpad run config) |",
         "|---|---|---|---|---|",
     ]
-    for f, d in ordered:
+    for d in declared:
         lines.append(
-            f"| [`{d.env}`](#{d.env.lower()}) | {section_of(f.name)} | `{f.name}` | {_cell(_documented_default(f, d))} "
-            f"| {_cell(d.per_run)} |"
+            f"| [`{d.spec.env}`](#{d.spec.env.lower()}) | {d.title} | `{d.path}` | {_cell(_documented_default(d))} "
+            f"| {_cell(d.spec.per_run)} |"
         )
-    lines += ["", CONFIG_OUTRO]
+    lines += ["", _config_outro()]
     for section in SECTIONS:
         lines += [f"## {section}", ""]
-        for f, d in (x for x in ordered if section_of(x[0].name) == section):
-            lines += _variable_section(f, d)
+        for d in (x for x in declared if x.title == section):
+            lines += _variable_section(d)
     for name, why in derived_fields().items():
-        lines.append(f"`Settings.{name}` (`{_type_of(Settings, name)}`) is derived: {why}.")
+        lines.append(f"`Settings.{name}` is derived: {why}.")
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _variable_section(f: dataclasses.Field[Any], d: SettingSpec) -> list[str]:
+def _variable_section(d: Declared) -> list[str]:
     return [
-        f"### `{d.env}`",
+        f"### `{d.spec.env}`",
         "",
-        _sentence(d.meaning),
+        _sentence(d.spec.meaning),
         "",
-        f"- `Settings.{f.name}`: `{_type_of(Settings, f.name)}`",
-        f"- default: {' '.join(_documented_default(f, d).split())}",
-        f"- per run: {' '.join(d.per_run.split())}",
+        f"- `Settings.{d.path}`: `{_type_of(SECTION_TYPES[d.section], d.field.name)}`",
+        f"- default: {' '.join(_documented_default(d).split())}",
+        f"- allowed: {' '.join(d.spec.allowed.split())}",
+        f"- per run: {' '.join(d.spec.per_run.split())}",
         "",
     ]
 
@@ -192,9 +188,13 @@ CONFIG_INTRO = """\
 All settings are read and validated in one place, `eagle3_dagster/config.py` (`Settings`), before any work
 starts: when the definitions load, and by `eagle3 check`, which `make instance` (so `make demo`, `make ui`,
 `make backfill`, `make check-defs`) runs first. No other module reads the environment (`tests/test_layout.py`;
-the simulator, a program of its own, reads what its flags name in `sim/settings.py`); domain functions are
-handed their values as parameters. A bad value stops with one line per problem, naming the variable, the
-value and what is allowed, and exit code 2:
+the simulator, a program of its own, reads what its flags name in `sim/settings.py`). The settings are nested
+sections, one typed model each (`s.fleet`, `s.model`, `s.storage`, `s.shards`, `s.stages`, `s.dagster`), and
+each setting is declared once in its section, by `config.setting`: its default, its variable, its bounds, its
+meaning and how it changes for one run, together; this page is generated from those declarations, and the
+resources' and `GenerationConfig`'s defaults are read from them. Only the app's commands and the definitions
+read the settings; everything they run is handed the values. A bad value stops with one line per problem,
+naming the variable, the value and what is allowed, and exit code 2:
 
 ```
 eagle3 demo: error: EAGLE3_N_SHARDS must be an integer >= 1, got 'abc'
@@ -210,23 +210,35 @@ Makefile (`config.project_env_defaults`): `DAGSTER_HOME=./.dagster_home`, and th
 
 CONFIG_OUTRO = """\
 The last column says how a setting can change for one run. A resource field (`pipeline.data_dir`,
-`sglang.urls`, ...) is bound from the setting when the definitions load (`eagle3_dagster/defs/common/resources.py`,
-the one place) and can be overridden in a run's config, e.g. `resources: {sglang: {config: {regen_seed: 7}}}`;
-fields a run config does not name keep the deployment's values. Fields with no variable, per run only:
-`pipeline.max_new_tokens` (default: the profile's), `pipeline.max_failed_rate` (0.01: a generations shard whose
+`sglang.urls`, ...) is bound with the setting's value when the definitions load (`eagle3_dagster/defs/common/resources.py`,
+the one place: the value becomes the field's default, which the launchpad shows) and can be overridden in a
+run's config, e.g. `resources: {{sglang: {{config: {{regen_seed: 7}}}}}}`; fields a run config does not name keep the
+deployment's values. Fields with no variable, per run only:
+`pipeline.max_new_tokens` (default: the profile's), `pipeline.max_failed_rate` ({max_failed_rate:g}: a generations shard whose
 failed requests, permanent and retryable, exceed it fails its `request_failure_budget` check and is left out of snapshots;
 fewer is a WARN), `sglang.max_in_flight` (default: from `/server_info`), `sglang.model_revision` (default: from
-`/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.probe_seed` (bump it to regenerate the `role: probe` sets only, docs/probes.md), `sglang.read_timeout_s` (3600 s,
-non-streamed requests), `sglang.max_retries` (6). `tests/pipeline/test_run_config_overrides.py` runs one real
+`/model_info`), `sglang.regen_seed` (bump it to regenerate every sample), `sglang.probe_seed` (bump it to regenerate the `role: probe` sets only, docs/probes.md), `sglang.read_timeout_s` ({read_timeout_s:g} s,
+non-streamed requests), `sglang.max_retries` ({max_retries}). `tests/pipeline/test_run_config_overrides.py` runs one real
 Dagster run per field and checks its effect.
 
-- **load time**: these shape the definitions themselves — the shard partitions, one asset per source YAML,
-  the schedule's cron, the freshness check, the sensors' intervals, the executor — so they are fixed when
-  the code location loads; change the variable and reload the code location (`make ui` restarts it; in the
-  UI, *Reload definitions*). `tests/pipeline/test_defs_snapshot.py` pins what they produce at their defaults.
-- **run start**: read from the environment when a run starts, not a resource field; change it for the
-  deployment.
+- **load time**: these are fixed when the code location loads. Some shape the definitions themselves — the
+  shard partitions, one asset per source YAML, the schedule's cron, the freshness check, the sensors'
+  intervals, the executor; the others are **handed to the steps** that use them (the request deadline, the
+  served-model pin, compaction, retention, ...): a step sees exactly the settings its definitions were built
+  from, never the environment of the moment it runs. Change the variable and reload the code location
+  (`make ui` restarts it; in the UI, *Reload definitions*); `eagle3 demo` and `eagle3 backfill` build theirs
+  when they start. `tests/pipeline/test_defs_snapshot.py` pins what they produce at their defaults.
 """
+
+
+def _config_outro() -> str:
+    """CONFIG_OUTRO with the defaults of the resource fields no variable sets (GenerationConfig's, the budget's)."""
+    generation = {f.name: f.default for f in dataclasses.fields(GenerationConfig)}
+    return CONFIG_OUTRO.format(
+        max_failed_rate=DEFAULT_MAX_FAILED_RATE,
+        read_timeout_s=generation["read_timeout_s"],
+        max_retries=generation["max_retries"],
+    )
 
 
 # --- source YAML ------------------------------------------------------------------------------------

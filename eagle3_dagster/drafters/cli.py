@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
 
     s = settings()
     try:
-        rule = load_rule(s.expectations_dir)
+        rule = load_rule(s.storage.expectations_dir)
         urls = parse_endpoint_urls(args.candidate, source="--candidate")
-        profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)
-        names = probe_source_names(s.sources_dir)
+        profile = resolve_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
+        names = probe_source_names(s.storage.sources_dir)
         run_fields = {
             "max_new_tokens": args.max_new_tokens,
             "regen_seed": args.regen_seed,
@@ -56,11 +56,13 @@ def run(args: argparse.Namespace) -> int:
         _say(str(e))
         return 2
     if not names:
-        _say(f"no role: probe source in {s.sources_dir} (EAGLE3_SOURCES_DIR): there is nothing to compare on")
+        _say(
+            f"no role: probe source in {s.storage.sources_dir} (<EAGLE3_ASSETS_DIR>/sources): there is nothing to compare on"
+        )
         return 2
     inputs = CompareInputs(
-        data=s.data_dir,
-        lock_dir=s.work_dir / "locks",
+        data=s.storage.data_dir,
+        lock_dir=s.storage.work_dir / "locks",
         rule=rule,
         probe_sources=frozenset(names),
         config=config,

@@ -1,9 +1,8 @@
 """Generation client: tokenized prompts -> SGLang native POST /generate -> stored raw output_ids.
 
-The Dagster `generations` asset calls:
+The Dagster `generations` asset calls (`s`: the Settings its definitions were built from, config.py):
 
-    s = settings()                                                  # config.py: the one Settings object
-    cfg = generation_config(profile, sglang.endpoints(), s, sglang.generation_fields())  # values passed in
+    cfg = generation_config(profile, sglang.endpoints(s.fleet.urls), s, sglang.generation_fields())  # values passed in
     report = generate_shard(tokenized, shard_dir(data, "generations", k), cfg, progress=log_progress)
     MaterializeResult(metadata=report.as_metadata())
     df = read_generations(shard_dir(...))                          # schemas.GENERATIONS, one row a sample

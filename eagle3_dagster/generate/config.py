@@ -12,12 +12,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..config import Settings
+from ..config import FleetSettings, Settings, StageSettings
 from ..profiles import ModelProfile
 from ..secret import Secret
 from ..urls import Endpoints, credentials_conflict, parse_endpoint_urls
 from .run_wait import EndpointWaitRecord
 from .served_model import ExpectedModel
+
+# The defaults of the fields a deployment sets come from the settings' declarations (config.py): one home each.
+_FLEET = FleetSettings()
+_STAGES = StageSettings()
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ class GenerationConfig:
     # One bounded wait for a routable endpoint per step (Dagster step retries are not used for it; with
     # `endpoint_wait`, one per graph run):
     # every endpoint's state is logged at once and every 25 s, then the step fails naming them all.
-    wait_for_endpoint_s: float = 600.0
+    wait_for_endpoint_s: float = _FLEET.wait_for_endpoint_s
     # Streaming (SSE): silence between chunks longer than stall_timeout_s means the request is stuck
     # (or a proxy dropped it): it is aborted and retried with a new rid. Queued requests send nothing,
     # so the first chunk gets its own, generous limit. stream_interval: tokens per chunk (None: about
@@ -68,20 +72,20 @@ class GenerationConfig:
     # chunks keep the client's CPU near the non-streamed path (bench/generate.py stream_cpu_ratio_8k).
     # stall_timeout_s must exceed
     # stream_interval x the slowest per-request token time of the fleet.
-    stream: bool = True
-    stall_timeout_s: float = 300.0
+    stream: bool = _FLEET.stream
+    stall_timeout_s: float = _FLEET.stall_timeout_s
     first_chunk_timeout_s: float = 1800.0
     stream_interval: int | None = None
     # The whole request (every attempt, its queueing, its backoff) ends by this many seconds: a server that
     # trickles a byte every few seconds and never finishes defeats every per-read and stall timeout; the
     # sample then fails with reason request_deadline (the next run sends it again). Long reasoning answers
     # take many minutes (first_chunk_timeout_s of queueing plus the decode), so the default is generous.
-    request_deadline_s: float = 10800.0
-    allow_old_server: bool = False  # /server_info version < 0.5.9 is refused unless this is set
+    request_deadline_s: float = _FLEET.request_deadline_s
+    allow_old_server: bool = _FLEET.allow_old_server  # /server_info version < 0.5.9 is refused unless this is set
     write_retries: int = 3
     # a prompt whose prompt + max_new_tokens exceeds the server's context length (generate/context_fit.py):
     # "fit" sends it with max_new_tokens lowered to what fits, "skip" records a context_overflow failure
-    context_overflow: str = "fit"
+    context_overflow: str = _FLEET.context_overflow
     # role: probe sources (docs/probes.md): their samples' keys carry the fleet's drafter and probe_seed
     probe_sources: tuple[str, ...] = ()
     probe_seed: int | None = None  # bump to regenerate the probe sets only (same drafter)
@@ -91,8 +95,8 @@ class GenerationConfig:
     retry_permanent_errors: bool = False  # resend samples an earlier run recorded as 400 / bad prompt
     connections_per_client: int = 8  # workers per httpx pool (httpcore's pool scan is O(pool size))
     # After a successful run with more than this many chunk files in the shard folder, merge them into
-    # one (store.ShardStore.compact; crash-safe). None: never compact.
-    compact_after_chunks: int | None = 8
+    # one (store.ShardStore.compact; crash-safe). None: never compact (the setting's 0).
+    compact_after_chunks: int | None = _STAGES.compact_after_chunks or None
     # The graph run's shared endpoint wait (run_wait.py): when one shard's wait ran out, the run's other
     # shards fail at once with its line. None: each shard waits on its own (a plain generate_shard call).
     endpoint_wait: EndpointWaitRecord | None = field(default=None, compare=False)
@@ -176,29 +180,31 @@ class GenerationConfig:
         return None
 
 
-# The GenerationConfig fields a deployment sets with no per-run resource field: read from the settings only.
+# The GenerationConfig fields a deployment sets with no per-run resource field: the definitions hand them over.
 def deployment_fields(s: Settings) -> dict[str, Any]:
-    """The settings-only fields that are set (EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS=0 is None: never compact)."""
+    """The settings-only fields of `s` (EAGLE3_GENERATION_COMPACT_AFTER_CHUNKS=0 is None: never compact; no key
+    is no field: no Authorization header)."""
     out: dict[str, Any] = {
-        "api_key": s.sglang_api_key,
-        "allow_old_server": s.allow_old_sglang,
-        "served_model_pin": s.served_model,
-        "request_deadline_s": s.request_deadline_s,
+        "allow_old_server": s.fleet.allow_old_server,
+        "served_model_pin": s.model.served_model,
+        "request_deadline_s": s.fleet.request_deadline_s,
+        "compact_after_chunks": s.stages.compact_after_chunks or None,
     }
-    out = {k: v for k, v in out.items() if v is not None}
-    if s.generation_compact_after_chunks is not None:
-        out["compact_after_chunks"] = s.generation_compact_after_chunks or None
+    if s.fleet.api_key is not None:
+        out["api_key"] = s.fleet.api_key
     return out
 
 
-def resource_defaults(s: Settings) -> dict[str, Any]:
-    """The deployment's values of the fields a run's `sglang` resource sets (None: GenerationConfig's default).
-    The definitions bind them into the resource; `generation_config` applies them where a resource left one None."""
+def fleet_run_fields(s: Settings) -> dict[str, Any]:
+    """The settings' values of the fields a run's `sglang` resource sets (same names): what the definitions bind
+    into the resource (orchestration/resources.sglang_resource), and what a command that runs without one
+    (`eagle3 plan`, `eagle3 drafters compare`) generates with."""
+    f = s.fleet
     return {
-        "wait_for_endpoint_s": s.endpoint_wait_s,
-        "stream": s.stream,
-        "stall_timeout_s": s.stall_timeout_s,
-        "context_overflow": s.context_overflow,
+        "wait_for_endpoint_s": f.wait_for_endpoint_s,
+        "stream": f.stream,
+        "stall_timeout_s": f.stall_timeout_s,
+        "context_overflow": f.context_overflow,
     }
 
 
@@ -210,20 +216,19 @@ def generation_config(
     **run_only: Any,
 ) -> GenerationConfig:
     """The GenerationConfig of one run, the one factory. Each field has one route:
-    the profile (sampling, stop ids, vocab size); the deployment's settings for the fields no resource has
-    (`deployment_fields`); the run's resource values (`run`: the `sglang` / `pipeline` fields, None = not set in
-    this run, then the deployment's value from `resource_defaults`); `run_only` (values of this run alone: probe
-    sources, the graph run's endpoint wait). A field given by two routes is a TypeError."""
+    the profile (sampling, stop ids, vocab size); the settings the definitions were built from for the fields no
+    resource has (`deployment_fields`); the run's resource values (`run`: the `sglang` / `pipeline` fields, bound
+    from the same settings and overridable in the run's config; None = the field's own None: from /server_info,
+    /model_info, no seed, the profile's budget), over the settings' values of the fleet's fields
+    (`fleet_run_fields`: a command without a resource); `run_only` (values of this run alone: probe sources, the
+    graph run's endpoint wait). A field given by two routes is a TypeError."""
     deployment = deployment_fields(settings)
-    given = {k: v for k, v in run.items() if v is not None}
-    for name, value in resource_defaults(settings).items():
-        if name not in given and value is not None:
-            given[name] = value
+    given = {**fleet_run_fields(settings), **{k: v for k, v in run.items() if v is not None}}
     routes = [set(deployment), set(run), set(run_only)]
     twice = sorted(n for i, a in enumerate(routes) for b in routes[i + 1 :] for n in a & b)
     if twice:
         raise TypeError(f"GenerationConfig field(s) given by two routes: {', '.join(twice)}")
-    return GenerationConfig.from_profile(profile, endpoints, **deployment, **given, **run_only)
+    return GenerationConfig.from_profile(profile, endpoints, **deployment, **{**given, **run_only})
 
 
 def sampling_params(config: GenerationConfig) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.n_shards is None:
         from ..config import settings
 
-        args.n_shards = settings().n_shards
+        args.n_shards = settings().shards.n_shards
     else:
         from ..config import check_n_shards
 

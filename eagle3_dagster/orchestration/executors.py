@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from ..config import EXECUTOR_CHOICES as CHOICES
-from ..config import EXECUTOR_ENV, Settings, SettingsError, settings
+from ..config import EXECUTOR_ENV, Settings, SettingsError
 
 
 class ExecutorConfigError(SettingsError):
@@ -29,12 +29,10 @@ class ExecutorConfigError(SettingsError):
         super().__init__([message])
 
 
-def executor_from_env(env: Mapping[str, str] | None = None) -> dg.ExecutorDefinition:
-    """The executor named by EAGLE3_EXECUTOR in the mapping `env` (default: the process settings, config.py)."""
-    if env is None:
-        return executor_for(settings().executor)
+def executor_from_env(env: Mapping[str, str]) -> dg.ExecutorDefinition:
+    """The executor named by EAGLE3_EXECUTOR in the mapping `env` (unset: the declared default, config.py)."""
     try:
-        name = Settings.from_env({EXECUTOR_ENV: env.get(EXECUTOR_ENV, "")}).executor
+        name = Settings.from_env({EXECUTOR_ENV: env.get(EXECUTOR_ENV, "")}).dagster.executor
     except SettingsError as e:
         raise ExecutorConfigError(str(e)) from None
     return executor_for(name)

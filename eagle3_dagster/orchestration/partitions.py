@@ -1,6 +1,6 @@
 """Shard partitions: one StaticPartitionsDefinition per shard count, built when the definitions are.
 
-Nothing here reads the settings: `definitions.build_definitions(s)` passes `s.n_shards` to every asset,
+Nothing here reads the settings: `definitions.build_definitions(s)` passes `s.shards.n_shards` to every asset,
 sensor and run driver that needs the keys, so two definitions built from two settings in one process
 (the demo's one-shard `--samples` run beside the deployment's) each have their own partitions.
 """

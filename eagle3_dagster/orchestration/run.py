@@ -156,7 +156,7 @@ def graph_shard_keys(defs: dg.Definitions) -> list[str]:
 
 def check_shard_keys(shards: list[str] | None, valid: list[str]) -> None:
     """Refuse unknown shard keys before anything is written, listing the valid ones (the partitions the
-    definitions were built with: `graph_shard_keys`, or `partitions.shard_keys(s.n_shards)`)."""
+    definitions were built with: `graph_shard_keys`, or `partitions.shard_keys(s.shards.n_shards)`)."""
     bad = [k for k in shards or [] if k not in valid]
     if bad:
         shown = ", ".join(valid) if len(valid) <= 16 else f"{', '.join(valid[:8])}, ..., {valid[-1]}"

@@ -51,7 +51,7 @@ def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> F
         return fleet
     key = config.api_key.reveal() if config.api_key is not None else None
     dead = endpoint_problems(probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {key}"} if key else None))
-    last = last_measured_throughput(s.data_dir, read_plan(s.data_dir)) if dead else None
+    last = last_measured_throughput(s.storage.data_dir, read_plan(s.storage.data_dir)) if dead else None
     if last is None:
         return fleet
     tps, servers, basis = last
@@ -82,26 +82,29 @@ def run(args: argparse.Namespace) -> int:
     from .probe import ProbeError
 
     s = settings()
-    specs = load_source_specs(s.sources_dir)
+    specs = load_source_specs(s.storage.sources_dir)
     if not specs:
-        print(f"eagle3 plan: error: no source YAML in {s.sources_dir} (<EAGLE3_ASSETS_DIR>/sources)", file=sys.stderr)
+        print(
+            f"eagle3 plan: error: no source YAML in {s.storage.sources_dir} (<EAGLE3_ASSETS_DIR>/sources)",
+            file=sys.stderr,
+        )
         return 2
     try:
-        profile = resolve_profile(s.model, s.models_dir, s.tokenizer_override)
+        profile = resolve_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
         config = generation_config(
             profile,
-            s.sglang_urls,
+            s.fleet.urls,
             s,
             {"max_new_tokens": args.max_new_tokens, "regen_seed": args.regen_seed, "probe_seed": args.probe_seed},
         )
         plan = build_plan(
             specs,
-            data=s.data_dir,
-            work_dir=s.work_dir,
+            data=s.storage.data_dir,
+            work_dir=s.storage.work_dir,
             profile=profile,
             renderer=PromptRenderer(profile),
             config=config,
-            n_shards=s.n_shards,
+            n_shards=s.shards.n_shards,
             control_text={spec.name: spec.control_text for spec in specs},
             fleet=_fleet(args, s, config),
             model_revision=args.model_revision,
@@ -118,6 +121,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"eagle3 plan: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 2
     print(plan_table(plan))
-    for path in write_plan(plan, s.data_dir, args.json):
+    for path in write_plan(plan, s.storage.data_dir, args.json):
         print(f"plan -> {path}")
     return 0

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import timedelta
 from pathlib import Path
 
-from ..config import Settings, settings
+from ..config import WORK_DIR_ENV, Settings, settings
 from ..profiles import ProfileError, resolve_profile
 from ..quality.gate import read_gate_result
 from ..quality.suites import GATES
@@ -26,7 +27,7 @@ from .previews import histograms_markdown, sample_preview_markdown
 def _data_dir(prog: str, arg: str | None, s: Settings) -> DataPath | None:
     """The --data-dir argument opened (or the configured one); None after printing why it is refused."""
     try:
-        return data_root(arg) if arg else s.data_dir
+        return data_root(arg) if arg else s.storage.data_dir
     except StorageError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return None
@@ -42,7 +43,7 @@ def run_inspect(args: argparse.Namespace) -> int:
         print("eagle3 inspect: --shard and -n must be >= 0", file=sys.stderr)
         return 2
     try:
-        profile = resolve_profile(args.model or s.model, s.models_dir, s.tokenizer_override)
+        profile = resolve_profile(args.model or s.model.name, s.storage.models_dir, s.model.tokenizer_override)
     except ProfileError as e:
         print(f"eagle3 inspect: {e}", file=sys.stderr)
         return 2
@@ -114,17 +115,25 @@ def run_report(args: argparse.Namespace) -> int:
     work = (
         Path(args.work_dir).expanduser().resolve()
         if args.work_dir
-        else (s.work_dir if not args.data_dir else work_dir_for(data_dir))
+        else (s.storage.work_dir if not args.data_dir else work_dir_for(data_dir, _configured_work_dir(s)))
     )
-    _build_docs(work, s.gx_keep_validations)
+    _build_docs(work, s.stages.gx_keep_validations)
+    max_age = s.shards.snapshot_max_age
     try:
-        path = write_report(data_dir, work, out=args.out, n_shards=s.n_shards, profile=args.model)
+        path = write_report(
+            data_dir, work, out=args.out, n_shards=s.shards.n_shards, profile=args.model, max_age=max_age
+        )
     except (StorageError, OSError) as e:
         print(f"eagle3 report: {e}", file=sys.stderr)
         return 1
     print(path)
-    _print_latest_age(data_dir)
+    _print_latest_age(data_dir, max_age)
     return 0
+
+
+def _configured_work_dir(s: Settings) -> Path | None:
+    """EAGLE3_WORK_DIR when it is set (else a --data-dir gets the work dir that follows it)."""
+    return s.storage.work_dir if WORK_DIR_ENV in s.configured else None
 
 
 def _build_docs(work: Path, keep: int) -> None:
@@ -138,12 +147,12 @@ def _build_docs(work: Path, keep: int) -> None:
         print(f"eagle3 report: GX Data Docs not built: {type(e).__name__}: {e}", file=sys.stderr)
 
 
-def _print_latest_age(data_dir: DataPath | Path) -> None:
-    """How old snapshots/LATEST is, on stderr (stdout stays the report path, for scripts)."""
+def _print_latest_age(data_dir: DataPath | Path, max_age: timedelta) -> None:
+    """How old snapshots/LATEST is (against `max_age`), on stderr (stdout stays the report path, for scripts)."""
     from .html import latest_age
 
     try:
-        age = latest_age(data_dir)
+        age = latest_age(data_dir, max_age=max_age)
     except (StorageError, OSError, ValueError) as e:
         print(f"eagle3 report: LATEST age unknown: {e}", file=sys.stderr)
         return

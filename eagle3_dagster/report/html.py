@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..storage import PathLike, as_data_path
 from .model import (
+    DEFAULT_MAX_AGE,
     GATE_ASSET,
     REPORT_DIR,
     REPORT_FILE,
@@ -105,10 +106,12 @@ def write_report(
     n_shards: int | None = None,
     profile: str | None = None,
     now: dt.datetime | None = None,
+    max_age: dt.timedelta = DEFAULT_MAX_AGE,
 ) -> Path:
-    """Collect everything, render and write the report (default <work_dir>/reports/index.html)."""
+    """Collect everything, render and write the report (default <work_dir>/reports/index.html); `max_age`:
+    how old LATEST may be (EAGLE3_SNAPSHOT_MAX_AGE)."""
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
     with _report_lock(path):
-        _write(path, collect(data, work, n_shards=n_shards, profile=profile, now=now))
+        _write(path, collect(data, work, n_shards=n_shards, profile=profile, now=now, max_age=max_age))
     return path

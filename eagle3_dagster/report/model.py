@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from ..config import ShardSettings
 from ..publish.snapshot import unpublished_versions
 from ..quality.acceptance import collect_acceptance
 from ..quality.gate import read_gate_result
@@ -175,16 +176,18 @@ def _duration(seconds: float) -> str:
     return f"{m}m {s}s" if m else f"{s}s"
 
 
+# EAGLE3_SNAPSHOT_MAX_AGE's declared default; the report asset and `eagle3 report` pass the configured value
+DEFAULT_MAX_AGE = ShardSettings().snapshot_max_age
+
+
 def latest_age(
-    data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.timedelta | None = None
+    data_dir: PathLike, now: dt.datetime | None = None, max_age: dt.timedelta = DEFAULT_MAX_AGE
 ) -> LatestAge | None:
     """The age of snapshots/LATEST (None when nothing was ever published).
 
     Published-at is the LATEST file's modification time (rewritten by every publish, also of an
     identical snapshot); when the store does not report one, the snapshot's manifest created_at.
     """
-    from ..config import settings
-
     data = as_data_path(data_dir)
     f = data / "snapshots" / "LATEST"
     if not f.exists():
@@ -200,7 +203,7 @@ def latest_age(
     else:
         published = dt.datetime.fromisoformat(created) if created not in ("", "unknown") else dt.datetime.now(dt.UTC)
     now = now or dt.datetime.now(dt.UTC)
-    limit = (max_age or settings().snapshot_max_age).total_seconds()
+    limit = max_age.total_seconds()
     return LatestAge(version, published, created, (now - published).total_seconds(), limit, first)
 
 
@@ -495,6 +498,7 @@ def assemble(
     profile: str | None,
     gates: Sequence[str],
     now: dt.datetime | None,
+    max_age: dt.timedelta = DEFAULT_MAX_AGE,
 ) -> ReportModel:
     """The model from shard rows (sorted by shard) plus the run-wide parts (and the rows' multi-turn
     summaries), read now."""
@@ -519,7 +523,7 @@ def assemble(
         snapshots=collect_snapshots(data),
         data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
-        latest=latest_age(data, now),
+        latest=latest_age(data, now, max_age),
         turns=collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
@@ -545,6 +549,7 @@ def collect(
     profile: str | None = None,
     gates: Sequence[str] = GATES,
     now: dt.datetime | None = None,
+    max_age: dt.timedelta = DEFAULT_MAX_AGE,
 ) -> ReportModel:
     """Read the stored gate results, rejects and snapshot manifests into a ReportModel.
 
@@ -555,4 +560,4 @@ def collect(
     ids = shard_ids(data, gates, n_shards, shards)
     rows = [collect_row(data, k, gates, work) for k in ids]
     summaries = {shard_key(k): s for k in ids if (s := collect_summary(data, k)) is not None}
-    return assemble(data, work, rows, summaries, profile=profile, gates=gates, now=now)
+    return assemble(data, work, rows, summaries, profile=profile, gates=gates, now=now, max_age=max_age)

@@ -39,8 +39,8 @@ class SimConfigError(Exception):
 def resolve_profile(args: argparse.Namespace) -> ModelProfile:
     """--model (name or YAML) else the active profile; --tokenizer overrides the tokenizer folder."""
     s = settings()  # EAGLE3_MODEL / EAGLE3_TOKENIZER / EAGLE3_ASSETS_DIR, read by the pipeline's settings module
-    base = load_profile(args.model or s.model, s.models_dir)
-    prof = base if args.model else active_profile(s.model, s.models_dir, s.tokenizer_override)
+    base = load_profile(args.model or s.model.name, s.storage.models_dir)
+    prof = base if args.model else active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
     if args.tokenizer:
         prof = prof.with_tokenizer(str(Path(args.tokenizer).expanduser().resolve()))
     if args.model_path is None:

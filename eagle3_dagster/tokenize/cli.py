@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, *, make_renderer: Callable[[ModelProfile], Pro
         return 2
     try:
         s = settings()
-        profile = resolve_profile(args.model, s.models_dir, args.tokenizer or s.tokenizer_override)
+        profile = resolve_profile(args.model, s.storage.models_dir, args.tokenizer or s.model.tokenizer_override)
     except ProfileError as e:
         print(f"eagle3 render: {e}", file=sys.stderr)
         return 2

@@ -396,12 +396,19 @@ def _assets(tmp_path: Path) -> Path:
 def test_the_asset_materializes_each_comparison_and_its_check_passes_only_on_promote(world, tmp_path):
     import dagster as dg
 
-    from eagle3_dagster.defs.drafters import drafter_comparison
-    from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+    from eagle3_dagster.config import settings
+    from eagle3_dagster.defs.drafters import drafter_comparison_asset
+    from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet, pipeline_resource
+
+    drafter_comparison = drafter_comparison_asset(settings())
 
     def pipeline(assets: Path) -> PipelineSettings:
-        return PipelineSettings(
-            data_dir=str(world.data), assets_dir=str(assets), work_dir=str(tmp_path / "work"), max_new_tokens=MAX_NEW
+        return pipeline_resource(
+            settings(),
+            data_dir=str(world.data),
+            assets_dir=str(assets),
+            work_dir=str(tmp_path / "work"),
+            max_new_tokens=MAX_NEW,
         )
 
     # production's `sglang` resource: its sampling, regen and probe seed

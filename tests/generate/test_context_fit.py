@@ -174,12 +174,12 @@ def test_simulator_refuses_the_overflow_like_sglang_unless_started_with_allow_au
 
 def test_the_setting_is_read_once_and_handed_to_the_generation_config(tmp_path: Path) -> None:
     from eagle3_dagster.config import Settings, SettingsError
-    from eagle3_dagster.generate.config import resource_defaults
+    from eagle3_dagster.generate.config import fleet_run_fields
 
     env = {"EAGLE3_WORK_DIR": str(tmp_path)}
-    assert resource_defaults(Settings.from_env(env))["context_overflow"] is None  # unset: GenerationConfig's "fit"
-    assert make_config("http://127.0.0.1:1").context_overflow == "fit"
+    assert fleet_run_fields(Settings.from_env(env))["context_overflow"] == "fit"  # unset: the declared default
+    assert make_config("http://127.0.0.1:1").context_overflow == "fit"  # GenerationConfig's, read from it
     skip = Settings.from_env({**env, "EAGLE3_CONTEXT_OVERFLOW": " Skip "})
-    assert resource_defaults(skip)["context_overflow"] == "skip"
+    assert fleet_run_fields(skip)["context_overflow"] == "skip"
     with pytest.raises(SettingsError, match="EAGLE3_CONTEXT_OVERFLOW must be one of fit, skip, got 'trim'"):
         Settings.from_env({**env, "EAGLE3_CONTEXT_OVERFLOW": "trim"})

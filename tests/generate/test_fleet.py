@@ -204,7 +204,7 @@ def test_api_key_is_sent_and_never_leaks(start_sim, tmp_path: Path, monkeypatch,
     sim.faults(reset_mid_body=2, queue_full_burst=2)
     caplog.set_level(logging.DEBUG)
     # the settings layer reads SGLANG_API_KEY and hands it over as a Secret (generate.config.deployment_fields)
-    key = Settings.from_env({"SGLANG_API_KEY": SECRET}).sglang_api_key
+    key = Settings.from_env({"SGLANG_API_KEY": SECRET}).fleet.api_key
     assert key is not None and SECRET not in repr(key) + str(key) + f"{key}"
     cfg = make_config(sim.url, api_key=key)
     prompts = make_prompts(6, seed=37)

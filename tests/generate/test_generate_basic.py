@@ -224,7 +224,7 @@ def test_integrity_checks_on_crafted_responses():
 def test_endpoints_come_from_the_settings(kimi_profile):
     # the caller hands the settings' endpoints over; GenerationConfig has no global fallback
     s = Settings.from_env({"EAGLE3_SGLANG_URL": "http://w1:30000/, http://w2:30000"})
-    cfg = GenerationConfig.from_profile(kimi_profile, s.sglang_urls)
+    cfg = GenerationConfig.from_profile(kimi_profile, s.fleet.urls)
     assert cfg.endpoints == ("http://w1:30000", "http://w2:30000")
     assert cfg.max_new_tokens == kimi_profile.sampling.max_new_tokens and cfg.vocab_size == 163840
 

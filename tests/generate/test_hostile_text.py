@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from gen_helpers import make_config, make_prompts
 
+from eagle3_dagster.config import settings
 from eagle3_dagster.generate import generate_shard, read_generation_errors, read_generations
 from eagle3_dagster.generate.report import result_line
 from eagle3_dagster.secret import printable
@@ -118,7 +119,7 @@ def test_the_demo_summary_escapes_what_the_runs_quote(tmp_path: Path):
     outcome = GraphOutcome(True, "r", [shard], logged_warnings=[f"shard 0000: drafter test/d{HOSTILE}"])
     data = tmp_path / "data"
     data.mkdir()
-    summary = summarize(outcome, data_root(data))
+    summary = summarize(outcome, data_root(data), settings())
     lines = summary.split("\n")
     assert not [ln for ln in lines if unprintable(ln)]
     assert not [ln for ln in lines if ln.startswith("2099-01-01")]  # no forged line

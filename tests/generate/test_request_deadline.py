@@ -76,7 +76,8 @@ def test_the_deadline_is_a_setting_with_bounds():
     from eagle3_dagster.config import Settings, SettingsError
     from eagle3_dagster.generate.config import GenerationConfig, deployment_fields
 
-    assert Settings.from_env({}).request_deadline_s is None
+    # one default, declared with the setting: GenerationConfig's is read from it
+    assert Settings.from_env({}).fleet.request_deadline_s == 10800.0
     assert (
         GenerationConfig(endpoints=("http://x:1",), max_new_tokens=8, temperature=1, top_p=1).request_deadline_s
         == 10800

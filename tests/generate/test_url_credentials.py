@@ -35,8 +35,8 @@ def test_settings_refuse_url_credentials_next_to_the_api_key():
     assert "EAGLE3_SGLANG_URL" in msg and "SGLANG_API_KEY" in msg and "http://gw:8080" in msg
     assert PASSWORD not in msg and KEY not in msg
     # either one alone is a valid setting
-    assert Settings.from_env({"EAGLE3_SGLANG_URL": env["EAGLE3_SGLANG_URL"]}).sglang_api_key is None
-    assert Settings.from_env({"SGLANG_API_KEY": KEY}).sglang_api_key is not None
+    assert Settings.from_env({"EAGLE3_SGLANG_URL": env["EAGLE3_SGLANG_URL"]}).fleet.api_key is None
+    assert Settings.from_env({"SGLANG_API_KEY": KEY}).fleet.api_key is not None
 
 
 def test_run_start_refuses_url_credentials_next_to_the_api_key():

@@ -311,7 +311,7 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
     from eagle3_dagster.defs.ingest import build_ingest_assets
     from eagle3_dagster.defs.tokenize import tokenized_prompts
     from eagle3_dagster.ingest import shard_of
-    from eagle3_dagster.orchestration.resources import PipelineSettings
+    from eagle3_dagster.orchestration.resources import pipeline_resource
 
     sources, _ = _write_sources(tmp_path, datasets_dir)
     (sources.parent / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
@@ -320,8 +320,8 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
     s = settings()
     assets = [*build_ingest_assets(s), tokenized_prompts(s)]
     res = {
-        "pipeline": PipelineSettings(
-            data_dir=str(data), work_dir=str(tmp_path / "work"), tokenizer=kimi_profile.tokenizer
+        "pipeline": pipeline_resource(
+            settings(), data_dir=str(data), work_dir=str(tmp_path / "work"), tokenizer=kimi_profile.tokenizer
         )
     }
     with dg.instance_for_test() as instance:
@@ -330,7 +330,7 @@ def test_dagster_ingest_keeps_the_eval_source_out_of_tokenized_prompts(
         meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
         assert meta["eval_prompts"].value == 1319 and meta["eval_overlap"].value > 0
         eval_ids = set(pl.read_parquet(data / "sources" / "gsm8k_test" / "accepted.parquet")["prompt_id"])
-        by_shard = pl.DataFrame({"shard": [shard_of(p, s.n_shards) for p in eval_ids]}).group_by("shard").len()
+        by_shard = pl.DataFrame({"shard": [shard_of(p, s.shards.n_shards) for p in eval_ids]}).group_by("shard").len()
         shard = by_shard.sort(["len", "shard"], descending=[True, False])["shard"][0]
         key = f"{shard:04d}"
         t = dg.materialize(

@@ -339,7 +339,9 @@ def test_source_sensor_notices_new_and_changed_remote_files(mem_root: str, tmp_p
 
     def tick(cursor):
         ctx = dg.build_sensor_context(cursor=cursor)
-        sensor = automation.build_prompt_source_sensor(settings().sources_dir, settings().sensor_interval_s)
+        sensor = automation.build_prompt_source_sensor(
+            settings().storage.sources_dir, settings().shards.sensor_interval_s
+        )
         return sensor(ctx), ctx.cursor
 
     first, cur = tick(None)
@@ -390,13 +392,13 @@ def moto_prompts():
 def _ingest_through_dagster(assets: Path, data: Path, monkeypatch) -> tuple[dict[str, dict], Any]:
     from eagle3_dagster.defs.automation import ingest_job
     from eagle3_dagster.defs.ingest import build_ingest_assets
-    from eagle3_dagster.orchestration.resources import PipelineSettings
+    from eagle3_dagster.orchestration.resources import pipeline_resource
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     defs = dg.Definitions(
         assets=build_ingest_assets(settings()),
         jobs=[ingest_job],
-        resources={"pipeline": PipelineSettings(data_dir=str(data))},
+        resources={"pipeline": pipeline_resource(settings(), data_dir=str(data))},
     )
     instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("ingest").execute_in_process(instance=instance)
@@ -473,7 +475,9 @@ def test_s3_prompt_sources_materialize_like_local_files(
     from eagle3_dagster.defs.automation import build_prompt_source_sensor
 
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(s3_assets))
-    prompt_source_sensor = build_prompt_source_sensor(settings().sources_dir, settings().sensor_interval_s)
+    prompt_source_sensor = build_prompt_source_sensor(
+        settings().storage.sources_dir, settings().shards.sensor_interval_s
+    )
     ctx = dg.build_sensor_context(cursor=None)
     assert isinstance(prompt_source_sensor(ctx), dg.RunRequest)
     cur = ctx.cursor

@@ -18,7 +18,7 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.drafter import drafter_of
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.quality.acceptance_drift import read_log
 from eagle3_dagster.sim.process import start_simulator
@@ -73,7 +73,7 @@ def test_acceptance_drift_fires_on_a_planted_drop_and_a_drafter_change_is_named(
     (assets / "models").symlink_to(PROJECT_ROOT / "assets" / "models")
     monkeypatch.setenv("EAGLE3_ASSETS_DIR", str(assets))
     data = tmp_path / "data"
-    res = {"pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer)}
+    res = {"pipeline": pipeline_resource(settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer)}
     check = "generations:acceptance_drift"
     with dg.instance_for_test() as instance:
         with start_simulator(extra_args=["--speculative-draft-model-path", "test/drafter-a", *SPEC]) as sim:

@@ -20,7 +20,7 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.multiturn import conversations_from_prompts
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
@@ -72,7 +72,9 @@ def test_bfcl_multi_turn_all_turns_on_policy_with_tools_per_turn(tmp_path, monke
     args = ["--model", "kimi-k2.5", "--tokenizer", kimi_profile.tokenizer, "--record-requests", str(log)]
     with start_simulator(extra_args=args) as sim:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), model="kimi-k2.5", tokenizer=kimi_profile.tokenizer),
+            "pipeline": pipeline_resource(
+                settings(), data_dir=str(data), model="kimi-k2.5", tokenizer=kimi_profile.tokenizer
+            ),
             "sglang": SGLangFleet(urls=sim.url, wait_for_endpoint_s=5),
         }
         with dg.instance_for_test() as instance:

@@ -40,7 +40,9 @@ def test_demo_samples_runs_one_shard_without_touching_the_environment(tmp_path: 
     assert demo.run(args) == 0
 
     assert dict(os.environ) == before
-    assert settings().n_shards == 4 and settings().assets_dir != tmp_path / "data" / "big_shard" / "assets"
+    assert (
+        settings().shards.n_shards == 4 and settings().storage.assets_dir != tmp_path / "data" / "big_shard" / "assets"
+    )
     assert seen["keys"] == ["0000"] and seen["shards"] is None  # every shard of its definitions: the one
     pipeline = seen["defs"].resources["pipeline"]
     assert Path(pipeline.assets_dir).parent.name == "big_shard"
@@ -83,7 +85,7 @@ def test_demo_speculative_is_one_switch_for_a_drafter_and_a_probe_set(tmp_path: 
     monkeypatch.setattr(run_module, "materialize_graph", ingest_only)
     assert demo.run(build_parser().parse_args(["demo", "--speculative"])) == 0
 
-    assert dict(os.environ) == before and settings().assets_dir.name == "assets"
+    assert dict(os.environ) == before and settings().storage.assets_dir.name == "assets"
     drafter = seen["drafter"]
     assert drafter is not None and (drafter.algorithm, drafter.num_draft_tokens) == ("EAGLE3", 4)
     assert seen["meta"]["spec_verify_ct"] > 0 and "spec_accept_length" in seen["meta"]

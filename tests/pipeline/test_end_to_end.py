@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
+from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
@@ -113,8 +114,8 @@ def test_qwen3_profile_end_to_end(tmp_path, qwen_profile):
     args = ["--model", "qwen3", "--tokenizer", qwen_profile.tokenizer]
     with start_simulator(extra_args=args) as sim:
         res = {
-            "pipeline": PipelineSettings(
-                data_dir=str(data), model="qwen3", tokenizer=qwen_profile.tokenizer, max_new_tokens=2048
+            "pipeline": pipeline_resource(
+                settings(), data_dir=str(data), model="qwen3", tokenizer=qwen_profile.tokenizer, max_new_tokens=2048
             ),
             "sglang": SGLangFleet(urls=sim.url),
         }

@@ -13,6 +13,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from sim_ctl import Sim
 
 from eagle3_dagster.app.demo import current_generations, summarize
+from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import read_generation_errors, read_generations
 from eagle3_dagster.orchestration.run import materialize_graph
@@ -90,7 +91,7 @@ def test_error_bodies_are_errors_and_counts_are_right_after_recovery(tmp_path, k
         meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
         assert meta["succeeded"].value == n and meta["failed"].value == 0 and meta["reconciles"].value is True
         assert read_generations(gen_dir).height == n == current_generations(gen_dir)
-        summary = summarize(good, data)
+        summary = summarize(good, data, settings())
         row = next(line for line in summary.splitlines() if line.strip().startswith(shard))
         assert row.split()[1:3] == [str(n), str(n)], row  # tokenized == generated: nothing counted twice
 

@@ -206,7 +206,7 @@ def test_every_setting_is_validated_naming_variable_value_and_allowed():
     s = Settings.from_env(
         {"EAGLE3_N_SHARDS": "8", "EAGLE3_EXECUTOR": "in-process", "EAGLE3_SGLANG_URL": "http://a:1/, http://b:2"}
     )
-    assert (s.n_shards, s.executor, s.sglang_urls, s.sglang_url_configured) == (
+    assert (s.shards.n_shards, s.dagster.executor, s.fleet.urls, s.urls_configured) == (
         8,
         "in_process",
         ("http://a:1", "http://b:2"),
@@ -223,7 +223,7 @@ def test_every_setting_is_validated_naming_variable_value_and_allowed():
 
 
 def test_n_shards_has_an_upper_bound_named_in_the_error(tmp_path):
-    assert Settings.from_env({"EAGLE3_N_SHARDS": str(MAX_N_SHARDS)}).n_shards == MAX_N_SHARDS == 4096
+    assert Settings.from_env({"EAGLE3_N_SHARDS": str(MAX_N_SHARDS)}).shards.n_shards == MAX_N_SHARDS == 4096
     with pytest.raises(SettingsError) as e:
         Settings.from_env({"EAGLE3_N_SHARDS": "100000"})
     (problem,) = e.value.problems
@@ -306,6 +306,7 @@ import sys, time
 from pathlib import Path
 import dagster as dg
 from eagle3_dagster.app.instance import ensure_dagster_home
+from eagle3_dagster.config import settings
 
 @dg.asset
 def first_use(): return 1
@@ -314,7 +315,7 @@ barrier = Path(sys.argv[1])
 Path(sys.argv[2]).touch()  # imports done
 while not barrier.exists():  # start together: the race is in the first second
     time.sleep(0.01)
-ensure_dagster_home()  # what `eagle3 demo` and `make instance` (eagle3 check) do first
+ensure_dagster_home(settings().dagster.home)  # what `eagle3 demo` and `make instance` (eagle3 check) do first
 sys.exit(0 if dg.materialize([first_use], instance=dg.DagsterInstance.get()).success else 3)
 """
 

@@ -21,7 +21,7 @@ from graph_helpers import shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
@@ -78,7 +78,7 @@ def _run_profile(tmp_path, monkeypatch, datasets_dir, profile, model: str, *, li
     defs = _defs()
     with start_simulator(extra_args=args) as sim:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), model=model, tokenizer=profile.tokenizer),
+            "pipeline": pipeline_resource(settings(), data_dir=str(data), model=model, tokenizer=profile.tokenizer),
             "sglang": SGLangFleet(urls=sim.url, wait_for_endpoint_s=5),
         }
         with dg.instance_for_test() as instance:
@@ -204,7 +204,7 @@ def _check_published(data: Path, shard: str, profile) -> None:
     """Publishing a shard of turn rows: the snapshot and every export hold each turn row, lineage kept,
     and the conversations export's last turn of each conversation is the whole regenerated conversation."""
     res = {
-        "pipeline": PipelineSettings(data_dir=str(data), model="qwen3", tokenizer=profile.tokenizer),
+        "pipeline": pipeline_resource(settings(), data_dir=str(data), model="qwen3", tokenizer=profile.tokenizer),
         "sglang": SGLangFleet(urls="http://127.0.0.1:9"),  # publishing sends nothing
     }
     with dg.instance_for_test() as instance:

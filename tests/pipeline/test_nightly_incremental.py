@@ -14,9 +14,9 @@ import httpx
 import polars as pl
 import pytest
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
@@ -35,7 +35,9 @@ def test_second_nightly_run_is_free_and_identical(tmp_path, kimi_profile):
     data = tmp_path / "data"
     with start_simulator() as sim:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+            "pipeline": pipeline_resource(
+                settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048
+            ),
             "sglang": SGLangFleet(urls=sim.url),
         }
         with dg.instance_for_test() as instance:
@@ -72,7 +74,9 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
     data = tmp_path / "data"
     with start_simulator() as sim, dg.instance_for_test() as instance:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+            "pipeline": pipeline_resource(
+                settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048
+            ),
             "sglang": SGLangFleet(urls=sim.url),
         }
         assert materialize_graph(defs, instance, resources=res, shards=[]).ingest_success
@@ -85,7 +89,7 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
         assert held.publish_success is None and held.snapshot_version is None
         assert not (data / "snapshots" / "LATEST").exists(), "a shard failed: nothing may be published"
         assert held.not_published.startswith("not published: shard(s) 0000 did not pass")
-        summary = summarize(held, data_root(data))
+        summary = summarize(held, data_root(data), settings())
         assert "publish:    not published: shard(s) 0000 did not pass" in summary and "--allow-partial" in summary
         assert "snapshot:   not published" in summary and "result:     FAILED" in summary
         # the report ran, last
@@ -108,7 +112,9 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
     assert manifest["rows"] == prompts.height - first
     card = (snap / "README.md").read_text()
     assert "## Shards left out" in card and "**This is a partial snapshot**" in card and "| 0000 |" in card
-    assert "PARTIAL snapshot (--allow-partial): shard(s) 0000 left out" in summarize(partial, data_root(data))
+    assert "PARTIAL snapshot (--allow-partial): shard(s) 0000 left out" in summarize(
+        partial, data_root(data), settings()
+    )
 
 
 def test_dg_launch_runs_a_shard(tmp_path, kimi_profile):

@@ -21,7 +21,7 @@ from eagle3_dagster.app.demo import summarize
 from eagle3_dagster.config import settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.probe_results import drafter_versions, read_all_results
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.publish.export import SPECFORGE_FILE
 from eagle3_dagster.quality.acceptance_drift import read_log
@@ -68,7 +68,7 @@ def test_probe_prompts_are_measured_per_drafter_and_never_trained_on(
     defs = _defs()
     with dg.instance_for_test() as instance:
         res = {
-            "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer),
+            "pipeline": pipeline_resource(settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer),
             "sglang": SGLangFleet(urls="http://127.0.0.1:9", wait_for_endpoint_s=5),
         }
         assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success

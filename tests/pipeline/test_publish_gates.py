@@ -22,9 +22,9 @@ import pytest
 from graph_helpers import shard_with_most_prompts
 
 from eagle3_dagster.app.demo import summarize
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.quality import read_gate_result
 from eagle3_dagster.sim.process import start_simulator
@@ -52,7 +52,7 @@ def _run_log(instance: dg.DagsterInstance, run_id: str) -> str:
 
 def _res(data: Path, url: str, **pipeline) -> dict:
     return {
-        "pipeline": PipelineSettings(data_dir=str(data), max_new_tokens=2048, **pipeline),
+        "pipeline": pipeline_resource(settings(), data_dir=str(data), max_new_tokens=2048, **pipeline),
         "sglang": SGLangFleet(urls=url),
     }
 
@@ -97,7 +97,7 @@ def nights(tmp_path_factory):
             g: read_gate_result(data, g, int(out["shard"])) for g in ("prompts", "generations", "training_samples")
         }
         out["report_night1"] = (data / "reports" / "index.html").read_text()
-        out["summary_night1"] = summarize(out["night1"], dg_data(data))
+        out["summary_night1"] = summarize(out["night1"], dg_data(data), settings())
 
     v2_args = ["--weight-version", "v2-int4", "--reasoning-scale", "0.2"]
     with dg.instance_for_test() as instance, start_simulator(extra_args=v2_args) as sim2:
@@ -134,7 +134,7 @@ def nights(tmp_path_factory):
             night2_report_meta=instance.get_latest_materialization_event(
                 dg.AssetKey("quality_report")
             ).asset_materialization.metadata,
-            summary=summarize(night2, dg_data(data)),
+            summary=summarize(night2, dg_data(data), settings()),
         )
     return out
 
@@ -224,7 +224,7 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
         ok, severity, text = wrong.publish_checks["publish_gate"]
         assert not ok and severity == "ERROR" and "snapshot has at least one row" in text and "LATEST unchanged" in text
         assert "NOT published" in _run_log(instance, wrong.publish_run_id)
-        summary = summarize(wrong, dg_data(data))
+        summary = summarize(wrong, dg_data(data), settings())
         assert "publish:    FAILED" in summary and "result:     FAILED" in summary
         assert "not published" in summary
 
@@ -239,7 +239,7 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
         assert not broken.shards[0].success and broken.publish_success is None and broken.publish_run_id == ""
         assert _latest(data) == good
         assert broken.not_published == f"not published: no shard passed (shard(s) {shard} failed)"
-        assert f"publish:    {broken.not_published}" in summarize(broken, dg_data(data))
+        assert f"publish:    {broken.not_published}" in summarize(broken, dg_data(data), settings())
         top = (data / "reports" / "index.html").read_text().split("Gates by shard")[0]
         assert "NOT published (refused)" in top  # the last attempt (the empty snapshot above) stays the news
     assert sorted(p.name for p in (data / "snapshots").iterdir() if p.is_dir()) == before
@@ -269,7 +269,7 @@ def test_one_answer_for_every_prompt_fails_the_shard_and_nothing_is_published(ni
     gate = read_gate_result(data, "generations", int(shard))
     assert [o.key for o in gate.failed_critical] == ["same_answer_to_different_prompts"]
     assert gate.row_failures.height == answered  # every row quarantined: none can reach training
-    summary = summarize(run, dg_data(data))
+    summary = summarize(run, dg_data(data), settings())
     assert f"publish:    {run.not_published}" in summary and "result:     FAILED" in summary
     assert partial.publish_success is None and not partial.success  # a partial snapshot of no shard is none
     assert "no shard passed" in partial.not_published and shard in partial.not_published

@@ -20,8 +20,8 @@ from graph_helpers import graph_resources
 from proc_helpers import EAGLE3, command_env
 from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 
-from eagle3_dagster.config import Settings
-from eagle3_dagster.definitions import defs
+from eagle3_dagster.config import Settings, settings
+from eagle3_dagster.definitions import build_definitions
 from eagle3_dagster.orchestration.resources import resources_from_settings
 from eagle3_dagster.orchestration.run import materialize_graph
 
@@ -46,6 +46,7 @@ def _file_texts(root: Path) -> dict[Path, bytes]:
 def test_request_quoting_errors_never_store_or_print_the_key(tmp_path, monkeypatch, capfd):
     key = f"e3quoted-{uuid.uuid4().hex}"
     monkeypatch.setenv("SGLANG_API_KEY", key)
+    defs = build_definitions(settings())  # the key reaches the steps through the definitions built with it
     home, data = tmp_path / "dagster_home", tmp_path / "data"
     home.mkdir()
     sim = Sim(extra_args=("--api-key-env", "SIM_TEST_KEY"), env={"SIM_TEST_KEY": key}, log_path=tmp_path / "sim.log")
@@ -98,6 +99,7 @@ def test_url_credentials_never_reach_the_run_records_or_files(tmp_path, monkeypa
     try:
         url = sim.url.replace("http://", f"http://bob:{password}@")
         monkeypatch.setenv("EAGLE3_SGLANG_URL", url)
+        defs = build_definitions(settings())  # a URL with user info is handed to the steps, never run config
         sim.faults(quote_headers=1)  # one 400 quoting the headers, the Basic credentials among them
         res = {
             "pipeline": graph_resources(data, str(KIMI_TOKENIZER_DIR), url, max_new_tokens=256)["pipeline"],

@@ -11,6 +11,7 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.app.demo import summarize
+from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.report import html as report_html
@@ -40,7 +41,7 @@ def test_a_report_that_could_not_be_written_is_named_and_not_a_success(tmp_path,
         )
     assert night2.data_success and not night2.success
     assert night2.report_error and "No space left on device" in night2.report_error
-    summary = summarize(night2, data_root(data))
+    summary = summarize(night2, data_root(data), settings())
     assert "result:     FAILED: the quality report was not written" in summary
     assert "report:     NOT written by this run (quality report not written: OSError" in summary
     assert "warning:    report: quality report not written: OSError" in summary

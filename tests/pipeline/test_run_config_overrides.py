@@ -9,8 +9,8 @@ endpoint used, the retries the client made.
 
 Dagster 1.13 behaviour this relies on (the regen_seed case pins it):
 run config for a resource replaces its bound values, so a field the run config does not name falls
-back to its class default. That default is None, which means "the deployment's setting"
-(config.Settings), so the other fields keep the deployment's values.
+back to its class default. `resources_from_settings` binds each resource as a class whose defaults ARE
+the deployment's values (orchestration/resources.bound), so the other fields keep them.
 
 Load-time settings (shard count, source list, executor, schedule, sensor interval) are not resource
 fields: they shape the definitions and are covered by tests/pipeline/test_defs_snapshot.py.
@@ -151,7 +151,7 @@ def case(deployment: Deployment, request: pytest.FixtureRequest) -> Iterator[Dep
 
 def _gens(dep: Deployment) -> pl.DataFrame:
     return pl.read_parquet(
-        Path(settings().data_dir.local_path) / "generations" / f"shard={dep.shard}" / "part-*.parquet"
+        Path(settings().storage.data_dir.local_path) / "generations" / f"shard={dep.shard}" / "part-*.parquet"
     )
 
 
@@ -185,7 +185,7 @@ def case_work_dir(dep: Deployment) -> None:
 
 def case_assets_dir(dep: Deployment) -> None:
     assets = dep.root / "assets2"
-    shutil.copytree(settings().assets_dir, assets)
+    shutil.copytree(settings().storage.assets_dir, assets)
     prof = assets / "models" / "kimi-k2.5.yaml"
     prof.write_text(prof.read_text().replace("max_prompt_tokens: 32768", "max_prompt_tokens: 8"))
     r = _run(dep, "tokenized_prompts", {"pipeline": {"assets_dir": str(assets)}})
@@ -247,7 +247,7 @@ def case_max_failed_rate(dep: Deployment) -> None:
         f"1 of {requested} requests failed (1 retryable, the next run sends them again: retries_exhausted=1); "
         "last retries_exhausted: reset after 1 "
     ), ev.description
-    gate = read_gate_result(settings().data_dir, "generations", int(dep.shard))
+    gate = read_gate_result(settings().storage.data_dir, "generations", int(dep.shard))
     # stored as a failed critical outcome of the generations gate: the snapshot leaves the shard out
     assert gate is not None and not gate.success
     assert "request_failure_rate" in {o.key for o in gate.failed_critical}
@@ -258,7 +258,7 @@ def case_max_failed_rate(dep: Deployment) -> None:
     ev = _evaluation(r, "request_failure_budget")
     assert not ev.passed and ev.severity == dg.AssetCheckSeverity.WARN, ev.description
     assert "(budget 50.00%), top reason retries_exhausted=1" in ev.description
-    gate = read_gate_result(settings().data_dir, "generations", int(dep.shard))
+    gate = read_gate_result(settings().storage.data_dir, "generations", int(dep.shard))
     assert gate is not None and "request_failure_rate" not in {o.key for o in gate.failed_critical}
     assert "request_failure_rate" in {o.key for o in gate.failed_warnings}
 

@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 
 from eagle3_dagster import config
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.defs.automation import (
     NIGHT_TAG,
@@ -24,7 +24,7 @@ from eagle3_dagster.defs.automation import (
     build_nightly_schedule,
     build_prompt_source_sensor,
 )
-from eagle3_dagster.orchestration.resources import PipelineSettings
+from eagle3_dagster.orchestration.resources import pipeline_resource
 
 PART = "dagster/partition"
 
@@ -32,7 +32,7 @@ PART = "dagster/partition"
 def prompt_source_sensor(context: dg.SensorEvaluationContext):
     """One tick of the source sensor as the definitions build it, watching the sources of the settings now."""
     s = config.settings()
-    return build_prompt_source_sensor(s.sources_dir, s.sensor_interval_s)(context)
+    return build_prompt_source_sensor(s.storage.sources_dir, s.shards.sensor_interval_s)(context)
 
 
 def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatch):
@@ -47,18 +47,19 @@ def test_schedule_launches_a_tagged_ingest_run_at_the_configured_time(monkeypatc
     assert sched.job_name == "ingest"
     default = defs.get_schedule_def("nightly_regeneration")
     assert (default.cron_schedule, default.execution_timezone) == ("0 2 * * *", "UTC")
-    # the environment knobs, validated with the variable's name
+    # the environment knobs, validated with the variable's name, reach the definitions built from them
     monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "15 1 * * 1-5")
     monkeypatch.setenv("EAGLE3_NIGHTLY_TZ", "America/New_York")
-    env_sched = build_nightly_schedule()
+    s = config.settings()
+    env_sched = build_nightly_schedule(s.shards.nightly_cron, s.shards.nightly_tz)
     assert (env_sched.cron_schedule, env_sched.execution_timezone) == ("15 1 * * 1-5", "America/New_York")
     monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "every night")
     with pytest.raises(ValueError, match="EAGLE3_NIGHTLY_CRON.*'every night'"):
-        build_nightly_schedule()
+        config.settings()
     monkeypatch.setenv("EAGLE3_NIGHTLY_CRON", "0 2 * * *")
     monkeypatch.setenv("EAGLE3_NIGHTLY_TZ", "Mars/Olympus")
     with pytest.raises(ValueError, match="EAGLE3_NIGHTLY_TZ.*Mars/Olympus"):
-        build_nightly_schedule()
+        config.settings()
 
 
 def test_schedule_skips_while_the_previous_night_runs():
@@ -85,7 +86,7 @@ def test_fanout_requests_every_shard_through_the_daemons_validation(tmp_path, mo
         night = repo.get_job("ingest").execute_in_process(
             instance=instance,
             tags={NIGHTLY_TAG: "true"},
-            resources={"pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
+            resources={"pipeline": pipeline_resource(settings(), data_dir=str(tmp_path / "data"))},
         )
         assert night.success
         # the daemon's path: a sensor tick over the instance's runs, its requests resolved against the jobs it
@@ -172,8 +173,9 @@ def test_freshness_check_and_its_sensor_are_defined_with_the_configured_age(monk
     assert "training_dataset:freshness_check" in spec
     assert defs.get_sensor_def("snapshot_freshness") is not None
     monkeypatch.setenv("EAGLE3_SNAPSHOT_MAX_AGE", "90m")
-    assert config.settings().snapshot_max_age == dt.timedelta(minutes=90)
-    checks, _ = build_freshness()
+    s = config.settings()
+    assert s.shards.snapshot_max_age == dt.timedelta(minutes=90)
+    checks, _ = build_freshness(s.shards.snapshot_max_age, s.shards.sensor_interval_s)
     (check_spec,) = list(checks[0].check_specs)
     assert check_spec.asset_key == dg.AssetKey("training_dataset")
     for bad in ("26", "-3h", "soon"):

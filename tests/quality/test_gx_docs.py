@@ -87,8 +87,8 @@ def test_a_failed_docs_build_is_a_warning_not_a_failed_report(monkeypatch, tmp_p
     monkeypatch.setattr(report_defs, "build_data_docs", broken)
     warnings: list[str] = []
     log = SimpleNamespace(warning=warnings.append)
-    pipeline = SimpleNamespace(gx_context_dir=tmp_path / "gx", gx_keep_validations=20)
-    assert report_defs.data_docs(log, pipeline) is None
+    pipeline = SimpleNamespace(gx_context_dir=tmp_path / "gx")
+    assert report_defs.data_docs(log, pipeline, keep=20) is None
     assert warnings == [f"GX Data Docs not built: PermissionError: {tmp_path / 'gx'}: read-only"]
 
 

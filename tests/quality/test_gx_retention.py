@@ -101,9 +101,9 @@ def test_keep_setting_is_validated(monkeypatch):
     from eagle3_dagster.config import settings
 
     monkeypatch.delenv("EAGLE3_GX_KEEP_VALIDATIONS", raising=False)
-    assert settings().gx_keep_validations == 20
+    assert settings().stages.gx_keep_validations == 20
     monkeypatch.setenv("EAGLE3_GX_KEEP_VALIDATIONS", "0")
-    assert settings().gx_keep_validations == 0
+    assert settings().stages.gx_keep_validations == 0
     for bad in ("-1", "many"):
         monkeypatch.setenv("EAGLE3_GX_KEEP_VALIDATIONS", bad)
         with pytest.raises(ValueError, match="EAGLE3_GX_KEEP_VALIDATIONS"):

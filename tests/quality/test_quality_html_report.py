@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
 from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE
 from eagle3_dagster.report.html import collect, default_report_path, render, write_report
@@ -447,9 +447,9 @@ def test_demo_summary_prints_report_path(stored, monkeypatch):
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(stored["data"]))
     monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
     outcome = GraphOutcome(True, "r", [])
-    assert "report:     not written" in summarize(outcome, data_root(stored["data"]))
+    assert "report:     not written" in summarize(outcome, data_root(stored["data"]), settings())
     path = write_report(stored["data"], stored["work"], n_shards=1)
-    assert f"report:     {path}  (offline HTML" in summarize(outcome, data_root(stored["data"]))
+    assert f"report:     {path}  (offline HTML" in summarize(outcome, data_root(stored["data"]), settings())
 
 
 def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, monkeypatch):
@@ -471,7 +471,9 @@ def test_demo_summary_says_empty_for_checks_that_passed_on_zero_rows(stored, mon
     outcome = GraphOutcome(
         True, "r", [ShardOutcome("0000", True, dict(checks)), ShardOutcome("0001", True, dict(checks))]
     )
-    lines = {ln.split()[0]: ln for ln in summarize(outcome, data_root(stored["data"])).splitlines() if ln.strip()}
+    lines = {
+        ln.split()[0]: ln for ln in summarize(outcome, data_root(stored["data"]), settings()).splitlines() if ln.strip()
+    }
     # shard 0: 1 tokenized prompt (PASS: counted, not named), no generations (empty); shard 1: nothing at all
     assert lines["0000"].endswith("  1 PASS; generations_gate=empty")
     assert lines["0001"].endswith("  prompts_gate=empty, generations_gate=empty")
@@ -510,7 +512,7 @@ def test_demo_summary_shard_table_fits_100_columns(stored, monkeypatch):
     outcome = GraphOutcome(
         True, "r", [ShardOutcome("0000", True, fine), ShardOutcome("0001", False, bad, failed_checks=failed)]
     )
-    summary = summarize(outcome, data_root(stored["data"]))
+    summary = summarize(outcome, data_root(stored["data"]), settings())
     table = summary.split("checks\n")[1].split("\nwarnings:")[0].splitlines()[1:]
     assert all(len(ln) <= 100 for ln in table), "\n".join(table)
     assert table[0].startswith("  0000") and table[0].endswith("  all 2 PASS")

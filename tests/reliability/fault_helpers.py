@@ -136,7 +136,7 @@ def ingest_prompts(spec_path: Path, data: Path) -> str:
     from eagle3_dagster.ingest import combine_sources, ingest_source
     from eagle3_dagster.ingest.spec import load_source_spec
 
-    n_shards = settings().n_shards
+    n_shards = settings().shards.n_shards
     spec = load_source_spec(spec_path)
     src = data / "sources" / spec.name
     ingest_source(spec, src, n_shards=n_shards)

@@ -26,12 +26,13 @@ def main() -> int:
 
     import dagster as dg
 
+    from eagle3_dagster.config import settings
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.orchestration.resources import PipelineSettings
+    from eagle3_dagster.orchestration.resources import pipeline_resource
     from eagle3_dagster.orchestration.run import materialize_graph
 
     instance = dg.DagsterInstance.get()
-    resources = {"pipeline": PipelineSettings(max_new_tokens=args.max_new_tokens)}
+    resources = {"pipeline": pipeline_resource(settings(), max_new_tokens=args.max_new_tokens)}
     if args.ready:
         # Warm the process like a long-lived worker: the imports the steps make lazily (GX,
         # transformers) and the tokenizer, so the runs start on equal terms when `go` appears.

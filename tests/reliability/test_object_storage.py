@@ -27,9 +27,9 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 from s3_moto import moto_s3_server, set_aws_env
 
-from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
@@ -112,7 +112,7 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
         monkeypatch.setenv("EAGLE3_DATA_DIR", uri)
         monkeypatch.setenv("EAGLE3_WORK_DIR", str(work))
         res_s3 = {
-            "pipeline": PipelineSettings(tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
+            "pipeline": pipeline_resource(settings(), tokenizer=kimi_profile.tokenizer, max_new_tokens=2048),
             "sglang": SGLangFleet(urls=sim.url),
         }
         with dg.instance_for_test() as instance:

@@ -23,11 +23,12 @@ import pytest
 from dagster import serialize_value
 from rel_helpers import PYTHON, VENV_BIN, child_env, listening_addresses, process_tree, wait_http
 
-from eagle3_dagster.definitions import defs
+from eagle3_dagster.config import settings
+from eagle3_dagster.definitions import build_definitions, defs
 from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.ingest.errors import SourceSpecError
 from eagle3_dagster.ingest.spec import SourceSpec
-from eagle3_dagster.orchestration.resources import PipelineSettings, SGLangFleet
+from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
 from eagle3_dagster.orchestration.run import materialize_graph
 from eagle3_dagster.sim.process import free_port, start_simulator
 from eagle3_dagster.storage import StorageError, parse_shard_key, safe_join, shard_dir
@@ -106,10 +107,13 @@ def _scan_parquet(path: Path) -> str:
 def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
     key = f"sk-e3test-{uuid.uuid4().hex}"
     monkeypatch.setenv("SGLANG_API_KEY", key)
+    defs = build_definitions(settings())  # the key reaches the steps through the definitions built with it
     home, data = tmp_path / "dagster_home", tmp_path / "data"
     home.mkdir()
     res = {
-        "pipeline": PipelineSettings(data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=512),
+        "pipeline": pipeline_resource(
+            settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer, max_new_tokens=512
+        ),
         "sglang": SGLangFleet(urls=None),
     }
     with start_simulator(
@@ -234,7 +238,10 @@ def test_dagster_refuses_unknown_partition_key(tmp_path):
                 selection=["tokenized_prompts"],
                 partition_key="../0000",
                 instance=instance,
-                resources={**defs.resources, "pipeline": PipelineSettings(data_dir=str(tmp_path / "data"))},
+                resources={
+                    **defs.resources,
+                    "pipeline": pipeline_resource(settings(), data_dir=str(tmp_path / "data")),
+                },
             )
     assert not (tmp_path / "tokenized_prompts").exists() and not (tmp_path / "data").exists()
 

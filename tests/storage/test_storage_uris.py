@@ -18,7 +18,7 @@ from eagle3_dagster import schemas
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.generate.store import ShardStore, lock_path_for, read_generations
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source
-from eagle3_dagster.orchestration.resources import PipelineSettings
+from eagle3_dagster.orchestration.resources import PipelineSettings, pipeline_resource
 from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
 from eagle3_dagster.publish.snapshot import build_snapshot, list_snapshots
 from eagle3_dagster.quality.gate import GateResult, read_gate_result, write_gate_result
@@ -283,15 +283,19 @@ def test_settings_and_resource_data_and_work_dirs(monkeypatch, tmp_path):
     monkeypatch.delenv("EAGLE3_WORK_DIR", raising=False)
     s = settings()
     assert (
-        s.data_dir.is_local and s.data_dir.local_path == PROJECT_ROOT / "data" and s.work_dir == PROJECT_ROOT / "data"
+        s.storage.data_dir.is_local
+        and s.storage.data_dir.local_path == PROJECT_ROOT / "data"
+        and s.storage.work_dir == PROJECT_ROOT / "data"
     )
     monkeypatch.setenv("EAGLE3_DATA_DIR", str(tmp_path / "d"))
-    assert settings().work_dir == tmp_path / "d"
-    assert PipelineSettings().gx_context_dir == tmp_path / "d" / "gx"  # GX stays where it was
+    assert settings().storage.work_dir == tmp_path / "d"
+    assert pipeline_resource(settings()).gx_context_dir == tmp_path / "d" / "gx"  # GX stays where it was
+    # a resource's data dir without a work dir: the work dir follows the data dir (no environment read)
+    assert PipelineSettings(data_dir=str(tmp_path / "e")).gx_context_dir == tmp_path / "e" / "gx"
     monkeypatch.setenv("EAGLE3_DATA_DIR", "s3://bucket/prefix?region=us-east-1")
-    assert not settings().data_dir.is_local and settings().work_dir == PROJECT_ROOT / ".eagle3_work"
+    assert not settings().storage.data_dir.is_local and settings().storage.work_dir == PROJECT_ROOT / ".eagle3_work"
     monkeypatch.setenv("EAGLE3_WORK_DIR", str(tmp_path / "w"))
-    assert settings().work_dir == tmp_path / "w"
+    assert settings().storage.work_dir == tmp_path / "w"
     p = PipelineSettings(data_dir="memory://b/x", work_dir=str(tmp_path / "w2"))
     assert str(p.data_path) == "memory://b/x" and p.gx_context_dir == tmp_path / "w2" / "gx"
     # the shard lock of object-storage data is a local file under the work dir

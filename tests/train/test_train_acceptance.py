@@ -73,8 +73,8 @@ def _publish(b, tmp, profile, acceptance: bool):
 
 
 def test_the_setting_is_off_by_default_and_read_from_the_environment():
-    assert Settings.from_env({}).train_acceptance is False
-    assert Settings.from_env({"EAGLE3_TRAIN_ACCEPTANCE": "1"}).train_acceptance is True
+    assert Settings.from_env({}).stages.train_acceptance is False
+    assert Settings.from_env({"EAGLE3_TRAIN_ACCEPTANCE": "1"}).stages.train_acceptance is True
 
 
 def test_off_the_tables_and_export_keep_their_columns(built, tmp_path, kimi_profile):

@@ -15,4 +15,4 @@ from ...orchestration.resources import resources_from_settings
 
 
 def build_defs(s: Settings) -> dg.Definitions:
-    return dg.Definitions(resources=resources_from_settings(s), executor=executor_for(s.executor))
+    return dg.Definitions(resources=resources_from_settings(s), executor=executor_for(s.dagster.executor))
