@@ -27,7 +27,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet
+from .. import schemas
+from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet, shard_dir
 from .config import sample_key
 from .probes import ProbeKeys
 
@@ -69,6 +70,14 @@ def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]
             # use_threads=False: threaded decoding reads whole column chunks ahead (2-3x the batch memory)
             for b in pf.iter_batches(batch_size=size, columns=columns, use_threads=False):
                 yield cast(pl.DataFrame, pl.from_arrow(b))  # a RecordBatch gives a DataFrame
+
+
+def tokenized_source(data: Any, shard: int) -> TokenizedSource:
+    """The tokenized shard for generate_shard: its folder (streamed), or an empty frame if it has none."""
+    folder = as_data_path(shard_dir(data, "tokenized_prompts", shard))
+    if not folder.glob("part-*.parquet"):
+        return cast(pl.DataFrame, pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()))
+    return folder
 
 
 def iter_batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]:
@@ -126,8 +135,6 @@ def prompts_by_id(src: TokenizedSource, prompt_ids: Any) -> pl.DataFrame:
         return pl.concat(parts, how="vertical")
     if isinstance(src, pl.DataFrame):
         return src.clear()
-    from .. import schemas
-
     return cast(pl.DataFrame, pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()))
 
 
