@@ -1,12 +1,13 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
-from collections.abc import Iterator
 from typing import Any, cast
 
 import dagster as dg
 import polars as pl
 
 from ..config import Settings
+from ..ingest.pipeline import PROMPTS_FILE
+from ..ingest.prompts_table import shard_prompts
 from ..ingest.spec import source_control_text
 from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
@@ -15,27 +16,10 @@ from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import prompt_features
 from ..report.previews import histograms_markdown
-from ..storage import parquet_file
 from ..tokenize.shard import TokenizedShard, tokenize_shard
 
 STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
-
-
-def shard_prompts(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
-    """The shard's rows of prompts.parquet (every column, file order) in slices of PROMPT_SLICE_ROWS, streamed."""
-    held: list[pl.DataFrame] = []
-    n = 0
-    for rb in parquet_file(prompts_path).iter_batches(batch_size=PROMPT_SLICE_ROWS):
-        b = cast(pl.DataFrame, pl.from_arrow(rb)).filter(pl.col("shard") == shard)
-        if b.height:
-            held.append(b)
-            n += b.height
-        if n >= PROMPT_SLICE_ROWS:
-            yield pl.concat(held)
-            held, n = [], 0
-    if held:
-        yield pl.concat(held)
 
 
 PROMPT_HEADLINES = (
@@ -85,7 +69,7 @@ def tokenize_step(step: ShardStep) -> GatedShard:
     renderer = cached_renderer(step.profile)
     out = step.folder("tokenized_prompts")
     done = tokenize_shard(
-        shard_prompts(step.data / "prompts" / "prompts.parquet", step.shard),
+        shard_prompts(step.data / "prompts" / PROMPTS_FILE, step.shard, batch_rows=PROMPT_SLICE_ROWS),
         renderer,
         out,
         max_new_tokens=step.profile.max_new_tokens_for(step.pipeline.max_new_tokens),

@@ -56,6 +56,7 @@ import polars as pl
 
 from .. import schemas
 from ..ingest.canonical import canonical_json
+from ..ingest.prompts_table import prompt_columns, shard_prompts
 from ..profiles import ModelProfile
 from ..storage import DataPath, as_data_path, read_parquet
 from ..tokenize.parse import parse_generation
@@ -67,6 +68,8 @@ log = logging.getLogger(__name__)
 
 TURNS_DIR = "turns"
 TURN_EXTRA = ("conversation_id", "turn_index", "prompt_ids", "prompt_messages", "tools")
+# what conversations_from_prompts reads of a prompts row
+CONVERSATION_COLUMNS = ("prompt_id", "source", "shard", "conversation", "tools", "regenerate")
 
 
 def is_turn(item: dict[str, Any]) -> bool:
@@ -539,14 +542,13 @@ def load_multiturn(
     path = as_data_path(prompts_file)
     if not path.exists():
         return None
-    from ..storage import scan_parquet
-
-    lf = scan_parquet([path])
-    if "regenerate" not in lf.collect_schema().names():
+    if "regenerate" not in prompt_columns(path):
         return None  # a prompts table written before the option existed: all final_turn
-    conv = lf.filter((pl.col("shard") == shard) & pl.col("regenerate").is_not_null()).collect()
-    if conv.height == 0:
+    batches = shard_prompts(path, shard, columns=CONVERSATION_COLUMNS)
+    found = [c for b in batches if (c := b.filter(pl.col("regenerate").is_not_null())).height]
+    if not found:
         return None
+    conv = pl.concat(found)
     first = prompts_by_id(tokenized, conv["prompt_id"].to_list())
     return MultiTurn(
         conversations_from_prompts(conv, first), renderer=renderer, profile=profile, max_new_tokens=max_new_tokens

@@ -23,10 +23,12 @@ from ..generate.inputs import iter_batches, tokenized_source
 from ..generate.multiturn import current_turns, turn_generations, turn_prompt_rows, turn_tokenized
 from ..generate.probes import without_probes
 from ..generate.store import iter_generations
+from ..ingest.pipeline import PROMPTS_FILE
+from ..ingest.prompts_table import shard_prompts
 from ..profiles import ModelProfile
 from ..quality.gate import GateResult, require_gate_passed
 from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
-from ..storage import DataPath, KeyedRows, parquet_file, shard_dir
+from ..storage import DataPath, KeyedRows, shard_dir
 from .multiturn import WithTurns, with_turns
 from .samples import ACCEPTANCE_INPUT_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
 from .shard import TrainingShard, build_training_shard
@@ -51,11 +53,8 @@ def table_schema(turns: bool, acceptance: bool) -> pa.Schema:
 
 def shard_prompt_batches(prompts_path: Any, shard: int) -> Iterable[pl.DataFrame]:
     """prompt_id, messages, tools of the shard's rows of prompts.parquet, streamed in batches."""
-    pf = parquet_file(prompts_path)
-    for rb in pf.iter_batches(batch_size=1024, columns=["prompt_id", "shard", "messages", "tools"]):
-        b = cast(pl.DataFrame, pl.from_arrow(rb)).filter(pl.col("shard") == shard)
-        if b.height:
-            yield b.select(list(PROMPT_ROWS)).cast(cast(Any, PROMPT_ROWS))
+    for b in shard_prompts(prompts_path, shard, columns=list(PROMPT_ROWS), batch_rows=1024):
+        yield b.cast(cast(Any, PROMPT_ROWS))
 
 
 def passed_gates(data: Any, shard: int) -> dict[str, GateResult]:
@@ -129,7 +128,7 @@ def training_inputs(
         active=active,
         batches=batches,
         token_rows=itertools.chain(iter_batches(tok_src, list(TOKEN_ROWS)), extra_tok),
-        prompt_rows=itertools.chain(shard_prompt_batches(data / "prompts" / "prompts.parquet", shard), extra_prompts),
+        prompt_rows=itertools.chain(shard_prompt_batches(data / "prompts" / PROMPTS_FILE, shard), extra_prompts),
         turns=wt,
         bad_sample_ids=set(gates["generations"].row_failures["row_id"].to_list()) | wt.exclude_sample_ids,
         bad_prompt_ids=bad_prompts,
