@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from .. import schemas
 from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet, shard_dir
 from .config import sample_key
+from .items import WorkItem
 from .probes import ProbeKeys
 
 TokenizedSource = pl.DataFrame | Path | str | DataPath
@@ -296,9 +297,9 @@ def iter_pending(
     regen_seed: int | None,
     row_hash: Callable[[int], str] | None = None,
     probes: ProbeKeys | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Pass 2: the rows to generate, in input order, one batch of Python objects at a time (`row_hash`:
-    as plan_shard's; the row's `sampling_hash` is the one of its key)."""
+) -> Iterator[WorkItem]:
+    """Pass 2: the items to generate, in input order, one batch of Python objects at a time (`row_hash`:
+    as plan_shard's; the item's `sampling_hash` is the one of its key)."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
     keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
@@ -315,9 +316,15 @@ def iter_pending(
                 )
                 if _split(sid)[0] != int(plan.hi[offset + i]):
                     raise InputChangedError("the tokenized prompts changed while the shard was generating; rerun it")
-                row["sample_id"] = sid
-                row["sampling_hash"] = h_row
-                yield row
+                yield WorkItem(
+                    sample_id=sid,
+                    prompt_id=row["prompt_id"],
+                    input_ids=row["input_ids"],
+                    source=row.get("source"),
+                    shard=row.get("shard"),
+                    template_hash=row.get("template_hash"),
+                    sampling_hash=h_row,
+                )
         offset += n
     if offset != plan.rows:
         raise InputChangedError(f"the tokenized prompts changed during the run ({plan.rows} rows, then {offset})")
