@@ -322,10 +322,10 @@ _ASSET_CHILD = (
     + r"""
 import json, sys, time
 import polars as pl
-from eagle3_dagster.defs.generate import ECHO_WINDOW, tokenized_source
+from eagle3_dagster.defs.generate import ECHO_WINDOW
 from eagle3_dagster.generate.active import active_sample_ids
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
-from eagle3_dagster.generate.inputs import prompt_view
+from eagle3_dagster.generate.inputs import prompt_view, tokenized_source
 from eagle3_dagster.report.previews import PREVIEW_PROMPT_TAIL
 from eagle3_dagster.schemas import TOKENIZED_PROMPTS
 from eagle3_dagster.storage import data_root, read_parquet_dir, shard_dir

@@ -9,7 +9,7 @@
 2. Per stage and size, a FRESH process (`--child`) runs the stage's domain work the way its
    Dagster asset does and reports samples, CPU seconds and VmHWM (peak RSS) from /proc/self/status:
    - generations:      generation_features + the generations gate (GX) + the quarantine write
-   - training_samples: as defs/train.py: the generations in batches of 512 through build_training_shard
+   - training_samples: as train/inputs.py: the generations in batches of 512 through build_training_shard
                        (parse + round trip through tokenize/fast_bpe.py, ids + loss mask, the sorted
                        table write, row features, stats), the shard summary, the training_samples gate;
                        (the fast BPE twin encodes on one thread: two were measured slower, see
@@ -64,7 +64,7 @@ import pyarrow.parquet as pq
 ROOT = Path(_HERE).parent
 SHARED_KIMI = ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5"
 EXPECTATIONS = ROOT / "expectations"
-TRAIN_BATCH_ROWS = 512  # defs/train.py GENERATION_BATCH_ROWS: generations parsed and built at a time
+TRAIN_BATCH_ROWS = 512  # train/inputs.py GENERATION_BATCH_ROWS: generations parsed and built at a time
 
 
 def _vmhwm_kb() -> int:
@@ -163,7 +163,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     from eagle3_dagster.train.summary import summarize
 
     if stage == "training_samples":
-        columns = list(TRAINING_INPUT_COLUMNS)  # as defs/train.py: only what a training row is built from
+        columns = list(TRAINING_INPUT_COLUMNS)  # as train/inputs.py: only what a training row is built from
         apply_tokenizers_parallelism(StageSettings().tokenizers_parallelism)
         fast_bpe_for(cached_renderer(profile).tokenizer)
     setup_cpu = time.process_time() - s0
@@ -172,7 +172,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
         feats, _, _ = streamed_features(batches(), lambda b: generation_features(b, tokenized, profile))
         gate = run_gate("generations", feats, **gx)
         write_frame_atomic(gate.row_failures, out_dir / "quarantine.parquet")
-    elif stage == "training_samples":  # as defs/train.py: streamed batches -> build_training_shard -> gate
+    elif stage == "training_samples":  # as train/inputs.py: streamed batches -> build_training_shard -> gate
         renderer = cached_renderer(profile)
         built = build_training_shard(
             batches(),

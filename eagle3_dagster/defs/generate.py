@@ -30,7 +30,7 @@ from ..generate.active import active_sample_ids, write_active_samples
 from ..generate.config import generation_config
 from ..generate.context_fit import ContextBudget
 from ..generate.endpoint_info import EndpointRefusedError, ServingChangedError
-from ..generate.inputs import prompt_view
+from ..generate.inputs import prompt_view, tokenized_source
 from ..generate.multiturn import (
     active_turn_ids,
     current_turns,
@@ -60,10 +60,9 @@ from ..quality.acceptance_drift import AcceptanceNight, judge_night, night_entry
 from ..quality.features import with_same_answer_counts
 from ..quality.request_failures import FAILURE_BUDGET_KEY, context_fit_outcome, failure_budget_outcome
 from ..report.previews import PREVIEW_PROMPT_TAIL, histograms_markdown, sample_preview_markdown
-from ..schemas import TOKENIZED_PROMPTS
 from ..secret import PrintableFilter, RedactingFilter
 from ..stopping import StopRequested
-from ..storage import as_data_path, shard_dir, streamed_features
+from ..storage import streamed_features
 
 STAGE = "generate"
 ECHO_WINDOW = 8  # generation_features' echo check compares the output's head with the prompt's last ids
@@ -106,14 +105,6 @@ def client_logs_to(context: dg.AssetExecutionContext):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old)
-
-
-def tokenized_source(data, shard: int):
-    """The tokenized shard for generate_shard: its folder (streamed), or an empty frame if it has none."""
-    folder = as_data_path(shard_dir(data, "tokenized_prompts", shard))
-    if not folder.glob("part-*.parquet"):
-        return pl.from_arrow(TOKENIZED_PROMPTS.empty_table())
-    return folder
 
 
 GENERATION_HEADLINES = (

@@ -1,15 +1,14 @@
 """Tokenize wiring: `tokenized_prompts[shard]` and its blocking prompt gate."""
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
 import dagster as dg
 import polars as pl
 
 from ..config import Settings
-from ..ingest import load_source_specs
+from ..ingest.pipeline import PROMPTS_FILE
+from ..ingest.prompts_table import shard_prompts
+from ..ingest.spec import source_control_text
 from ..orchestration.asset_names import AssetName
 from ..orchestration.gates import HeadlineCheck
 from ..orchestration.partitions import shard_partitions
@@ -17,36 +16,10 @@ from ..orchestration.resources import cached_renderer
 from ..orchestration.shard_asset import GatedShard, ShardAssetSpec, ShardStep, gated_shard_asset
 from ..quality import prompt_features
 from ..report.previews import histograms_markdown
-from ..schemas import TOKENIZE_REJECTS, TOKENIZED_PROMPTS
-from ..storage import ONE_ROW_GROUP_BYTES, ParquetSink, arrow_batch, detached, parquet_file, write_frame_atomic
-from ..tokenize import tokenize_prompts
+from ..tokenize.shard import TokenizedShard, tokenize_shard
 
 STAGE = "tokenize"
 PROMPT_SLICE_ROWS = 4096  # prompts tokenized and written at a time (the step never holds the shard)
-
-
-def source_control_text(sources_dir: Path) -> dict[str, str]:
-    """Source name -> its YAML's `control_text` policy (tokenize/control_text.py); {} without a sources folder
-    (every source then gets the default, reject)."""
-    if not sources_dir.is_dir():
-        return {}
-    return {spec.name: spec.control_text for spec in load_source_specs(sources_dir)}
-
-
-def shard_prompts(prompts_path, shard: int) -> Iterator[pl.DataFrame]:
-    """The shard's rows of prompts.parquet (every column, file order) in slices of PROMPT_SLICE_ROWS, streamed."""
-    held: list[pl.DataFrame] = []
-    n = 0
-    for rb in parquet_file(prompts_path).iter_batches(batch_size=PROMPT_SLICE_ROWS):
-        b = cast(pl.DataFrame, pl.from_arrow(rb)).filter(pl.col("shard") == shard)
-        if b.height:
-            held.append(b)
-            n += b.height
-        if n >= PROMPT_SLICE_ROWS:
-            yield pl.concat(held)
-            held, n = [], 0
-    if held:
-        yield pl.concat(held)
 
 
 PROMPT_HEADLINES = (
@@ -69,45 +42,6 @@ TOKENIZE = ShardAssetSpec(
     "encoded exactly as the served model sees it; input_ids as list<int32>. Over-length prompts are quarantined, "
     "not truncated.",
 )
-
-
-@dataclass
-class TokenizedShard:
-    """What tokenizing a shard produced: the counts, its rejects and the per-row gate features."""
-
-    prompts_in: int
-    tokenized: int
-    rejects: pl.DataFrame
-    features: pl.DataFrame
-
-
-def tokenize_shard(step: ShardStep, renderer: Any, out: Any) -> TokenizedShard:
-    """Tokenize the shard's prompts a slice at a time into `out`/part-0000.parquet; keep the rejects and the
-    per-row features (scalars) for the whole shard; write the rejects; the counts must reconcile."""
-    max_new = step.profile.max_new_tokens_for(step.pipeline.max_new_tokens)
-    n_in = n_ok = 0
-    rejected: list[pl.DataFrame] = []
-    feats: list[pl.DataFrame] = []
-    control_text = source_control_text(step.pipeline.sources_path)
-    sink = ParquetSink(out / "part-0000.parquet", TOKENIZED_PROMPTS, buffer_bytes=ONE_ROW_GROUP_BYTES)
-    try:
-        for prompts in shard_prompts(step.data / "prompts" / "prompts.parquet", step.shard):
-            tokenized, rejects = tokenize_prompts(prompts, renderer, max_new_tokens=max_new, control_text=control_text)
-            sink.write_table(arrow_batch(tokenized, TOKENIZED_PROMPTS))
-            n_in, n_ok = n_in + prompts.height, n_ok + tokenized.height
-            rejected.append(detached(rejects))  # kept for the shard: must not pin the slice (storage/frames.py)
-            feats.append(detached(prompt_features(tokenized, step.profile)))
-        sink.commit()
-    except BaseException:
-        sink.abort()
-        raise
-    rejects = pl.concat(rejected) if rejected else cast(pl.DataFrame, pl.from_arrow(TOKENIZE_REJECTS.empty_table()))
-    write_frame_atomic(rejects, out / "rejects.parquet", schema=TOKENIZE_REJECTS)
-    if n_in != n_ok + rejects.height:  # tokenize_prompts reconciles each slice; the sum must too
-        raise RuntimeError(f"shard {step.shard}: {n_in} prompts in, {n_ok} tokenized + {rejects.height} rejected out")
-    empty = cast(pl.DataFrame, pl.from_arrow(TOKENIZED_PROMPTS.empty_table()))
-    features = pl.concat(feats) if feats else prompt_features(empty, step.profile)
-    return TokenizedShard(n_in, n_ok, rejects, features)
 
 
 def tokenize_metadata(step: ShardStep, done: TokenizedShard, renderer: Any, out: Any) -> dict[str, Any]:
@@ -134,7 +68,14 @@ def tokenize_metadata(step: ShardStep, done: TokenizedShard, renderer: Any, out:
 def tokenize_step(step: ShardStep) -> GatedShard:
     renderer = cached_renderer(step.profile)
     out = step.folder("tokenized_prompts")
-    done = tokenize_shard(step, renderer, out)
+    done = tokenize_shard(
+        shard_prompts(step.data / "prompts" / PROMPTS_FILE, step.shard, batch_rows=PROMPT_SLICE_ROWS),
+        renderer,
+        out,
+        max_new_tokens=step.profile.max_new_tokens_for(step.pipeline.max_new_tokens),
+        control_text=source_control_text(step.pipeline.sources_path),
+        features=lambda tokenized: prompt_features(tokenized, step.profile),
+    )
     step.log.info(
         f"shard {step.shard}: {done.prompts_in} prompts -> {done.tokenized} tokenized, {done.rejects.height} rejected"
     )

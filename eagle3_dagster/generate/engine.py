@@ -23,9 +23,10 @@ from .endpoint_info import safe_message
 from .endpoints import EndpointPool
 from .flush import ChunkFlusher
 from .inputs import input_problem
-from .multiturn import is_turn
+from .items import WorkItem
+from .multiturn import TurnAnswer
 from .report import RunStats
-from .rows import error_row, result_row
+from .rows import SampleRow, error_row, result_row
 from .sse import StreamMode
 
 log = logging.getLogger(__name__)
@@ -49,15 +50,13 @@ class TurnQueue(Protocol):
     @property
     def busy(self) -> bool: ...
 
-    def take(self) -> dict[str, Any] | None: ...
+    def take(self) -> WorkItem | None: ...
 
     async def wait(self) -> None: ...
 
-    def failed(self, item: dict[str, Any], reason: str) -> None: ...
+    def failed(self, item: WorkItem, reason: str) -> None: ...
 
-    def row_extras(self, item: dict[str, Any]) -> dict[str, Any]: ...
-
-    def done(self, item: dict[str, Any], row: dict[str, Any]) -> None: ...
+    def done(self, item: WorkItem, answer: TurnAnswer) -> None: ...
 
 
 @dataclass
@@ -107,11 +106,11 @@ class RequestSource:
     conversations moving), else the next prompt; when only turns in flight are left, it waits for one
     of them so the window stays full across rounds."""
 
-    def __init__(self, items: Iterator[dict[str, Any]], turns: TurnQueue | None = None) -> None:
+    def __init__(self, items: Iterator[WorkItem], turns: TurnQueue | None = None) -> None:
         self._items = items
         self._turns = turns
 
-    async def next(self) -> dict[str, Any] | None:
+    async def next(self) -> WorkItem | None:
         while True:
             if self._turns is not None and (turn := self._turns.take()) is not None:
                 return turn
@@ -152,29 +151,21 @@ def admit(
     return Admission(sampling, CONTEXT_OVERFLOW, budget.skip_detail(len(ids)), over_budget=True)
 
 
-def count_answer(
-    stats: RunStats,
-    response: dict[str, Any],
-    latency_s: float,
-    row: dict[str, Any],
-    violations: list[str],
-    *,
-    turn: bool,
-) -> None:
+def count_answer(stats: RunStats, response: dict[str, Any], latency_s: float, row: SampleRow) -> None:
     """An accepted answer in the run's figures (a turn is not a sample: the driver counts those)."""
-    if not turn:
+    if row.turn is None:
         stats.succeeded += 1
     stats.latencies.append(latency_s)
-    stats.finish[row["finish_reason"] or "unknown"] += 1
+    stats.finish[row.finish_reason or "unknown"] += 1
     stats.output_tokens += len(response.get("output_ids") or ())
-    stats.prompt_tokens += row["prompt_tokens"] or 0
-    stats.cached_tokens += row["cached_tokens"] or 0
+    stats.prompt_tokens += row.prompt_tokens or 0
+    stats.cached_tokens += row.cached_tokens or 0
     fr = (response.get("meta_info") or {}).get("finish_reason")
     if isinstance(fr, dict) and fr.get("matched") == NAN_FINISH:
         stats.nan_finishes += 1
-    if any(v.startswith("length_capped_by_server") for v in violations):
+    if any(v.startswith("length_capped_by_server") for v in row.integrity_violations):
         stats.server_capped_length += 1
-    if row["integrity_violations"]:
+    if row.integrity_violations:
         stats.integrity_violations += 1
 
 
@@ -186,15 +177,15 @@ class OutcomeRecorder:
         self._flusher = flusher
         self._turns = turns
 
-    def refuse(self, item: dict[str, Any], reason: str, status: int | None, detail: str) -> None:
+    def refuse(self, item: WorkItem, reason: str, status: int | None, detail: str) -> None:
         self._flusher.errors.append(error_row(item, reason, status, detail))
         self._ctx.stats.errors[reason] += 1
-        if is_turn(item) and self._turns is not None:
+        if item.is_turn and self._turns is not None:
             self._turns.failed(item, reason or "unknown")  # the conversation ends there (counted by reason)
         else:
             self._ctx.stats.failed += 1
 
-    def failed(self, item: dict[str, Any], o: Outcome) -> None:
+    def failed(self, item: WorkItem, o: Outcome) -> None:
         detail = o.detail
         if o.reason == "server_error_body":
             detail = safe_message(o.detail, secrets=(self._ctx.api_key,))
@@ -207,27 +198,23 @@ class OutcomeRecorder:
                 )
         self.refuse(item, o.reason, o.status, detail)
 
-    def accept(self, item: dict[str, Any], o: Outcome, flags: list[str] | None) -> None:
+    def accept(self, item: WorkItem, o: Outcome, flags: list[str] | None) -> None:
         ctx = self._ctx
-        viol = flags or []
         served = ctx.pool.served(o.endpoint, o.worker)
-        row = result_row(o, item, model_revision=ctx.revision, s_hash=ctx.s_hash, violations=viol, served=served)
+        row = result_row(o, item, model_revision=ctx.revision, s_hash=ctx.s_hash, violations=flags or [], served=served)
         unread = unread_spec_keys((o.response or {}).get("meta_info") or {}, served.drafter)
         if unread is not None and served.drafter is not None:
             ctx.stats.spec_names.note(served.worker or o.endpoint, served.version, served.drafter, unread)
-        turns = self._turns if is_turn(item) else None
-        if turns is not None:
-            row.update(turns.row_extras(item))
         self._flusher.rows.append(row)
-        count_answer(ctx.stats, o.response or {}, o.latency_s, row, viol, turn=is_turn(item))
-        if row["integrity_violations"]:
-            log.warning("integrity violation in %s: %s", item["sample_id"], row["integrity_violations"])
-        if turns is not None:
-            turns.done(item, row)  # queues this conversation's next turn
+        count_answer(ctx.stats, o.response or {}, o.latency_s, row)
+        if row.integrity_violations:
+            log.warning("integrity violation in %s: %s", item.sample_id, row.integrity_violations)
+        if item.is_turn and self._turns is not None:  # queues this conversation's next turn
+            self._turns.done(item, TurnAnswer(row.output_ids, row.finish_reason, row.integrity_violations))
 
 
 async def send(
-    ctx: EngineContext, client: httpx.AsyncClient, item: dict[str, Any], sampling: dict[str, Any]
+    ctx: EngineContext, client: httpx.AsyncClient, item: WorkItem, sampling: dict[str, Any]
 ) -> tuple[Outcome, list[str] | None]:
     """One item to a judged outcome and its flags: sent (with retries), then its answer checked
     against what was sent."""
@@ -236,16 +223,16 @@ async def send(
         pool=ctx.pool,
         client=client,
         headers=ctx.headers,
-        input_ids=item["input_ids"],
+        input_ids=item.input_ids,
         sampling=sampling,
-        rid_base=f"{item['sample_id']}-{ctx.run_nonce}",
+        rid_base=f"{item.sample_id}-{ctx.run_nonce}",
         policy=ctx.policy,
         stats=ctx.stats,
         stream=ctx.stream,
         in_flight=ctx.in_flight,
     )
     sent = Sent(
-        item["input_ids"],
+        item.input_ids,
         o.rid,
         max_new_tokens=int(sampling["max_new_tokens"]),
         vocab_size=c.vocab_size,
@@ -259,11 +246,11 @@ async def send(
     return o, flags
 
 
-async def serve(ctx: EngineContext, recorder: OutcomeRecorder, client: httpx.AsyncClient, item: dict[str, Any]) -> None:
+async def serve(ctx: EngineContext, recorder: OutcomeRecorder, client: httpx.AsyncClient, item: WorkItem) -> None:
     """One item through the gate, the server and the checks, into the recorder."""
     a = admit(
-        item["input_ids"],
-        turn=is_turn(item),
+        item.input_ids,
+        turn=item.is_turn,
         sampling=ctx.sampling,
         vocab_size=ctx.config.vocab_size,
         server_context=ctx.server_context,

@@ -19,10 +19,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from .endpoint_info import ServingChangedError
-from .multiturn import is_turn
+from .rows import ErrorRow, SampleRow
 
 
 class ChunkSink(Protocol):
+    """A table store: each chunk written is a list of rows (dicts of the table's columns)."""
+
     def write_chunk(self, rows: list[dict[str, Any]]) -> Any: ...
 
 
@@ -30,12 +32,12 @@ class ErrorSink(ChunkSink, Protocol):
     def write_errors(self, rows: list[dict[str, Any]]) -> Any: ...
 
 
-def split_turn_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def split_turn_rows(rows: list[SampleRow]) -> tuple[list[SampleRow], list[SampleRow]]:
     """(sample rows, conversation-turn rows): turns are stored apart, in the shard's turns/ store."""
-    turns = [r for r in rows if is_turn(r)]
+    turns = [r for r in rows if r.turn is not None]
     if not turns:
         return rows, []
-    return [r for r in rows if not is_turn(r)], turns
+    return [r for r in rows if r.turn is None], turns
 
 
 class ChunkFlusher:
@@ -45,14 +47,14 @@ class ChunkFlusher:
         self,
         store: ErrorSink,
         turn_store: ChunkSink | None,
-        errors: list[dict[str, Any]],
+        errors: list[ErrorRow],
         *,
         clock: Callable[[], float] = time.monotonic,
         confirm: Callable[[set[str]], Awaitable[dict[str, str]]] | None = None,
     ) -> None:
         self.store = store
         self.turn_store = turn_store
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[SampleRow] = []
         self.errors = errors  # every error row of the shard, carried ones first; appended by the workers
         self.lock = asyncio.Lock()
         self._clock = clock
@@ -84,22 +86,22 @@ class ChunkFlusher:
             if rows:
                 await self._write_rows(rows)
             if errors_due:
-                snapshot = list(self.errors)
+                snapshot = [e.as_row() for e in self.errors]
                 await asyncio.to_thread(self.store.write_errors, snapshot)
                 self._errors_written = len(snapshot)
                 self.last_errors_write = self._clock()
             if stop is not None:
                 raise stop
 
-    async def _confirmed(self, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Exception | None]:
+    async def _confirmed(self, rows: list[SampleRow]) -> tuple[list[SampleRow], Exception | None]:
         """The rows whose endpoints still serve what their rows name, and the error that stops the run (once)
         when an endpoint changed."""
         if not rows or self._confirm is None:
             return rows, None
-        changed = await self._confirm({str(r.get("endpoint")) for r in rows})
+        changed = await self._confirm({str(r.endpoint) for r in rows})
         if not changed:
             return rows, None
-        keep = [r for r in rows if r.get("endpoint") not in changed]
+        keep = [r for r in rows if r.endpoint not in changed]
         self.unconfirmed += len(rows) - len(keep)
         if self._stopped:
             return keep, None
@@ -111,14 +113,14 @@ class ChunkFlusher:
             "rerun to generate them under what it serves now (each row then names it)"
         )
 
-    async def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+    async def _write_rows(self, rows: list[SampleRow]) -> None:
         samples, turns = split_turn_rows(rows)
         if turns:
             if self.turn_store is None:
                 raise RuntimeError("conversation turn rows without a turn store")
-            await asyncio.to_thread(self.turn_store.write_chunk, turns)
+            await asyncio.to_thread(self.turn_store.write_chunk, [r.as_row() for r in turns])
         if samples:
-            await asyncio.to_thread(self.store.write_chunk, samples)
+            await asyncio.to_thread(self.store.write_chunk, [r.as_row() for r in samples])
 
     async def run_timer(self, every_s: float) -> None:
         """Background task: flush what has waited `every_s` (checked at least once a second)."""

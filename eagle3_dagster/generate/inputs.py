@@ -27,8 +27,10 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet
+from .. import schemas
+from ..storage import DataPath, as_data_path, parquet_schema, scan_parquet, shard_dir
 from .config import sample_key
+from .items import WorkItem
 from .probes import ProbeKeys
 
 TokenizedSource = pl.DataFrame | Path | str | DataPath
@@ -69,6 +71,14 @@ def _batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]
             # use_threads=False: threaded decoding reads whole column chunks ahead (2-3x the batch memory)
             for b in pf.iter_batches(batch_size=size, columns=columns, use_threads=False):
                 yield cast(pl.DataFrame, pl.from_arrow(b))  # a RecordBatch gives a DataFrame
+
+
+def tokenized_source(data: Any, shard: int) -> TokenizedSource:
+    """The tokenized shard for generate_shard: its folder (streamed), or an empty frame if it has none."""
+    folder = as_data_path(shard_dir(data, "tokenized_prompts", shard))
+    if not folder.glob("part-*.parquet"):
+        return cast(pl.DataFrame, pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()))
+    return folder
 
 
 def iter_batches(src: TokenizedSource, columns: list[str]) -> Iterator[pl.DataFrame]:
@@ -126,8 +136,6 @@ def prompts_by_id(src: TokenizedSource, prompt_ids: Any) -> pl.DataFrame:
         return pl.concat(parts, how="vertical")
     if isinstance(src, pl.DataFrame):
         return src.clear()
-    from .. import schemas
-
     return cast(pl.DataFrame, pl.from_arrow(schemas.TOKENIZED_PROMPTS.empty_table()))
 
 
@@ -289,9 +297,9 @@ def iter_pending(
     regen_seed: int | None,
     row_hash: Callable[[int], str] | None = None,
     probes: ProbeKeys | None = None,
-) -> Iterator[dict[str, Any]]:
-    """Pass 2: the rows to generate, in input order, one batch of Python objects at a time (`row_hash`:
-    as plan_shard's; the row's `sampling_hash` is the one of its key)."""
+) -> Iterator[WorkItem]:
+    """Pass 2: the items to generate, in input order, one batch of Python objects at a time (`row_hash`:
+    as plan_shard's; the item's `sampling_hash` is the one of its key)."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
     keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
@@ -308,9 +316,15 @@ def iter_pending(
                 )
                 if _split(sid)[0] != int(plan.hi[offset + i]):
                     raise InputChangedError("the tokenized prompts changed while the shard was generating; rerun it")
-                row["sample_id"] = sid
-                row["sampling_hash"] = h_row
-                yield row
+                yield WorkItem(
+                    sample_id=sid,
+                    prompt_id=row["prompt_id"],
+                    input_ids=row["input_ids"],
+                    source=row.get("source"),
+                    shard=row.get("shard"),
+                    template_hash=row.get("template_hash"),
+                    sampling_hash=h_row,
+                )
         offset += n
     if offset != plan.rows:
         raise InputChangedError(f"the tokenized prompts changed during the run ({plan.rows} rows, then {offset})")

@@ -56,22 +56,29 @@ import polars as pl
 
 from .. import schemas
 from ..ingest.canonical import canonical_json
+from ..ingest.prompts_table import prompt_columns, shard_prompts
 from ..profiles import ModelProfile
 from ..storage import DataPath, as_data_path, read_parquet
 from ..tokenize.parse import parse_generation
 from ..tokenize.render import RenderRequest
 from .config import sample_key
+from .items import Turn, WorkItem
 from .probes import ProbeKeys
 
 log = logging.getLogger(__name__)
 
 TURNS_DIR = "turns"
-TURN_EXTRA = ("conversation_id", "turn_index", "prompt_ids", "prompt_messages", "tools")
+# what conversations_from_prompts reads of a prompts row
+CONVERSATION_COLUMNS = ("prompt_id", "source", "shard", "conversation", "tools", "regenerate")
 
 
-def is_turn(item: dict[str, Any]) -> bool:
-    """A conversation's turn (an item TurnDriver built, or its row), as opposed to a single prompt's."""
-    return "turn_index" in item
+@dataclass(frozen=True, slots=True)
+class TurnAnswer:
+    """What the replay needs of a turn's answer (just received, or stored by an earlier run)."""
+
+    output_ids: list[int] | None
+    finish_reason: str | None
+    integrity_violations: list[str] | None
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,7 @@ class TurnDriver:
         s_hash: str,
         regen_seed: int | None,
         max_new_tokens: int,
-        stored: dict[str, dict[str, Any]],
+        stored: dict[str, TurnAnswer],
         probes: ProbeKeys | None = None,
     ) -> None:
         self.renderer = renderer
@@ -240,7 +247,7 @@ class TurnDriver:
         self.max_new_tokens = max_new_tokens
         self.stored = stored
         self.stats = TurnStats()
-        self.ready: deque[dict[str, Any]] = deque()
+        self.ready: deque[WorkItem] = deque()
         self.in_flight = 0
         # (sample_id, turn prompt id, conversation_id, turn_index) on the current paths, one per sample
         self.active_sample_ids: list[tuple[str, str, str, int]] = []
@@ -259,7 +266,7 @@ class TurnDriver:
             self._states[conv.conversation_id] = st
             self._queue_next(st, first=True)
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self) -> WorkItem | None:
         if not self.ready:
             return None
         self.in_flight += 1
@@ -284,22 +291,19 @@ class TurnDriver:
         if self._changed is not None:
             self._changed.set()
 
-    def row_extras(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {k: item[k] for k in TURN_EXTRA}
-
-    def done(self, item: dict[str, Any], row: dict[str, Any]) -> None:
+    def done(self, item: WorkItem, answer: TurnAnswer) -> None:
         """A turn was answered (its row is in the write buffer): queue the conversation's next turn."""
         self.in_flight -= 1
         self.stats.turns_sent += 1
-        self.stored[item["sample_id"]] = row  # another conversation reaching this prompt replays it
-        st = self._states[item["conversation_id"]]
-        self._record(st, item, row)
+        self.stored[item.sample_id] = answer  # another conversation reaching this prompt replays it
+        st = self._states[_conversation_of(item)]
+        self._record(st, item, answer)
         self._notify()
 
-    def failed(self, item: dict[str, Any], reason: str) -> None:
+    def failed(self, item: WorkItem, reason: str) -> None:
         self.in_flight -= 1
         self.stats.turns_failed += 1
-        st = self._states[item["conversation_id"]]
+        st = self._states[_conversation_of(item)]
         self._end(st, f"error_{reason}", not_reached=len(st.conv.turns) - st.k)
         self._notify()
 
@@ -321,7 +325,7 @@ class TurnDriver:
             item = self._build(st)
             if item is None:
                 return
-            cached = self.stored.get(item["sample_id"])
+            cached = self.stored.get(item.sample_id)
             if cached is None:
                 if first:
                     self.ready.append(item)
@@ -332,31 +336,31 @@ class TurnDriver:
             if not self._advance(st, item, cached):
                 return
 
-    def _record(self, st: _State, item: dict[str, Any], row: dict[str, Any]) -> None:
-        if self._advance(st, item, row):
+    def _record(self, st: _State, item: WorkItem, answer: TurnAnswer) -> None:
+        if self._advance(st, item, answer):
             self._queue_next(st)
 
-    def _advance(self, st: _State, item: dict[str, Any], row: dict[str, Any]) -> bool:
+    def _advance(self, st: _State, item: WorkItem, answer: TurnAnswer) -> bool:
         """Turn st.k is stored: account for it and decide whether the conversation goes on."""
         conv, k = st.conv, st.k
         self.stats.turns_regenerated += 1
         self.stats.rows_by_turn[k + 1] += 1
-        if item["sample_id"] in self._active:
+        if item.sample_id in self._active:
             self.stats.turns_shared += 1
         else:
-            self._active.add(item["sample_id"])
-            self.active_sample_ids.append((item["sample_id"], item["prompt_id"], conv.conversation_id, k + 1))
+            self._active.add(item.sample_id)
+            self.active_sample_ids.append((item.sample_id, item.prompt_id, conv.conversation_id, k + 1))
         later = len(conv.turns) - (k + 1)
-        fr = row.get("finish_reason")
+        fr = answer.finish_reason
         reason: str | None = None
         if fr != "stop":
             reason = f"finish_{fr or 'unknown'}"
-        elif row.get("integrity_violations"):
+        elif answer.integrity_violations:
             reason = "integrity_violation"
         if reason is not None:  # not parsed: a flagged turn's ids may be no tokens at all (a negative id)
             self._end(st, reason, not_reached=later)
             return False
-        parsed = parse_generation(list(row.get("output_ids") or []), self.profile, self.tokenizer)
+        parsed = parse_generation(list(answer.output_ids or []), self.profile, self.tokenizer)
         if parsed.problems:
             reason = parsed.problems[0]
         if reason is None and later > 0:
@@ -378,11 +382,11 @@ class TurnDriver:
         if later == 0:
             self.stats.completed += 1
             return False
-        st.history = json.loads(item["prompt_messages"]) + [parsed.assistant_message()]
+        st.history = json.loads(_turn_of(item).prompt_messages) + [parsed.assistant_message()]
         st.k += 1
         return True
 
-    def _build(self, st: _State) -> dict[str, Any] | None:
+    def _build(self, st: _State) -> WorkItem | None:
         """Turn st.k's request item, or None (the conversation ended: the reason is counted)."""
         conv, k = st.conv, st.k
         pos = conv.turns[k]
@@ -411,19 +415,30 @@ class TurnDriver:
         pid = turn_prompt_id(ids)
         probe = self.probes.tag(conv.source) if self.probes is not None else None
         sid = sample_key(pid, self.model_revision, conv.template_hash or "", self.s_hash, self.regen_seed, probe)
-        return {
-            "sample_id": sid,
-            "prompt_id": pid,
-            "source": conv.source,
-            "shard": conv.shard,
-            "template_hash": conv.template_hash,
-            "input_ids": ids,
-            "conversation_id": conv.conversation_id,
-            "turn_index": k + 1,
-            "prompt_ids": ids,
-            "prompt_messages": json.dumps(messages, ensure_ascii=False, sort_keys=True),
-            "tools": tools_json,
-        }
+        return WorkItem(
+            sample_id=sid,
+            prompt_id=pid,
+            input_ids=ids,
+            source=conv.source,
+            shard=conv.shard,
+            template_hash=conv.template_hash,
+            turn=Turn(
+                conversation_id=conv.conversation_id,
+                turn_index=k + 1,
+                prompt_messages=json.dumps(messages, ensure_ascii=False, sort_keys=True),
+                tools=tools_json,
+            ),
+        )
+
+
+def _turn_of(item: WorkItem) -> Turn:
+    if item.turn is None:
+        raise ValueError(f"{item.sample_id}: a prompt's sample, not a conversation's turn")
+    return item.turn
+
+
+def _conversation_of(item: WorkItem) -> str:
+    return _turn_of(item).conversation_id
 
 
 # -- reading the stored turns ------------------------------------------------------------------
@@ -443,10 +458,11 @@ def read_turn_rows(gen_dir: Any, columns: list[str] | None = None) -> pl.DataFra
     return df.unique(subset="sample_id", keep="first", maintain_order=True)
 
 
-def stored_turns(gen_dir: Any) -> dict[str, dict[str, Any]]:
+def stored_turns(gen_dir: Any) -> dict[str, TurnAnswer]:
     """sample_id -> what the replay needs of a stored turn (finish, violations, output ids)."""
     df = read_turn_rows(gen_dir, ["sample_id", "output_ids", "finish_reason", "integrity_violations"])
-    return {r["sample_id"]: r for r in df.iter_rows(named=True)}
+    rows = df.select("sample_id", "output_ids", "finish_reason", "integrity_violations").iter_rows()
+    return {sid: TurnAnswer(ids, fr, viol) for sid, ids, fr, viol in rows}
 
 
 def turn_generations(turns: pl.DataFrame) -> pl.DataFrame:
@@ -508,7 +524,7 @@ class MultiTurn:
     def driver(
         self,
         *,
-        stored: dict[str, dict[str, Any]],
+        stored: dict[str, TurnAnswer],
         model_revision: str,
         s_hash: str,
         regen_seed: int | None,
@@ -539,14 +555,13 @@ def load_multiturn(
     path = as_data_path(prompts_file)
     if not path.exists():
         return None
-    from ..storage import scan_parquet
-
-    lf = scan_parquet([path])
-    if "regenerate" not in lf.collect_schema().names():
+    if "regenerate" not in prompt_columns(path):
         return None  # a prompts table written before the option existed: all final_turn
-    conv = lf.filter((pl.col("shard") == shard) & pl.col("regenerate").is_not_null()).collect()
-    if conv.height == 0:
+    batches = shard_prompts(path, shard, columns=CONVERSATION_COLUMNS)
+    found = [c for b in batches if (c := b.filter(pl.col("regenerate").is_not_null())).height]
+    if not found:
         return None
+    conv = pl.concat(found)
     first = prompts_by_id(tokenized, conv["prompt_id"].to_list())
     return MultiTurn(
         conversations_from_prompts(conv, first), renderer=renderer, profile=profile, max_new_tokens=max_new_tokens

@@ -40,12 +40,13 @@ from .endpoints import EndpointPool
 from .engine import EngineContext, OutcomeRecorder, RequestSource, WeightPin, retry_policy, run_worker
 from .flush import ChunkFlusher
 from .inputs import Plan, TokenizedSource, iter_pending, plan_shard, stored_keys
+from .items import WorkItem
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .probes import ProbeKeys, fleet_drafter_key
 from .report import ProgressReport, RunStats, ShardReport, failures_by_reason, progress_line
 from .requeue import requeue_quarantined
 from .retried import PreviousFailures, write_retried
-from .rows import is_permanent_reason
+from .rows import ErrorRow, is_permanent_reason
 from .sse import StreamMode
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors, stored_sample_ids
 
@@ -201,7 +202,7 @@ class _Work:
     """What this run sends: the plan of single prompts, the conversations' driver, and what is carried."""
 
     plan: Plan
-    items: Iterator[dict[str, Any]]
+    items: Iterator[WorkItem]
     driver: TurnDriver | None
     carried: pl.DataFrame  # permanent failures of earlier runs, not sent again
     previous: PreviousFailures  # earlier failures (and requeued quarantined answers) sent again
@@ -352,17 +353,17 @@ async def _run_engine(
 
 
 async def _note_outcome(
-    report: ShardReport, ctx: EngineContext, work: _Work, errors: list[dict[str, Any]], out_dir: DataPath
+    report: ShardReport, ctx: EngineContext, work: _Work, errors: list[ErrorRow], out_dir: DataPath
 ) -> None:
     """The run's figures into the report: counts, failures by reason, earlier failures sent again, turns."""
     ctx.stats.fill(report)
     report.failed += work.carried.height
     for reason in work.carried.get_column("reason").to_list():
         report.errors_by_kind[reason] = report.errors_by_kind.get(reason, 0) + 1
-    report.failure_details = {r: printable(d) for r, (_, d) in failures_by_reason(errors).items()}
+    report.failure_details = {r: printable(d) for r, (_, d) in failures_by_reason(e.as_row() for e in errors).items()}
     if work.previous.reasons:
         stored_now = await asyncio.to_thread(lambda: stored_sample_ids(out_dir).to_list())
-        report.previous_failures = work.previous.outcome(stored_now, (e["sample_id"] for e in errors))
+        report.previous_failures = work.previous.outcome(stored_now, (e.sample_id for e in errors))
         write_retried(out_dir, datetime.now(UTC).isoformat(timespec="seconds"), report.previous_failures)
     report.per_endpoint = ctx.pool.per_endpoint()
     driver = work.driver
@@ -424,7 +425,8 @@ async def _generate_shard(
         write_retried(out_dir, "", {})  # a run that does not finish leaves no outcome of an earlier one
         _note_plan(report, work, ctx)
         n_workers = _window(report, config, pool, work.pending)
-        flusher = ChunkFlusher(store, turn_store, work.carried.to_dicts(), confirm=pool.confirm_serving)
+        carried = [ErrorRow.of(r) for r in work.carried.iter_rows(named=True)]
+        flusher = ChunkFlusher(store, turn_store, carried, confirm=pool.confirm_serving)
         reporter = _Progress(out_dir.name, ctx.stats, progress)
         await _run_engine(ctx, work, flusher, http, n_workers, reporter, progress_every_s)
         if progress is not None:

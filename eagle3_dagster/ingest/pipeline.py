@@ -50,6 +50,7 @@ from .decontaminate import REASON as EVAL_OVERLAP
 from .errors import EmptySourceError, IngestFileError, RowReject
 from .health import empty_source_message
 from .normalize import FORMAT_ALIASES, build_conversation, build_prompt, detect_layout
+from .prompts_table import ShardSortedWriter
 from .readers import RawRecord, cut_utf8, iter_records, safe_text
 from .spec import CONTROL_TEXT_POLICIES, SourceSpec
 from .turns import regenerate_options
@@ -489,7 +490,7 @@ class _Combiner:
         self.probe_names = frozenset(p.name for p in probe_sets)
         self.counts = CombineCounts(eval_prompts=len(index), probe_sources=len(probe_sets))
         self.seen: set[bytes] = set()
-        self.prompts = _AtomicParquetWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)
+        self.prompts = ShardSortedWriter(out_dir / PROMPTS_FILE, schemas.PROMPTS)  # read a shard at a time
         self.rejects = _AtomicParquetWriter(out_dir / PROMPT_REJECTS_FILE, schemas.PROMPT_REJECTS)
 
     def add_source(self, d: DataPath) -> None:

@@ -321,6 +321,14 @@ def read_source_specs(sources_dir: Path) -> tuple[list[tuple[Path, SourceSpec]],
     return loaded, problems
 
 
+def source_control_text(sources_dir: Path) -> dict[str, str]:
+    """Source name -> its YAML's `control_text` policy (tokenize/control_text.py); {} without a sources folder
+    (every source then gets the default, reject)."""
+    if not sources_dir.is_dir():
+        return {}
+    return {spec.name: spec.control_text for spec in load_source_specs(sources_dir)}
+
+
 def probe_source_names(sources_dir: Path) -> tuple[str, ...]:
     """The `role: probe` sources of the folder (none when it does not exist)."""
     if not sources_dir.is_dir():

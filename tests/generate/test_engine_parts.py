@@ -19,7 +19,10 @@ from eagle3_dagster.generate.engine import (
     count_answer,
 )
 from eagle3_dagster.generate.flush import ChunkFlusher, split_turn_rows
+from eagle3_dagster.generate.items import Turn, WorkItem
+from eagle3_dagster.generate.multiturn import TurnAnswer
 from eagle3_dagster.generate.report import RunStats
+from eagle3_dagster.generate.rows import ErrorRow, result_row
 
 PARAMS = {"max_new_tokens": 24, "min_new_tokens": 0, "temperature": 0.0}
 
@@ -66,31 +69,37 @@ def test_a_conversation_turn_keeps_the_full_budget() -> None:
 # -- the request source ---------------------------------------------------------------------------
 
 
+def item(sample_id: str, turn_index: int | None = None) -> WorkItem:
+    """A prompt's sample, or with a turn index a conversation's turn."""
+    turn = None if turn_index is None else Turn("c", turn_index, "[]", None)
+    return WorkItem(sample_id, "p", [1, 2, 3], turn=turn)
+
+
 class FakeTurns:
     """A driver whose one conversation has a turn in flight that comes back after the prompts."""
 
     def __init__(self) -> None:
-        self.ready: list[dict[str, Any]] = [{"sample_id": "t0", "turn_index": 0}]
+        self.ready: list[WorkItem] = [item("t0", 1)]
         self.busy = True
         self.waits = 0
 
-    def take(self) -> dict[str, Any] | None:
+    def take(self) -> WorkItem | None:
         return self.ready.pop(0) if self.ready else None
 
     async def wait(self) -> None:
         self.waits += 1
-        self.ready.append({"sample_id": "t1", "turn_index": 1})
+        self.ready.append(item("t1", 2))
         self.busy = False
 
 
 def test_request_source_gives_turns_first_then_prompts_then_waits_for_turns_in_flight() -> None:
     turns = FakeTurns()
-    source = RequestSource(iter([{"sample_id": "p0"}, {"sample_id": "p1"}]), turns)  # type: ignore[arg-type]
+    source = RequestSource(iter([item("p0"), item("p1")]), turns)  # type: ignore[arg-type]
 
     async def drain() -> list[str]:
         got = []
-        while (item := await source.next()) is not None:
-            got.append(item["sample_id"])
+        while (next_item := await source.next()) is not None:
+            got.append(next_item.sample_id)
         return got
 
     assert asyncio.run(drain()) == ["t0", "p0", "p1", "t1"]
@@ -98,8 +107,8 @@ def test_request_source_gives_turns_first_then_prompts_then_waits_for_turns_in_f
 
 
 def test_request_source_without_turns_ends_with_its_items() -> None:
-    source = RequestSource(iter([{"sample_id": "p0"}]))
-    assert asyncio.run(source.next()) == {"sample_id": "p0"}
+    source = RequestSource(iter([item("p0")]))
+    assert asyncio.run(source.next()) == item("p0")
     assert asyncio.run(source.next()) is None
 
 
@@ -126,11 +135,16 @@ def answer(finish: dict[str, Any], ids: list[int]) -> Outcome:
 
 def test_count_answer_counts_a_sample_and_its_flags_but_not_a_turn_as_a_sample() -> None:
     stats = RunStats(total=2)
-    row = {"finish_reason": "stop", "prompt_tokens": 7, "cached_tokens": 3, "integrity_violations": ["x"]}
     o = answer({"type": "stop", "matched": "NaN happened"}, [1, 2, 3])
     assert o.response is not None
-    count_answer(stats, o.response, o.latency_s, row, ["length_capped_by_server: 5"], turn=False)
-    count_answer(stats, o.response, o.latency_s, row, [], turn=True)
+    o.response["meta_info"].update(prompt_tokens=7, cached_tokens=3)
+    flags = ["x", "length_capped_by_server: 5"]
+    count_answer(
+        stats, o.response, o.latency_s, result_row(o, item("s"), model_revision="m", s_hash="h", violations=flags)
+    )
+    count_answer(
+        stats, o.response, o.latency_s, result_row(o, item("t", 1), model_revision="m", s_hash="h", violations=["x"])
+    )
     assert stats.succeeded == 1
     assert (stats.output_tokens, stats.prompt_tokens, stats.cached_tokens) == (6, 14, 6)
     assert (stats.nan_finishes, stats.server_capped_length, stats.integrity_violations) == (2, 1, 2)
@@ -140,16 +154,13 @@ def test_count_answer_counts_a_sample_and_its_flags_but_not_a_turn_as_a_sample()
 class FakeFlushTurns:
     def __init__(self) -> None:
         self.failed_with: list[str] = []
-        self.done_rows: list[dict[str, Any]] = []
+        self.answered: list[tuple[str, TurnAnswer]] = []
 
-    def failed(self, item: dict[str, Any], reason: str) -> None:
+    def failed(self, item: WorkItem, reason: str) -> None:
         self.failed_with.append(reason)
 
-    def row_extras(self, item: dict[str, Any]) -> dict[str, Any]:
-        return {"turn_index": item["turn_index"]}
-
-    def done(self, item: dict[str, Any], row: dict[str, Any]) -> None:
-        self.done_rows.append(row)
+    def done(self, item: WorkItem, answer: TurnAnswer) -> None:
+        self.answered.append((item.sample_id, answer))
 
 
 def recorder(turns: FakeFlushTurns | None = None) -> tuple[OutcomeRecorder, Any, ChunkFlusher]:
@@ -169,9 +180,9 @@ def recorder(turns: FakeFlushTurns | None = None) -> tuple[OutcomeRecorder, Any,
 def test_recorder_refusal_is_an_error_row_and_a_failed_sample_or_an_ended_conversation() -> None:
     turns = FakeFlushTurns()
     rec, ctx, flusher = recorder(turns)
-    rec.refuse({"sample_id": "s", "prompt_id": "p"}, "http_400", 400, "bad")
-    rec.refuse({"sample_id": "t", "prompt_id": "p", "turn_index": 2}, "context_overflow", None, "long")
-    assert [e["reason"] for e in flusher.errors] == ["http_400", "context_overflow"]
+    rec.refuse(item("s"), "http_400", 400, "bad")
+    rec.refuse(item("t", 2), "context_overflow", None, "long")
+    assert [e.reason for e in flusher.errors] == ["http_400", "context_overflow"]
     assert ctx.stats.failed == 1 and turns.failed_with == ["context_overflow"]
     assert ctx.stats.errors == {"http_400": 1, "context_overflow": 1}
 
@@ -179,20 +190,23 @@ def test_recorder_refusal_is_an_error_row_and_a_failed_sample_or_an_ended_conver
 def test_recorder_redacts_the_api_key_from_a_server_error_body() -> None:
     rec, _, flusher = recorder()
     o = Outcome(None, "ep", "rid", 0.0, reason="server_error_body", status=200, detail="key sk-secret refused")
-    rec.failed({"sample_id": "s", "prompt_id": "p"}, o)
-    assert "sk-secret" not in flusher.errors[0]["detail"]
+    rec.failed(item("s"), o)
+    assert "sk-secret" not in flusher.errors[0].detail
 
 
 def test_recorder_accepts_an_answer_into_the_buffer_and_hands_a_turn_to_the_driver() -> None:
     turns = FakeFlushTurns()
     rec, ctx, flusher = recorder(turns)
     o = answer({"type": "stop"}, [1, 2])
-    rec.accept({"sample_id": "s", "prompt_id": "p"}, o, None)
-    rec.accept({"sample_id": "t", "prompt_id": "p", "turn_index": 1}, o, ["flag"])
-    assert [r["sample_id"] for r in flusher.rows] == ["s", "t"]
-    assert flusher.rows[0]["worker"] == o.endpoint and flusher.rows[0]["sglang_version"] == "0.5.23"
-    assert flusher.rows[1]["turn_index"] == 1 and flusher.rows[1]["integrity_violations"] == ["flag"]
-    assert [r["sample_id"] for r in turns.done_rows] == ["t"]
+    rec.accept(item("s"), o, None)
+    rec.accept(item("t", 1), o, ["flag"])
+    rows = [r.as_row() for r in flusher.rows]
+    assert [r["sample_id"] for r in rows] == ["s", "t"]
+    assert rows[0]["worker"] == o.endpoint and rows[0]["sglang_version"] == "0.5.23"
+    assert "turn_index" not in rows[0]
+    assert rows[1]["turn_index"] == 1 and rows[1]["integrity_violations"] == ["flag"]
+    assert rows[1]["conversation_id"] == "c" and rows[1]["prompt_ids"] == [1, 2, 3]
+    assert turns.answered == [("t", TurnAnswer([1, 2], "stop", ["flag"]))]
     assert ctx.stats.succeeded == 1  # the turn is counted by the driver
 
 
@@ -219,21 +233,29 @@ class Clock:
         return self.now
 
 
+def row(sample_id: str, turn_index: int | None = None) -> Any:
+    return result_row(
+        answer({"type": "stop"}, [7]), item(sample_id, turn_index), model_revision="m", s_hash="h", violations=[]
+    )
+
+
 def test_split_turn_rows_keeps_the_order_within_each_kind() -> None:
-    rows = [{"s": 1}, {"s": 2, "turn_index": 0}, {"s": 3}]
-    assert split_turn_rows(rows) == ([{"s": 1}, {"s": 3}], [{"s": 2, "turn_index": 0}])
+    rows = [row("1"), row("2", 1), row("3")]
+    assert split_turn_rows(rows) == ([rows[0], rows[2]], [rows[1]])
 
 
 def test_flusher_writes_samples_and_turns_to_their_stores_and_errors_only_when_asked() -> None:
     store, turns = FakeStore(), FakeStore()
-    f = ChunkFlusher(store, turns, [{"sample_id": "carried"}])
-    f.rows += [{"s": 1}, {"s": 2, "turn_index": 0}]
+    carried = ErrorRow("carried", "p", 0, "http_400", 400, "bad")
+    f = ChunkFlusher(store, turns, [carried])
+    f.rows += [row("1"), row("2", 1)]
     asyncio.run(f.flush())
-    assert store.chunks == [[{"s": 1}]] and turns.chunks == [[{"s": 2, "turn_index": 0}]]
+    assert [[r["sample_id"] for r in c] for c in store.chunks] == [["1"]]
+    assert [[(r["sample_id"], r["turn_index"]) for r in c] for c in turns.chunks] == [[("2", 1)]]
     assert store.error_writes == [] and f.rows == []
     asyncio.run(f.flush(with_errors=True))  # the carried errors were never written
     asyncio.run(f.flush(with_errors=True))  # nothing new since
-    assert store.error_writes == [[{"sample_id": "carried"}]]
+    assert store.error_writes == [[carried.as_row()]]
     asyncio.run(f.flush(force_errors=True))
     assert len(store.error_writes) == 2 and len(store.chunks) == 1
 
@@ -241,17 +263,17 @@ def test_flusher_writes_samples_and_turns_to_their_stores_and_errors_only_when_a
 def test_flusher_below_min_rows_writes_nothing() -> None:
     store = FakeStore()
     f = ChunkFlusher(store, None, [])
-    f.rows.append({"s": 1})
+    f.rows.append(row("1"))
     asyncio.run(f.flush(min_rows=2))
-    assert store.chunks == [] and f.rows == [{"s": 1}]
+    assert store.chunks == [] and len(f.rows) == 1
 
 
 def test_flusher_due_after_the_interval_since_the_last_write() -> None:
     clock = Clock()
     f = ChunkFlusher(FakeStore(), None, [], clock=clock)
     assert f.due(5.0) == (False, False)
-    f.rows.append({"s": 1})
-    f.errors.append({"sample_id": "e"})
+    f.rows.append(row("1"))
+    f.errors.append(ErrorRow("e", "p", 0, "http_400", 400, "bad"))
     clock.now += 4.0
     assert f.due(5.0) == (False, False)
     clock.now += 1.0
@@ -291,3 +313,13 @@ def test_workers_are_spread_over_small_http_pools() -> None:
         return pools, same, apart
 
     assert asyncio.run(spread()) == (3, True, True)
+
+
+def test_a_stored_row_has_exactly_its_tables_columns() -> None:
+    """The typed row becomes its table's row at the write: every column, none that the table lacks (a row dict
+    short of a column would be written with a silent null, a typo'd key silently dropped)."""
+    from eagle3_dagster.schemas import GENERATION_ERRORS, GENERATIONS, TURN_GENERATIONS
+
+    assert set(row("s").as_row()) == set(GENERATIONS.names)
+    assert set(row("t", 1).as_row()) == set(TURN_GENERATIONS.names)
+    assert set(ErrorRow("e", "p", 0, "http_400", 400, "bad").as_row()) == set(GENERATION_ERRORS.names)

@@ -48,8 +48,8 @@ def test_plan_from_parquet_path_equals_dataframe(tmp_path: Path):
     p_df = plan_shard(df, stored=none, **kw)
     p_path = plan_shard(tmp_path, stored=none, **kw)
     assert (p_df.rows, p_df.requested, p_df.pending) == (p_path.rows, p_path.requested, p_path.pending) == (25, 20, 20)
-    rows_df = [r["sample_id"] for r in iter_pending(df, p_df, **kw)]
-    rows_path = [(r["sample_id"], r["input_ids"]) for r in iter_pending(tmp_path, p_path, **kw)]
+    rows_df = [r.sample_id for r in iter_pending(df, p_df, **kw)]
+    rows_path = [(r.sample_id, r.input_ids) for r in iter_pending(tmp_path, p_path, **kw)]
     assert rows_df == [s for s, _ in rows_path] and len(set(rows_df)) == 20
     assert [ids for _, ids in rows_path] == df.head(20).get_column("input_ids").to_list()
 

@@ -58,7 +58,7 @@ def test_streamed_views_equal_the_whole_frame(prompts, tmp_path, kind, monkeypat
     plan = plan_shard(src, stored=none, **KW)
     rows = list(iter_pending(src, plan, **KW))
     assert (plan.rows, plan.requested, len(rows)) == (3007, 3000, 3000)
-    assert [r["input_ids"] for r in rows] == prompts.head(3000)["input_ids"].to_list()
+    assert [r.input_ids for r in rows] == prompts.head(3000)["input_ids"].to_list()
 
 
 def test_echo_feature_from_the_view_equals_the_full_prompts(prompts, kimi_profile):

@@ -34,13 +34,13 @@ BATCH, BUCKET = 2, 2
 def small_stream_batches(monkeypatch):
     from eagle3_dagster.defs import generate as gen_defs
     from eagle3_dagster.defs import tokenize as tok_defs
-    from eagle3_dagster.defs import train as train_defs
     from eagle3_dagster.storage import spill
+    from eagle3_dagster.train import inputs as train_inputs
 
     monkeypatch.setattr(tok_defs, "PROMPT_SLICE_ROWS", BATCH)  # tokenized_prompts in many slices
 
     monkeypatch.setattr(gen_defs, "GENERATION_BATCH_ROWS", BATCH)
-    monkeypatch.setattr(train_defs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
+    monkeypatch.setattr(train_inputs, "GENERATION_BATCH_ROWS", BATCH)  # many batches ...
     monkeypatch.setattr(spill, "BUCKET_ROWS", BUCKET)  # ... and many sort buckets for a demo shard
 
 
@@ -113,8 +113,8 @@ def assert_training_shard_equals_whole_shard_build(data: Path, shard: str, pipel
 
     # the generations gate: the streamed feature frame is the whole-shard one (same stored outcomes, same
     # quarantine bytes as validating generation_features over every generation at once)
-    from eagle3_dagster.defs.generate import ECHO_WINDOW, tokenized_source
-    from eagle3_dagster.generate.inputs import prompt_view
+    from eagle3_dagster.defs.generate import ECHO_WINDOW
+    from eagle3_dagster.generate.inputs import prompt_view, tokenized_source
     from eagle3_dagster.quality import generation_features
     from eagle3_dagster.report.previews import PREVIEW_PROMPT_TAIL
 
