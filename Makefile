@@ -25,7 +25,7 @@ endif
 # SpecForge lane (specforge: a CPU torch==2.13.0 and what specforge.data imports), the real sglang-router and
 # smg (router: tests/generate/test_sglang_router.py and test_smg.py start them in front of simulator workers), the speculators
 # lane (speculators: what vllm speculators' package import needs on CPU, with the SpecForge torch;
-# tests/train/test_speculators_lane.py, docs/exports.md), the SGLang
+# tests/publish/test_speculators_lane.py, docs/exports.md), the SGLang
 # schema lane (sglang_schema: what SGLang's request/response code needs on CPU, with the SpecForge torch;
 # tests/generate/test_sglang_schema.py, docs/sglang-schema.md) and the docs site (docs: MkDocs Material,
 # `make docs`).

@@ -9,6 +9,7 @@ from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+from quality_helpers import EXPECTATIONS_DIR, Kimi
 from serial_lane import is_serial, long_modules_first
 from sim_forkserver import ForkLauncher
 
@@ -157,3 +158,15 @@ def kimi_tokenizer(kimi_profile: ModelProfile):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(KIMI_TOKENIZER_DIR))
+
+
+@pytest.fixture(scope="session")
+def kimi(kimi_tokenizer, kimi_profile: ModelProfile) -> Kimi:
+    """Kimi-K2.5 prompts and outputs as the real tokenizer and server make them (tests/quality_helpers.py)."""
+    return Kimi(kimi_tokenizer, kimi_profile)
+
+
+@pytest.fixture()
+def gx_dirs(tmp_path: Path) -> dict[str, Path]:
+    """The project's expectations and a GX context dir of the test's own, for run_gate."""
+    return {"expectations_dir": EXPECTATIONS_DIR, "context_dir": tmp_path / "data" / "gx"}

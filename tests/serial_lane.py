@@ -23,7 +23,7 @@ SERIAL_MODULES = frozenset(
         "tests/pipeline/test_demo_stop.py",  # Ctrl-C / SIGTERM to a running demo
         "tests/pipeline/test_publish_stop_graph.py",
         "tests/pipeline/test_stopping_and_versions.py",
-        "tests/train/test_publish_stop.py",
+        "tests/publish/test_publish_stop.py",
         # whole runs against the wall clock, or whose runs must overlap: beside two busy workers they run out
         "tests/reliability/test_postgres_pool.py",  # four shard runs, two generating at once
         "tests/pipeline/test_demo_dead_url.py",  # a cached shard in < 60 s, a dead endpoint named in < 90 s
@@ -42,7 +42,7 @@ LONG_MODULES = (
     "tests/test_gpu_smoke.py",
     "tests/plan/test_plan_cli.py",
     "tests/reliability/test_executors.py",
-    "tests/quality/test_quality_html_report.py",
+    "tests/report/test_quality_html_report.py",
     "tests/pipeline/test_demo_named_jobs.py",
     "tests/generate/test_router_capacity.py",
     "tests/reliability/test_object_storage.py",
@@ -52,7 +52,7 @@ LONG_MODULES = (
     "tests/pipeline/test_bfcl_multiturn_graph.py",
     "tests/pipeline/test_demo_lock.py",
     "tests/pipeline/test_requeue_quarantined.py",
-    "tests/train/test_specforge_lane.py",
+    "tests/publish/test_specforge_lane.py",
     "tests/pipeline/test_publish_gates.py",
 )
 # the session's `eagle3 ui` (a simulator and `dagster dev`) starts once, in the serial lane, not once per worker

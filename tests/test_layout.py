@@ -9,6 +9,9 @@
 - No function under eagle3_dagster/ is longer than 80 lines (small named functions, cut by concept).
   ruff's PLR0915 (statements) and C901 (complexity) in pyproject.toml hold the same line at lint time.
 
+- Test folders follow the packages: tests/<pkg>/ holds the tests of eagle3_dagster/<pkg>, and each of its
+  test modules imports that package; the gates' folder holds no report test.
+
 A module still allowed to break the environment rule is listed in PENDING_ENV; an entry that no longer
 breaks it fails too, so the list cannot go stale.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 from eagle3_dagster.config import PROJECT_ROOT
 
 PACKAGE = PROJECT_ROOT / "eagle3_dagster"
+TESTS = PROJECT_ROOT / "tests"
 ENV_READERS = {"eagle3_dagster/config.py", "eagle3_dagster/sim/settings.py"}
 PENDING_ENV: dict[str, str] = {}  # none left
 MAX_FUNCTION_LINES = 80
@@ -203,3 +207,108 @@ def test_no_function_is_longer_than_80_lines():
         if found:
             too_long[rel] = found
     assert not too_long, f"cut these into small named functions (<= {MAX_FUNCTION_LINES} lines): {too_long}"
+
+
+# Test folders that are no one package's: whole graphs on a Dagster instance, deployments (Postgres, object
+# storage, executors, the browser), the parallel lane's start-up hook, test data.
+CROSS_PACKAGE_TEST_DIRS = {"pipeline", "reliability", "background", "data"}
+# Packages a test drives a stage through rather than tests: the CLI, the Dagster wiring, the dev tools.
+DRIVER_PACKAGES = {"app", "defs", "orchestration", "devtools"}
+
+
+def project_imports(source: str) -> tuple[set[str], set[str], set[str]]:
+    """The eagle3_dagster modules or packages `source` imports (their first name under eagle3_dagster), anywhere
+    in it and at its top level, and the local modules it imports (plain names: helpers beside it)."""
+    anywhere: set[str] = set()
+    top: set[str] = set()
+    local: set[str] = set()
+    tree = ast.parse(source)
+    top_nodes = set(map(id, tree.body))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            first, _, rest = node.module.partition(".")
+            names = {rest.split(".")[0]} if rest else {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            first, names = "eagle3_dagster", set()
+            for a in node.names:
+                head, _, rest = a.name.partition(".")
+                if head == "eagle3_dagster" and rest:
+                    names.add(rest.split(".")[0])
+                elif "." not in a.name:
+                    local.add(a.name)
+        else:
+            continue
+        if first != "eagle3_dagster":
+            if isinstance(node, ast.ImportFrom):
+                local.add(node.module)
+            continue
+        anywhere |= names
+        if id(node) in top_nodes:
+            top |= names
+    return anywhere, top, local
+
+
+def _packages() -> set[str]:
+    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
+def modules_off_their_package(tests: Path = TESTS) -> dict[str, list[str]]:
+    """Test modules in a package's folder that do not import it, by folder. A module whose imports reach its
+    package through a helper module of its folder (tests/sim/sim_helpers.py) counts; one that imports no
+    package but the base modules and the drivers drives its package from outside (the CLI in a process, the
+    simulator over HTTP: a command it runs names no package) and is left to its folder."""
+    packages = _packages()
+    off: dict[str, list[str]] = {}
+    for folder in sorted(d for d in tests.iterdir() if d.is_dir() and d.name in packages):
+        helpers = {p.stem: project_imports(p.read_text())[0] for p in folder.glob("*.py")}
+        for path in sorted(folder.glob("test_*.py")):
+            imported, _, local = project_imports(path.read_text())
+            for name in local & set(helpers):
+                imported |= helpers[name]
+            stages = imported & packages - DRIVER_PACKAGES
+            if folder.name not in imported and stages:
+                off.setdefault(folder.name, []).append(f"{path.name} (imports {', '.join(sorted(stages))})")
+    return off
+
+
+def report_tests_among_gates(tests: Path = TESTS) -> list[str]:
+    """tests/quality/ modules that import the report at their top: the gates never draw the report
+    (tests/quality/test_gates_import_no_report.py), so such a module tests the report and goes in tests/report/."""
+    return [
+        p.name for p in sorted((tests / "quality").glob("test_*.py")) if "report" in project_imports(p.read_text())[1]
+    ]
+
+
+def test_the_import_scanner_sees_each_form_and_where_it_is():
+    source = textwrap.dedent(
+        """
+        import eagle3_dagster.quality.gate
+        from eagle3_dagster import schemas, storage
+        from eagle3_dagster.publish.snapshot import build_snapshot
+        from quality_helpers import Kimi
+        import sim_ctl
+
+        def f():
+            from eagle3_dagster.report.html import render
+        """
+    )
+    anywhere, top, local = project_imports(source)
+    assert anywhere == {"quality", "schemas", "storage", "publish", "report"}
+    assert top == anywhere - {"report"}
+    assert local == {"quality_helpers", "sim_ctl"}
+
+
+def test_every_test_folder_is_a_package_or_a_named_cross_package_one():
+    folders = {d.name for d in TESTS.iterdir() if d.is_dir() and not d.name.startswith((".", "__"))}
+    assert folders - _packages() - CROSS_PACKAGE_TEST_DIRS == set(), "name it after its package, or list it"
+    assert {"quality", "report", "publish", "train"} <= folders
+
+
+def test_the_tests_in_a_package_folder_import_that_package():
+    off = modules_off_their_package()
+    assert not off, f"move each to the folder of the package it tests (git mv): {off}"
+
+
+def test_the_report_tests_are_not_among_the_gates():
+    found = report_tests_among_gates()
+    assert not found, f"these test the report: move them to tests/report/ (git mv): {found}"

@@ -22,7 +22,7 @@ whole snapshot held in memory: same rows, in another order when there are severa
 written by streaming: each shard table is read a batch at a time (ParquetFile.iter_batches, BATCH_ROWS
 rows, bounded read buffers: snapshot_row_batches) and each JSONL line written as its row comes, so
 memory grows neither with the snapshot nor with its number of shards. The same shard tables give
-byte-identical exports however they were written (tests/train/test_export_streaming.py).
+byte-identical exports however they were written (tests/publish/test_export_streaming.py).
 
 Each exporter returns its manifest entry: rows written, rows flagged or left out, and how many rows
 SpecForge reproduces exactly (`specforge_exact_rows`, with how that was established).
@@ -50,7 +50,7 @@ PREFORMATTED_FILE = "exports/specforge_preformatted.jsonl"
 CONVERSATIONS_FILE = "exports/conversations.jsonl"
 
 # SpecForge 0.2.0's TEMPLATE_REGISTRY entries for our profiles (specforge/data/template.py):
-# (template name, assistant_header, end_of_turn_token). tests/train/test_specforge_lane.py checks these
+# (template name, assistant_header, end_of_turn_token). tests/publish/test_specforge_lane.py checks these
 # against the installed SpecForge and proves check_preformatted() agrees with its own preprocessing.
 SPECFORGE_TEMPLATES: dict[str, tuple[str, str, str]] = {
     "kimi-k2.5": ("kimi-k2-thinking", "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"),
@@ -62,7 +62,7 @@ STREAM_BUFFER_BYTES = 1 << 20  # read buffer per column of a streamed Parquet fi
 OPTIONAL_COLUMNS = ("text_exact", "text_mismatch_pos", "control_text_in_content", *ACCEPTANCE_COLUMNS, LEFT_OUT)
 CHECKED_BY = (
     "eagle3 check_preformatted (SpecForge 0.2.0 preprocess_conversations, is_preformatted=True, "
-    "train_only_last_turn=True; agreement proven by tests/train/test_specforge_lane.py)"
+    "train_only_last_turn=True; agreement proven by tests/publish/test_specforge_lane.py)"
 )
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ every turn re-encoded, through an exact tiktoken twin of a byte-level BPE tokeni
 probed against the tokenizer when built; the turns of a batch in ONE call, `FastBPE.encode_turns`) or
 else the `tokenizers` Rust library in one batch call (threads when TOKENIZERS_PARALLELISM allows, set in
 config.py); never per token through transformers. `parse_generation` / `round_trip_mismatch` are the
-per-sample reference through the tokenizer's own decode/encode; tests/train/test_train_parse.py checks
+per-sample reference through the tokenizer's own decode/encode; tests/tokenize/test_parse.py checks
 both give the same result on every shared dataset and on non-canonical sampler output.
 
 Kimi-K2.5 layout (prompt ends with `<think>`):

@@ -1,4 +1,5 @@
-"""Small, realistic frames for the quality tests: real Kimi ids from the real tokenizer."""
+"""Small, realistic frames for the gate, report and publish tests: real Kimi ids from the real tokenizer
+(the `kimi` and `gx_dirs` fixtures in tests/conftest.py)."""
 
 from __future__ import annotations
 
