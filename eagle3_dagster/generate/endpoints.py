@@ -264,7 +264,9 @@ class EndpointPool:
         any of its workers'): those of `names` (the endpoints whose answers are about to be written) are read
         again now; an endpoint already known to have changed is always named."""
         for ep in self.endpoints:
-            if ep.name in names and ep.server_info and not ep.changed and not ep.refused:
+            # a router is read through its workers even when its own server info was empty
+            watched = ep.server_info or (ep.kind == "router" and ep.worker_drafters)
+            if ep.name in names and watched and not ep.changed and not ep.refused:
                 change = _first_change(_watched(ep), await self._drafters_now(ep))
                 if change is not None:
                     self._serving_changed(ep, change)

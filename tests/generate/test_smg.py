@@ -192,15 +192,27 @@ def _rids(s: Sim) -> list[str]:
     return list(s.stats(rids=True)["rid_counts"])
 
 
+@pytest.mark.parametrize("gateway_info", ["its own", "empty"])
 def test_a_drafter_swapped_on_one_worker_behind_smg_stops_the_run_naming_that_worker_and_both_drafters(
-    fleet, tmp_path: Path
+    fleet, tmp_path: Path, monkeypatch, gateway_info: str
 ):
     """The workers run different drafters, so the gateway as a whole runs none: only a per-worker reading sees
     worker a swap its drafter mid-run (before: unseen, the run said SUCCESS and a's later rows named its old
     drafter). The run stops at the next chunk write, naming a and both drafters; every stored row names the
-    drafter that served it, and the rerun generates the rest under a's new drafter."""
+    drafter that served it, and the rerun generates the rest under a's new drafter. The same when the
+    gateway's own server info is an empty object (its workers are still read one by one; before, such a
+    gateway was never read again)."""
     url, sims = fleet
     _clear(sims)
+    if gateway_info == "empty":
+        read = endpoints.EndpointPool._get_json
+
+        async def gateway_says_nothing(self, ep, path):
+            if ep.url == url and path in ("/server_info", "/get_server_info"):
+                return {}
+            return await read(self, ep, path)
+
+        monkeypatch.setattr(endpoints.EndpointPool, "_get_json", gateway_says_nothing)
     a, b = sims["a"], sims["b"]
     old, b_drafter = _drafter_now(a), _drafter_now(b)
     earlier = set(_rids(a))
