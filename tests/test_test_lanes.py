@@ -84,7 +84,7 @@ def test_the_two_lanes_split_the_suite_and_an_unmarked_process_still_fails_in_a_
     """A copy of tests/conftest.py over a sample module, run as `make test` runs the two lanes."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for helper in ("conftest.py", "serial_lane.py", "sim_forkserver.py"):
+    for helper in ("conftest.py", "serial_lane.py", "sim_forkserver.py", "quality_helpers.py"):
         shutil.copy(TESTS / helper, suite / helper)
     (suite / "test_sample.py").write_text(SAMPLE)
     (suite / "pytest.ini").write_text("[pytest]\naddopts = --strict-markers\nmarkers =\n    integration\n    serial\n")
@@ -111,7 +111,7 @@ def test_the_parallel_lane_starts_a_long_module_before_one_with_more_tests(tmp_p
     """xdist, as `make test` runs it, hands out LONG_MODULES first, not the modules with the most tests."""
     suite = tmp_path / "suite"
     suite.mkdir()
-    for helper in ("conftest.py", "sim_forkserver.py"):
+    for helper in ("conftest.py", "sim_forkserver.py", "quality_helpers.py"):
         shutil.copy(TESTS / helper, suite / helper)
     lanes = (TESTS / "serial_lane.py").read_text() + '\nLONG_MODULES = ("test_long.py",)\n'
     (suite / "serial_lane.py").write_text(lanes)
