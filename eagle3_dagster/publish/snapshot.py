@@ -57,9 +57,10 @@ from ..storage import (
     sha256_of,
     shard_key,
 )
-from ..train.summary import STAT_COLUMNS, sample_stats, summarize
+from ..train.summary import STAT_COLUMNS, Summary, sample_stats, summarize
 from .card import write_card
 from .identity import IDENTITY_SCHEME, ContentHasher
+from .snapshot_gates import PublishedSnapshot, SnapshotFacts, SnapshotVerdict
 
 GATES = ("prompts", "generations", "training_samples")
 PUBLISH_LOCK = "snapshots/.publish.lock"
@@ -90,7 +91,7 @@ class SnapshotResult:
     removed_by_retention: list[str]
     manifest: dict[str, Any]
     published: bool = True  # False: refused by the publish gate (path None) or held back by drift
-    verdict: Any = None  # publish.snapshot_gates.SnapshotVerdict when judged
+    verdict: SnapshotVerdict | None = None  # what the snapshot gates decided (None: not judged)
     latest: str | None = None  # what LATEST names after this build
     removed_staging: list[str] = field(default_factory=list)  # staging folders of dead attempts, deleted
 
@@ -162,7 +163,7 @@ def read_manifest(root: PathLike, version: str | None) -> dict[str, Any] | None:
 
 def content_and_summary(
     data: DataPath, decisions: Sequence[ShardDecision], profile: Any = None
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[str, Summary | None]:
     """(full content digest, distribution summary or None without a profile) of the included shards.
 
     Streamed (ContentHasher.update_file): each shard table is read a batch at a time; what is kept for
@@ -215,7 +216,7 @@ def build_snapshot(
     exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]] = (),
     now: dt.datetime | None = None,
     profile: Any = None,
-    judge: Callable[[dict[str, Any]], Any] | None = None,
+    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None = None,
     run_id: str | None = None,
     lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
     on_wait: Callable[[str], None] | None = None,
@@ -228,9 +229,8 @@ def build_snapshot(
     partial one (the judge decides: `info["allow_partial"]`); the manifest names every shard left out and why
     (`shards_left_out`), and so does the data card.
 
-    `profile` enables the distribution summary. `judge(info)` -> an object with `publish` (bool),
-    `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
-    shards_included, excluded, summary and previous (LATEST's manifest). Without a judge every
+    `profile` enables the distribution summary. `judge(facts)` -> the SnapshotVerdict of the assembled
+    snapshot (its rows, shards included and left out, summary, LATEST's manifest). Without a judge every
     snapshot is published. `run_id` is written into the lock (named to a publisher that has to
     wait); `on_wait(line)` is told once when it waits and when the lock covers this host only
     (object storage: the lock file goes in `local_lock_dir`, the work dir's locks/).
@@ -343,7 +343,7 @@ def _build_snapshot_locked(
     exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
     now: dt.datetime | None,
     profile: Any,
-    judge: Callable[[dict[str, Any]], Any] | None,
+    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None,
     allow_partial: bool = False,
 ) -> SnapshotResult:
     data = as_data_path(data_dir)
@@ -357,11 +357,10 @@ def _build_snapshot_locked(
     # the same content as LATEST needs no new judgement, unless shards are left out that no one agreed to leave
     unasked = not allow_partial and not all(d.included for d in decisions)
     if judge is not None and (latest != version or unasked):
-        info = _judged_snapshot(rows, decisions, summary, read_manifest(root, latest))
-        verdict = judge({**info, "allow_partial": allow_partial})
-    published = verdict is None or bool(verdict.publish)
+        verdict = judge(_judged_snapshot(rows, decisions, summary, read_manifest(root, latest), allow_partial))
+    published = verdict is None or verdict.publish
     gate_fields = _gate_fields(verdict, latest)
-    refused = verdict is not None and not verdict.publish_gate.get("success", True)
+    refused = verdict is not None and not verdict.publish_gate.success
     attempt = {
         "version": version,
         "rows": rows,
@@ -416,27 +415,32 @@ def _build_snapshot_locked(
 
 
 def _judged_snapshot(
-    rows: int, decisions: Sequence[ShardDecision], summary: dict[str, Any] | None, previous: dict[str, Any] | None
-) -> dict[str, Any]:
+    rows: int,
+    decisions: Sequence[ShardDecision],
+    summary: Summary | None,
+    previous: dict[str, Any] | None,
+    allow_partial: bool,
+) -> SnapshotFacts:
     """What the publish and drift gates judge: the assembled snapshot beside the previous published one."""
-    return {
-        "rows": rows,
-        "shards_included": sum(1 for d in decisions if d.included),
-        "summary": summary or {},
-        "previous": previous,
-        "excluded": {d.shard: d.reason for d in decisions if not d.included},
-    }
+    return SnapshotFacts(
+        rows=rows,
+        shards_included=sum(1 for d in decisions if d.included),
+        summary=summary or Summary(),
+        previous=PublishedSnapshot.from_manifest(previous) if previous is not None else None,
+        excluded={d.shard: d.reason for d in decisions if not d.included},
+        allow_partial=allow_partial,
+    )
 
 
-def _gate_fields(verdict: Any, latest: str | None) -> dict[str, Any]:
+def _gate_fields(verdict: SnapshotVerdict | None, latest: str | None) -> dict[str, Any]:
     """The manifest fields a judged snapshot carries (none when nothing was judged)."""
     if verdict is None:
         return {}
-    published = bool(verdict.publish)
+    published = verdict.publish
     fields: dict[str, Any] = {
         "published": published,
-        "publish_gate": verdict.publish_gate,
-        "drift": verdict.drift,
+        "publish_gate": verdict.publish_gate.to_json(),
+        "drift": verdict.drift.to_json() if verdict.drift is not None else None,
         "previous_version": latest,
     }
     if not published:
@@ -454,7 +458,7 @@ def _write_snapshot(
     digest: str,
     rows: int,
     config: dict[str, Any],
-    summary: dict[str, Any] | None,
+    summary: Summary | None,
     gate_fields: dict[str, Any],
     now: dt.datetime | None,
 ) -> bool:
@@ -559,7 +563,7 @@ def _assemble(
     digest: str,
     rows: int,
     config: dict[str, Any],
-    summary: dict[str, Any] | None,
+    summary: Summary | None,
     gate_fields: dict[str, Any],
     now: dt.datetime | None,
 ) -> None:

@@ -210,17 +210,17 @@ def test_the_same_snapshot_built_again_has_the_same_card(tmp_path):
 def test_a_held_back_snapshot_published_later_keeps_a_true_card(tmp_path):
     """The drift policy holds a snapshot back, a later publish of the same content publishes it: the card
     written the first time must not still say it was held back (it leaves that to the manifest)."""
-    from types import SimpleNamespace
+    from eagle3_dagster.publish.snapshot_gates import DriftVerdict, GateVerdict, SnapshotVerdict
 
     _write_shard(tmp_path, 0, 3)
 
     def judge(publish: bool):
-        gate = {"success": True, "suite_sha256": "s1", "outcomes": []}
-        drift = {"status": "ok" if publish else "drifted", "policy": "hold"}
-        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
-        return lambda info: SimpleNamespace(
-            publish=publish, reasons=reasons, publish_gate=gate, drift=drift, to_json=lambda: {"publish": publish}
+        gate = GateVerdict(success=True, suite_sha256="s1", created_at="", outcomes=(), values={})
+        drift = DriftVerdict(
+            gate, status="ok" if publish else "warned", policy="hold", against=None, failed=(), before={}
         )
+        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
+        return lambda facts: SnapshotVerdict(publish=publish, reasons=reasons, publish_gate=gate, drift=drift)
 
     held = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(False))
     card = (Path(held.path) / "README.md").read_bytes()

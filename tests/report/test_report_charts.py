@@ -105,13 +105,9 @@ def _night(data: Path, kimi, profile, night: int):
             for gate in ("prompts", "generations", "training_samples"):
                 write_gate_result(data, gate, shard, res)
 
-    def judge(info):
+    def judge(facts):
         return judge_snapshot(
-            rows=info["rows"],
-            shards_included=info["shards_included"],
-            summary=info["summary"],
-            previous=info["previous"],
-            excluded=info["excluded"],
+            facts,
             expectations_dir=EXPECTATIONS_DIR,
             context_dir=data / "gx",
         )
@@ -132,7 +128,7 @@ def two_nights(tmp_path_factory, kimi, kimi_profile):
 
 def test_report_has_charts_and_drift_on_top(two_nights):
     _data, first, second, report = two_nights
-    assert first.published and second.published and second.verdict.drift["status"] == "warned"
+    assert first.published and second.published and second.verdict.drift.status == "warned"
     text = report.read_text()
     assert "<script" not in text.lower() and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     top = text[: text.index("Gates by shard")]
