@@ -125,7 +125,7 @@ GENERATION_HEADLINES = (
 )
 
 
-def probes_and_acceptance(
+def probes_and_acceptance(  # noqa: PLR0913
     step: ShardStep,
     out: Any,
     active: pl.DataFrame,

@@ -218,7 +218,7 @@ def _status_failure(reply: _Reply, ep: Endpoint, pool: EndpointPool, headers: di
     return FinalFailure(f"http_{st}", st, msg)
 
 
-async def _attempt(
+async def _attempt(  # noqa: PLR0913
     pool: EndpointPool,
     client: httpx.AsyncClient,
     headers: dict[str, str],
@@ -383,7 +383,7 @@ def _partial_retry_kind(why: str, code: int | None) -> str:
     return "unfinished" if why == "unfinished_answer" else "abort"
 
 
-async def _attempt_by(
+async def _attempt_by(  # noqa: PLR0913
     deadline: float,
     pool: EndpointPool,
     client: httpx.AsyncClient,
@@ -412,7 +412,7 @@ async def _attempt_by(
         raise DeadlineExceeded(on[-1].name if on else "", on[-1].url if on else "") from None
 
 
-async def generate_one(
+async def generate_one(  # noqa: PLR0913
     *,
     pool: EndpointPool,
     client: httpx.AsyncClient,

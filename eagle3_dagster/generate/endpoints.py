@@ -78,7 +78,7 @@ log = logging.getLogger(__name__)
 
 
 class EndpointPool:
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         urls: tuple[str, ...],
         client: httpx.AsyncClient,

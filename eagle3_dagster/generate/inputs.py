@@ -224,7 +224,7 @@ class SampleKeys:
         return sample_key(prompt_id, self.model_revision, template_hash or "", h_row, self.regen_seed, probe), h_row
 
 
-def plan_shard(
+def plan_shard(  # noqa: PLR0913
     src: TokenizedSource,
     *,
     model_revision: str,

@@ -224,7 +224,7 @@ class TurnDriver:
     turn may still become ready, `wait()` blocks until something changed. One event loop, no locks.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         conversations: list[Conversation],
         *,

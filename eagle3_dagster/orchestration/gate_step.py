@@ -12,7 +12,7 @@ from ..quality import run_gate, write_gate_result
 from ..storage import write_frame_atomic
 
 
-def gated_result(
+def gated_result(  # noqa: PLR0913
     context: Any,
     pipeline: Any,
     gate: str,

@@ -351,7 +351,7 @@ def _after(state: GraphState, run: NextRun, record: RunRecord) -> GraphState:
     return replace(state, report=st)
 
 
-def materialize_graph(
+def materialize_graph(  # noqa: PLR0913
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     *,

@@ -115,7 +115,7 @@ class Plan:
         return as_jsonable(asdict(self))
 
 
-def build_plan(
+def build_plan(  # noqa: PLR0913
     specs: Sequence[SourceSpec],
     *,
     data: DataPath,
@@ -192,7 +192,7 @@ def build_plan(
     )
 
 
-def _estimates(
+def _estimates(  # noqa: PLR0913
     fleet: Fleet,
     capacity: list[EndpointCapacity],
     probes: list[EndpointProbe],

@@ -117,7 +117,7 @@ async def _probe_one(
     return EndpointProbe(name, n, sum(counts), wall, revision, servers, context)
 
 
-def probe_endpoints(
+def probe_endpoints(  # noqa: PLR0913
     endpoints: Sequence[str],
     prompts: Sequence[list[int]],
     sampling: dict[str, Any],

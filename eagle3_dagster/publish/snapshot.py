@@ -206,7 +206,7 @@ def request_failures(data: DataPath, decisions: Sequence[ShardDecision]) -> dict
     return out
 
 
-def build_snapshot(
+def build_snapshot(  # noqa: PLR0913
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
@@ -333,7 +333,7 @@ def _refuse_if_stopped(root: DataPath, version: str, attempt: dict[str, Any], at
         )
 
 
-def _build_snapshot_locked(
+def _build_snapshot_locked(  # noqa: PLR0913
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
@@ -448,7 +448,7 @@ def _gate_fields(verdict: SnapshotVerdict | None, latest: str | None) -> dict[st
     return fields
 
 
-def _write_snapshot(
+def _write_snapshot(  # noqa: PLR0913
     data: DataPath,
     snap: DataPath,
     decisions: Sequence[ShardDecision],
@@ -552,7 +552,7 @@ def stamp_published_at(
     return manifest
 
 
-def _assemble(
+def _assemble(  # noqa: PLR0913
     data: DataPath,
     staging: DataPath,
     snap: DataPath,

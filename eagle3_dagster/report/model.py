@@ -489,7 +489,7 @@ def shard_ids(data: DataPath, gates: Sequence[str], n_shards: int | None, shards
     return sorted(set(shards) if shards is not None else set(range(n_shards or 0)) | _gate_shards(data, gates))
 
 
-def assemble(
+def assemble(  # noqa: PLR0913
     data: DataPath,
     work: Path,
     rows: list[ShardRow],
@@ -540,7 +540,7 @@ def _plan_view(data: DataPath) -> dict[str, Any] | None:
     return plan_vs_actual(data, read_plan(data))
 
 
-def collect(
+def collect(  # noqa: PLR0913
     data_dir: PathLike,
     work_dir: PathLike,
     *,

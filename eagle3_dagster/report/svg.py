@@ -145,7 +145,7 @@ def histogram(
     return _frame(f"{title} (n={n})", body, x_label=x_label, y_label=y_label)
 
 
-def bars(
+def bars(  # noqa: PLR0913
     title: str,
     labels: Sequence[str],
     values: Sequence[float],
@@ -171,7 +171,7 @@ def bars(
     )
 
 
-def grouped_bars(
+def grouped_bars(  # noqa: PLR0913
     title: str,
     categories: Sequence[str],
     series: dict[str, Sequence[float | None]],

@@ -339,7 +339,7 @@ class StreamSender:
 
     end_early = False
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         sim: Sim,
         request: web.Request,

@@ -286,7 +286,7 @@ def request_seed(prompt_ids: Sequence[int], sampling_seed: int | None, cfg: Spec
     return int.from_bytes(h.digest(), "little")
 
 
-def meta_fields(
+def meta_fields(  # noqa: PLR0913
     cfg: SpecConfig,
     profile: ModelProfile,
     ids: Sequence[int],

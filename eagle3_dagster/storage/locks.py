@@ -110,7 +110,7 @@ class DataDirLock:
     lock file goes when the data dir is object storage.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
         data_dir: PathLike,
         rel: str,

@@ -57,7 +57,7 @@ def _prompt_rows(table: pl.DataFrame | KeyedRows, gens: pl.DataFrame) -> pl.Data
     return table if isinstance(table, pl.DataFrame) else table.rows(gens.get_column("prompt_id"))
 
 
-def build_training_shard(
+def build_training_shard(  # noqa: PLR0913
     generations: Iterable[pl.DataFrame],
     sample_ids: pl.Series,
     tokenized: pl.DataFrame | KeyedRows,
@@ -124,7 +124,7 @@ def build_training_shard(
     return res
 
 
-def _batch_samples(
+def _batch_samples(  # noqa: PLR0913
     gens: pl.DataFrame,
     tokenized: pl.DataFrame | KeyedRows,
     prompts: pl.DataFrame | KeyedRows,
