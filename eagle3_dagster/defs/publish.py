@@ -14,7 +14,7 @@ from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..publish.card import CARD_FILE, card_config
 from ..publish.export import SPECFORGE_FILE, exporters_for
-from ..publish.snapshot import GATES, SnapshotResult, build_snapshot
+from ..publish.snapshot import GATES, PublishLockOptions, PublishPolicy, SnapshotContent, SnapshotResult, build_snapshot
 from ..publish.snapshot_gates import SnapshotFacts, SnapshotVerdict, drift_line, judge_snapshot
 from ..quality import read_gate_result
 from ..stopping import StopRequested
@@ -139,15 +139,16 @@ def build_and_judge(
             data,
             range(n_shards),
             lambda g, k: read_gate_result(data, g, k),
-            config=config,
-            keep=keep,
-            exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
-            profile=profile,
-            judge=judge,
-            run_id=context.run_id,
-            local_lock_dir=pipeline.work_path / "locks",  # object storage: the lock is a local file (this host only)
-            on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
-            allow_partial=allow_partial,
+            SnapshotContent(
+                config=config, exporters=exporters_for(profile.name, lambda: _tokenizer(profile)), profile=profile
+            ),
+            policy=PublishPolicy(keep=keep, judge=judge, allow_partial=allow_partial),
+            lock=PublishLockOptions(
+                run_id=context.run_id,
+                local_lock_dir=pipeline.work_path
+                / "locks",  # object storage: the lock is a local file (this host only)
+                on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
+            ),
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None

@@ -81,6 +81,54 @@ class ShardDecision:
     gates: dict[str, bool] = field(default_factory=dict)
 
 
+Exporter = Callable[[DataPath, DataPath], dict[str, Any]]  # (snapshot dir, exports dir) -> {rel: info}
+
+
+@dataclass(frozen=True)
+class SnapshotContent:
+    """What a snapshot holds besides its shards: the run's config, the exports written into it, the model
+    profile that enables the distribution summary (None: no summary), the clock of its times."""
+
+    config: dict[str, Any]
+    exporters: Sequence[Exporter] = ()
+    profile: Any = None
+    now: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class PublishPolicy:
+    """When a snapshot is published and how many are kept: `judge(facts)` -> its SnapshotVerdict (None: every
+    snapshot is published); `allow_partial`: a partial snapshot was asked for; the newest `keep` are kept."""
+
+    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None = None
+    allow_partial: bool = False
+    keep: int = 7
+
+
+@dataclass(frozen=True)
+class PublishLockOptions:
+    """How a publisher takes the data dir's publish lock: `run_id` is written into it (named to a publisher
+    that has to wait), it waits up to `wait_s`, `on_wait(line)` hears why it waits; on object storage the
+    lock file goes in `local_lock_dir` (the work dir's locks/: this host only)."""
+
+    run_id: str | None = None
+    wait_s: float = PUBLISH_LOCK_WAIT_S
+    on_wait: Callable[[str], None] | None = None
+    local_lock_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class AssembledSnapshot:
+    """A snapshot as assembled and judged, before it is written: its identity, shards and manifest fields."""
+
+    version: str
+    digest: str
+    rows: int
+    decisions: Sequence[ShardDecision]
+    summary: Summary | None
+    gate_fields: dict[str, Any]  # what the gates decided (none when nothing was judged)
+
+
 @dataclass
 class SnapshotResult:
     version: str
@@ -206,67 +254,46 @@ def request_failures(data: DataPath, decisions: Sequence[ShardDecision]) -> dict
     return out
 
 
-def build_snapshot(  # noqa: PLR0913
+def build_snapshot(
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
-    *,
-    config: dict[str, Any],
-    keep: int = 7,
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]] = (),
-    now: dt.datetime | None = None,
-    profile: Any = None,
-    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None = None,
-    run_id: str | None = None,
-    lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
-    on_wait: Callable[[str], None] | None = None,
-    local_lock_dir: Path | None = None,
-    allow_partial: bool = False,
+    content: SnapshotContent,
+    policy: PublishPolicy = PublishPolicy(),
+    lock: PublishLockOptions = PublishLockOptions(),
 ) -> SnapshotResult:
     """Assemble, judge and (if the gates allow) publish a snapshot, holding the data dir's publish lock.
 
-    A shard left out (a failed or missing gate result) refuses the snapshot unless `allow_partial` asks for a
-    partial one (the judge decides: `info["allow_partial"]`); the manifest names every shard left out and why
-    (`shards_left_out`), and so does the data card.
+    A shard left out (a failed or missing gate result) refuses the snapshot unless `policy.allow_partial`
+    asks for a partial one (the judge decides: `facts.allow_partial`); the manifest names every shard left
+    out and why (`shards_left_out`), and so does the data card.
 
-    `profile` enables the distribution summary. `judge(facts)` -> the SnapshotVerdict of the assembled
-    snapshot (its rows, shards included and left out, summary, LATEST's manifest). Without a judge every
-    snapshot is published. `run_id` is written into the lock (named to a publisher that has to
-    wait); `on_wait(line)` is told once when it waits and when the lock covers this host only
-    (object storage: the lock file goes in `local_lock_dir`, the work dir's locks/).
-    Raises storage.DataDirLocked when another publisher still holds the lock after `lock_wait_s`.
+    `policy.judge(facts)` -> the SnapshotVerdict of the assembled snapshot (its rows, shards included and
+    left out, summary, LATEST's snapshot). Without a judge every snapshot is published. `lock.on_wait(line)`
+    is told once when it waits and when the lock covers this host only.
+    Raises storage.DataDirLocked when another publisher still holds the lock after `lock.wait_s`.
     """
-    lock = DataDirLock(
+    on_wait = lock.on_wait or log.warning
+    data_lock = DataDirLock(
         data_dir,
         PUBLISH_LOCK,
         what="snapshot publish",
-        run_id=run_id,
-        wait_s=lock_wait_s,
-        on_wait=on_wait or log.warning,
-        local_lock_dir=local_lock_dir,
+        run_id=lock.run_id,
+        wait_s=lock.wait_s,
+        on_wait=on_wait,
+        local_lock_dir=lock.local_lock_dir,
     )
-    warning = lock.host_only_warning()
+    warning = data_lock.host_only_warning()
     if warning:
-        (on_wait or log.warning)(warning)
-    with lock:
+        on_wait(warning)
+    with data_lock:
         locked_at = time.time()
         removed_staging = remove_dead_staging(as_data_path(data_dir) / "snapshots")
         for name in removed_staging:
-            (on_wait or log.warning)(f"removed staging folder {name} of an earlier publish that did not finish")
+            on_wait(f"removed staging folder {name} of an earlier publish that did not finish")
         for name in remove_stale_latest_tmp(as_data_path(data_dir) / "snapshots", before=locked_at):
-            (on_wait or log.warning)(f"removed {name}, left by an earlier publish killed while writing LATEST")
-        result = _build_snapshot_locked(
-            data_dir,
-            shard_ids,
-            gate_status,
-            config=config,
-            keep=keep,
-            exporters=exporters,
-            now=now,
-            profile=profile,
-            judge=judge,
-            allow_partial=allow_partial,
-        )
+            on_wait(f"removed {name}, left by an earlier publish killed while writing LATEST")
+        result = _build_snapshot_locked(data_dir, shard_ids, gate_status, content, policy)
         result.removed_staging = removed_staging
         return result
 
@@ -333,23 +360,18 @@ def _refuse_if_stopped(root: DataPath, version: str, attempt: dict[str, Any], at
         )
 
 
-def _build_snapshot_locked(  # noqa: PLR0913
+def _build_snapshot_locked(
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
-    *,
-    config: dict[str, Any],
-    keep: int,
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    now: dt.datetime | None,
-    profile: Any,
-    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None,
-    allow_partial: bool = False,
+    content: SnapshotContent,
+    policy: PublishPolicy,
 ) -> SnapshotResult:
     data = as_data_path(data_dir)
     root = data / "snapshots"
+    judge, allow_partial, now = policy.judge, policy.allow_partial, content.now
     decisions = decide_shards(data, shard_ids, gate_status)
-    digest, summary = content_and_summary(data, decisions, profile)
+    digest, summary = content_and_summary(data, decisions, content.profile)
     version = digest[:16]
     rows = sum(d.rows for d in decisions if d.included)
     latest = read_latest(root)
@@ -380,26 +402,15 @@ def _build_snapshot_locked(  # noqa: PLR0913
             version, None, False, rows, decisions, [], manifest, published=False, verdict=verdict, latest=latest
         )
     snap = root / version
-    created = _write_snapshot(
-        data,
-        snap,
-        decisions,
-        exporters,
-        version=version,
-        digest=digest,
-        rows=rows,
-        config=config,
-        summary=summary,
-        gate_fields=gate_fields,
-        now=now,
-    )
+    assembled = AssembledSnapshot(version, digest, rows, decisions, summary, gate_fields)
+    created = _write_snapshot(data, snap, assembled, content)
     manifest = json.loads((snap / "manifest.json").read_text())
     if published:
         manifest = _publish(root, version, manifest, attempt, attempt_file, same_as_latest=latest == version)
     if verdict is None and judge is not None:
         attempt["verdict"] = _verdict_of_latest(manifest)
     attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
-    removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
+    removed = apply_retention(root, keep=policy.keep, protect=version, also_protect=read_latest(root))
     return SnapshotResult(
         version,
         as_given(snap, data_dir),
@@ -448,54 +459,29 @@ def _gate_fields(verdict: SnapshotVerdict | None, latest: str | None) -> dict[st
     return fields
 
 
-def _write_snapshot(  # noqa: PLR0913
-    data: DataPath,
-    snap: DataPath,
-    decisions: Sequence[ShardDecision],
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    *,
-    version: str,
-    digest: str,
-    rows: int,
-    config: dict[str, Any],
-    summary: Summary | None,
-    gate_fields: dict[str, Any],
-    now: dt.datetime | None,
-) -> bool:
+def _write_snapshot(data: DataPath, snap: DataPath, assembled: AssembledSnapshot, content: SnapshotContent) -> bool:
     """Write the snapshot folder unless it exists (True: written now); an existing one judged again gets the
     latest decision's fields, its files unchanged."""
     manifest_path = snap / "manifest.json"
     if manifest_path.exists():
-        if gate_fields:
+        if assembled.gate_fields:
             # The same content judged again against another LATEST (e.g. held back before): the files are
             # unchanged, the decision fields are the latest one.
             manifest = json.loads(manifest_path.read_text())
-            manifest.update(gate_fields)
+            manifest.update(assembled.gate_fields)
             manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
         return False
     # Local: build beside the final folder, then one rename. Object storage: build in place,
     # manifest last (a folder without a manifest is an unfinished attempt: start it over).
     # a folder of this attempt's own (never shared with another publisher), removed on any failure
     root = data / "snapshots"
-    staging = root / f"{STAGING_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
+    staging = (
+        root / f"{STAGING_PREFIX}{assembled.version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
+    )
     staging.rmtree()
     staging.mkdir()
     try:
-        _assemble(
-            data,
-            staging,
-            snap,
-            manifest_path,
-            decisions,
-            exporters,
-            version,
-            digest,
-            rows,
-            config,
-            summary,
-            gate_fields,
-            now,
-        )
+        _assemble(data, staging, snap, manifest_path, assembled, content)
     finally:
         if data.is_local:
             staging.rmtree()
@@ -552,23 +538,17 @@ def stamp_published_at(
     return manifest
 
 
-def _assemble(  # noqa: PLR0913
+def _assemble(
     data: DataPath,
     staging: DataPath,
     snap: DataPath,
     manifest_path: DataPath,
-    decisions: Sequence[ShardDecision],
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    version: str,
-    digest: str,
-    rows: int,
-    config: dict[str, Any],
-    summary: Summary | None,
-    gate_fields: dict[str, Any],
-    now: dt.datetime | None,
+    assembled: AssembledSnapshot,
+    content: SnapshotContent,
 ) -> None:
     """Copy the shards and write the exports into `staging`, then make the snapshot appear at `snap`
     whole: locally one rename of the finished folder, on object storage the manifest put last."""
+    decisions = assembled.decisions
     files: dict[str, dict[str, Any]] = {}
     for d in decisions:
         if not d.included:
@@ -577,16 +557,16 @@ def _assemble(  # noqa: PLR0913
         (data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").copy_to(staging / rel)
         files[rel] = {"sha256": d.sha256, "rows": d.rows}
     exports: dict[str, Any] = {}
-    for export in exporters:
+    for export in content.exporters:
         for rel, info in export(staging, staging / "exports").items():
             exports[rel] = info
     for rel in exports:
         exports[rel]["sha256"] = sha256_of(staging / rel)
     manifest = {
-        "version": version,
-        "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
-        "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
-        "rows": rows,
+        "version": assembled.version,
+        "identity": {"sha256": assembled.digest, "of": IDENTITY_SCHEME},
+        "created_at": (content.now or dt.datetime.now(dt.UTC)).isoformat(),
+        "rows": assembled.rows,
         "files": files,
         "exports": exports,
         "shards": [asdict(d) for d in decisions],
@@ -594,9 +574,9 @@ def _assemble(  # noqa: PLR0913
         "shards_left_out": {d.shard: d.reason for d in decisions if not d.included},
         # generation requests that failed for good, per shard (included or not): reasons, counts, examples
         "request_failures": request_failures(data, decisions),
-        "config": config,
-        "summary": summary,
-        **gate_fields,
+        "config": content.config,
+        "summary": assembled.summary,
+        **assembled.gate_fields,
     }
     manifest["card"] = write_card(data, staging, manifest)  # README.md, the Hugging Face dataset card
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str)

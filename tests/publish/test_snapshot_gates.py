@@ -8,7 +8,7 @@ import shutil
 
 from quality_helpers import EXPECTATIONS_DIR, training_rows
 
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot
 from eagle3_dagster.publish.snapshot_gates import judge_snapshot
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features, write_gate_result
 from eagle3_dagster.storage import write_frame_atomic
@@ -39,7 +39,13 @@ def _publish(data, kimi, profile, n: int, expectations=EXPECTATIONS_DIR):
             context_dir=data / "gx",
         )
 
-    return build_snapshot(data, [0], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile, judge=judge)
+    return build_snapshot(
+        data,
+        [0],
+        lambda g, k: read_gate_result(data, g, k),
+        SnapshotContent(config={}, profile=profile),
+        policy=PublishPolicy(judge=judge),
+    )
 
 
 def test_a_sudden_drop_is_refused_unless_the_threshold_allows_it(tmp_path, kimi, kimi_profile):

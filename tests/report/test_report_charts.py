@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from quality_helpers import EXPECTATIONS_DIR, training_rows
 
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot
 from eagle3_dagster.publish.snapshot_gates import judge_snapshot
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features, write_gate_result
 from eagle3_dagster.quality.features import available_source_shares
@@ -113,7 +113,11 @@ def _night(data: Path, kimi, profile, night: int):
         )
 
     return build_snapshot(
-        data, [0, 1], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile, judge=judge
+        data,
+        [0, 1],
+        lambda g, k: read_gate_result(data, g, k),
+        SnapshotContent(config={}, profile=profile),
+        policy=PublishPolicy(judge=judge),
     )
 
 

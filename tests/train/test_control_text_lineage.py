@@ -11,7 +11,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
 from eagle3_dagster.train.shard import build_training_shard
 
@@ -79,7 +79,9 @@ def test_as_served_flag_reaches_training_rows_snapshot_and_exports(tmp_path, kim
     table = pq.read_table(shard / "part-0000.parquet").to_pylist()
     assert {r["sample_id"]: r["control_text_in_content"] for r in table} == want
 
-    snap = build_snapshot(tmp_path, [0], lambda g, s: SimpleNamespace(success=True), config={}, exporters=EXPORTERS)
+    snap = build_snapshot(
+        tmp_path, [0], lambda g, s: SimpleNamespace(success=True), SnapshotContent(config={}, exporters=EXPORTERS)
+    )
     copied = pq.read_table(snap.path / "training_samples" / "shard=0000.parquet").to_pylist()
     assert {r["sample_id"]: r["control_text_in_content"] for r in copied} == want
     lines = [json.loads(x) for x in (snap.path / CONVERSATIONS_FILE).read_text().splitlines()]
