@@ -221,8 +221,6 @@ MANY_PARAMETERS_LEFT = {
     "eagle3_dagster/generate/multiturn.py:__init__",
     "eagle3_dagster/orchestration/gate_step.py:gated_result",
     "eagle3_dagster/orchestration/run.py:materialize_graph",
-    "eagle3_dagster/plan/build.py:_estimates",
-    "eagle3_dagster/plan/build.py:build_plan",
     "eagle3_dagster/plan/probe.py:probe_endpoints",
     "eagle3_dagster/report/model.py:assemble",
     "eagle3_dagster/report/model.py:collect",
@@ -231,8 +229,6 @@ MANY_PARAMETERS_LEFT = {
     "eagle3_dagster/sim/generate_route.py:__init__",
     "eagle3_dagster/sim/speculative.py:meta_fields",
     "eagle3_dagster/storage/locks.py:__init__",
-    "eagle3_dagster/train/shard.py:_batch_samples",
-    "eagle3_dagster/train/shard.py:build_training_shard",
 }
 
 
