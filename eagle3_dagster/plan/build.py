@@ -47,7 +47,7 @@ from .estimate import (
     human_duration,
     output_expectation,
 )
-from .probe import EndpointProbe, probe_endpoints, tokens_per_s_per_server
+from .probe import EndpointProbe, ProbeSize, probe_endpoints, tokens_per_s_per_server
 
 PLAN_FILE = "plan/plan.json"  # under the data dir
 
@@ -280,8 +280,7 @@ def _probe_fleet(
         config.endpoints,
         rows.probe_ids,
         sampling_params(config),
-        requests=fleet.probe_requests,
-        max_new_tokens=fleet.probe_max_new_tokens,
+        size=ProbeSize(requests=fleet.probe_requests, max_new_tokens=fleet.probe_max_new_tokens),
         api_key=api_key,
         servers=[c.servers for c in capacity],
     )
