@@ -219,7 +219,6 @@ MANY_PARAMETERS_LEFT = {
     "eagle3_dagster/generate/endpoints.py:__init__",
     "eagle3_dagster/generate/inputs.py:plan_shard",
     "eagle3_dagster/generate/multiturn.py:__init__",
-    "eagle3_dagster/orchestration/run.py:materialize_graph",
     "eagle3_dagster/report/model.py:assemble",
     "eagle3_dagster/report/model.py:collect",
     "eagle3_dagster/report/svg.py:bars",

@@ -480,7 +480,7 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
     import dagster as dg
 
     from ..orchestration.resources import sglang_resource
-    from ..orchestration.run import materialize_graph
+    from ..orchestration.run import GraphScope, materialize_graph
 
     with StopOnSignal(command) as stopper:
         try:
@@ -498,10 +498,8 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
                     lambda: materialize_graph(
                         defs,
                         instance,
-                        shards=shards,
+                        scope=GraphScope(shards=shards, run_publish=True, allow_partial=args.allow_partial),
                         resources=fleet,
-                        run_publish=True,
-                        allow_partial=args.allow_partial,
                         should_stop=lambda: stopper.requested,
                     )
                 )

@@ -27,7 +27,7 @@ from test_train_snapshot import _gates, _write_shard
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.ingest import load_source_specs
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.publish.export import EXPORTERS
 from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot, sha256_file
 from eagle3_dagster.sim.process import start_simulator
@@ -55,7 +55,10 @@ def published(tmp_path_factory, kimi_profile):
     with dg.instance_for_test() as instance, start_simulator() as sim:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=512)
         out = materialize_graph(
-            defs, instance, shards=["0000", "0001"], resources=res, run_publish=True, allow_partial=True
+            defs,
+            instance,
+            scope=GraphScope(shards=["0000", "0001"], run_publish=True, allow_partial=True),
+            resources=res,
         )
         assert out.success, out
     version = (data / "snapshots" / "LATEST").read_text().strip()
