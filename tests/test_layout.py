@@ -213,9 +213,6 @@ MAX_PARAMETERS = 7  # pyproject's ruff max-args (PLR0913); this scan also sees `
 # Functions that still take more, until parameter objects replace them (file:function): the list only shrinks.
 MANY_PARAMETERS_LEFT = {
     "eagle3_dagster/defs/generate.py:probes_and_acceptance",
-    "eagle3_dagster/generate/endpoints.py:__init__",
-    "eagle3_dagster/generate/inputs.py:plan_shard",
-    "eagle3_dagster/generate/multiturn.py:__init__",
     "eagle3_dagster/report/model.py:assemble",
     "eagle3_dagster/report/model.py:collect",
     "eagle3_dagster/report/svg.py:bars",
