@@ -210,10 +210,6 @@ def test_no_function_is_longer_than_80_lines():
 
 
 MAX_PARAMETERS = 7  # pyproject's ruff max-args (PLR0913); this scan also sees `_name` parameters and `noqa`
-# Functions that still take more, until parameter objects replace them (file:function): the list only shrinks.
-MANY_PARAMETERS_LEFT = {
-    "eagle3_dagster/storage/locks.py:__init__",
-}
 
 
 def many_parameters(source: str, limit: int) -> dict[str, int]:
@@ -250,10 +246,9 @@ def test_no_function_takes_more_than_seven_parameters():
         for rel, path in _modules().items()
         for name, n in many_parameters(path.read_text(), MAX_PARAMETERS).items()
     }
-    new = {k: n for k, n in found.items() if k not in MANY_PARAMETERS_LEFT}
-    assert not new, f"group parameters that travel together in a small frozen dataclass (<= {MAX_PARAMETERS}): {new}"
-    done = MANY_PARAMETERS_LEFT - set(found)
-    assert not done, f"now within {MAX_PARAMETERS} parameters: remove from MANY_PARAMETERS_LEFT: {sorted(done)}"
+    assert not found, (
+        f"group parameters that travel together in a small frozen dataclass (<= {MAX_PARAMETERS}): {found}"
+    )
 
 
 # Test folders that are no one package's: whole graphs on a Dagster instance, deployments (Postgres, object

@@ -42,14 +42,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 from ..stopping import StopRequested, stop_reason, stop_requested
 from ..storage import (
     DataDirLock,
     DataPath,
+    LockOptions,
     PathLike,
     as_data_path,
     as_given,
@@ -106,15 +106,12 @@ class PublishPolicy:
 
 
 @dataclass(frozen=True)
-class PublishLockOptions:
-    """How a publisher takes the data dir's publish lock: `run_id` is written into it (named to a publisher
-    that has to wait), it waits up to `wait_s`, `on_wait(line)` hears why it waits; on object storage the
-    lock file goes in `local_lock_dir` (the work dir's locks/: this host only)."""
+class PublishLockOptions(LockOptions):
+    """How a publisher takes the data dir's publish lock (storage.LockOptions): it waits for another
+    publisher up to PUBLISH_LOCK_WAIT_S unless told otherwise; `on_wait(line)` (default: the log) also hears
+    that the lock covers this host only and what dead attempts were cleaned up."""
 
-    run_id: str | None = None
     wait_s: float = PUBLISH_LOCK_WAIT_S
-    on_wait: Callable[[str], None] | None = None
-    local_lock_dir: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -274,15 +271,7 @@ def build_snapshot(
     Raises storage.DataDirLocked when another publisher still holds the lock after `lock.wait_s`.
     """
     on_wait = lock.on_wait or log.warning
-    data_lock = DataDirLock(
-        data_dir,
-        PUBLISH_LOCK,
-        what="snapshot publish",
-        run_id=lock.run_id,
-        wait_s=lock.wait_s,
-        on_wait=on_wait,
-        local_lock_dir=lock.local_lock_dir,
-    )
+    data_lock = DataDirLock(data_dir, PUBLISH_LOCK, what="snapshot publish", options=replace(lock, on_wait=on_wait))
     warning = data_lock.host_only_warning()
     if warning:
         on_wait(warning)

@@ -157,7 +157,7 @@ def test_object_storage_publish_says_its_lock_covers_this_host_only_and_still_ex
     import uuid
 
     from eagle3_dagster.publish.snapshot import PUBLISH_LOCK
-    from eagle3_dagster.storage import DataDirLock, data_root
+    from eagle3_dagster.storage import DataDirLock, LockOptions, data_root
 
     mem = data_root(f"memory://eagle3-test-{uuid.uuid4().hex[:10]}/data")
     told: list[str] = []
@@ -166,7 +166,7 @@ def test_object_storage_publish_says_its_lock_covers_this_host_only_and_still_ex
     build_snapshot(
         mem, [], _ok, SnapshotContent(config={}), lock=PublishLockOptions(on_wait=told.append, local_lock_dir=locks)
     )
-    lock = DataDirLock(mem, PUBLISH_LOCK, what="snapshot publish", local_lock_dir=locks)
+    lock = DataDirLock(mem, PUBLISH_LOCK, what="snapshot publish", options=LockOptions(local_lock_dir=locks))
     assert not lock.covers_all_hosts and lock.path.parent == locks and lock.path.exists()
     assert told == [lock.host_only_warning()] and "this host only" in told[0] and str(lock.path) in told[0]
     with lock, pytest.raises(DataDirLocked, match=f"pid {os.getpid()} on host"):
