@@ -260,11 +260,12 @@ _PLAN_CHILD = (
 import json, sys
 from pathlib import Path
 import polars as pl
-from eagle3_dagster.generate.inputs import iter_pending, plan_shard
+from eagle3_dagster.generate.inputs import SampleKeys, iter_pending, plan_shard
 src = Path(sys.argv[1])
 import numpy as np
-plan = plan_shard(src, model_revision="m@default", s_hash="s", regen_seed=None, stored=(np.empty(0, np.uint64), np.empty(0, np.uint64)))
-n = sum(1 for _ in iter_pending(src, plan, model_revision="m@default", s_hash="s", regen_seed=None))
+keys = SampleKeys("m@default", "s", None)
+plan = plan_shard(src, keys, stored=(np.empty(0, np.uint64), np.empty(0, np.uint64)))
+n = sum(1 for _ in iter_pending(src, plan, keys))
 print(json.dumps({"maxrss_kb": peak_kb(), "rows": n}))
 """
 )

@@ -159,7 +159,7 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
     from eagle3_dagster.orchestration.resources import cached_renderer
     from eagle3_dagster.tokenize.fast_bpe import fast_bpe_for
     from eagle3_dagster.train.samples import TRAINING_INPUT_COLUMNS
-    from eagle3_dagster.train.shard import build_training_shard
+    from eagle3_dagster.train.shard import SampleSources, ShardOutput, build_training_shard
     from eagle3_dagster.train.summary import summarize
 
     if stage == "training_samples":
@@ -177,16 +177,9 @@ def child(stage: str, inputs: Path, size: int, out_dir: Path) -> dict[str, Any]:
         built = build_training_shard(
             batches(),
             sample_ids,
-            tokenized,
-            prompts,
-            profile,
-            renderer.tokenizer,
-            bad_sample_ids=set(),
-            bad_prompt_ids=set(),
-            out_path=out_dir / "part-0000.parquet",
-            quarantine_path=out_dir / "quarantine.parquet",
+            SampleSources(tokenized, prompts, profile, renderer.tokenizer),
+            ShardOutput(out_dir / "part-0000.parquet", out_dir / "quarantine.parquet", spill_dir=out_dir),
             max_total_len=65536,
-            spill_dir=out_dir,
         )
         if built.counts["generations"] != n_gens or built.parse_counts["parsed"] != n_gens:
             raise SystemExit(f"training_samples counted {built.counts} {built.parse_counts} of {n_gens} generations")

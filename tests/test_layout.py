@@ -209,6 +209,48 @@ def test_no_function_is_longer_than_80_lines():
     assert not too_long, f"cut these into small named functions (<= {MAX_FUNCTION_LINES} lines): {too_long}"
 
 
+MAX_PARAMETERS = 7  # pyproject's ruff max-args (PLR0913); this scan also sees `_name` parameters and `noqa`
+
+
+def many_parameters(source: str, limit: int) -> dict[str, int]:
+    """Every function or method in `source` with more than `limit` parameters: name -> count. Keyword-only,
+    positional-only and `_name` parameters count, `*args`/`**kwargs` and a method's self/cls do not."""
+    tree = ast.parse(source)
+    methods = {
+        id(item)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for item in node.body
+        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in item.decorator_list)
+    }
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) - (id(node) in methods)
+            if n > limit:
+                found[node.name] = n
+    return found
+
+
+def test_the_parameter_scanner_counts_keyword_only_and_skips_self():
+    src = "def f(a, /, b, *args, c, _d, **kw): pass\nclass C:\n    def m(self, a, b): pass\n"
+    assert many_parameters(src, 3) == {"f": 4}
+    assert many_parameters(src, 1) == {"f": 4, "m": 2}
+
+
+def test_no_function_takes_more_than_seven_parameters():
+    found = {
+        f"{rel}:{name}": n
+        for rel, path in _modules().items()
+        for name, n in many_parameters(path.read_text(), MAX_PARAMETERS).items()
+    }
+    assert not found, (
+        f"group parameters that travel together in a small frozen dataclass (<= {MAX_PARAMETERS}): {found}"
+    )
+
+
 # Test folders that are no one package's: whole graphs on a Dagster instance, deployments (Postgres, object
 # storage, executors, the browser), the parallel lane's start-up hook, test data.
 CROSS_PACKAGE_TEST_DIRS = {"pipeline", "reliability", "background", "data"}

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import Settings, interactive_endpoint_wait_s, settings
 from ..orchestration.checks_column import checks_column
 from ..secret import printable
-from ..storage import DataDirLock, DataDirLocked, DataPath, parquet_num_rows
+from ..storage import DataDirLock, DataDirLocked, DataPath, LockOptions, parquet_num_rows
 from .instance import ensure_dagster_home, sglang_endpoint
 from .stop import StopOnSignal, stopped_line
 
@@ -416,7 +416,8 @@ def run_graph_command(args: argparse.Namespace, command: str) -> int:
         active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
         load_source_specs(s.storage.sources_dir)
     what = f"eagle3 {command}"
-    lock = DataDirLock(s.storage.data_dir, DEMO_LOCK, what=what, wait_s=0, local_lock_dir=s.storage.work_dir / "locks")
+    options = LockOptions(wait_s=0, local_lock_dir=s.storage.work_dir / "locks")
+    lock = DataDirLock(s.storage.data_dir, DEMO_LOCK, what=what, options=options)
     try:
         lock.acquire()
     except DataDirLocked as e:
@@ -480,7 +481,7 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
     import dagster as dg
 
     from ..orchestration.resources import sglang_resource
-    from ..orchestration.run import materialize_graph
+    from ..orchestration.run import GraphScope, materialize_graph
 
     with StopOnSignal(command) as stopper:
         try:
@@ -498,10 +499,8 @@ def _graph(args: argparse.Namespace, s: Settings, command: str, defs, home: Path
                     lambda: materialize_graph(
                         defs,
                         instance,
-                        shards=shards,
+                        scope=GraphScope(shards=shards, run_publish=True, allow_partial=args.allow_partial),
                         resources=fleet,
-                        run_publish=True,
-                        allow_partial=args.allow_partial,
                         should_stop=lambda: stopper.requested,
                     )
                 )

@@ -125,23 +125,28 @@ GENERATION_HEADLINES = (
 )
 
 
+@dataclass(frozen=True)
+class CurrentSamples:
+    """The shard's samples as this run left them: its generations folder, the current samples (`active`),
+    their prompts' view, and the current turns of all_turns conversations (None: no probe turn to measure)."""
+
+    out: Any
+    active: pl.DataFrame
+    prompts: pl.DataFrame
+    turns: pl.DataFrame | None = None
+
+
 def probes_and_acceptance(
-    step: ShardStep,
-    out: Any,
-    active: pl.DataFrame,
-    prompts: pl.DataFrame,
-    probes: ProbeKeys,
-    drafter_key: str,
-    started: datetime,
-    turns: pl.DataFrame | None = None,
+    step: ShardStep, current: CurrentSamples, probes: ProbeKeys, drafter_key: str, started: datetime
 ) -> AcceptanceNight:
-    """Keep each drafter version's probe results (`turns`: the current turns of all_turns conversations, whose
-    probe conversations are measured turn by turn), then judge tonight's acceptance (logged, named changes)."""
+    """Keep each drafter version's probe results (`current.turns`: the probe conversations are measured turn
+    by turn), then judge tonight's acceptance (logged, named changes)."""
     data, pipeline, context = step.data, step.pipeline, step.context
+    out, active, prompts = current.out, current.active, current.prompts
     # every drafter version's acceptance on the probe prompts, kept beside the data (generate/probe_results.py);
     # a run that asked no endpoint saw no drafter: it records neither probe results nor a drafter of its own
     if drafter_key:
-        record_probe_results(data, step.shard, out, active, prompts, probes, turns)
+        record_probe_results(data, step.shard, out, active, prompts, probes, current.turns)
     night = judge_night(
         data,
         step.shard,
@@ -407,7 +412,8 @@ def generate_and_gate(step: ShardStep, sglang: SGLangFleet, s: Settings) -> Gate
     drafter_key = report.drafter_key if report.drafter_asked else ""  # "": no endpoint asked, drafter unknown
     turn_ids = active_turn_ids(report.turn_sample_ids) if multiturn is not None else None
     probe_turns = current_turns(out, turn_ids) if turn_ids is not None and probes.sources else None
-    night = probes_and_acceptance(step, out, active, prompts, probes, drafter_key, started, probe_turns)
+    current = CurrentSamples(out, active, prompts, probe_turns)
+    night = probes_and_acceptance(step, current, probes, drafter_key, started)
     if turn_ids is not None:  # the conversations' turns on their current paths, gated like any sample
         active = pl.concat([active, turn_ids], how="diagonal")
     write_active_samples(out, active)

@@ -14,12 +14,12 @@ from ..orchestration.asset_names import ASSET_GROUP, STAGE_TAG, AssetName
 from ..orchestration.resources import PipelineSettings, SGLangFleet
 from ..publish.card import CARD_FILE, card_config
 from ..publish.export import SPECFORGE_FILE, exporters_for
-from ..publish.snapshot import GATES, build_snapshot
-from ..publish.snapshot_gates import SnapshotVerdict, drift_line, judge_snapshot
+from ..publish.snapshot import GATES, PublishLockOptions, PublishPolicy, SnapshotContent, SnapshotResult, build_snapshot
+from ..publish.snapshot_gates import SnapshotFacts, SnapshotVerdict, drift_line, judge_snapshot
 from ..quality import read_gate_result
 from ..stopping import StopRequested
 from ..storage import DataDirLocked
-from ..train.summary import headline
+from ..train.summary import Summary, headline
 
 STAGE = "publish"
 
@@ -125,38 +125,30 @@ def build_and_judge(
     *,
     keep: int,
     allow_partial: bool = False,
-) -> Any:
+) -> SnapshotResult:
     """Build the snapshot of every gated shard, judged by the publish and drift gates (LATEST moves if they
     pass; the newest `keep` snapshots are kept); a shard left out refuses it unless `allow_partial`."""
     data = pipeline.data_path
     profile = pipeline.profile()
 
-    def judge(info: dict) -> SnapshotVerdict:
-        return judge_snapshot(
-            rows=info["rows"],
-            shards_included=info["shards_included"],
-            summary=info["summary"],
-            previous=info["previous"],
-            excluded=info["excluded"],
-            allow_partial=bool(info.get("allow_partial")),
-            expectations_dir=pipeline.expectations_path,
-            context_dir=pipeline.gx_context_dir,
-        )
+    def judge(facts: SnapshotFacts) -> SnapshotVerdict:
+        return judge_snapshot(facts, expectations_dir=pipeline.expectations_path, context_dir=pipeline.gx_context_dir)
 
     try:
         return build_snapshot(
             data,
             range(n_shards),
             lambda g, k: read_gate_result(data, g, k),
-            config=config,
-            keep=keep,
-            exporters=exporters_for(profile.name, lambda: _tokenizer(profile)),
-            profile=profile,
-            judge=judge,
-            run_id=context.run_id,
-            local_lock_dir=pipeline.work_path / "locks",  # object storage: the lock is a local file (this host only)
-            on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
-            allow_partial=allow_partial,
+            SnapshotContent(
+                config=config, exporters=exporters_for(profile.name, lambda: _tokenizer(profile)), profile=profile
+            ),
+            policy=PublishPolicy(keep=keep, judge=judge, allow_partial=allow_partial),
+            lock=PublishLockOptions(
+                run_id=context.run_id,
+                local_lock_dir=pipeline.work_path
+                / "locks",  # object storage: the lock is a local file (this host only)
+                on_wait=context.log.warning,  # another publisher holds the lock / a host-only lock / dead staging removed
+            ),
         )
     except DataDirLocked as e:  # another publisher on this data dir still holds the lock: one line naming it
         raise dg.Failure(description=f"training_dataset: {e}", metadata={"lock": str(e.lock_path)}) from None
@@ -164,11 +156,11 @@ def build_and_judge(
         raise dg.Failure(description=f"training_dataset: {e}", allow_retries=False) from None
 
 
-def excluded_shards(snap: Any) -> dict[Any, str]:
+def excluded_shards(snap: SnapshotResult) -> dict[Any, str]:
     return {d.shard: d.reason for d in snap.shards if not d.included}
 
 
-def log_snapshot(context: dg.AssetExecutionContext, snap: Any) -> None:
+def log_snapshot(context: dg.AssetExecutionContext, snap: SnapshotResult) -> None:
     """The snapshot in the step's log: its rows, the shards left out, the data card's warnings, the drift."""
     excluded = excluded_shards(snap)
     context.log.info(f"snapshot {snap.version}: {snap.rows} rows, excluded {excluded or 'none'}")
@@ -188,10 +180,10 @@ def log_snapshot(context: dg.AssetExecutionContext, snap: Any) -> None:
         )
     else:
         drift = snap.verdict.drift
-        (context.log.warning if drift and drift.get("status") != "ok" else context.log.info)(drift_line(drift))
+        (context.log.warning if drift is not None and drift.status != "ok" else context.log.info)(drift_line(drift))
 
 
-def not_published(context: dg.AssetExecutionContext, snap: Any) -> dg.Failure:
+def not_published(context: dg.AssetExecutionContext, snap: SnapshotResult) -> dg.Failure:
     """The loud end of a snapshot the gates held back: an ERROR line and the step's failure, LATEST unchanged."""
     verdict = snap.verdict
     why = "; ".join(verdict.reasons if verdict is not None else ["not published"])
@@ -208,9 +200,10 @@ def not_published(context: dg.AssetExecutionContext, snap: Any) -> dg.Failure:
     )
 
 
-def published_metadata(snap: Any) -> dict[str, Any]:
-    summary = snap.manifest.get("summary") or {}
-    drift = snap.verdict.drift if snap.verdict is not None else snap.manifest.get("drift")
+def published_metadata(snap: SnapshotResult) -> dict[str, Any]:
+    summary: Summary = snap.manifest.get("summary") or Summary()
+    # judged now, or (the same content as LATEST) what was decided when it was published
+    drift = snap.verdict.drift_status if snap.verdict is not None else (snap.manifest.get("drift") or {}).get("status")
     return {
         "version": snap.version,
         "new_snapshot": snap.created,
@@ -218,7 +211,7 @@ def published_metadata(snap: Any) -> dict[str, Any]:
         "published_at": str(snap.manifest.get("published_at")),
         "rows": snap.rows,
         **{f"summary/{k}": v for k, v in headline(summary).items() if k != "rows"},
-        "drift": (drift or {}).get("status", "none"),
+        "drift": drift or "none",
         "shards_included": dg.MetadataValue.json([d.shard for d in snap.shards if d.included]),
         "shards_excluded": dg.MetadataValue.json(excluded_shards(snap)),
         "removed_by_retention": dg.MetadataValue.json(snap.removed_by_retention),
@@ -233,7 +226,7 @@ def published_metadata(snap: Any) -> dict[str, Any]:
     }
 
 
-def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.AssetCheckResult]:
+def snapshot_check_results(snap: SnapshotResult, verdict: SnapshotVerdict | None) -> list[dg.AssetCheckResult]:
     """The publish and drift gates as asset checks (the drift severity is the failed expectations' own)."""
     if verdict is None:  # the same content as LATEST: published before, nothing new to judge
         desc = f"snapshot {snap.version} is already LATEST (same content); nothing new to judge"
@@ -242,15 +235,15 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.Ass
             dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=desc),
         ]
     pg = verdict.publish_gate
-    values = {k: v for k, v in (pg.get("values") or {}).items() if k != "row_id" and v is not None}
+    values = {k: v for k, v in pg.values.items() if k != "row_id" and v is not None}
     out = [
         dg.AssetCheckResult(
             check_name=PUBLISH_CHECK,
-            passed=bool(pg.get("success")),
+            passed=pg.success,
             severity=dg.AssetCheckSeverity.ERROR,
             description=(
                 "snapshot may be published"
-                if pg.get("success")
+                if pg.success
                 else "NOT published, LATEST unchanged: " + "; ".join(verdict.reasons)
             ),
             metadata={**dict(values.items()), "version": snap.version},
@@ -260,28 +253,29 @@ def snapshot_check_results(snap, verdict: SnapshotVerdict | None) -> list[dg.Ass
     if d is None:
         out.append(dg.AssetCheckResult(check_name=DRIFT_CHECK, passed=True, description=drift_line(None)))
     else:
-        critical = any(not o["success"] and o["severity"] == "critical" for o in d["outcomes"])
-        held = not verdict.publish and pg.get("success")
+        held = not verdict.publish and pg.success
         numeric = {
-            k: float(v) for k, v in d["values"].items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            k: float(v) for k, v in d.gate.values.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
         }
         out.append(
             dg.AssetCheckResult(
                 check_name=DRIFT_CHECK,
-                passed=d["status"] == "ok",
-                severity=dg.AssetCheckSeverity.ERROR if (critical or held) else dg.AssetCheckSeverity.WARN,
+                passed=d.status == "ok",
+                severity=dg.AssetCheckSeverity.ERROR
+                if (d.gate.failed_critical or held)
+                else dg.AssetCheckSeverity.WARN,
                 description=drift_line(d)
                 + (
                     " -- held back, not published"
                     if held
-                    else (" -- published, marked drifted in the manifest" if d["status"] != "ok" else "")
+                    else (" -- published, marked drifted in the manifest" if d.status != "ok" else "")
                 ),
                 metadata={
                     **numeric,
-                    "against": str(d.get("against")),
-                    "policy": d.get("policy"),
-                    "status": d["status"],
-                    "failed": dg.MetadataValue.json(d.get("failed") or []),
+                    "against": str(d.against),
+                    "policy": d.policy,
+                    "status": d.status,
+                    "failed": dg.MetadataValue.json(list(d.failed)),
                 },
             )
         )

@@ -18,7 +18,7 @@ from ..quality.features import available_source_shares, with_training_table_feat
 from ..storage import parquet_num_rows
 from ..train.inputs import TrainingInputs, build_from_inputs, training_inputs
 from ..train.multiturn import rows_by_turn
-from ..train.summary import SUMMARY_FILE, headline, summarize
+from ..train.summary import SUMMARY_FILE, Summary, headline, summarize
 
 STAGE = "train"
 
@@ -72,7 +72,7 @@ def log_counts(step: ShardStep, built: Any) -> None:
         )
 
 
-def training_metadata(step: ShardStep, built: Any, summary: dict[str, Any], lineage: bool, out: Any) -> dict[str, Any]:
+def training_metadata(step: ShardStep, built: Any, summary: Summary, lineage: bool, out: Any) -> dict[str, Any]:
     parse_counts = built.parse_counts
     rt_rate = parse_counts["round_trip_ok"] / parse_counts["parsed"] if parse_counts["parsed"] else 1.0
     errors_path = step.folder("generations") / "errors.parquet"

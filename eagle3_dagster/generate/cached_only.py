@@ -27,7 +27,7 @@ import polars as pl
 
 from ..storage import DataPath, as_data_path, parquet_file
 from .config import GenerationConfig, sampling_hash
-from .inputs import TokenizedSource, plan_shard, stored_keys
+from .inputs import SampleKeys, TokenizedSource, plan_shard, stored_keys
 from .probes import NO_DRAFTER, ProbeKeys
 from .report import ShardReport
 from .rows import is_permanent_reason
@@ -76,14 +76,12 @@ def cached_only_report(
         prior = prior.clear()
     s_hash = sampling_hash(config)
     drafter_key = config.stored_probe_drafter or NO_DRAFTER  # as `eagle3 plan` keys them without an endpoint
+    probes = ProbeKeys(frozenset(config.probe_sources), drafter_key, config.probe_seed)
     plan = plan_shard(
         tokenized,
-        model_revision=revision or "",
-        s_hash=s_hash,
-        regen_seed=config.regen_seed,
+        SampleKeys(revision or "", s_hash, config.regen_seed, probes=probes),
         stored=stored_keys(out),
         skip_ids=frozenset(prior.get_column("sample_id").to_list()),
-        probes=ProbeKeys(frozenset(config.probe_sources), drafter_key, config.probe_seed),
     )
     if plan.pending or (not revision and plan.requested):  # no revision known: only an empty shard is done
         return None

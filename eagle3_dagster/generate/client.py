@@ -219,17 +219,20 @@ def _status_failure(reply: _Reply, ep: Endpoint, pool: EndpointPool, headers: di
 
 
 async def _attempt(
-    pool: EndpointPool,
-    client: httpx.AsyncClient,
-    headers: dict[str, str],
+    transport: Transport,
     payload: dict[str, Any],
     timeout: httpx.Timeout,
-    stats: RunStats,
-    stream: StreamMode | None,
     on_endpoint: Callable[[Endpoint], None] | None = None,
 ) -> tuple[dict[str, Any], Endpoint, float, str]:
     """One request on the endpoint the pool picks: its result, or the failure raised (RetryableFailure, FinalFailure,
     UnroutableEndpoint, AuthError); the endpoint is released with whether it counts against its circuit."""
+    pool, client, headers, stats, stream = (
+        transport.pool,
+        transport.client,
+        transport.headers,
+        transport.stats,
+        transport.stream,
+    )
     ep = await pool.acquire()
     if on_endpoint is not None:
         on_endpoint(ep)
@@ -293,6 +296,18 @@ async def abort_rid(
 
 
 _ABORT_REFUSED: set[str] = set()  # endpoints whose /abort_request refused, logged once
+
+
+@dataclass(frozen=True)
+class Transport:
+    """What every request of a run goes through: the endpoint pool, the HTTP client and the headers it sends,
+    the run's counters, and how answers come back (`stream`, None: one JSON answer)."""
+
+    pool: EndpointPool
+    client: httpx.AsyncClient
+    headers: dict[str, str]
+    stats: RunStats
+    stream: StreamMode | None = None
 
 
 @dataclass(frozen=True)
@@ -385,13 +400,9 @@ def _partial_retry_kind(why: str, code: int | None) -> str:
 
 async def _attempt_by(
     deadline: float,
-    pool: EndpointPool,
-    client: httpx.AsyncClient,
-    headers: dict[str, str],
+    transport: Transport,
     payload: dict[str, Any],
     timeout: httpx.Timeout,
-    stats: RunStats,
-    stream: StreamMode | None,
     on_endpoint: Callable[[Endpoint], None],
 ) -> tuple[dict[str, Any], Endpoint, float, str]:
     """`_attempt`, cut at the request's deadline (loop time): DeadlineExceeded naming the endpoint it was on.
@@ -405,7 +416,7 @@ async def _attempt_by(
     cm = asyncio.timeout_at(deadline)
     try:
         async with cm:
-            return await _attempt(pool, client, headers, payload, timeout, stats, stream, note)
+            return await _attempt(transport, payload, timeout, note)
     except TimeoutError:
         if not cm.expired():
             raise
@@ -413,20 +424,17 @@ async def _attempt_by(
 
 
 async def generate_one(
+    transport: Transport,
     *,
-    pool: EndpointPool,
-    client: httpx.AsyncClient,
-    headers: dict[str, str],
     input_ids: list[int],
     sampling: dict[str, Any],
     rid_base: str,
     policy: RetryPolicy,
-    stats: RunStats,
-    stream: StreamMode | None = None,
     in_flight: dict[str, str] | None = None,
 ) -> Outcome:
-    """One sample to completion, within the policy's deadline. `in_flight` (rid -> endpoint URL) lets the
-    caller abort what is running on stop."""
+    """One sample to completion through `transport`, within the policy's deadline. `in_flight` (rid ->
+    endpoint URL) lets the caller abort what is running on stop."""
+    client, headers, stats = transport.client, transport.headers, transport.stats
     tries = _Tries()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + policy.deadline_s
@@ -441,15 +449,7 @@ async def generate_one(
 
         try:
             data, ep, lat, worker = await _attempt_by(
-                deadline,
-                pool,
-                client,
-                headers,
-                generate_body(input_ids, sampling, rid),
-                policy.timeout(tries.timeouts),
-                stats,
-                stream,
-                track,
+                deadline, transport, generate_body(input_ids, sampling, rid), policy.timeout(tries.timeouts), track
             )
         except UnroutableEndpoint as e:
             failed = _wait_unroutable(tries, e, rid, loop.time(), policy, stats)

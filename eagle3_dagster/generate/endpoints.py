@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import httpx
@@ -77,43 +78,60 @@ from .served_model import ExpectedModel, judge_served_model
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EndpointWatch:
+    """How a pool watches its endpoints: each health probe's timeout, the interval between probes of a live
+    endpoint and of a down one, the failures in a row that open an endpoint's circuit and its cooldown
+    (doubling from base to max), how long to wait for a first endpoint, and how often the wait is reported."""
+
+    health_timeout_s: float
+    health_interval_s: float
+    probe_interval_s: float
+    breaker_threshold: int
+    wait_for_endpoint_s: float
+    cooldown_base_s: float = 1.0
+    cooldown_max_s: float = 30.0
+    report_every_s: float = 25.0
+    first_report_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class ServingChecks:
+    """What a pool requires of the servers it uses: a supported SGLang release (unless `allow_old_server`),
+    the sampling keys it sends understood (None: not checked), the expected model (None: not judged)."""
+
+    allow_old_server: bool = False
+    sent_sampling_keys: frozenset[str] | None = None
+    expected_model: ExpectedModel | None = None
+
+
 class EndpointPool:
     def __init__(
         self,
         urls: tuple[str, ...],
         client: httpx.AsyncClient,
         headers: dict[str, str],
+        watch: EndpointWatch,
         *,
-        health_timeout_s: float,
-        health_interval_s: float,
-        probe_interval_s: float,
-        breaker_threshold: int,
-        wait_for_endpoint_s: float,
-        cooldown_base_s: float = 1.0,
-        cooldown_max_s: float = 30.0,
-        report_every_s: float = 25.0,
-        first_report_s: float = 5.0,
-        allow_old_server: bool = False,
-        sent_sampling_keys: frozenset[str] | None = None,
+        serving: ServingChecks = ServingChecks(),
         wait_record: EndpointWaitRecord | None = None,
-        expected_model: ExpectedModel | None = None,
     ) -> None:
-        self.expected_model = expected_model  # None: what the endpoints serve is not judged (tests of other parts)
+        self.expected_model = serving.expected_model  # None: what is served is not judged (tests of other parts)
         self.wait_record = wait_record  # the graph run's one endpoint wait (run_wait.py); None: this pool's own
-        self.report_every_s = report_every_s
-        self.first_report_s = first_report_s
-        self.allow_old_server = allow_old_server
-        self.sent_sampling_keys = sent_sampling_keys
-        self.cooldown_base_s = cooldown_base_s
-        self.cooldown_max_s = cooldown_max_s
+        self.report_every_s = watch.report_every_s
+        self.first_report_s = watch.first_report_s
+        self.allow_old_server = serving.allow_old_server
+        self.sent_sampling_keys = serving.sent_sampling_keys
+        self.cooldown_base_s = watch.cooldown_base_s
+        self.cooldown_max_s = watch.cooldown_max_s
         self.endpoints = [Endpoint(url=u, name=display_url(u)) for u in urls]
         self.client = client
         self._headers = headers  # holds the bearer key: never logged, never in reprs
-        self.health_timeout_s = health_timeout_s
-        self.health_interval_s = health_interval_s
-        self.probe_interval_s = probe_interval_s
-        self.breaker_threshold = breaker_threshold
-        self.wait_for_endpoint_s = wait_for_endpoint_s
+        self.health_timeout_s = watch.health_timeout_s
+        self.health_interval_s = watch.health_interval_s
+        self.probe_interval_s = watch.probe_interval_s
+        self.breaker_threshold = watch.breaker_threshold
+        self.wait_for_endpoint_s = watch.wait_for_endpoint_s
         self.model_revision: str | None = None
         self.revision_pinned = False  # a configured revision: the revisions endpoints report are not compared
         self._changed = asyncio.Event()

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import httpx
 
 from .answer_checks import NAN_FINISH, Sent, answer_weight_versions, judge_outcome
-from .client import Outcome, RetryPolicy, generate_one
+from .client import Outcome, RetryPolicy, Transport, generate_one
 from .config import GenerationConfig
 from .context_fit import CONTEXT_OVERFLOW, ContextBudget
 from .drafter import unread_spec_keys
@@ -220,15 +220,11 @@ async def send(
     against what was sent."""
     c = ctx.config
     o = await generate_one(
-        pool=ctx.pool,
-        client=client,
-        headers=ctx.headers,
+        Transport(ctx.pool, client, ctx.headers, ctx.stats, ctx.stream),
         input_ids=item.input_ids,
         sampling=sampling,
         rid_base=f"{item.sample_id}-{ctx.run_nonce}",
         policy=ctx.policy,
-        stats=ctx.stats,
-        stream=ctx.stream,
         in_flight=ctx.in_flight,
     )
     sent = Sent(

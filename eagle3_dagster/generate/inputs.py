@@ -226,19 +226,16 @@ class SampleKeys:
 
 def plan_shard(
     src: TokenizedSource,
+    keys: SampleKeys,
     *,
-    model_revision: str,
-    s_hash: str,
-    regen_seed: int | None,
     stored: tuple[np.ndarray, np.ndarray],
     skip_ids: frozenset[str] | set[str] = frozenset(),
     exclude_prompt_ids: frozenset[str] | set[str] = frozenset(),
-    row_hash: Callable[[int], str] | None = None,
-    probes: ProbeKeys | None = None,
 ) -> Plan:
-    """`row_hash`: the sampling hash of a prompt of that many tokens (context_fit.ContextBudget.hash_for: a
-    prompt sent with a lowered max_new_tokens has its own); None: `s_hash` for every prompt.
-    `probes`: a probe set's prompts get the fleet's drafter in their key (probes.py)."""
+    """Pass 1: which rows of `src` to send, each keyed by `keys` (`keys.row_hash`: the sampling hash of a
+    prompt of that many tokens, context_fit.ContextBudget.hash_for: a prompt sent with a lowered
+    max_new_tokens has its own; `keys.probes`: a probe set's prompts get the fleet's drafter in their key)."""
+    row_hash, probes = keys.row_hash, keys.probes
     cols = _columns_of(src)
     if "prompt_id" not in cols or "input_ids" not in cols:
         raise ValueError(f"tokenized prompts need prompt_id and input_ids columns, got {cols}")
@@ -249,7 +246,6 @@ def plan_shard(
     by_source = probes is not None and bool(probes.sources) and "source" in cols
     if by_source:
         want.append("source")
-    keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
     hi_a, lo_a = array("Q"), array("Q")
     skipped: list[tuple[int, str]] = []
     excluded: list[int] = []
@@ -291,18 +287,12 @@ def plan_shard(
 def iter_pending(
     src: TokenizedSource,
     plan: Plan,
-    *,
-    model_revision: str,
-    s_hash: str,
-    regen_seed: int | None,
-    row_hash: Callable[[int], str] | None = None,
-    probes: ProbeKeys | None = None,
+    keys: SampleKeys,
 ) -> Iterator[WorkItem]:
-    """Pass 2: the items to generate, in input order, one batch of Python objects at a time (`row_hash`:
-    as plan_shard's; the item's `sampling_hash` is the one of its key)."""
+    """Pass 2: the items to generate, in input order, one batch of Python objects at a time (`keys`: as
+    plan_shard's; the item's `sampling_hash` is the one of its key)."""
     cols = _columns_of(src)
     want = ["prompt_id", "input_ids", *[c for c in _OPTIONAL if c in cols]]
-    keys = SampleKeys(model_revision, s_hash, regen_seed, row_hash, probes)
     offset = 0
     for b in _batches(src, want):
         n = b.height

@@ -62,8 +62,8 @@ from ..storage import DataPath, as_data_path, read_parquet
 from ..tokenize.parse import parse_generation
 from ..tokenize.render import RenderRequest
 from .config import sample_key
+from .inputs import SampleKeys
 from .items import Turn, WorkItem
-from .probes import ProbeKeys
 
 log = logging.getLogger(__name__)
 
@@ -230,20 +230,14 @@ class TurnDriver:
         *,
         renderer: Any,
         profile: ModelProfile,
-        model_revision: str,
-        s_hash: str,
-        regen_seed: int | None,
         max_new_tokens: int,
         stored: dict[str, TurnAnswer],
-        probes: ProbeKeys | None = None,
+        keys: SampleKeys,
     ) -> None:
         self.renderer = renderer
-        self.probes = probes  # a probe conversation's turn keys hold the fleet's drafter (probes.py)
+        self.keys = keys  # a probe conversation's turn keys hold the fleet's drafter (keys.probes, probes.py)
         self.profile = profile
         self.tokenizer = renderer.tokenizer
-        self.model_revision = model_revision
-        self.s_hash = s_hash
-        self.regen_seed = regen_seed
         self.max_new_tokens = max_new_tokens
         self.stored = stored
         self.stats = TurnStats()
@@ -413,8 +407,9 @@ class TurnDriver:
                 self._end(st, PROMPT_TOO_LONG, not_reached=len(conv.turns) - k)
                 return None
         pid = turn_prompt_id(ids)
-        probe = self.probes.tag(conv.source) if self.probes is not None else None
-        sid = sample_key(pid, self.model_revision, conv.template_hash or "", self.s_hash, self.regen_seed, probe)
+        keys = self.keys
+        probe = keys.probes.tag(conv.source) if keys.probes is not None else None
+        sid = sample_key(pid, keys.model_revision, conv.template_hash or "", keys.s_hash, keys.regen_seed, probe)
         return WorkItem(
             sample_id=sid,
             prompt_id=pid,
@@ -521,25 +516,15 @@ class MultiTurn:
     def conversation_ids(self) -> frozenset[str]:
         return frozenset(c.conversation_id for c in self.conversations)
 
-    def driver(
-        self,
-        *,
-        stored: dict[str, TurnAnswer],
-        model_revision: str,
-        s_hash: str,
-        regen_seed: int | None,
-        probes: ProbeKeys | None = None,
-    ) -> TurnDriver:
+    def driver(self, *, stored: dict[str, TurnAnswer], keys: SampleKeys) -> TurnDriver:
+        """The conversations' driver; `keys` (without a row_hash: a turn is never context-fitted) key each turn."""
         return TurnDriver(
             self.conversations,
             renderer=self.renderer,
             profile=self.profile,
-            model_revision=model_revision,
-            s_hash=s_hash,
-            regen_seed=regen_seed,
             max_new_tokens=self.max_new_tokens,
             stored=stored,
-            probes=probes,
+            keys=keys,
         )
 
 

@@ -36,10 +36,10 @@ from .cached_only import any_endpoint_answers, cached_only_report
 from .client import abort_rid
 from .config import GenerationConfig, sampling_hash, sampling_params
 from .context_fit import ContextBudget
-from .endpoints import EndpointPool
+from .endpoints import EndpointPool, EndpointWatch, ServingChecks
 from .engine import EngineContext, OutcomeRecorder, RequestSource, WeightPin, retry_policy, run_worker
 from .flush import ChunkFlusher
-from .inputs import Plan, TokenizedSource, iter_pending, plan_shard, stored_keys
+from .inputs import Plan, SampleKeys, TokenizedSource, iter_pending, plan_shard, stored_keys
 from .items import WorkItem
 from .multiturn import MultiTurn, TurnDriver, stored_turns, turns_dir
 from .probes import ProbeKeys, fleet_drafter_key
@@ -124,10 +124,7 @@ class _HttpClients:
 def _endpoint_pool(
     config: GenerationConfig, client: httpx.AsyncClient, headers: dict[str, str], sp: dict[str, Any]
 ) -> EndpointPool:
-    return EndpointPool(
-        config.endpoints,
-        client,
-        headers,
+    watch = EndpointWatch(
         health_timeout_s=config.health_timeout_s,
         health_interval_s=config.health_interval_s,
         probe_interval_s=config.probe_interval_s,
@@ -135,11 +132,13 @@ def _endpoint_pool(
         wait_for_endpoint_s=config.wait_for_endpoint_s,
         cooldown_base_s=config.breaker_cooldown_s,
         cooldown_max_s=max(config.backoff_max_s, config.breaker_cooldown_s),
+    )
+    serving = ServingChecks(
         allow_old_server=config.allow_old_server,
         sent_sampling_keys=frozenset(sp),
-        wait_record=config.endpoint_wait,
         expected_model=config.served_model_expectation(),
     )
+    return EndpointPool(config.endpoints, client, headers, watch, serving=serving, wait_record=config.endpoint_wait)
 
 
 def _stream_mode(config: GenerationConfig) -> StreamMode | None:
@@ -213,13 +212,8 @@ class _Work:
 
 
 async def _start_turns(ctx: EngineContext, multiturn: MultiTurn, out_dir: DataPath, probes: ProbeKeys) -> TurnDriver:
-    driver = multiturn.driver(
-        stored=await asyncio.to_thread(stored_turns, out_dir),
-        model_revision=ctx.revision,
-        s_hash=ctx.s_hash,
-        regen_seed=ctx.config.regen_seed,
-        probes=probes,
-    )
+    keys = SampleKeys(ctx.revision, ctx.s_hash, ctx.config.regen_seed, probes=probes)
+    driver = multiturn.driver(stored=await asyncio.to_thread(stored_turns, out_dir), keys=keys)
     await asyncio.to_thread(driver.start)  # replays the stored turns: an unchanged night sends nothing
     log.info(
         "shard %s: %d all_turns conversations, %d turns planned, %d stored already, %d to send next",
@@ -247,24 +241,22 @@ async def _plan_work(
     report.quarantined_retried = len(requeued)
     probes = ProbeKeys(frozenset(ctx.config.probe_sources), report.drafter_key, ctx.config.probe_seed)
     row_hash = ctx.budget.hash_for if ctx.server_context is not None else None
-    keys: dict[str, Any] = dict(model_revision=ctx.revision, s_hash=ctx.s_hash, regen_seed=ctx.config.regen_seed)
+    keys = SampleKeys(ctx.revision, ctx.s_hash, ctx.config.regen_seed, row_hash, probes)
     plan = await asyncio.to_thread(
         partial(
             plan_shard,
             tokenized,
-            **keys,
+            keys,
             stored=stored_keys(out_dir),
             skip_ids=frozenset(prior.get_column("sample_id").to_list()),
             exclude_prompt_ids=multiturn.conversation_ids if multiturn is not None else frozenset(),
-            row_hash=row_hash,
-            probes=probes,
         )
     )
     has_turns = multiturn is not None and bool(multiturn.conversations)
     driver = await _start_turns(ctx, multiturn, out_dir, probes) if multiturn is not None and has_turns else None
     carried = prior.filter(pl.col("sample_id").is_in(plan.carried_ids)).unique("sample_id", keep="last")
     previous = PreviousFailures.from_errors(prior_all, carried.get_column("sample_id").to_list())
-    items = iter_pending(tokenized, plan, **keys, row_hash=row_hash, probes=probes)
+    items = iter_pending(tokenized, plan, keys)
     return _Work(plan, items, driver, carried, PreviousFailures({**previous.reasons, **requeued}))
 
 

@@ -320,21 +320,30 @@ class GraphRunner:
         return read_run(self.instance, run_id)
 
 
-def graph_state(
-    defs: dg.Definitions, shards: list[str] | None, *, run_ingest: bool, run_publish: bool, allow_partial: bool
-) -> GraphState:
-    """The state of a graph run (over `shards`, None: every shard) before its first run. A call that runs no
-    shard and no snapshot (an ingest alone) is no graph run: no report follows it; any other ends with the
-    report (when the definitions have it)."""
+@dataclass(frozen=True)
+class GraphScope:
+    """Which runs a graph run makes: the ingest, the shards (None: every shard of the definitions), the
+    snapshot (`run_publish`), published partial when `allow_partial` asks for it."""
+
+    shards: list[str] | None = None
+    run_ingest: bool = True
+    run_publish: bool = False
+    allow_partial: bool = False
+
+
+def graph_state(defs: dg.Definitions, scope: GraphScope) -> GraphState:
+    """The state of a graph run (over `scope.shards`, None: every shard) before its first run. A call that
+    runs no shard and no snapshot (an ingest alone) is no graph run: no report follows it; any other ends
+    with the report (when the definitions have it)."""
     keys = graph_shard_keys(defs)
-    chosen = keys if shards is None else shards
-    report = has_asset(defs, REPORT_ASSET) and (bool(chosen) or run_publish)
+    chosen = keys if scope.shards is None else scope.shards
+    report = has_asset(defs, REPORT_ASSET) and (bool(chosen) or scope.run_publish)
     return GraphState(
-        ingest=RunState.NOT_RUN if run_ingest else None,
+        ingest=RunState.NOT_RUN if scope.run_ingest else None,
         shards=dict.fromkeys(chosen, RunState.NOT_RUN),
-        publish=RunState.NOT_RUN if run_publish else None,
+        publish=RunState.NOT_RUN if scope.run_publish else None,
         report=RunState.NOT_RUN if report else None,
-        allow_partial=allow_partial,
+        allow_partial=scope.allow_partial,
         covers_every_shard=set(chosen) >= set(keys),
     )
 
@@ -355,22 +364,20 @@ def materialize_graph(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
     *,
-    shards: list[str] | None = None,
+    scope: GraphScope = GraphScope(),
     resources: dict[str, Any] | None = None,
-    run_ingest: bool = True,
-    run_publish: bool = False,
-    allow_partial: bool = False,
     run_config: dict[str, Any] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> GraphOutcome:
     """The graph in this process, in the order and by the publish rule of sequence.next_runs: ingest, then each
-    shard's tokenize -> generate -> train run, then (with `run_publish`) the snapshot, published only when
-    every shard passed unless `allow_partial` asks for a partial one, then the quality report, last.
+    shard's tokenize -> generate -> train run, then (with `scope.run_publish`) the snapshot, published only
+    when every shard passed unless `scope.allow_partial` asks for a partial one, then the quality report, last.
 
     A failed shard does not stop the others. When `should_stop()` turns true (Ctrl-C / SIGTERM), no further
     run is started: the outcome says `stopped`.
     """
     keys = graph_shard_keys(defs)  # the partitions these definitions were built with
+    shards = scope.shards
     if shards is None and not keys:  # "every shard" of definitions without any: nothing would be generated
         raise ValueError("these definitions have no shard assets: a graph run over every shard would generate nothing")
     check_shard_keys(shards, keys)  # before anything is written: an unknown key lists the valid ones
@@ -379,13 +386,7 @@ def materialize_graph(
     prime_pools(instance)
     tags = {**owner_tags(), GRAPH_RUN_TAG: uuid.uuid4().hex}
     runner = GraphRunner(defs, instance, resources, run_config or QUIET, tags)
-    state = graph_state(
-        defs,
-        shards,
-        run_ingest=run_ingest,
-        run_publish=run_publish,
-        allow_partial=allow_partial,
-    )
+    state = graph_state(defs, scope)
     while not (step := next_runs(replace(state, stopping=stop()))).done:
         if not step.runs:  # a run executed here is finished when execute returns: nothing can be running
             raise RuntimeError(f"the graph run cannot go on: {step.why}")

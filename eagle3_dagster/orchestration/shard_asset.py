@@ -7,18 +7,16 @@ returned). A stage's body receives a `ShardStep` and returns a `GatedShard`: its
 quarantine path and any shard-level outcomes or extra check results.
 """
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
-import polars as pl
 
 from ..profiles import ModelProfile
 from ..storage import parse_shard_key, shard_dir
 from .asset_names import ASSET_GROUP, STAGE_TAG
-from .gate_step import gated_result
+from .gate_step import GatedShard, gated_result
 from .gates import HeadlineCheck, gate_check_specs
 from .resources import PipelineSettings
 
@@ -50,17 +48,6 @@ class ShardStep:
     def folder(self, table: str) -> Any:
         """The shard's folder of `table` (local or object storage)."""
         return shard_dir(self.data, table, self.shard)
-
-
-@dataclass(frozen=True)
-class GatedShard:
-    """What a stage hands back to be gated: the per-row features the gate validates, and what to report."""
-
-    features: pl.DataFrame
-    metadata: Mapping[str, Any]
-    quarantine: Path | None = None  # where rows failing a critical expectation are written (None: not written)
-    outcomes: tuple[Any, ...] = ()  # shard-level outcomes judged outside the suite, stored with the gate's
-    checks: tuple[dg.AssetCheckResult, ...] = ()  # check results of the asset's own extra checks
 
 
 @dataclass(frozen=True)
@@ -97,18 +84,7 @@ def run_gated_step(spec: ShardAssetSpec, body: StageBody, context: dg.AssetExecu
         raise dg.Failure(
             description=f"{spec.name} shard {step.key}: {type(e).__name__}: {e}", allow_retries=False
         ) from e
-    _, result = gated_result(
-        context,
-        pipeline,
-        spec.gate,
-        step.shard,
-        gated.features,
-        step.profile,
-        metadata=dict(gated.metadata),
-        headlines=spec.headlines,
-        quarantine=gated.quarantine,
-        extra_outcomes=gated.outcomes,
-    )
+    _, result = gated_result(pipeline, spec.gate, step.shard, step.profile, gated, headlines=spec.headlines)
     if gated.checks:
         result = result._replace(check_results=[*(result.check_results or []), *gated.checks])
     return result

@@ -47,7 +47,7 @@ from .estimate import (
     human_duration,
     output_expectation,
 )
-from .probe import EndpointProbe, probe_endpoints, tokens_per_s_per_server
+from .probe import EndpointProbe, ProbeSize, probe_endpoints, tokens_per_s_per_server
 
 PLAN_FILE = "plan/plan.json"  # under the data dir
 
@@ -115,28 +115,44 @@ class Plan:
         return as_jsonable(asdict(self))
 
 
+@dataclass(frozen=True)
+class PlanModel:
+    """The model a planned run generates with: its profile, the renderer of its chat template, the generation
+    config (endpoints, max_new_tokens, context policy), the revision given (None: probed or stored)."""
+
+    profile: ModelProfile
+    renderer: PromptRenderer
+    config: GenerationConfig
+    model_revision: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanDirs:
+    """Where a plan reads the store (`data`: what is already answered) and keeps its scratch (`work_dir`)."""
+
+    data: DataPath
+    work_dir: Path
+
+
 def build_plan(
     specs: Sequence[SourceSpec],
     *,
-    data: DataPath,
-    work_dir: Path,
-    profile: ModelProfile,
-    renderer: PromptRenderer,
-    config: GenerationConfig,
+    dirs: PlanDirs,
+    model: PlanModel,
     n_shards: int,
     control_text: Mapping[str, str],
     fleet: Fleet,
-    model_revision: str | None = None,
     now: dt.datetime | None = None,
 ) -> Plan:
     """Count and estimate one run from the declared sources; nothing is generated (except the probe's
     few requests when no throughput is declared)."""
+    data, config, profile = dirs.data, model.config, model.profile
     max_new = int(config.max_new_tokens)
     assumptions: list[str] = []
-    scratch = scratch_dir(work_dir / "plan")
+    scratch = scratch_dir(dirs.work_dir / "plan")
     try:
         prompt_counts, prompts_path = count_prompts(specs, n_shards=n_shards, scratch=scratch)
-        rows = tokenize_for_plan(prompts_path, renderer, max_new_tokens=max_new, control_text=control_text)
+        rows = tokenize_for_plan(prompts_path, model.renderer, max_new_tokens=max_new, control_text=control_text)
     finally:
         remove_scratch(scratch)
     warnings = [
@@ -144,7 +160,7 @@ def build_plan(
         for name in prompt_counts.empty_sources
     ]
     capacity, probes = _probe_fleet(config, fleet, rows)
-    revision, revision_basis = _revision(model_revision, config, probes, data, n_shards)
+    revision, revision_basis = _revision(model.model_revision, config, probes, data, n_shards)
     if revision is None:
         assumptions.append(
             "no model revision known (none given, no endpoint probed, nothing stored): every request counts as "
@@ -163,7 +179,7 @@ def build_plan(
     fit = fit_to_context(cache.send, expect, server_ctx=server_ctx, fit_mode=budget.mode == "fit", max_new=max_new)
     assumptions += fit.assumptions
     all_out = expect.expected(rows.frame["source"])
-    estimates, estimate_assumptions = _estimates(fleet, capacity, probes, config, data, rows, fit, all_out)
+    fleet_fields, estimate_assumptions = _fleet_estimate(fleet, capacity, probes, config, fit.new_output_tokens)
     assumptions += estimate_assumptions
     return Plan(
         created_at=(now or dt.datetime.now(dt.UTC)).isoformat(timespec="seconds"),
@@ -178,7 +194,8 @@ def build_plan(
         expected_output_tokens_all=all_out,
         output_basis=expect.basis,
         output_mean_per_request=expect.overall_mean,
-        **estimates,
+        fleet=fleet_fields,
+        disk=_disk_fields(data, rows.prompt_tokens, fit.new_output_tokens, all_out),
         probe=[{**asdict(p), "tokens_per_s": p.tokens_per_s} for p in probes],
         assumptions=assumptions,
         warnings=warnings,
@@ -192,38 +209,38 @@ def build_plan(
     )
 
 
-def _estimates(
+def _fleet_estimate(
     fleet: Fleet,
     capacity: list[EndpointCapacity],
     probes: list[EndpointProbe],
     config: GenerationConfig,
-    data: DataPath,
-    rows: TokenizedRows,
-    fit: ContextFit,
-    all_out: float,
+    new_output_tokens: float,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The plan's fleet (time) and disk estimates, and what they assume."""
+    """The plan's fleet (time) estimate, and what it assumes."""
     tps, basis, throughput_assumptions = _throughput(fleet, probes)
     servers, server_assumptions = _servers(fleet, capacity, config)
-    est: FleetEstimate = fleet_estimate(fit.new_output_tokens, tps, servers, fleet.gpus_per_server, basis)
-    disk: DiskEstimate = disk_estimate(
-        data, prompt_tokens=rows.prompt_tokens, new_output_tokens=fit.new_output_tokens, all_output_tokens=all_out
-    )
-    fields = {
-        "fleet": {**asdict(est), "eta": human_duration(est.eta_s)},
-        "disk": {
-            "bytes": disk.bytes,
-            "total_bytes": disk.total,
-            "bytes_per_token": disk.bytes_per_token,
-            "basis": disk.basis,
-        },
-    }
+    est: FleetEstimate = fleet_estimate(new_output_tokens, tps, servers, fleet.gpus_per_server, basis)
     assumptions = [
         *throughput_assumptions,
         *server_assumptions,
         "time counts output tokens only (prefill is inside the measured or declared tokens/s)",
     ]
-    return fields, assumptions
+    return {**asdict(est), "eta": human_duration(est.eta_s)}, assumptions
+
+
+def _disk_fields(
+    data: DataPath, prompt_tokens: int, new_output_tokens: float, all_output_tokens: float
+) -> dict[str, Any]:
+    """The plan's disk estimate."""
+    disk: DiskEstimate = disk_estimate(
+        data, prompt_tokens=prompt_tokens, new_output_tokens=new_output_tokens, all_output_tokens=all_output_tokens
+    )
+    return {
+        "bytes": disk.bytes,
+        "total_bytes": disk.total,
+        "bytes_per_token": disk.bytes_per_token,
+        "basis": disk.basis,
+    }
 
 
 def _count_fields(prompt_counts: PromptCounts, rows: TokenizedRows, cache: CacheCounts) -> dict[str, Any]:
@@ -263,8 +280,7 @@ def _probe_fleet(
         config.endpoints,
         rows.probe_ids,
         sampling_params(config),
-        requests=fleet.probe_requests,
-        max_new_tokens=fleet.probe_max_new_tokens,
+        size=ProbeSize(requests=fleet.probe_requests, max_new_tokens=fleet.probe_max_new_tokens),
         api_key=api_key,
         servers=[c.servers for c in capacity],
     )

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from ..ingest.errors import IngestFileError
     from ..profiles import ProfileError, resolve_profile
     from ..tokenize import PromptRenderer
-    from .build import build_plan, plan_table, write_plan
+    from .build import PlanDirs, PlanModel, build_plan, plan_table, write_plan
     from .probe import ProbeError
 
     s = settings()
@@ -99,15 +99,11 @@ def run(args: argparse.Namespace) -> int:
         )
         plan = build_plan(
             specs,
-            data=s.storage.data_dir,
-            work_dir=s.storage.work_dir,
-            profile=profile,
-            renderer=PromptRenderer(profile),
-            config=config,
+            dirs=PlanDirs(s.storage.data_dir, s.storage.work_dir),
+            model=PlanModel(profile, PromptRenderer(profile), config, model_revision=args.model_revision),
             n_shards=s.shards.n_shards,
             control_text={spec.name: spec.control_text for spec in specs},
             fleet=_fleet(args, s, config),
-            model_revision=args.model_revision,
         )
     except ProbeError as e:
         print(f"eagle3 plan: error: {e}", file=sys.stderr)

@@ -117,19 +117,27 @@ async def _probe_one(
     return EndpointProbe(name, n, sum(counts), wall, revision, servers, context)
 
 
+@dataclass(frozen=True)
+class ProbeSize:
+    """How much a probe asks: `requests` per server, each of at most `max_new_tokens`, within `timeout_s`."""
+
+    requests: int = 8
+    max_new_tokens: int = 128
+    timeout_s: float = 600.0
+
+
 def probe_endpoints(
     endpoints: Sequence[str],
     prompts: Sequence[list[int]],
     sampling: dict[str, Any],
     *,
-    requests: int = 8,
-    max_new_tokens: int = 128,
+    size: ProbeSize = ProbeSize(),
     api_key: str | None = None,
-    timeout_s: float = 600.0,
     servers: Sequence[int] | None = None,
 ) -> list[EndpointProbe]:
     """Probe every endpoint (one after the other, so they do not share the client's wall time) with
-    `requests` per server behind it (`servers`, one per endpoint; default 1 each)."""
+    `size.requests` per server behind it (`servers`, one per endpoint; default 1 each)."""
+    requests, max_new_tokens = size.requests, size.max_new_tokens
     if not prompts:
         raise ProbeError("nothing to probe with: no prompt tokenized")
     per_endpoint = list(servers) if servers is not None else [1] * len(endpoints)
@@ -147,7 +155,7 @@ def probe_endpoints(
 
     async def run() -> list[EndpointProbe]:
         limits = httpx.Limits(max_connections=requests * max(per_endpoint, default=1) + 2)
-        async with httpx.AsyncClient(timeout=timeout_s, limits=limits, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=size.timeout_s, limits=limits, trust_env=False) as client:
             return [
                 await _probe_one(client, url.rstrip("/"), headers, prompts, capped, requests * k, k)
                 for url, k in zip(endpoints, per_endpoint, strict=True)

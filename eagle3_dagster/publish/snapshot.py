@@ -42,14 +42,14 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, cast
 
 from ..stopping import StopRequested, stop_reason, stop_requested
 from ..storage import (
     DataDirLock,
     DataPath,
+    LockOptions,
     PathLike,
     as_data_path,
     as_given,
@@ -57,9 +57,10 @@ from ..storage import (
     sha256_of,
     shard_key,
 )
-from ..train.summary import STAT_COLUMNS, sample_stats, summarize
+from ..train.summary import STAT_COLUMNS, Summary, sample_stats, summarize
 from .card import write_card
 from .identity import IDENTITY_SCHEME, ContentHasher
+from .snapshot_gates import PublishedSnapshot, SnapshotFacts, SnapshotVerdict
 
 GATES = ("prompts", "generations", "training_samples")
 PUBLISH_LOCK = "snapshots/.publish.lock"
@@ -80,6 +81,51 @@ class ShardDecision:
     gates: dict[str, bool] = field(default_factory=dict)
 
 
+Exporter = Callable[[DataPath, DataPath], dict[str, Any]]  # (snapshot dir, exports dir) -> {rel: info}
+
+
+@dataclass(frozen=True)
+class SnapshotContent:
+    """What a snapshot holds besides its shards: the run's config, the exports written into it, the model
+    profile that enables the distribution summary (None: no summary), the clock of its times."""
+
+    config: dict[str, Any]
+    exporters: Sequence[Exporter] = ()
+    profile: Any = None
+    now: dt.datetime | None = None
+
+
+@dataclass(frozen=True)
+class PublishPolicy:
+    """When a snapshot is published and how many are kept: `judge(facts)` -> its SnapshotVerdict (None: every
+    snapshot is published); `allow_partial`: a partial snapshot was asked for; the newest `keep` are kept."""
+
+    judge: Callable[[SnapshotFacts], SnapshotVerdict] | None = None
+    allow_partial: bool = False
+    keep: int = 7
+
+
+@dataclass(frozen=True)
+class PublishLockOptions(LockOptions):
+    """How a publisher takes the data dir's publish lock (storage.LockOptions): it waits for another
+    publisher up to PUBLISH_LOCK_WAIT_S unless told otherwise; `on_wait(line)` (default: the log) also hears
+    that the lock covers this host only and what dead attempts were cleaned up."""
+
+    wait_s: float = PUBLISH_LOCK_WAIT_S
+
+
+@dataclass(frozen=True)
+class AssembledSnapshot:
+    """A snapshot as assembled and judged, before it is written: its identity, shards and manifest fields."""
+
+    version: str
+    digest: str
+    rows: int
+    decisions: Sequence[ShardDecision]
+    summary: Summary | None
+    gate_fields: dict[str, Any]  # what the gates decided (none when nothing was judged)
+
+
 @dataclass
 class SnapshotResult:
     version: str
@@ -90,7 +136,7 @@ class SnapshotResult:
     removed_by_retention: list[str]
     manifest: dict[str, Any]
     published: bool = True  # False: refused by the publish gate (path None) or held back by drift
-    verdict: Any = None  # publish.snapshot_gates.SnapshotVerdict when judged
+    verdict: SnapshotVerdict | None = None  # what the snapshot gates decided (None: not judged)
     latest: str | None = None  # what LATEST names after this build
     removed_staging: list[str] = field(default_factory=list)  # staging folders of dead attempts, deleted
 
@@ -162,7 +208,7 @@ def read_manifest(root: PathLike, version: str | None) -> dict[str, Any] | None:
 
 def content_and_summary(
     data: DataPath, decisions: Sequence[ShardDecision], profile: Any = None
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[str, Summary | None]:
     """(full content digest, distribution summary or None without a profile) of the included shards.
 
     Streamed (ContentHasher.update_file): each shard table is read a batch at a time; what is kept for
@@ -209,64 +255,34 @@ def build_snapshot(
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
-    *,
-    config: dict[str, Any],
-    keep: int = 7,
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]] = (),
-    now: dt.datetime | None = None,
-    profile: Any = None,
-    judge: Callable[[dict[str, Any]], Any] | None = None,
-    run_id: str | None = None,
-    lock_wait_s: float = PUBLISH_LOCK_WAIT_S,
-    on_wait: Callable[[str], None] | None = None,
-    local_lock_dir: Path | None = None,
-    allow_partial: bool = False,
+    content: SnapshotContent,
+    policy: PublishPolicy = PublishPolicy(),
+    lock: PublishLockOptions = PublishLockOptions(),
 ) -> SnapshotResult:
     """Assemble, judge and (if the gates allow) publish a snapshot, holding the data dir's publish lock.
 
-    A shard left out (a failed or missing gate result) refuses the snapshot unless `allow_partial` asks for a
-    partial one (the judge decides: `info["allow_partial"]`); the manifest names every shard left out and why
-    (`shards_left_out`), and so does the data card.
+    A shard left out (a failed or missing gate result) refuses the snapshot unless `policy.allow_partial`
+    asks for a partial one (the judge decides: `facts.allow_partial`); the manifest names every shard left
+    out and why (`shards_left_out`), and so does the data card.
 
-    `profile` enables the distribution summary. `judge(info)` -> an object with `publish` (bool),
-    `reasons` (list[str]), `publish_gate` and `drift` (JSON) and `to_json()`; `info` holds rows,
-    shards_included, excluded, summary and previous (LATEST's manifest). Without a judge every
-    snapshot is published. `run_id` is written into the lock (named to a publisher that has to
-    wait); `on_wait(line)` is told once when it waits and when the lock covers this host only
-    (object storage: the lock file goes in `local_lock_dir`, the work dir's locks/).
-    Raises storage.DataDirLocked when another publisher still holds the lock after `lock_wait_s`.
+    `policy.judge(facts)` -> the SnapshotVerdict of the assembled snapshot (its rows, shards included and
+    left out, summary, LATEST's snapshot). Without a judge every snapshot is published. `lock.on_wait(line)`
+    is told once when it waits and when the lock covers this host only.
+    Raises storage.DataDirLocked when another publisher still holds the lock after `lock.wait_s`.
     """
-    lock = DataDirLock(
-        data_dir,
-        PUBLISH_LOCK,
-        what="snapshot publish",
-        run_id=run_id,
-        wait_s=lock_wait_s,
-        on_wait=on_wait or log.warning,
-        local_lock_dir=local_lock_dir,
-    )
-    warning = lock.host_only_warning()
+    on_wait = lock.on_wait or log.warning
+    data_lock = DataDirLock(data_dir, PUBLISH_LOCK, what="snapshot publish", options=replace(lock, on_wait=on_wait))
+    warning = data_lock.host_only_warning()
     if warning:
-        (on_wait or log.warning)(warning)
-    with lock:
+        on_wait(warning)
+    with data_lock:
         locked_at = time.time()
         removed_staging = remove_dead_staging(as_data_path(data_dir) / "snapshots")
         for name in removed_staging:
-            (on_wait or log.warning)(f"removed staging folder {name} of an earlier publish that did not finish")
+            on_wait(f"removed staging folder {name} of an earlier publish that did not finish")
         for name in remove_stale_latest_tmp(as_data_path(data_dir) / "snapshots", before=locked_at):
-            (on_wait or log.warning)(f"removed {name}, left by an earlier publish killed while writing LATEST")
-        result = _build_snapshot_locked(
-            data_dir,
-            shard_ids,
-            gate_status,
-            config=config,
-            keep=keep,
-            exporters=exporters,
-            now=now,
-            profile=profile,
-            judge=judge,
-            allow_partial=allow_partial,
-        )
+            on_wait(f"removed {name}, left by an earlier publish killed while writing LATEST")
+        result = _build_snapshot_locked(data_dir, shard_ids, gate_status, content, policy)
         result.removed_staging = removed_staging
         return result
 
@@ -337,19 +353,14 @@ def _build_snapshot_locked(
     data_dir: PathLike,
     shard_ids: Sequence[int],
     gate_status: Callable[[str, int], Any],
-    *,
-    config: dict[str, Any],
-    keep: int,
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    now: dt.datetime | None,
-    profile: Any,
-    judge: Callable[[dict[str, Any]], Any] | None,
-    allow_partial: bool = False,
+    content: SnapshotContent,
+    policy: PublishPolicy,
 ) -> SnapshotResult:
     data = as_data_path(data_dir)
     root = data / "snapshots"
+    judge, allow_partial, now = policy.judge, policy.allow_partial, content.now
     decisions = decide_shards(data, shard_ids, gate_status)
-    digest, summary = content_and_summary(data, decisions, profile)
+    digest, summary = content_and_summary(data, decisions, content.profile)
     version = digest[:16]
     rows = sum(d.rows for d in decisions if d.included)
     latest = read_latest(root)
@@ -357,11 +368,10 @@ def _build_snapshot_locked(
     # the same content as LATEST needs no new judgement, unless shards are left out that no one agreed to leave
     unasked = not allow_partial and not all(d.included for d in decisions)
     if judge is not None and (latest != version or unasked):
-        info = _judged_snapshot(rows, decisions, summary, read_manifest(root, latest))
-        verdict = judge({**info, "allow_partial": allow_partial})
-    published = verdict is None or bool(verdict.publish)
+        verdict = judge(_judged_snapshot(rows, decisions, summary, read_manifest(root, latest), allow_partial))
+    published = verdict is None or verdict.publish
     gate_fields = _gate_fields(verdict, latest)
-    refused = verdict is not None and not verdict.publish_gate.get("success", True)
+    refused = verdict is not None and not verdict.publish_gate.success
     attempt = {
         "version": version,
         "rows": rows,
@@ -381,26 +391,15 @@ def _build_snapshot_locked(
             version, None, False, rows, decisions, [], manifest, published=False, verdict=verdict, latest=latest
         )
     snap = root / version
-    created = _write_snapshot(
-        data,
-        snap,
-        decisions,
-        exporters,
-        version=version,
-        digest=digest,
-        rows=rows,
-        config=config,
-        summary=summary,
-        gate_fields=gate_fields,
-        now=now,
-    )
+    assembled = AssembledSnapshot(version, digest, rows, decisions, summary, gate_fields)
+    created = _write_snapshot(data, snap, assembled, content)
     manifest = json.loads((snap / "manifest.json").read_text())
     if published:
         manifest = _publish(root, version, manifest, attempt, attempt_file, same_as_latest=latest == version)
     if verdict is None and judge is not None:
         attempt["verdict"] = _verdict_of_latest(manifest)
     attempt_file.write_text(json.dumps(attempt, indent=1, default=str))  # after the snapshot exists
-    removed = apply_retention(root, keep=keep, protect=version, also_protect=read_latest(root))
+    removed = apply_retention(root, keep=policy.keep, protect=version, also_protect=read_latest(root))
     return SnapshotResult(
         version,
         as_given(snap, data_dir),
@@ -416,27 +415,32 @@ def _build_snapshot_locked(
 
 
 def _judged_snapshot(
-    rows: int, decisions: Sequence[ShardDecision], summary: dict[str, Any] | None, previous: dict[str, Any] | None
-) -> dict[str, Any]:
+    rows: int,
+    decisions: Sequence[ShardDecision],
+    summary: Summary | None,
+    previous: dict[str, Any] | None,
+    allow_partial: bool,
+) -> SnapshotFacts:
     """What the publish and drift gates judge: the assembled snapshot beside the previous published one."""
-    return {
-        "rows": rows,
-        "shards_included": sum(1 for d in decisions if d.included),
-        "summary": summary or {},
-        "previous": previous,
-        "excluded": {d.shard: d.reason for d in decisions if not d.included},
-    }
+    return SnapshotFacts(
+        rows=rows,
+        shards_included=sum(1 for d in decisions if d.included),
+        summary=summary or Summary(),
+        previous=PublishedSnapshot.from_manifest(previous) if previous is not None else None,
+        excluded={d.shard: d.reason for d in decisions if not d.included},
+        allow_partial=allow_partial,
+    )
 
 
-def _gate_fields(verdict: Any, latest: str | None) -> dict[str, Any]:
+def _gate_fields(verdict: SnapshotVerdict | None, latest: str | None) -> dict[str, Any]:
     """The manifest fields a judged snapshot carries (none when nothing was judged)."""
     if verdict is None:
         return {}
-    published = bool(verdict.publish)
+    published = verdict.publish
     fields: dict[str, Any] = {
         "published": published,
-        "publish_gate": verdict.publish_gate,
-        "drift": verdict.drift,
+        "publish_gate": verdict.publish_gate.to_json(),
+        "drift": verdict.drift.to_json() if verdict.drift is not None else None,
         "previous_version": latest,
     }
     if not published:
@@ -444,54 +448,29 @@ def _gate_fields(verdict: Any, latest: str | None) -> dict[str, Any]:
     return fields
 
 
-def _write_snapshot(
-    data: DataPath,
-    snap: DataPath,
-    decisions: Sequence[ShardDecision],
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    *,
-    version: str,
-    digest: str,
-    rows: int,
-    config: dict[str, Any],
-    summary: dict[str, Any] | None,
-    gate_fields: dict[str, Any],
-    now: dt.datetime | None,
-) -> bool:
+def _write_snapshot(data: DataPath, snap: DataPath, assembled: AssembledSnapshot, content: SnapshotContent) -> bool:
     """Write the snapshot folder unless it exists (True: written now); an existing one judged again gets the
     latest decision's fields, its files unchanged."""
     manifest_path = snap / "manifest.json"
     if manifest_path.exists():
-        if gate_fields:
+        if assembled.gate_fields:
             # The same content judged again against another LATEST (e.g. held back before): the files are
             # unchanged, the decision fields are the latest one.
             manifest = json.loads(manifest_path.read_text())
-            manifest.update(gate_fields)
+            manifest.update(assembled.gate_fields)
             manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
         return False
     # Local: build beside the final folder, then one rename. Object storage: build in place,
     # manifest last (a folder without a manifest is an unfinished attempt: start it over).
     # a folder of this attempt's own (never shared with another publisher), removed on any failure
     root = data / "snapshots"
-    staging = root / f"{STAGING_PREFIX}{version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
+    staging = (
+        root / f"{STAGING_PREFIX}{assembled.version}-{os.getpid()}-{uuid.uuid4().hex[:8]}" if data.is_local else snap
+    )
     staging.rmtree()
     staging.mkdir()
     try:
-        _assemble(
-            data,
-            staging,
-            snap,
-            manifest_path,
-            decisions,
-            exporters,
-            version,
-            digest,
-            rows,
-            config,
-            summary,
-            gate_fields,
-            now,
-        )
+        _assemble(data, staging, snap, manifest_path, assembled, content)
     finally:
         if data.is_local:
             staging.rmtree()
@@ -553,18 +532,12 @@ def _assemble(
     staging: DataPath,
     snap: DataPath,
     manifest_path: DataPath,
-    decisions: Sequence[ShardDecision],
-    exporters: Sequence[Callable[[DataPath, DataPath], dict[str, Any]]],
-    version: str,
-    digest: str,
-    rows: int,
-    config: dict[str, Any],
-    summary: dict[str, Any] | None,
-    gate_fields: dict[str, Any],
-    now: dt.datetime | None,
+    assembled: AssembledSnapshot,
+    content: SnapshotContent,
 ) -> None:
     """Copy the shards and write the exports into `staging`, then make the snapshot appear at `snap`
     whole: locally one rename of the finished folder, on object storage the manifest put last."""
+    decisions = assembled.decisions
     files: dict[str, dict[str, Any]] = {}
     for d in decisions:
         if not d.included:
@@ -573,16 +546,16 @@ def _assemble(
         (data / "training_samples" / f"shard={d.shard}" / "part-0000.parquet").copy_to(staging / rel)
         files[rel] = {"sha256": d.sha256, "rows": d.rows}
     exports: dict[str, Any] = {}
-    for export in exporters:
+    for export in content.exporters:
         for rel, info in export(staging, staging / "exports").items():
             exports[rel] = info
     for rel in exports:
         exports[rel]["sha256"] = sha256_of(staging / rel)
     manifest = {
-        "version": version,
-        "identity": {"sha256": digest, "of": IDENTITY_SCHEME},
-        "created_at": (now or dt.datetime.now(dt.UTC)).isoformat(),
-        "rows": rows,
+        "version": assembled.version,
+        "identity": {"sha256": assembled.digest, "of": IDENTITY_SCHEME},
+        "created_at": (content.now or dt.datetime.now(dt.UTC)).isoformat(),
+        "rows": assembled.rows,
         "files": files,
         "exports": exports,
         "shards": [asdict(d) for d in decisions],
@@ -590,9 +563,9 @@ def _assemble(
         "shards_left_out": {d.shard: d.reason for d in decisions if not d.included},
         # generation requests that failed for good, per shard (included or not): reasons, counts, examples
         "request_failures": request_failures(data, decisions),
-        "config": config,
-        "summary": summary,
-        **gate_fields,
+        "config": content.config,
+        "summary": assembled.summary,
+        **assembled.gate_fields,
     }
     manifest["card"] = write_card(data, staging, manifest)  # README.md, the Hugging Face dataset card
     body = json.dumps(manifest, indent=2, sort_keys=True, default=str)

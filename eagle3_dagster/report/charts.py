@@ -35,6 +35,12 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
 
+# the rate charts: shares of samples, 0..100%
+RATE_AXES = svg.Axes(
+    x_label="share of samples", y_label="rate (%)", value_fmt=_pct, axis_fmt=lambda v: f"{100 * v:.0f}%", top=1.0
+)
+
+
 def distribution_charts(summary: dict[str, Any], label: str) -> list[str]:
     """Histograms of the four lengths, finish reasons, the three rates and the source mix."""
     out = ['<div class="charts">']
@@ -56,8 +62,7 @@ def distribution_charts(summary: dict[str, Any], label: str) -> list[str]:
             f"{label}: finish reasons (n={summary.get('rows', 0)})",
             list(fr),
             list(fr.values()),
-            x_label="finish_reason",
-            y_label="samples",
+            svg.Axes(x_label="finish_reason", y_label="samples"),
         )
     )
     rates = [(name, summary.get(key)) for key, name in RATES]
@@ -66,11 +71,7 @@ def distribution_charts(summary: dict[str, Any], label: str) -> list[str]:
             f"{label}: rates (n={summary.get('rows', 0)})",
             [n for n, _ in rates],
             [float(v or 0.0) for _, v in rates],
-            x_label="share of samples",
-            y_label="rate (%)",
-            value_fmt=_pct,
-            top=1.0,
-            axis_fmt=lambda v: f"{100 * v:.0f}%",
+            RATE_AXES,
         )
     )
     mix = summary.get("sources") or {}
@@ -99,8 +100,7 @@ def _before_after(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
                 f"{LENGTH_TITLES[col].split(' (')[0]}: before vs after",
                 list(qs),
                 {"before": [b.get(q) for q in qs], "after": [a.get(q) for q in qs]},
-                x_label="quantile",
-                y_label="tokens",
+                svg.Axes(x_label="quantile", y_label="tokens"),
             )
         )
     out.append(
@@ -108,11 +108,7 @@ def _before_after(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
             "rates: before vs after",
             [n for _, n in RATES],
             {"before": [before.get(k) for k, _ in RATES], "after": [after.get(k) for k, _ in RATES]},
-            x_label="share of samples",
-            y_label="rate (%)",
-            value_fmt=_pct,
-            top=1.0,
-            axis_fmt=lambda v: f"{100 * v:.0f}%",
+            RATE_AXES,
         )
     )
     out.append("</div>")

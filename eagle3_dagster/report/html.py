@@ -35,6 +35,7 @@ from .model import (
     GateCell,
     LatestAge,
     ReportModel,
+    ReportView,
     ShardRow,
     SnapshotView,
     SourceView,
@@ -58,6 +59,7 @@ __all__ = [
     "GateCell",
     "LatestAge",
     "ReportModel",
+    "ReportView",
     "ShardRow",
     "SnapshotView",
     "SourceView",
@@ -113,5 +115,6 @@ def write_report(
     work, path = _paths(work_dir, out)
     data = as_data_path(data_dir)
     with _report_lock(path):
-        _write(path, collect(data, work, n_shards=n_shards, profile=profile, now=now, max_age=max_age))
+        view = ReportView(profile=profile, now=now, max_age=max_age)
+        _write(path, collect(data, work, n_shards=n_shards, view=view))
     return path

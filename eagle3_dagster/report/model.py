@@ -489,19 +489,23 @@ def shard_ids(data: DataPath, gates: Sequence[str], n_shards: int | None, shards
     return sorted(set(shards) if shards is not None else set(range(n_shards or 0)) | _gate_shards(data, gates))
 
 
+@dataclass(frozen=True)
+class ReportView:
+    """How a report reads the store: the run's profile (listed first; None: the profiles the rows name), the
+    gates it shows, its clock (None: now) and how old LATEST may be before it is called stale."""
+
+    profile: str | None = None
+    gates: Sequence[str] = GATES
+    now: dt.datetime | None = None
+    max_age: dt.timedelta = DEFAULT_MAX_AGE
+
+
 def assemble(
-    data: DataPath,
-    work: Path,
-    rows: list[ShardRow],
-    summaries: dict[str, dict[str, Any]],
-    *,
-    profile: str | None,
-    gates: Sequence[str],
-    now: dt.datetime | None,
-    max_age: dt.timedelta = DEFAULT_MAX_AGE,
+    data: DataPath, work: Path, rows: list[ShardRow], summaries: dict[str, dict[str, Any]], view: ReportView
 ) -> ReportModel:
     """The model from shard rows (sorted by shard) plus the run-wide parts (and the rows' multi-turn
     summaries), read now."""
+    profile, gates, now = view.profile, view.gates, view.now
     seen = sorted({c.profile for r in rows for c in r.cells.values() if c.profile})
     profiles = [profile] + [p for p in seen if p != profile] if profile else seen
     index = work / "gx" / "gx" / DOCS_INDEX
@@ -523,7 +527,7 @@ def assemble(
         snapshots=collect_snapshots(data),
         data_docs_index=index if index.is_file() else None,
         sources=collect_sources(data),
-        latest=latest_age(data, now, max_age),
+        latest=latest_age(data, now, view.max_age),
         turns=collect_turns(data, [parse_shard_key(r.shard) for r in rows]),
         acceptance=collect_acceptance(data, [parse_shard_key(r.shard) for r in rows]),
         decontamination=collect_decontamination(data),
@@ -546,10 +550,7 @@ def collect(
     *,
     n_shards: int | None = None,
     shards: Sequence[int] | None = None,
-    profile: str | None = None,
-    gates: Sequence[str] = GATES,
-    now: dt.datetime | None = None,
-    max_age: dt.timedelta = DEFAULT_MAX_AGE,
+    view: ReportView = ReportView(),
 ) -> ReportModel:
     """Read the stored gate results, rejects and snapshot manifests into a ReportModel.
 
@@ -557,7 +558,7 @@ def collect(
     """
     data = as_data_path(data_dir)
     work = Path(os.fspath(work_dir)).expanduser().absolute()
-    ids = shard_ids(data, gates, n_shards, shards)
-    rows = [collect_row(data, k, gates, work) for k in ids]
+    ids = shard_ids(data, view.gates, n_shards, shards)
+    rows = [collect_row(data, k, view.gates, work) for k in ids]
     summaries = {shard_key(k): s for k in ids if (s := collect_summary(data, k)) is not None}
-    return assemble(data, work, rows, summaries, profile=profile, gates=gates, now=now, max_age=max_age)
+    return assemble(data, work, rows, summaries, view)

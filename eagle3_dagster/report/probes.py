@@ -153,8 +153,7 @@ def probes_section(view: dict[str, Any] | None) -> list[str]:
                 "accept length per drafter version (probe sets, Σ tokens / Σ verify steps)",
                 [str(v["drafter_id"]) for v in versions],
                 [float(v["accept_length"] or 0.0) for v in versions],
-                x_label="drafter (first seen, oldest first)",
-                y_label="tokens per verify step",
+                svg.Axes(x_label="drafter (first seen, oldest first)", y_label="tokens per verify step"),
             )
         )
         h.extend(_versions_table(versions, view.get("intervals") or {}))

@@ -5,8 +5,8 @@ each bar, so it can be read without hovering (there is no script to hover with).
 in CSS pixels (about 520 x 260) so two charts sit side by side in a 1280 px wide window.
 
     histogram(title, edges, counts, x_label=..., y_label=...)
-    bars(title, labels, values, y_label=..., value_fmt=...)
-    grouped_bars(title, categories, {"before": [...], "after": [...]}, y_label=...)
+    bars(title, labels, values, Axes(y_label=..., value_fmt=...))
+    grouped_bars(title, categories, {"before": [...], "after": [...]}, Axes(y_label=...))
     hbars(title, [(label, value, note)], x_label=..., max_value=...)
     intervals(title, [(label, point, lo, hi, note)], x_label=..., marks={"margin": 0.05})
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 WIDTH, HEIGHT = 520, 260
 MARGIN_L, MARGIN_R, MARGIN_T, MARGIN_B = 62, 16, 34, 58
@@ -145,47 +146,33 @@ def histogram(
     return _frame(f"{title} (n={n})", body, x_label=x_label, y_label=y_label)
 
 
-def bars(
-    title: str,
-    labels: Sequence[str],
-    values: Sequence[float],
-    *,
-    x_label: str = "",
-    y_label: str = "",
-    value_fmt: Callable[[float], str] = _num,
-    top: float | None = None,
-    axis_fmt: Callable[[float], str] = _num,
-) -> str:
+@dataclass(frozen=True)
+class Axes:
+    """A bar chart's axes: their labels, how a value on a bar (`value_fmt`) and a tick (`axis_fmt`) are
+    written, and the top of the value axis (None: a round number over the largest value)."""
+
+    x_label: str = ""
+    y_label: str = ""
+    value_fmt: Callable[[float], str] = _num
+    axis_fmt: Callable[[float], str] = _num
+    top: float | None = None
+
+
+def bars(title: str, labels: Sequence[str], values: Sequence[float], axes: Axes = Axes()) -> str:
     """One bar per label, its value written on top."""
     if not values:
         return empty(title)
-    return grouped_bars(
-        title,
-        labels,
-        {"": list(values)},
-        x_label=x_label,
-        y_label=y_label,
-        value_fmt=value_fmt,
-        top=top,
-        axis_fmt=axis_fmt,
-    )
+    return grouped_bars(title, labels, {"": list(values)}, axes)
 
 
 def grouped_bars(
-    title: str,
-    categories: Sequence[str],
-    series: dict[str, Sequence[float | None]],
-    *,
-    x_label: str = "",
-    y_label: str = "",
-    value_fmt: Callable[[float], str] = _num,
-    top: float | None = None,
-    axis_fmt: Callable[[float], str] = _num,
+    title: str, categories: Sequence[str], series: dict[str, Sequence[float | None]], axes: Axes = Axes()
 ) -> str:
     """Per category one bar per series (e.g. before / after), values written on the bars; a missing
     value (None) is marked "n/a"."""
     if not categories:
         return empty(title)
+    x_label, y_label, value_fmt, axis_fmt, top = axes.x_label, axes.y_label, axes.value_fmt, axes.axis_fmt, axes.top
     vals = [v for s in series.values() for v in s if v is not None]
     top = top if top is not None else _nice_max(max(vals) if vals else 0.0)
     plot_w = WIDTH - MARGIN_L - MARGIN_R

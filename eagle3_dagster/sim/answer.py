@@ -111,16 +111,8 @@ def spec_meta(sim: Sim, pr: Progress) -> dict[str, Any]:
     strings = [str(s) for s in sim.tok.convert_ids_to_tokens(ids)] if ids else []
     # the prompt's content class, read only when --draft-quality sets a quality per class
     content = SP.content_class(sim.tok.decode(list(pr.item.input_ids))) if sim.spec.by_class else None
-    out = SP.meta_fields(
-        pr.spec or sim.spec,
-        sim.profile,
-        ids,
-        pr.item.input_ids,
-        strings,
-        pr.item.sampling.sampling_seed,
-        scale=sim.fleet.spec_acceptance_scale,
-        content=content,
-    )
+    answer = SP.DraftedAnswer(ids, pr.item.input_ids, strings, pr.item.sampling.sampling_seed, content)
+    out = SP.meta_fields(pr.spec or sim.spec, sim.profile, answer, scale=sim.fleet.spec_acceptance_scale)
     out = SP.make_inconsistent(out, pr.spec_fault) if pr.spec_fault else out
     if sim.fleet.spec_names_unknown:
         return SP.unknown_names(out)

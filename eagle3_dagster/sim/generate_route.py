@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import web
@@ -255,11 +256,13 @@ class GenerateRoutes:
             sim,
             request,
             resp,
+            StreamFaults(
+                drop_final=parsed.is_single and sched_err is None and sim.fleet.take_unfinished(),
+                cut=reset or crash,
+                crash=crash,
+            ),
             incremental=sim.args.incremental_streaming_output,
             is_single=parsed.is_single,
-            drop_final=parsed.is_single and sched_err is None and sim.fleet.take_unfinished(),
-            cut=reset or crash,
-            crash=crash,
             keep_final=self._keep_stream_answer,
         )
         if sched_err is not None:
@@ -332,6 +335,16 @@ class StreamEndedEarly(Exception):
     """The fleet fault cut_stream: the response ends here as if complete (no final chunk, no [DONE])."""
 
 
+@dataclass(frozen=True)
+class StreamFaults:
+    """The faults one stream plays: the final chunk dropped (fleet fault unfinished), the connection cut
+    after the first chunk (reset_mid_body, crash_after), the process killed there (`crash`)."""
+
+    drop_final: bool = False
+    cut: bool = False
+    crash: bool = False
+
+
 class StreamSender:
     """Writes one /generate stream's chunks, one at a time; a reset_mid_body or crash_after fault cuts the
     stream after its first chunk, the fleet fault cut_stream ends it there cleanly (`end_early`), and the
@@ -344,17 +357,15 @@ class StreamSender:
         sim: Sim,
         request: web.Request,
         resp: web.StreamResponse,
+        faults: StreamFaults,
         *,
         incremental: bool,
         is_single: bool,
-        drop_final: bool,
-        cut: bool,
-        crash: bool,
         keep_final: Callable[[bytes], None],
     ) -> None:
         self.sim, self.request, self.resp = sim, request, resp
-        self.incremental, self.is_single, self.drop_final = incremental, is_single, drop_final
-        self.cut, self.crash = cut, crash
+        self.incremental, self.is_single, self.drop_final = incremental, is_single, faults.drop_final
+        self.cut, self.crash = faults.cut, faults.crash
         self.keep_final = keep_final  # a single stream's final chunk, kept for the fleet fault stale_answer
         self.lock = asyncio.Lock()
 

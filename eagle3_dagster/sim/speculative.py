@@ -286,18 +286,23 @@ def request_seed(prompt_ids: Sequence[int], sampling_seed: int | None, cfg: Spec
     return int.from_bytes(h.digest(), "little")
 
 
-def meta_fields(
-    cfg: SpecConfig,
-    profile: ModelProfile,
-    ids: Sequence[int],
-    prompt_ids: Sequence[int],
-    token_strings: Sequence[str],
-    sampling_seed: int | None,
-    scale: float = 1.0,
-    content: str | None = None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DraftedAnswer:
+    """What the drafter is measured on: the answer's ids and their token strings, the request's prompt ids
+    and sampling seed (the figures are the same on a retry), the prompt's content class (None: not read)."""
+
+    ids: Sequence[int]
+    prompt_ids: Sequence[int]
+    token_strings: Sequence[str]
+    sampling_seed: int | None
+    content: str | None = None
+
+
+def meta_fields(cfg: SpecConfig, profile: ModelProfile, answer: DraftedAnswer, scale: float = 1.0) -> dict[str, Any]:
     """The spec keys of a finished answer's meta_info, as SGLang computes them (none without a verify step).
-    `scale`: the fleet fault spec_acceptance_scale (1.0: none); `content`: the prompt's content class."""
+    `scale`: the fleet fault spec_acceptance_scale (1.0: none)."""
+    ids, prompt_ids, token_strings = answer.ids, answer.prompt_ids, answer.token_strings
+    sampling_seed, content = answer.sampling_seed, answer.content
     q = cfg.quality_for(content) * _turn_factor(prompt_ids, profile.end_of_turn_id) * scale
     topk = max(1, cfg.eagle_topk or 1)
     probs = acceptance_probs(ids, profile, token_strings)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from .frames import arrow_batch, detached, streamed_features
 from .layout import iter_shard_dirs, parse_shard_key, read_shard_json, safe_join, shard_dir, shard_key
-from .locks import DataDirLock, DataDirLocked, describe_owner, lock_file_for, owner_record, read_owner
+from .locks import DataDirLock, DataDirLocked, LockOptions, describe_owner, lock_file_for, owner_record, read_owner
 from .paths import (
     DataPath,
     DataRoot,
@@ -71,6 +71,7 @@ __all__ = [
     "DataPath",
     "DataRoot",
     "KeyedRows",
+    "LockOptions",
     "ParquetSink",
     "PathLike",
     "SortedSpill",

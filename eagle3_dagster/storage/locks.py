@@ -26,6 +26,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -102,33 +103,32 @@ def _read_owner(fh: IO[str]) -> dict[str, Any] | None:
         return None  # being written by the holder right now
 
 
+@dataclass(frozen=True)
+class LockOptions:
+    """How a holder takes a data dir lock: `run_id` is written into it (named to whoever has to wait);
+    `wait_s` 0 fails at once when held, > 0 waits up to that many seconds polling every `poll_s` (calling
+    `on_wait` once with the line naming the holder), then fails with `DataDirLocked`; `local_lock_dir`:
+    where the lock file goes when the data dir is object storage (this host only)."""
+
+    run_id: str | None = None
+    wait_s: float = 0.0
+    on_wait: Callable[[str], None] | None = None
+    poll_s: float = 0.2
+    local_lock_dir: Path | None = None
+
+
 class DataDirLock:
-    """`with DataDirLock(data_dir, "snapshots/.publish.lock", what=..., run_id=...):` one holder at a time.
+    """`with DataDirLock(data_dir, "snapshots/.publish.lock", what=..., options=...):` one holder at a time
+    (`options`: LockOptions)."""
 
-    `wait_s`: 0 fails at once when held; > 0 waits up to that many seconds (calling `on_wait` once
-    with the line naming the holder), then fails with `DataDirLocked`. `local_lock_dir`: where the
-    lock file goes when the data dir is object storage.
-    """
-
-    def __init__(
-        self,
-        data_dir: PathLike,
-        rel: str,
-        *,
-        what: str,
-        run_id: str | None = None,
-        wait_s: float = 0.0,
-        on_wait: Callable[[str], None] | None = None,
-        poll_s: float = 0.2,
-        local_lock_dir: Path | None = None,
-    ) -> None:
+    def __init__(self, data_dir: PathLike, rel: str, *, what: str, options: LockOptions = LockOptions()) -> None:
         self.data_dir: DataPath = as_data_path(data_dir)
-        self.path, self.covers_all_hosts = lock_file_for(self.data_dir, rel, local_lock_dir)
+        self.path, self.covers_all_hosts = lock_file_for(self.data_dir, rel, options.local_lock_dir)
         self.what = what
-        self.run_id = run_id
-        self.wait_s = wait_s
-        self.on_wait = on_wait
-        self.poll_s = poll_s
+        self.run_id = options.run_id
+        self.wait_s = options.wait_s
+        self.on_wait = options.on_wait
+        self.poll_s = options.poll_s
         self._fh: IO[str] | None = None
 
     @property

@@ -31,7 +31,7 @@ from ..schemas import GENERATIONS, TRAINING_SAMPLES, TRAINING_SAMPLES_TURNS
 from ..storage import DataPath, KeyedRows, shard_dir
 from .multiturn import WithTurns, with_turns
 from .samples import ACCEPTANCE_INPUT_COLUMNS, TRAINING_INPUT_COLUMNS, with_acceptance
-from .shard import TrainingShard, build_training_shard
+from .shard import SampleSources, ShardOutput, TrainingShard, build_training_shard
 
 GENERATION_BATCH_ROWS = 512  # generations parsed and built at a time (train/shard.py streams the shard)
 
@@ -149,16 +149,8 @@ def build_from_inputs(
         return build_training_shard(
             inputs.batches,
             inputs.active,
-            tokenized,
-            prompts,
-            profile,
-            tokenizer,
-            bad_sample_ids=inputs.bad_sample_ids,
-            bad_prompt_ids=inputs.bad_prompt_ids,
-            out_path=out / "part-0000.parquet",
-            quarantine_path=out / "quarantine.parquet",
+            SampleSources(tokenized, prompts, profile, tokenizer, inputs.bad_sample_ids, inputs.bad_prompt_ids),
+            ShardOutput(out / "part-0000.parquet", out / "quarantine.parquet", inputs.schema, spill_dir),
             max_total_len=profile.max_train_len,
-            spill_dir=spill_dir,
             lineage=inputs.turns.lineage,
-            schema=inputs.schema,
         )

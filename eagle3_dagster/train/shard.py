@@ -47,6 +47,31 @@ class TrainingShard:
     row_groups: int = 0  # 1: the table is byte for byte the whole-shard write; more: streamed (bucket by bucket)
 
 
+@dataclass(frozen=True)
+class SampleSources:
+    """What each batch of generations is built against: the prompt rows (`tokenized`: ids; `prompts`:
+    messages and tools) as frames, or as KeyedRows by prompt_id from which a batch reads only its own; the
+    model and its tokenizer; the samples and prompts a gate quarantined (left out)."""
+
+    tokenized: pl.DataFrame | KeyedRows
+    prompts: pl.DataFrame | KeyedRows
+    profile: ModelProfile
+    tokenizer: Any
+    bad_sample_ids: set[str] = field(default_factory=set)
+    bad_prompt_ids: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class ShardOutput:
+    """Where a shard's training table goes (`out_path`), its parse quarantine (`quarantine_path`), the
+    table's schema (TRAINING_SAMPLES_TURNS with lineage), the folder the sorted spill uses (None: temp)."""
+
+    out_path: PathLike
+    quarantine_path: PathLike
+    schema: pa.Schema = TRAINING_SAMPLES
+    spill_dir: Path | None = None
+
+
 def _add(total: dict[str, int], part: dict[str, int]) -> None:
     for k, v in part.items():
         total[k] = total.get(k, 0) + int(v)
@@ -60,40 +85,31 @@ def _prompt_rows(table: pl.DataFrame | KeyedRows, gens: pl.DataFrame) -> pl.Data
 def build_training_shard(
     generations: Iterable[pl.DataFrame],
     sample_ids: pl.Series,
-    tokenized: pl.DataFrame | KeyedRows,
-    prompts: pl.DataFrame | KeyedRows,
-    profile: ModelProfile,
-    tokenizer: Any,
+    sources: SampleSources,
+    output: ShardOutput,
     *,
-    bad_sample_ids: set[str],
-    bad_prompt_ids: set[str],
-    out_path: PathLike,
-    quarantine_path: PathLike,
     max_total_len: int,
-    spill_dir: Path | None = None,
     lineage: pl.DataFrame | None = None,
-    schema: pa.Schema = TRAINING_SAMPLES,
 ) -> TrainingShard:
-    """Write the shard's training table (out_path) and parse quarantine (quarantine_path) from batches of
-    its generations (`sample_ids`: every sample_id the batches may hold). `tokenized` / `prompts`: the prompt
-    rows (ids; messages and tools) as frames, or as KeyedRows by prompt_id, from which each batch reads
-    only its own prompts. Memory: a batch, a bucket, a few prompt blocks and the per-row scalars. `lineage` (sample_id, conversation_id, turn_index of the turns of all_turns
-    conversations) is joined onto every row, null for final-turn rows; `schema` is then TRAINING_SAMPLES_TURNS."""
+    """Write the shard's training table and parse quarantine (`output`) from batches of its generations
+    (`sample_ids`: every sample_id the batches may hold), each built against `sources`. Memory: a batch, a
+    bucket, a few prompt blocks and the per-row scalars. `lineage` (sample_id, conversation_id, turn_index of
+    the turns of all_turns conversations) is joined onto every row, null for final-turn rows; the output's
+    schema is then TRAINING_SAMPLES_TURNS."""
     res = TrainingShard()
     failures: list[pl.DataFrame] = []
     features: list[pl.DataFrame] = []
     stats: list[pl.DataFrame] = []
     lineages: list[pl.DataFrame] = []
-    spill = SortedSpill(sample_ids, "sample_id", spill_dir=spill_dir)
+    schema, profile = output.schema, sources.profile
+    spill = SortedSpill(sample_ids, "sample_id", spill_dir=output.spill_dir)
     sink = None
     try:
         for gens in generations:
-            samples, parse_failures = _batch_samples(
-                gens, tokenized, prompts, profile, tokenizer, bad_sample_ids, bad_prompt_ids, schema, res
-            )
+            samples, parse_failures = _batch_samples(gens, sources, schema, res)
             failures.append(detached(parse_failures))
             spill.add(samples)
-        sink = ParquetSink(out_path, schema, buffer_bytes=ONE_ROW_GROUP_BYTES)
+        sink = ParquetSink(output.out_path, schema, buffer_bytes=ONE_ROW_GROUP_BYTES)
         for batch in spill.sorted_batches():
             if lineage is not None:
                 batch = batch.join(lineage, on="sample_id", how="left", maintain_order="left")
@@ -106,7 +122,7 @@ def build_training_shard(
             res.supervised_tokens += int(batch["output_len"].sum() or 0)
         write_frame_atomic(
             pl.concat(failures).rechunk() if failures else pl.DataFrame(schema=CONVERSATION_FAILURES_SCHEMA),
-            quarantine_path,
+            output.quarantine_path,
         )
         sink.commit()
         res.row_groups = sink.row_groups
@@ -125,27 +141,20 @@ def build_training_shard(
 
 
 def _batch_samples(
-    gens: pl.DataFrame,
-    tokenized: pl.DataFrame | KeyedRows,
-    prompts: pl.DataFrame | KeyedRows,
-    profile: ModelProfile,
-    tokenizer: Any,
-    bad_sample_ids: set[str],
-    bad_prompt_ids: set[str],
-    schema: pa.Schema,
-    res: TrainingShard,
+    gens: pl.DataFrame, sources: SampleSources, schema: pa.Schema, res: TrainingShard
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """One batch of generations parsed and built into training samples (its counts added to `res`):
     (samples, parse failures)."""
+    bad_sample_ids, bad_prompt_ids = sources.bad_sample_ids, sources.bad_prompt_ids
     candidates = gens.filter(
         ~pl.col("sample_id").is_in(list(bad_sample_ids)) & ~pl.col("prompt_id").is_in(list(bad_prompt_ids))
     )
     conversations, parse_failures, parse_counts = parse_generations(
-        candidates, _prompt_rows(prompts, candidates), profile, tokenizer
+        candidates, _prompt_rows(sources.prompts, candidates), sources.profile, sources.tokenizer
     )
     samples, counts = build_training_samples(
         gens,
-        _prompt_rows(tokenized, gens).select(
+        _prompt_rows(sources.tokenized, gens).select(
             "prompt_id", "input_ids", "tokenizer_fingerprint", pl.col("^control_text_in_content$")
         ),
         exclude_sample_ids=bad_sample_ids | set(parse_failures["row_id"].to_list()),

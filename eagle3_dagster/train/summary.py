@@ -21,7 +21,7 @@ The snapshot's content identity (ContentHasher) is publish/identity.py.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import polars as pl
@@ -44,6 +44,44 @@ STAT_COLUMNS = (
     "model_revision",
     "sampling_hash",
 )
+
+
+class LengthStats(TypedDict, total=False):
+    """A length column's figures (`n` 0: no rows, and nothing else)."""
+
+    n: int
+    mean: float
+    min: int
+    p5: float
+    p25: float
+    p50: float
+    p75: float
+    p95: float
+    max: int
+
+
+class Histogram(TypedDict):
+    edges: list[int]
+    counts: list[int]
+
+
+class Summary(TypedDict, total=False):
+    """A distribution summary, as stored (JSON); one read from an older snapshot may lack later fields."""
+
+    rows: int
+    sources: dict[str, int]
+    source_mix: dict[str, float]
+    model_revisions: dict[str, int]
+    model_revision: str | None
+    sampling_hashes: dict[str, int]
+    sampling_hash: str | None
+    finish_reasons: dict[str, int]
+    think_end_rate: float | None
+    length_finish_rate: float | None
+    tool_call_rate: float | None
+    lengths: dict[str, LengthStats]
+    histograms: dict[str, Histogram]
+    same_answer_rows: dict[str, int]
 
 
 def sample_stats(samples: pl.DataFrame, profile: ModelProfile) -> pl.DataFrame:
@@ -90,7 +128,7 @@ def _rate(s: pl.Series, n: int) -> float | None:
     return round(float(s.sum()) / n, 6) if n else None
 
 
-def _histogram(values: np.ndarray) -> dict[str, Any]:
+def _histogram(values: np.ndarray) -> Histogram:
     if values.size == 0:
         return {"edges": [], "counts": []}
     top = int(values.max())
@@ -100,7 +138,7 @@ def _histogram(values: np.ndarray) -> dict[str, Any]:
     return {"edges": edges, "counts": [int(c) for c in counts]}
 
 
-def length_stats(s: pl.Series) -> dict[str, Any]:
+def length_stats(s: pl.Series) -> LengthStats:
     v = s.drop_nulls().cast(pl.Float64).to_numpy()
     if len(v) == 0:
         return {"n": 0}
@@ -108,10 +146,10 @@ def length_stats(s: pl.Series) -> dict[str, Any]:
     for name, q in QUANTILES.items():
         out[name] = float(np.quantile(v, q))  # linear interpolation, as polars' "linear"
     out["max"] = int(v.max())
-    return out
+    return cast(LengthStats, out)
 
 
-def summarize(stats: pl.DataFrame) -> dict[str, Any]:
+def summarize(stats: pl.DataFrame) -> Summary:
     """The distribution summary of a stats frame (see the module docstring for its fields)."""
     n = stats.height
     sources = _counts(stats["source"]) if n else {}
@@ -151,19 +189,27 @@ def same_answer_rows(stats: pl.DataFrame) -> dict[str, int]:
     return {str(k): int(n) for k, n in shared.iter_rows()}
 
 
-def summarize_samples(samples: pl.DataFrame, profile: ModelProfile) -> dict[str, Any]:
+def summarize_samples(samples: pl.DataFrame, profile: ModelProfile) -> Summary:
     return summarize(sample_stats(samples, profile))
 
 
-def headline(summary: dict[str, Any]) -> dict[str, float]:
+def headline(summary: Summary) -> dict[str, float]:
     """The numbers worth a trend line across nights (numeric Dagster metadata)."""
     out: dict[str, float] = {"rows": float(summary.get("rows") or 0)}
+    lengths = summary.get("lengths") or {}
     for c in LENGTHS:
-        st = (summary.get("lengths") or {}).get(c) or {}
-        for q in ("p50", "p95"):
-            if st.get(q) is not None:
-                out[f"{c}_{q}"] = float(st[q])
-    for r in ("think_end_rate", "length_finish_rate", "tool_call_rate"):
-        if summary.get(r) is not None:
-            out[r] = float(summary[r])
+        st = lengths.get(c) or LengthStats()
+        for name, value in (("p50", st.get("p50")), ("p95", st.get("p95"))):
+            if value is not None:
+                out[f"{c}_{name}"] = float(value)
+    out.update({r: float(v) for r, v in rates(summary).items() if v is not None})
     return out
+
+
+def rates(summary: Summary) -> dict[str, float | None]:
+    """The summary's rates by name (None: not in the summary, or no rows)."""
+    return {
+        "think_end_rate": summary.get("think_end_rate"),
+        "length_finish_rate": summary.get("length_finish_rate"),
+        "tool_call_rate": summary.get("tool_call_rate"),
+    }

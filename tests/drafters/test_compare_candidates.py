@@ -211,7 +211,8 @@ def _draws(stored: pl.DataFrame, world: World, quality: dict[str, float], draws:
         q = quality.get(SP.content_class(world.tokenizer.decode(prompt)), quality.get("*", 0.0))
         cfg = SP.SpecConfig("EAGLE3", "planted", None, 3, 1, 4, class_quality=(("*", q),))
         steps = [
-            SP.meta_fields(cfg, world.profile, ids, prompt, strings, seed)["spec_verify_ct"] for seed in range(draws)
+            SP.meta_fields(cfg, world.profile, SP.DraftedAnswer(ids, prompt, strings, seed))["spec_verify_ct"]
+            for seed in range(draws)
         ]
         for i in (keys.index(r["source"]), keys.index("overall")):
             tokens[i] += len(ids)

@@ -44,12 +44,12 @@ def test_plan_from_parquet_path_equals_dataframe(tmp_path: Path):
     src = tmp_path / "part-0.parquet"
     df.write_parquet(src)
     none = (np.empty(0, U), np.empty(0, U))
-    kw = dict(model_revision="m", s_hash="s", regen_seed=None)
-    p_df = plan_shard(df, stored=none, **kw)
-    p_path = plan_shard(tmp_path, stored=none, **kw)
+    keys = SampleKeys("m", "s", None)
+    p_df = plan_shard(df, keys, stored=none)
+    p_path = plan_shard(tmp_path, keys, stored=none)
     assert (p_df.rows, p_df.requested, p_df.pending) == (p_path.rows, p_path.requested, p_path.pending) == (25, 20, 20)
-    rows_df = [r.sample_id for r in iter_pending(df, p_df, **kw)]
-    rows_path = [(r.sample_id, r.input_ids) for r in iter_pending(tmp_path, p_path, **kw)]
+    rows_df = [r.sample_id for r in iter_pending(df, p_df, keys)]
+    rows_path = [(r.sample_id, r.input_ids) for r in iter_pending(tmp_path, p_path, keys)]
     assert rows_df == [s for s, _ in rows_path] and len(set(rows_df)) == 20
     assert [ids for _, ids in rows_path] == df.head(20).get_column("input_ids").to_list()
 
@@ -57,8 +57,8 @@ def test_plan_from_parquet_path_equals_dataframe(tmp_path: Path):
 def test_input_that_changes_between_passes_fails_loudly(tmp_path: Path):
     src = tmp_path / "p.parquet"
     make_prompts(10, seed=4).write_parquet(src)
-    kw = dict(model_revision="m", s_hash="s", regen_seed=None)
-    plan = plan_shard(src, stored=(np.empty(0, U), np.empty(0, U)), **kw)
+    keys = SampleKeys("m", "s", None)
+    plan = plan_shard(src, keys, stored=(np.empty(0, U), np.empty(0, U)))
     make_prompts(10, seed=5).write_parquet(src)
     with pytest.raises(InputChangedError):
-        list(iter_pending(src, plan, **kw))
+        list(iter_pending(src, plan, keys))

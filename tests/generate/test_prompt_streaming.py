@@ -11,11 +11,11 @@ import pytest
 from gen_helpers import make_prompts
 
 from eagle3_dagster import storage
-from eagle3_dagster.generate.inputs import iter_pending, plan_shard, prompt_view, prompts_by_id
+from eagle3_dagster.generate.inputs import SampleKeys, iter_pending, plan_shard, prompt_view, prompts_by_id
 from eagle3_dagster.storage import DataPath, data_root, write_frame_atomic
 
 U = np.uint64
-KW = dict(model_revision="m", s_hash="s", regen_seed=None)
+KEYS = SampleKeys("m", "s", None)
 
 
 @pytest.fixture()
@@ -55,8 +55,8 @@ def test_streamed_views_equal_the_whole_frame(prompts, tmp_path, kind, monkeypat
     assert got.equals(prompts.filter(pl.col("prompt_id").is_in(ids[:2])))
     assert prompts_by_id(src, []).height == 0
     none = (np.empty(0, U), np.empty(0, U))
-    plan = plan_shard(src, stored=none, **KW)
-    rows = list(iter_pending(src, plan, **KW))
+    plan = plan_shard(src, KEYS, stored=none)
+    rows = list(iter_pending(src, plan, KEYS))
     assert (plan.rows, plan.requested, len(rows)) == (3007, 3000, 3000)
     assert [r.input_ids for r in rows] == prompts.head(3000)["input_ids"].to_list()
 

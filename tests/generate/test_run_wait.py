@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from eagle3_dagster.generate.endpoint_info import NoEndpointError
-from eagle3_dagster.generate.endpoints import EndpointPool
+from eagle3_dagster.generate.endpoints import EndpointPool, EndpointWatch
 from eagle3_dagster.generate.run_wait import EndpointWaitRecord, endpoint_wait_record
 from eagle3_dagster.orchestration.run import GRAPH_RUN_TAG, graph_run_key
 from eagle3_dagster.sim.process import free_port
@@ -44,11 +44,13 @@ async def _pool_start(url: str, record: EndpointWaitRecord | None, wait_s: float
             (url,),
             client,
             {},
-            health_timeout_s=1.0,
-            health_interval_s=1.0,
-            probe_interval_s=0.1,
-            breaker_threshold=5,
-            wait_for_endpoint_s=wait_s,
+            EndpointWatch(
+                health_timeout_s=1.0,
+                health_interval_s=1.0,
+                probe_interval_s=0.1,
+                breaker_threshold=5,
+                wait_for_endpoint_s=wait_s,
+            ),
             wait_record=record,
         )
         t0 = time.monotonic()

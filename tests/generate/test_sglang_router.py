@@ -23,6 +23,7 @@ from gen_helpers import Sim, as_map, make_config, make_prompts
 from real_router import start_real_router
 
 from eagle3_dagster.generate import endpoints, generate_shard, read_generations
+from eagle3_dagster.orchestration.run import GraphScope
 
 pytestmark = [
     pytest.mark.integration,
@@ -216,7 +217,7 @@ def test_no_worker_alive_one_endpoint_wait_per_graph_run_not_per_shard(router, t
     res = graph_resources(data, kimi_profile.tokenizer, url, wait_for_endpoint_s=wait_s)
     shards = ["0000", "0001", "0002"]
     with dg.instance_for_test() as instance:
-        outcome = materialize_graph(defs, instance, shards=shards, resources=res)
+        outcome = materialize_graph(defs, instance, scope=GraphScope(shards=shards), resources=res)
         assert outcome.ingest_success and [s.shard for s in outcome.shards] == shards
         steps = [_generation_step(instance, s.run_id) for s in outcome.shards]
     assert all(not s.success and "generations" in s.skipped_or_failed for s in outcome.shards)

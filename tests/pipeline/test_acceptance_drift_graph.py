@@ -19,7 +19,7 @@ from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.drafter import drafter_of
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.quality.acceptance_drift import read_log
 from eagle3_dagster.sim.process import start_simulator
 
@@ -57,7 +57,7 @@ def _source(assets: Path, datasets_dir: Path, limit: int) -> None:
 def _night(instance, res, sim_url: str):
     res["sglang"] = SGLangFleet(urls=sim_url, wait_for_endpoint_s=5)
     # the definitions are read again: each source asset holds its YAML as it was when they were loaded
-    out = materialize_graph(_defs(), instance, shards=[SHARD], resources=res)
+    out = materialize_graph(_defs(), instance, scope=GraphScope(shards=[SHARD]), resources=res)
     (sh,) = out.shards
     assert sh.success, sh
     meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata

@@ -14,7 +14,7 @@ from sim_ctl import Sim
 
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import read_generation_errors, read_generations
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
 pytestmark = pytest.mark.integration
 
@@ -31,12 +31,14 @@ def test_a_truncated_prompt_makes_the_run_loud_and_is_never_published(tmp_path, 
     sim.faults(clear=True)
     res = graph_resources(data, kimi_profile.tokenizer, sim.url)
     with dg.instance_for_test() as instance:
-        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+        assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
         shard = shard_with_most_prompts(data)
         n = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == int(shard)).height
         gen_dir = data / "generations" / f"shard={shard}"
         sim.faults(truncate_prompt=1)  # the first request's prompt loses its first 2 ids on the way
-        sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+        sh = materialize_graph(
+            defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+        ).shards[0]
         assert sim.stats()["faults_injected"].get("truncate_prompt") == 1
         assert not sh.ok and sh.failed_checks.get("generations:request_failure_budget") == "ERROR", sh
         errs = read_generation_errors(gen_dir)
@@ -53,7 +55,9 @@ def test_a_truncated_prompt_makes_the_run_loud_and_is_never_published(tmp_path, 
         assert (meta["succeeded"].value, meta["failed"].value, meta["reconciles"].value) == (n - 1, 1, True)
 
         sim.faults(clear=True)  # the gateway is fixed: the same run again sends that sample only
-        again = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+        again = materialize_graph(
+            defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+        ).shards[0]
         assert again.ok, again
         assert read_generations(gen_dir).height == n and read_generation_errors(gen_dir).height == 0
 
@@ -67,11 +71,13 @@ def test_a_server_of_another_model_fails_the_run_naming_both_and_nothing_is_gene
     res = graph_resources(data, kimi_profile.tokenizer, sim.url)
     try:
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             sim.faults(claimed_model={"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3"})
             before = sim.requests()
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert not sh.success and "generations" in sh.skipped_or_failed, sh
             (error,) = [e for e in sh.errors if e.startswith("generations")]
             for text in ("serves another model", "'Qwen/Qwen3-8B'", "'qwen3'", "kimi-k2.5", "'kimi_k25'"):

@@ -21,7 +21,7 @@ from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.multiturn import conversations_from_prompts
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
 from eagle3_dagster.tokenize.kimi_tools import compute_tools_ts_str
@@ -78,7 +78,7 @@ def test_bfcl_multi_turn_all_turns_on_policy_with_tools_per_turn(tmp_path, monke
             "sglang": SGLangFleet(urls=sim.url, wait_for_endpoint_s=5),
         }
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
             assert prompts.group_by("source").len().sort("source").rows() == [
                 ("bfcl_base", BASE_LIMIT),
@@ -87,7 +87,7 @@ def test_bfcl_multi_turn_all_turns_on_policy_with_tools_per_turn(tmp_path, monke
             assert pl.read_parquet(data / "prompts" / "prompt_rejects.parquet").height == 0
             # the shards holding a miss_func conversation (and the base ones beside them)
             shards = sorted({f"{s:04d}" for s in prompts.filter(pl.col("source") == "bfcl_miss_func")["shard"]})
-            out = materialize_graph(defs, instance, shards=shards, resources=res, run_ingest=False)
+            out = materialize_graph(defs, instance, scope=GraphScope(shards=shards, run_ingest=False), resources=res)
             assert all(sh.success for sh in out.shards), out.shards
     tok = load_tokenizer(kimi_profile.tokenizer)
     sent = {tuple(r["input_ids"]) for r in read_recorded(log)}

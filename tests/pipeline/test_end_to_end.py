@@ -12,7 +12,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -37,10 +37,10 @@ def test_full_graph_one_shard(tmp_path, kimi_profile, normal_sim):
     res = _resources(tmp_path, kimi_profile, normal_sim.url)
     data = tmp_path / "data"
     with dg.instance_for_test() as instance:
-        ingest = materialize_graph(defs, instance, shards=[], resources=res)
+        ingest = materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res)
         assert ingest.ingest_success
         shard = _shard_with_most_prompts(data)
-        out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False)
+        out = materialize_graph(defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res)
         sh = out.shards[0]
         assert sh.success, sh
         assert sh.checks["tokenized_prompts:thinking_token_ends_prompt"] is True
@@ -81,9 +81,9 @@ def test_dropped_think_end_blocks_training_samples(tmp_path, kimi_profile):
     with start_simulator(extra_args=["--mode", "drop-think-end"]) as sim:
         res = _resources(tmp_path, kimi_profile, sim.url)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = _shard_with_most_prompts(data)
-            out = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False)
+            out = materialize_graph(defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res)
             sh = out.shards[0]
             assert not sh.success
             assert sh.checks["tokenized_prompts:thinking_token_ends_prompt"] is True
@@ -120,9 +120,11 @@ def test_qwen3_profile_end_to_end(tmp_path, qwen_profile):
             "sglang": SGLangFleet(urls=sim.url),
         }
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = _shard_with_most_prompts(data)
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert sh.success, sh
             assert sh.checks["generations:think_end_present"] is True
     tok = pl.read_parquet(data / "tokenized_prompts" / f"shard={shard}" / "part-0000.parquet")

@@ -16,7 +16,7 @@ from eagle3_dagster.app.demo import current_generations, summarize
 from eagle3_dagster.config import settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import read_generation_errors, read_generations
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -40,9 +40,11 @@ def test_dead_and_html_endpoints_are_named_within_seconds_and_waited_for_once(tm
     res = graph_resources(data, kimi_profile.tokenizer, f"{dead},{sim.url}", wait_for_endpoint_s=6.0)
     try:
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert not sh.success and "generations" in sh.skipped_or_failed
             events = _step_events(instance, sh.run_id, "generations")
             types = [e.dagster_event.event_type_value for e in events if e.dagster_event]
@@ -72,11 +74,11 @@ def test_error_bodies_are_errors_and_counts_are_right_after_recovery(tmp_path, k
     sim.faults(clear=True, error_body=10_000)  # every answer: HTTP 200 {"error": {"message": ...}}
     res = graph_resources(data, kimi_profile.tokenizer, sim.url)
     with dg.instance_for_test() as instance:
-        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+        assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
         shard = shard_with_most_prompts(data)
         n = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == int(shard)).height
         gen_dir = data / "generations" / f"shard={shard}"
-        bad = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False)
+        bad = materialize_graph(defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res)
         assert not bad.shards[0].success
         errs = read_generation_errors(gen_dir)
         assert errs.height == n and set(errs["reason"]) == {"server_error_body"}
@@ -85,7 +87,7 @@ def test_error_bodies_are_errors_and_counts_are_right_after_recovery(tmp_path, k
         assert any("answered 200 without a result" in m and "detokenizer timeout" in m for m in logs)
 
         sim.faults(clear=True)  # the server recovers; the same graph run again
-        good = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False)
+        good = materialize_graph(defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res)
         sh = good.shards[0]
         assert sh.success, sh
         meta = instance.get_latest_materialization_event(dg.AssetKey("generations")).asset_materialization.metadata
@@ -132,7 +134,7 @@ def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
                 time.sleep(0.05)
         res = graph_resources(data, kimi_profile.tokenizer, url, max_retries=0)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
 
             def add_worker() -> None:  # 3 s into the generations step (its shard folder appears first)
@@ -143,7 +145,9 @@ def test_router_without_workers_then_a_nan_finish(tmp_path, kimi_profile, sim):
 
             t = threading.Thread(target=add_worker, daemon=True)
             t.start()
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             t.join(5)
             events = _step_events(instance, sh.run_id, "generations")
             start = next(

@@ -23,7 +23,7 @@ import pytest
 from graph_helpers import graph_resources
 
 from eagle3_dagster.config import MAX_N_SHARDS, PROJECT_ROOT, PartitionKeyError, Settings, SettingsError, settings
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_allow_empty_and_high_reject_rate_warn_in_checks_and_report(tmp_path, mo
     data = tmp_path / "data"
     res = graph_resources(data, kimi_profile.tokenizer, UNUSED_URL)
     with dg.instance_for_test() as instance:
-        out = materialize_graph(defs, instance, shards=[], resources=res)
+        out = materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res)
         assert out.ingest_success and out.success, out
         # non-blocking WARN checks: the sources still feed `prompts`
         assert out.ingest_failed_checks == {
@@ -294,7 +294,7 @@ def test_unknown_shard_key_fails_before_anything_is_written(tmp_path, kimi_profi
     res = graph_resources(tmp_path / "data2", kimi_profile.tokenizer, UNUSED_URL)
     with dg.instance_for_test() as instance:
         with pytest.raises(PartitionKeyError, match=r"unknown shard key\(s\) '7'; valid keys .*0000, 0001, 0002, 0003"):
-            materialize_graph(defs, instance, shards=["7"], resources=res)
+            materialize_graph(defs, instance, scope=GraphScope(shards=["7"]), resources=res)
         assert instance.get_runs() == []
     assert not (tmp_path / "data2").exists()
 
@@ -360,7 +360,9 @@ def test_failed_publish_step_makes_the_demo_outcome_failed(tmp_path, kimi_profil
     (data / "gates").write_text("not a folder")
     res = graph_resources(data, kimi_profile.tokenizer, UNUSED_URL)
     with dg.instance_for_test() as instance:
-        out = materialize_graph(defs, instance, shards=[], resources=res, run_publish=True, allow_partial=True)
+        out = materialize_graph(
+            defs, instance, scope=GraphScope(shards=[], run_publish=True, allow_partial=True), resources=res
+        )
     assert out.ingest_success and out.publish_success is False and not out.success
     [err] = out.publish_errors
     assert err.startswith("training_dataset: ") and "gates" in err

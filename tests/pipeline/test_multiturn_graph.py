@@ -22,7 +22,7 @@ from graph_helpers import shard_with_most_prompts
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.sim.record import read_recorded
 from eagle3_dagster.tokenize.loading import load_tokenizer
@@ -82,16 +82,20 @@ def _run_profile(tmp_path, monkeypatch, datasets_dir, profile, model: str, *, li
             "sglang": SGLangFleet(urls=sim.url, wait_for_endpoint_s=5),
         }
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert sh.success, sh
             gen_meta, train_meta = _meta(instance, "generations"), _meta(instance, "training_samples")
             first_requests = len(read_recorded(log))
             if not night2:
                 return data, shard, log, gen_meta, train_meta, first_requests
             # an unchanged night: every turn is replayed from the store, nothing is sent
-            again = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            again = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert again.success, again
             assert len(read_recorded(log)) == first_requests
             assert (
@@ -209,7 +213,10 @@ def _check_published(data: Path, shard: str, profile) -> None:
     }
     with dg.instance_for_test() as instance:
         out = materialize_graph(
-            _defs(), instance, shards=[], resources=res, run_ingest=False, run_publish=True, allow_partial=True
+            _defs(),
+            instance,
+            scope=GraphScope(shards=[], run_ingest=False, run_publish=True, allow_partial=True),
+            resources=res,
         )
     assert out.publish_success, out
     snap = data / "snapshots" / (data / "snapshots" / "LATEST").read_text().strip()

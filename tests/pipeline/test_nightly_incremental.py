@@ -17,7 +17,7 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ def test_second_nightly_run_is_free_and_identical(tmp_path, kimi_profile):
             "sglang": SGLangFleet(urls=sim.url),
         }
         with dg.instance_for_test() as instance:
-            first = materialize_graph(defs, instance, resources=res, run_publish=True)
+            first = materialize_graph(defs, instance, scope=GraphScope(run_publish=True), resources=res)
             assert first.success and first.snapshot_version
             sent = _generate_requests(sim.url)
             n_prompts = sum(1 for _ in open(PROJECT_ROOT / "assets/sources/data/demo_prompts.jsonl")) - 1  # one dup
@@ -49,7 +49,7 @@ def test_second_nightly_run_is_free_and_identical(tmp_path, kimi_profile):
             snap = data / "snapshots" / first.snapshot_version
             before = _tree_bytes(snap)
 
-            second = materialize_graph(defs, instance, resources=res, run_publish=True)
+            second = materialize_graph(defs, instance, scope=GraphScope(run_publish=True), resources=res)
             assert second.success
             assert _generate_requests(sim.url) == sent, "an unchanged nightly run must not hit the server"
             assert second.snapshot_version == first.snapshot_version
@@ -60,7 +60,7 @@ def test_second_nightly_run_is_free_and_identical(tmp_path, kimi_profile):
 
             # A new regeneration seed is a new cache key for every prompt: everything is regenerated.
             res["sglang"] = SGLangFleet(urls=sim.url, regen_seed=7)
-            third = materialize_graph(defs, instance, resources=res, shards=["0000"])
+            third = materialize_graph(defs, instance, scope=GraphScope(shards=["0000"]), resources=res)
             assert third.success
             assert _generate_requests(sim.url) > sent
 
@@ -79,12 +79,12 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
             ),
             "sglang": SGLangFleet(urls=sim.url),
         }
-        assert materialize_graph(defs, instance, resources=res, shards=[]).ingest_success
+        assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
         prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
         first = prompts.filter(pl.col("shard") == 0).height
         # the first shard's answers carry no result (200 {"error": ...}, refused for good): only it fails
         httpx.post(f"{sim.url}/_sim/faults", json={"error_body": first}, timeout=10).raise_for_status()
-        held = materialize_graph(defs, instance, resources=res, run_ingest=False, run_publish=True)
+        held = materialize_graph(defs, instance, scope=GraphScope(run_ingest=False, run_publish=True), resources=res)
         assert [sh.ok for sh in held.shards] == [False, True, True, True], held.shards
         assert held.publish_success is None and held.snapshot_version is None
         assert not (data / "snapshots" / "LATEST").exists(), "a shard failed: nothing may be published"
@@ -100,7 +100,7 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
         # failed requests are sent again: the server still answers them without a result)
         httpx.post(f"{sim.url}/_sim/faults", json={"error_body": first}, timeout=10).raise_for_status()
         partial = materialize_graph(
-            defs, instance, resources=res, run_ingest=False, run_publish=True, allow_partial=True
+            defs, instance, scope=GraphScope(run_ingest=False, run_publish=True, allow_partial=True), resources=res
         )
         assert not partial.shards[0].ok and partial.publish_success and partial.left_out == ["0000"]
         assert not partial.success  # a shard failed: never a SUCCESS, published or not

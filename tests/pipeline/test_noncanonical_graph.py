@@ -13,7 +13,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from stream_reference import assert_training_shard_equals_whole_shard_build, small_stream_batches  # noqa: F401
 
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.publish.export import CONVERSATIONS_FILE, PREFORMATTED_FILE, SPECFORGE_FILE
 from eagle3_dagster.sim.process import start_simulator
 
@@ -26,10 +26,13 @@ def test_non_canonical_outputs_keep_every_row(tmp_path, kimi_profile, kimi_token
     with start_simulator(extra_args=["--noncanonical-rate", "0.6"]) as sim:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             out = materialize_graph(
-                defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True, allow_partial=True
+                defs,
+                instance,
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+                resources=res,
             )
             assert out.success, out  # every gate passes: non-canonical output is valid output
             train_meta = instance.get_latest_materialization_event(

@@ -22,7 +22,7 @@ from eagle3_dagster.config import settings
 from eagle3_dagster.defs.ingest import build_ingest_assets
 from eagle3_dagster.generate.probe_results import drafter_versions, read_all_results
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.publish.export import SPECFORGE_FILE
 from eagle3_dagster.quality.acceptance_drift import read_log
 from eagle3_dagster.sim.process import start_simulator
@@ -54,7 +54,10 @@ def _defs() -> dg.Definitions:
 
 def _night(defs, instance, res, shards: list[str]):
     out = materialize_graph(
-        defs, instance, shards=shards, resources=res, run_ingest=False, run_publish=True, allow_partial=True
+        defs,
+        instance,
+        scope=GraphScope(shards=shards, run_ingest=False, run_publish=True, allow_partial=True),
+        resources=res,
     )
     assert out.success, out
     return out
@@ -71,7 +74,7 @@ def test_probe_prompts_are_measured_per_drafter_and_never_trained_on(
             "pipeline": pipeline_resource(settings(), data_dir=str(data), tokenizer=kimi_profile.tokenizer),
             "sglang": SGLangFleet(urls="http://127.0.0.1:9", wait_for_endpoint_s=5),
         }
-        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+        assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
         prompts = pl.read_parquet(data / "prompts" / "prompts.parquet")
         probe_ids = set(prompts.filter(pl.col("source") == "probe_math")["prompt_id"].to_list())
         assert len(probe_ids) == N_PROBE

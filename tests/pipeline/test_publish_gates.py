@@ -25,7 +25,7 @@ from eagle3_dagster.app.demo import summarize
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.quality import read_gate_result
 from eagle3_dagster.sim.process import start_simulator
 
@@ -59,17 +59,14 @@ def _res(data: Path, url: str, **pipeline) -> dict:
 
 def _first_night(data: Path, instance: dg.DagsterInstance, url: str) -> tuple[str, str, object]:
     """Ingest, then the busiest shard, then publish: the good snapshot later nights compare with."""
-    ingest = materialize_graph(defs, instance, resources=_res(data, url), shards=[])
+    ingest = materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=_res(data, url))
     assert ingest.success
     shard = shard_with_most_prompts(data)
     night = materialize_graph(
         defs,
         instance,
+        scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
         resources=_res(data, url),
-        shards=[shard],
-        run_ingest=False,
-        run_publish=True,
-        allow_partial=True,
     )
     assert night.success, night
     return shard, night.snapshot_version, night
@@ -104,10 +101,8 @@ def nights(tmp_path_factory):
         held = materialize_graph(
             defs,
             instance,
+            scope=GraphScope(shards=[out["shard"]], run_publish=True, allow_partial=True),
             resources=_res(data, sim2.url, expectations_dir=str(hold)),
-            shards=[out["shard"]],
-            run_publish=True,
-            allow_partial=True,
         )
         out.update(
             held=held,
@@ -120,11 +115,8 @@ def nights(tmp_path_factory):
         night2 = materialize_graph(
             defs,
             instance,
+            scope=GraphScope(shards=[], run_ingest=False, run_publish=True, allow_partial=True),
             resources=_res(data, sim2.url),
-            shards=[],
-            run_ingest=False,
-            run_publish=True,
-            allow_partial=True,
         )
         mat = instance.get_latest_materialization_event(dg.AssetKey("training_dataset")).asset_materialization
         out.update(
@@ -213,11 +205,8 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
         wrong = materialize_graph(
             defs,
             instance,
+            scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
             resources=_res(data, sim.url, tokenizer=str(QWEN_TOKENIZER)),
-            shards=[shard],
-            run_ingest=False,
-            run_publish=True,
-            allow_partial=True,
         )
         assert wrong.publish_success is False and not wrong.success and wrong.snapshot_version is None
         assert _latest(data) == good
@@ -234,7 +223,10 @@ def test_nothing_published_after_a_good_snapshot_when_every_prompt_or_every_shar
         res = _res(data, sim.url)
         res["sglang"] = SGLangFleet(urls=sim.url, regen_seed=11)  # new cache keys: regenerate
         broken = materialize_graph(
-            defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True, allow_partial=True
+            defs,
+            instance,
+            scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+            resources=res,
         )
         assert not broken.shards[0].success and broken.publish_success is None and broken.publish_run_id == ""
         assert _latest(data) == good
@@ -257,10 +249,15 @@ def test_one_answer_for_every_prompt_fails_the_shard_and_nothing_is_published(ni
         httpx.post(f"{sim.url}/_sim/faults", json={"same_answer": 1_000_000}, timeout=10).raise_for_status()
         res = _res(data, sim.url)
         res["sglang"] = SGLangFleet(urls=sim.url, regen_seed=12)  # new cache keys: regenerate
-        run = materialize_graph(defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True)
+        run = materialize_graph(
+            defs, instance, scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True), resources=res
+        )
         sent = httpx.get(f"{sim.url}/_sim/stats", timeout=10).json()
         partial = materialize_graph(
-            defs, instance, resources=res, shards=[shard], run_ingest=False, run_publish=True, allow_partial=True
+            defs,
+            instance,
+            scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+            resources=res,
         )
     answered = sum(sent["finished"].values())
     assert sent["faults_injected"]["same_answer"] == answered > 1  # every answer was the first one

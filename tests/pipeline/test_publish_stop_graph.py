@@ -12,7 +12,7 @@ from graph_helpers import graph_resources, shard_with_most_prompts
 from eagle3_dagster import stopping
 from eagle3_dagster.app.stop import stopped_line
 from eagle3_dagster.definitions import defs
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.publish import snapshot
 from eagle3_dagster.publish.snapshot import read_latest, unpublished_versions
 from eagle3_dagster.sim.process import start_simulator
@@ -32,17 +32,14 @@ def test_a_stop_during_publish_keeps_latest_and_says_so(tmp_path, kimi_profile, 
     try:
         with dg.instance_for_test() as instance, start_simulator() as sim:
             res = graph_resources(data, kimi_profile.tokenizer, sim.url)
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             monkeypatch.setattr(snapshot, "_assemble", stop_mid_publish)
             out = materialize_graph(
                 defs,
                 instance,
-                shards=[shard],
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
                 resources=res,
-                run_ingest=False,
-                run_publish=True,
-                allow_partial=True,
                 should_stop=stopping.stop_requested,
             )
             assert out.stopped and out.publish_success is False and not out.success
@@ -54,7 +51,10 @@ def test_a_stop_during_publish_keeps_latest_and_says_so(tmp_path, kimi_profile, 
             monkeypatch.setattr(snapshot, "_assemble", assemble)
             stopping.reset()
             again = materialize_graph(
-                defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True, allow_partial=True
+                defs,
+                instance,
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+                resources=res,
             )
             assert again.success and again.snapshot_version == pending
             assert read_latest(data / "snapshots") == pending and unpublished_versions(data / "snapshots") == set()

@@ -23,7 +23,7 @@ from sim_ctl import KIMI_TOKENIZER_DIR, Sim
 from eagle3_dagster.config import Settings, settings
 from eagle3_dagster.definitions import build_definitions
 from eagle3_dagster.orchestration.resources import resources_from_settings
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
 pytestmark = pytest.mark.integration
 
@@ -53,14 +53,16 @@ def test_request_quoting_errors_never_store_or_print_the_key(tmp_path, monkeypat
     try:
         with dg.instance_for_test(temp_dir=str(home)) as instance:
             res = graph_resources(data, str(KIMI_TOKENIZER_DIR), sim.url, max_new_tokens=256, max_failed_rate=0.5)
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             outcomes = []
             for shard, stream in (("0000", True), ("0001", False)):
                 sim.faults(quote_headers=len(SHAPES), quote_headers_as=SHAPES)
                 res = graph_resources(
                     data, str(KIMI_TOKENIZER_DIR), sim.url, max_new_tokens=256, max_failed_rate=0.5, stream=stream
                 )
-                outcomes += materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards
+                outcomes += materialize_graph(
+                    defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+                ).shards
             event_log = [serialize_value(rec) for run in instance.get_runs() for rec in instance.all_logs(run.run_id)]
         injected = sim.stats()
     finally:
@@ -106,8 +108,8 @@ def test_url_credentials_never_reach_the_run_records_or_files(tmp_path, monkeypa
             "sglang": resources_from_settings(Settings.from_env({"EAGLE3_SGLANG_URL": url}))["sglang"],
         }
         with dg.instance_for_test(temp_dir=str(home)) as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
-            out = materialize_graph(defs, instance, shards=["0000"], resources=res, run_ingest=False)
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
+            out = materialize_graph(defs, instance, scope=GraphScope(shards=["0000"], run_ingest=False), resources=res)
             runs = instance.get_runs()
             records = [serialize_value(r) for r in runs] + [
                 serialize_value(rec) for run in runs for rec in instance.all_logs(run.run_id)

@@ -12,7 +12,7 @@ from sim_ctl import Sim
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import read_generations
 from eagle3_dagster.generate.store import SUPERSEDED_PREFIX
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.storage import read_parquet
 
 pytestmark = pytest.mark.integration
@@ -36,10 +36,12 @@ def test_quarantined_server_faults_are_regenerated_after_the_fix(tmp_path, kimi_
     sim.faults(clear=True, nan_finish=2)  # two answers "NaN happened": stored, flagged, quarantined
     try:
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             out = data / "generations" / f"shard={shard}"
-            first = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            first = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert first.checks["generations:generations_gate"] is False
             m1 = _meta(instance)
             assert m1["quarantined"] == 2 and m1["quarantined_retried"] == 0
@@ -49,7 +51,9 @@ def test_quarantined_server_faults_are_regenerated_after_the_fix(tmp_path, kimi_
             assert len(bad) == 2
 
             sim.faults(clear=True)  # the server is fixed
-            second = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            second = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             m2 = _meta(instance)
             assert m2["quarantined_retried"] == 2
             assert m2["succeeded"] == 2 and m2["skipped_cached"] == m2["requested"] - 2  # exactly those rows

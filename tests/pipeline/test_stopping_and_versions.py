@@ -29,7 +29,7 @@ from sim_ctl import Sim
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.generate import read_generation_errors, read_generations
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import free_port
 
 pytestmark = pytest.mark.integration
@@ -45,12 +45,14 @@ def test_weight_version_change_mid_shard_fails_those_rows_and_never_mixes_versio
         # a failure budget of 100%: the partial shard goes on (its failures are a WARN), see below
         res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_in_flight=1, max_failed_rate=1.0)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             n = pl.read_parquet(data / "prompts" / "prompts.parquet").filter(pl.col("shard") == int(shard)).height
             assert n > 3, n
             sim.faults(clear=True, weight_version_after=3, next_weight_version="v2")
-            sh = materialize_graph(defs, instance, shards=[shard], resources=res, run_ingest=False).shards[0]
+            sh = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res
+            ).shards[0]
             assert sim.stats()["faults_injected"].get("weight_version_change") == 1
 
             gen_dir = data / "generations" / f"shard={shard}"

@@ -15,6 +15,7 @@ import pytest
 from graph_helpers import SPEC_ARGS, graph_resources, probe_assets
 
 from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.orchestration.run import GraphScope
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -74,7 +75,7 @@ def test_plan_probes_the_fleet_and_matches_the_run(tmp_path, kimi_profile):
         res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=MAX_NEW)
         with dg.instance_for_test() as instance:
             out = materialize_graph(
-                defs, instance, shards=[f"{k:04d}" for k in range(4)], resources=res, run_publish=True
+                defs, instance, scope=GraphScope(shards=[f"{k:04d}" for k in range(4)], run_publish=True), resources=res
             )
             assert out.success, out
             meta = instance.get_latest_materialization_event(dg.AssetKey("prompts")).asset_materialization.metadata
@@ -177,7 +178,7 @@ def test_a_new_drafter_is_planned_as_the_probe_prompts_and_the_run_sends_them(
     def night(url: str) -> None:
         res = graph_resources(data, kimi_profile.tokenizer, url, max_new_tokens=MAX_NEW)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=shards, resources=res).success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=shards), resources=res).success
 
     sim_args = ("--token-latency-ms", "1", *SPEC_ARGS, "--speculative-draft-model-path")
     with start_simulator(extra_args=(*sim_args, "test/drafter-a")) as sim_a:

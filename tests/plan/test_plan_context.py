@@ -8,7 +8,7 @@ import pytest
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate import GenerationConfig
 from eagle3_dagster.ingest import load_source_specs
-from eagle3_dagster.plan.build import Fleet, build_plan, plan_table
+from eagle3_dagster.plan.build import Fleet, PlanDirs, PlanModel, build_plan, plan_table
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import data_root
 from eagle3_dagster.tokenize import PromptRenderer
@@ -26,11 +26,8 @@ def test_plan_counts_the_prompts_over_the_servers_context(tmp_path, kimi_profile
         config = GenerationConfig.from_profile(kimi_profile, (url,), max_new_tokens=MAX_NEW, context_overflow=mode)
         return build_plan(
             specs,
-            data=data_root(tmp_path / "data"),
-            work_dir=tmp_path / "work",
-            profile=kimi_profile,
-            renderer=renderer,
-            config=config,
+            dirs=PlanDirs(data_root(tmp_path / "data"), tmp_path / "work"),
+            model=PlanModel(kimi_profile, renderer, config),
             n_shards=4,
             control_text={s.name: s.control_text for s in specs},
             fleet=Fleet(probe_requests=2, probe_max_new_tokens=8),

@@ -25,7 +25,7 @@ from eagle3_dagster.generate.drafter import drafter_of
 from eagle3_dagster.generate.probe_results import update_shard_results
 from eagle3_dagster.generate.probes import fleet_drafter_key
 from eagle3_dagster.ingest import load_source_specs
-from eagle3_dagster.plan.build import Fleet, Plan, build_plan
+from eagle3_dagster.plan.build import Fleet, Plan, PlanDirs, PlanModel, build_plan
 from eagle3_dagster.plan.counts import count_prompts, tokenize_for_plan
 from eagle3_dagster.storage import data_root, shard_dir
 from eagle3_dagster.tokenize import PromptRenderer
@@ -126,11 +126,8 @@ def night_on_a(tmp_path, kimi_profile):
 def _plan(tmp_path, kimi_profile, specs, data, config: GenerationConfig, fleet: Fleet | None = None) -> Plan:
     return build_plan(
         specs,
-        data=data,
-        work_dir=tmp_path / "work",
-        profile=kimi_profile,
-        renderer=PromptRenderer(kimi_profile),
-        config=config,
+        dirs=PlanDirs(data, tmp_path / "work"),
+        model=PlanModel(kimi_profile, PromptRenderer(kimi_profile), config),
         n_shards=N_SHARDS,
         control_text={},
         fleet=fleet or Fleet(tokens_per_s_per_server=1000.0),  # servers counted: /server_info is read

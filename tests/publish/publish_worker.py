@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from eagle3_dagster.publish.export import EXPORTERS
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import PublishLockOptions, SnapshotContent, build_snapshot
 from eagle3_dagster.storage import DataDirLocked
 
 
@@ -38,11 +38,10 @@ def main() -> int:
             data,
             shards,
             lambda g, k: SimpleNamespace(success=True),
-            config={"c": 1},
-            exporters=[*EXPORTERS, extra],
-            run_id=run_id,
-            lock_wait_s=60,
-            on_wait=lambda line: print(line, file=sys.stderr, flush=True),
+            SnapshotContent(config={"c": 1}, exporters=[*EXPORTERS, extra]),
+            lock=PublishLockOptions(
+                run_id=run_id, wait_s=60, on_wait=lambda line: print(line, file=sys.stderr, flush=True)
+            ),
         )
     except DataDirLocked as e:
         print(str(e), file=sys.stderr, flush=True)

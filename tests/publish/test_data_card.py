@@ -27,9 +27,9 @@ from test_train_snapshot import _gates, _write_shard
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.ingest import load_source_specs
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.publish.export import EXPORTERS
-from eagle3_dagster.publish.snapshot import build_snapshot, sha256_file
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot, sha256_file
 from eagle3_dagster.sim.process import start_simulator
 
 
@@ -55,7 +55,10 @@ def published(tmp_path_factory, kimi_profile):
     with dg.instance_for_test() as instance, start_simulator() as sim:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url, max_new_tokens=512)
         out = materialize_graph(
-            defs, instance, shards=["0000", "0001"], resources=res, run_publish=True, allow_partial=True
+            defs,
+            instance,
+            scope=GraphScope(shards=["0000", "0001"], run_publish=True, allow_partial=True),
+            resources=res,
         )
         assert out.success, out
     version = (data / "snapshots" / "LATEST").read_text().strip()
@@ -144,14 +147,16 @@ def test_the_card_states_a_served_model_pin(tmp_path):
     profile's model type was not required of it; a snapshot that does not record the check says so."""
     _write_shard(tmp_path, 0, 3)
     pinned = {"model_types": ["kimi_k25"], "model_path": None, "pinned_path": "/models/k25-ft"}
-    snap = build_snapshot(tmp_path, [0], _gates(), config={"profile": "kimi-k2.5", "served_model": pinned})
+    snap = build_snapshot(
+        tmp_path, [0], _gates(), SnapshotContent(config={"profile": "kimi-k2.5", "served_model": pinned})
+    )
     _, body = _header_and_body((Path(snap.path) / "README.md").read_text())
     assert _served_row(body) == (
         "model path `/models/k25-ft`, pinned by EAGLE3_SERVED_MODEL: endpoints serving it were used whatever their "
         "model type (the profile expects model type `kimi_k25`), any other model was refused"
     )
     (Path(snap.path) / "manifest.json").unlink()
-    bare = build_snapshot(tmp_path, [0], _gates(), config={})
+    bare = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={}))
     assert _served_row(_header_and_body((Path(bare.path) / "README.md").read_text())[1]) == "not recorded"
 
 
@@ -159,7 +164,9 @@ def test_a_source_without_a_licence_is_unknown_and_named_in_a_warning(tmp_path, 
     _write_shard(tmp_path, 0, 3)
     sources = [{"name": "demo", "licence": "", "origin": "data/x.jsonl", "description": "", "role": "train"}]
     with caplog.at_level(logging.WARNING, logger="eagle3_dagster.publish.card"):
-        snap = build_snapshot(tmp_path, [0], _gates(), config={"sources": sources}, exporters=EXPORTERS)
+        snap = build_snapshot(
+            tmp_path, [0], _gates(), SnapshotContent(config={"sources": sources}, exporters=EXPORTERS)
+        )
     warned = [r for r in caplog.records if r.levelno == logging.WARNING and "'demo'" in r.getMessage()]
     assert warned and "states no licence" in warned[0].getMessage() and "unknown" in warned[0].getMessage()
     header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
@@ -177,7 +184,7 @@ def test_licences_from_user_yaml_cannot_break_the_header_or_the_body(tmp_path):
         {"name": "a", "licence": "Apache-2.0", "origin": "a.jsonl", "language": ["en"], "role": "train"},
         {"name": "b", "licence": evil, "origin": "s3://bucket/b.jsonl", "description": "*x*", "language": ["zh", "en"]},
     ]
-    snap = build_snapshot(tmp_path, [0, 1], _gates(), config={"profile": "p", "sources": sources})
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), SnapshotContent(config={"profile": "p", "sources": sources}))
     card = (Path(snap.path) / "README.md").read_text()
     assert card.count("\n---\n") == 1 and card.startswith("---\n")
     header, body = _header_and_body(card)
@@ -196,11 +203,14 @@ def test_the_same_snapshot_built_again_has_the_same_card(tmp_path):
 
     _write_shard(tmp_path, 0, 3)
     sources = [{"name": "demo", "licence": "CC0-1.0", "origin": "d.jsonl", "description": "", "role": "train"}]
-    first = build_snapshot(tmp_path, [0], _gates(), config={"sources": sources})
+    first = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"sources": sources}))
     card = (Path(first.path) / "README.md").read_bytes()
     (Path(first.path) / "manifest.json").unlink()  # force a rebuild of the same content
     again = build_snapshot(
-        tmp_path, [0], _gates(), config={"sources": sources}, now=dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+        tmp_path,
+        [0],
+        _gates(),
+        SnapshotContent(config={"sources": sources}, now=dt.datetime(2030, 1, 1, tzinfo=dt.UTC)),
     )
     assert again.created and again.version == first.version
     assert (Path(again.path) / "README.md").read_bytes() == card
@@ -210,22 +220,22 @@ def test_the_same_snapshot_built_again_has_the_same_card(tmp_path):
 def test_a_held_back_snapshot_published_later_keeps_a_true_card(tmp_path):
     """The drift policy holds a snapshot back, a later publish of the same content publishes it: the card
     written the first time must not still say it was held back (it leaves that to the manifest)."""
-    from types import SimpleNamespace
+    from eagle3_dagster.publish.snapshot_gates import DriftVerdict, GateVerdict, SnapshotVerdict
 
     _write_shard(tmp_path, 0, 3)
 
     def judge(publish: bool):
-        gate = {"success": True, "suite_sha256": "s1", "outcomes": []}
-        drift = {"status": "ok" if publish else "drifted", "policy": "hold"}
-        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
-        return lambda info: SimpleNamespace(
-            publish=publish, reasons=reasons, publish_gate=gate, drift=drift, to_json=lambda: {"publish": publish}
+        gate = GateVerdict(success=True, suite_sha256="s1", created_at="", outcomes=(), values={})
+        drift = DriftVerdict(
+            gate, status="ok" if publish else "warned", policy="hold", against=None, failed=(), before={}
         )
+        reasons = [] if publish else ["drifted against the previous snapshot: reasoning_len p50 -80%"]
+        return lambda facts: SnapshotVerdict(publish=publish, reasons=reasons, publish_gate=gate, drift=drift)
 
-    held = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(False))
+    held = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={}), policy=PublishPolicy(judge=judge(False)))
     card = (Path(held.path) / "README.md").read_bytes()
     assert not held.published and held.manifest["published"] is False
-    later = build_snapshot(tmp_path, [0], _gates(), config={}, judge=judge(True))
+    later = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={}), policy=PublishPolicy(judge=judge(True)))
     assert later.published and not later.created and later.manifest["published"] is True
     assert (Path(later.path) / "README.md").read_bytes() == card
     text = card.decode()
@@ -256,7 +266,7 @@ def test_tables_with_other_columns_get_a_config_each_that_datasets_loads(tmp_pat
         "turn_index", pa.array([1, 2, 3], pa.int32())
     )
     pq.write_table(t, f)
-    snap = build_snapshot(tmp_path, [0, 1], _gates(), config={})
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), SnapshotContent(config={}))
     header, body = _header_and_body((Path(snap.path) / "README.md").read_text())
     assert [(c["config_name"], c["data_files"][0]["path"]) for c in header["configs"]] == [
         ("training_samples", ["training_samples/shard=0000.parquet"]),

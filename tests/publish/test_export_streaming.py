@@ -158,7 +158,7 @@ from types import SimpleNamespace
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.profiles import load_profile
 from eagle3_dagster.publish.export import EXPORTERS
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 
 def hwm():
     return next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
@@ -167,8 +167,8 @@ profile = load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models")
 def publish(d):
     d = Path(d)
     shards = sorted(int(p.name.split("=")[1]) for p in (d / "training_samples").glob("shard=*"))
-    return build_snapshot(d, shards, lambda g, k: SimpleNamespace(success=True), config={}, exporters=EXPORTERS,
-                          profile=profile)
+    content = SnapshotContent(config={}, exporters=EXPORTERS, profile=profile)
+    return build_snapshot(d, shards, lambda g, k: SimpleNamespace(success=True), content)
 snap = publish(sys.argv[1])
 print(json.dumps({"peak_kb": hwm(), "rows": snap.rows}))
 """

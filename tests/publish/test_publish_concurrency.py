@@ -18,7 +18,13 @@ import pytest
 from test_train_snapshot import _write_shard
 
 from eagle3_dagster.publish.export import EXPORTERS
-from eagle3_dagster.publish.snapshot import build_snapshot, read_manifest, sha256_file
+from eagle3_dagster.publish.snapshot import (
+    PublishLockOptions,
+    SnapshotContent,
+    build_snapshot,
+    read_manifest,
+    sha256_file,
+)
 from eagle3_dagster.storage import DataDirLocked
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +98,13 @@ def test_a_publisher_that_may_not_wait_fails_with_one_line_naming_the_holder(tmp
     try:
         _wait_ready(ready, holder)
         with pytest.raises(DataDirLocked) as e:
-            build_snapshot(tmp_path, [0], _ok, config={"c": 1}, lock_wait_s=0, run_id="backfill")
+            build_snapshot(
+                tmp_path,
+                [0],
+                _ok,
+                SnapshotContent(config={"c": 1}),
+                lock=PublishLockOptions(wait_s=0, run_id="backfill"),
+            )
         msg = str(e.value)
         assert "\n" not in msg
         assert f"pid {holder.pid} on host {socket.gethostname()}, run nightly-2026-12-04" in msg
@@ -106,7 +118,7 @@ def test_a_publisher_that_may_not_wait_fails_with_one_line_naming_the_holder(tmp
 @pytest.mark.integration
 def test_a_publisher_killed_mid_publish_leaves_latest_complete_and_the_next_publish_removes_its_staging(tmp_path):
     _write_shard(tmp_path, 0, 3)
-    first = build_snapshot(tmp_path, [0], _ok, config={"c": 1}, exporters=EXPORTERS)
+    first = build_snapshot(tmp_path, [0], _ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     _write_shard(tmp_path, 1, 2)  # new content: the killed publisher was building another version
     ready = tmp_path / "ready"
     victim = _start(tmp_path, "run-killed", "hang", ready)
@@ -118,7 +130,9 @@ def test_a_publisher_killed_mid_publish_leaves_latest_complete_and_the_next_publ
     assert staged.is_dir()  # left behind by the SIGKILL
     assert _assert_latest_complete(tmp_path) == first.version  # LATEST never moved to the unfinished one
     # the kernel released the dead run's lock: the next publish takes it at once, without waiting
-    again = build_snapshot(tmp_path, [0, 1], _ok, config={"c": 1}, exporters=EXPORTERS, lock_wait_s=0)
+    again = build_snapshot(
+        tmp_path, [0, 1], _ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS), lock=PublishLockOptions(wait_s=0)
+    )
     assert again.removed_staging == [staged.name]
     assert again.version != first.version and again.rows == 5
     assert _staging(tmp_path) == [".publish.lock"]
@@ -127,14 +141,14 @@ def test_a_publisher_killed_mid_publish_leaves_latest_complete_and_the_next_publ
 
 def test_a_failed_publish_leaves_no_staging_and_latest_unchanged(tmp_path):
     _write_shard(tmp_path, 0, 3)
-    first = build_snapshot(tmp_path, [0], _ok, config={"c": 1}, exporters=EXPORTERS)
+    first = build_snapshot(tmp_path, [0], _ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     _write_shard(tmp_path, 1, 2)
 
     def broken(staging, exports):
         raise OSError("disk full")
 
     with pytest.raises(OSError, match="disk full"):
-        build_snapshot(tmp_path, [0, 1], _ok, config={"c": 1}, exporters=[*EXPORTERS, broken])
+        build_snapshot(tmp_path, [0, 1], _ok, SnapshotContent(config={"c": 1}, exporters=[*EXPORTERS, broken]))
     assert _staging(tmp_path) == [".publish.lock"]
     assert _assert_latest_complete(tmp_path) == first.version
 
@@ -143,15 +157,23 @@ def test_object_storage_publish_says_its_lock_covers_this_host_only_and_still_ex
     import uuid
 
     from eagle3_dagster.publish.snapshot import PUBLISH_LOCK
-    from eagle3_dagster.storage import DataDirLock, data_root
+    from eagle3_dagster.storage import DataDirLock, LockOptions, data_root
 
     mem = data_root(f"memory://eagle3-test-{uuid.uuid4().hex[:10]}/data")
     told: list[str] = []
     # nothing to publish (no shard): the lock and its warning come first all the same
     locks = tmp_path / "work" / "locks"
-    build_snapshot(mem, [], _ok, config={}, on_wait=told.append, local_lock_dir=locks)
-    lock = DataDirLock(mem, PUBLISH_LOCK, what="snapshot publish", local_lock_dir=locks)
+    build_snapshot(
+        mem, [], _ok, SnapshotContent(config={}), lock=PublishLockOptions(on_wait=told.append, local_lock_dir=locks)
+    )
+    lock = DataDirLock(mem, PUBLISH_LOCK, what="snapshot publish", options=LockOptions(local_lock_dir=locks))
     assert not lock.covers_all_hosts and lock.path.parent == locks and lock.path.exists()
     assert told == [lock.host_only_warning()] and "this host only" in told[0] and str(lock.path) in told[0]
     with lock, pytest.raises(DataDirLocked, match=f"pid {os.getpid()} on host"):
-        build_snapshot(mem, [], _ok, config={}, lock_wait_s=0, on_wait=told.append, local_lock_dir=locks)
+        build_snapshot(
+            mem,
+            [],
+            _ok,
+            SnapshotContent(config={}),
+            lock=PublishLockOptions(wait_s=0, on_wait=told.append, local_lock_dir=locks),
+        )

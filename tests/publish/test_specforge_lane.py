@@ -35,7 +35,7 @@ from eagle3_dagster.publish.export import (
     check_preformatted,
     exporters_for,
 )
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 from eagle3_dagster.schemas import TRAINING_SAMPLES
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import write_frame_atomic
@@ -101,7 +101,10 @@ def _snapshot(tmp, profile):
     write_frame_atomic(samples, tmp / "training_samples" / "shard=0000" / "part-0000.parquet", schema=TRAINING_SAMPLES)
     passed = lambda gate, shard: SimpleNamespace(success=True)
     snap = build_snapshot(
-        tmp, [0], passed, config={"profile": profile.name}, exporters=exporters_for(profile.name, renderer.tokenizer)
+        tmp,
+        [0],
+        passed,
+        SnapshotContent(config={"profile": profile.name}, exporters=exporters_for(profile.name, renderer.tokenizer)),
     )
     return snap, samples, renderer.tokenizer
 

@@ -28,7 +28,7 @@ from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
 from eagle3_dagster.ingest import combine_sources, ingest_source, load_source_specs
 from eagle3_dagster.publish.export import SPECFORGE_FILE, exporters_for
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 from eagle3_dagster.schemas import TRAINING_SAMPLES
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import write_frame_atomic
@@ -89,7 +89,10 @@ def _publish(g, tmp, profile, acceptance: bool):
     write_frame_atomic(samples, tmp / "training_samples" / "shard=0000" / "part-0000.parquet", schema=schema)
     passed = lambda gate, shard: SimpleNamespace(success=True)
     snap = build_snapshot(
-        tmp, [0], passed, config={"profile": profile.name}, exporters=exporters_for(profile.name, g.tok)
+        tmp,
+        [0],
+        passed,
+        SnapshotContent(config={"profile": profile.name}, exporters=exporters_for(profile.name, g.tok)),
     )
     return samples, snap
 

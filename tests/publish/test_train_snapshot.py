@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
-from eagle3_dagster.publish.snapshot import build_snapshot, sha256_file
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot, sha256_file
 from eagle3_dagster.quality.gate import GateResult
 from eagle3_dagster.quality.request_failures import failure_budget_outcome, with_outcome
 from eagle3_dagster.schemas import GENERATION_ERRORS, TRAINING_SAMPLES
@@ -111,7 +111,7 @@ def test_manifest_names_the_request_failure_rate_that_excluded_a_shard(tmp_path)
     def status(gate: str, shard: int):
         return results[shard] if gate == "generations" else SimpleNamespace(success=True, failed_critical=[])
 
-    snap = build_snapshot(tmp_path, range(2), status, config={"c": 1}, exporters=EXPORTERS)
+    snap = build_snapshot(tmp_path, range(2), status, SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     m = json.loads((snap.path / "manifest.json").read_text())
     by_shard = {s["shard"]: s for s in m["shards"]}
     assert by_shard["0000"]["included"]
@@ -139,7 +139,7 @@ def test_snapshot_includes_only_gated_shards_with_reasons(tmp_path):
     for k, n in [(0, 3), (1, 2), (2, 4)]:
         _write_shard(tmp_path, k, n)
     status = _gates(failed={("generations", 1): True}, missing={("prompts", 3)})
-    snap = build_snapshot(tmp_path, range(4), status, config={"c": 1}, exporters=EXPORTERS)
+    snap = build_snapshot(tmp_path, range(4), status, SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     reasons = {d.shard: (d.included, d.reason) for d in snap.shards}
     assert reasons["0000"] == (True, "all gates passed") and reasons["0002"][0]
     assert reasons["0001"] == (False, "generations gate failed")
@@ -154,9 +154,9 @@ def test_snapshot_includes_only_gated_shards_with_reasons(tmp_path):
 
 def test_unchanged_inputs_give_the_identical_snapshot(tmp_path):
     _write_shard(tmp_path, 0, 3)
-    a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    a = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     a_bytes = {p.relative_to(a.path): p.read_bytes() for p in a.path.rglob("*") if p.is_file()}
-    b = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    b = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     assert (b.version, b.created) == (a.version, False)
     assert {p.relative_to(b.path): p.read_bytes() for p in b.path.rglob("*") if p.is_file()} == a_bytes
     m = json.loads((a.path / "manifest.json").read_text())
@@ -166,11 +166,11 @@ def test_unchanged_inputs_give_the_identical_snapshot(tmp_path):
 def test_version_is_what_a_trainer_consumes(tmp_path):
     """Same tokens from another machine, port or day: same version. Other ids, mask or model: another one."""
     _write_shard(tmp_path, 0, 3)
-    a = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}, exporters=EXPORTERS)
+    a = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"c": 1}, exporters=EXPORTERS))
     _write_shard(
         tmp_path, 0, 3, endpoint="http://other-host:31000", generated_at=dt.datetime(2026, 12, 9, tzinfo=dt.UTC)
     )
-    b = build_snapshot(tmp_path, [0], _gates(), config={"c": 2}, exporters=EXPORTERS)
+    b = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"c": 2}, exporters=EXPORTERS))
     assert b.version == a.version and not b.created
     versions = {a.version}
     for change in (
@@ -181,7 +181,7 @@ def test_version_is_what_a_trainer_consumes(tmp_path):
         {"loss_mask": [0, 0, 1, 1]},
     ):
         _write_shard(tmp_path, 0, 3, **change)
-        v = build_snapshot(tmp_path, [0], _gates(), config={"c": 1}).version
+        v = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={"c": 1})).version
         assert v not in versions, change
         versions.add(v)
 
@@ -191,14 +191,18 @@ def test_retention_keeps_the_newest(tmp_path):
     for i in range(4):
         _write_shard(tmp_path, 0, i + 1)
         t = dt.datetime(2026, 12, 1 + i, tzinfo=dt.UTC)
-        versions.append(build_snapshot(tmp_path, [0], _gates(), config={}, keep=2, now=t).version)
+        versions.append(
+            build_snapshot(
+                tmp_path, [0], _gates(), SnapshotContent(config={}, now=t), policy=PublishPolicy(keep=2)
+            ).version
+        )
     left = sorted(p.name for p in (tmp_path / "snapshots").iterdir() if p.is_dir())
     assert left == sorted(versions[-2:])
 
 
 def test_exports_load_with_a_reader_written_against_the_published_fields(tmp_path):
     _write_shard(tmp_path, 0, 2)
-    snap = build_snapshot(tmp_path, [0], _gates(), config={}, exporters=EXPORTERS)
+    snap = build_snapshot(tmp_path, [0], _gates(), SnapshotContent(config={}, exporters=EXPORTERS))
     sf = [json.loads(line) for line in (snap.path / SPECFORGE_FILE).read_text().splitlines()]
     assert len(sf) == 2
     for r in sf:

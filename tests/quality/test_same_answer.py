@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from quality_helpers import EXPECTATIONS_DIR, generation_rows, training_rows
 
-from eagle3_dagster.publish.snapshot_gates import judge_snapshot, same_answer_min_prompts
+from eagle3_dagster.publish.snapshot_gates import SnapshotFacts, judge_snapshot, same_answer_min_prompts
 from eagle3_dagster.quality import generation_features, run_gate
 from eagle3_dagster.quality.features import with_same_answer_counts
 from eagle3_dagster.storage.frames import streamed_features
@@ -107,8 +107,8 @@ def test_the_publish_gate_refuses_one_answer_spread_over_shards(kimi, kimi_profi
     assert same_answer_min_prompts(EXPECTATIONS_DIR) == 4
     spread = _summary(kimi, kimi_profile, 2, 6)  # each shard held one or two of them: no shard gate saw a group
     assert spread["same_answer_rows"] == {"6": 6}
-    v = judge_snapshot(rows=8, shards_included=8, summary=spread, previous=None, **gx_dirs)
-    assert not v.publish and v.publish_gate["values"]["same_answer_share"] == 0.75
+    v = judge_snapshot(SnapshotFacts(rows=8, shards_included=8, summary=spread), **gx_dirs)
+    assert not v.publish and v.publish_gate.values["same_answer_share"] == 0.75
     assert (
         len(v.reasons) == 1
         and "75.0% of the 8 rows have an answer shared by 4 or more different prompts" in (v.reasons[0])
@@ -119,8 +119,8 @@ def test_the_publish_gate_refuses_one_answer_spread_over_shards(kimi, kimi_profi
 @pytest.mark.parametrize(("own", "shared"), [(10, 3), (400, 4), (5, 0)])
 def test_the_publish_gate_lets_small_or_rare_groups_through(kimi, kimi_profile, gx_dirs, own: int, shared: int):
     summary = _summary(kimi, kimi_profile, own, shared)
-    v = judge_snapshot(rows=own + shared, shards_included=1, summary=summary, previous=None, **gx_dirs)
+    v = judge_snapshot(SnapshotFacts(rows=own + shared, shards_included=1, summary=summary), **gx_dirs)
     assert v.publish, v.reasons
     # a summary of an older snapshot (no such figures): not judged
     old = {k: x for k, x in summary.items() if k != "same_answer_rows"}
-    assert judge_snapshot(rows=own + shared, shards_included=1, summary=old, previous=None, **gx_dirs).publish
+    assert judge_snapshot(SnapshotFacts(rows=own + shared, shards_included=1, summary=old), **gx_dirs).publish

@@ -178,10 +178,14 @@ def run_shard(
 ):
     """One real run of the shard graph on `instance` (in this process); returns the ShardOutcome."""
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.orchestration.run import materialize_graph
+    from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
     out = materialize_graph(
-        defs, instance, shards=[shard], resources=resources(data, url, **fleet), run_ingest=False, run_config=run_config
+        defs,
+        instance,
+        scope=GraphScope(shards=[shard], run_ingest=False),
+        resources=resources(data, url, **fleet),
+        run_config=run_config,
     )
     return out.shards[0]
 

@@ -29,7 +29,7 @@ def main() -> int:
     from eagle3_dagster.config import settings
     from eagle3_dagster.definitions import defs
     from eagle3_dagster.orchestration.resources import pipeline_resource
-    from eagle3_dagster.orchestration.run import materialize_graph
+    from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
     instance = dg.DagsterInstance.get()
     resources = {"pipeline": pipeline_resource(settings(), max_new_tokens=args.max_new_tokens)}
@@ -49,7 +49,9 @@ def main() -> int:
             if time.monotonic() > deadline:
                 raise SystemExit("no go signal")
             time.sleep(0.02)
-    out = materialize_graph(defs, instance, shards=args.shard, resources=resources, run_ingest=args.ingest)
+    out = materialize_graph(
+        defs, instance, scope=GraphScope(shards=args.shard, run_ingest=args.ingest), resources=resources
+    )
     print(
         json.dumps(
             {

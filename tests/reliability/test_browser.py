@@ -59,11 +59,13 @@ def test_the_first_screen_shows_the_runs_a_demo_made(eagle3_ui, page, kimi_profi
     from graph_helpers import graph_resources
 
     from eagle3_dagster.definitions import defs
-    from eagle3_dagster.orchestration.run import materialize_graph
+    from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 
     res = graph_resources(eagle3_ui.data, kimi_profile.tokenizer, "http://127.0.0.1:9")
     with dg.DagsterInstance.from_config(str(eagle3_ui.home)) as instance:
-        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success  # as the demo runs it
+        assert materialize_graph(
+            defs, instance, scope=GraphScope(shards=[]), resources=res
+        ).ingest_success  # as the demo runs it
     page.goto(eagle3_ui.url, wait_until="networkidle")
     assert "/overview" in page.url, page.url  # the first screen
     # the timeline's rows: the code location, then each job with runs in the period, the demo's `ingest` here

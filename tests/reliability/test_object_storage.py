@@ -30,7 +30,7 @@ from s3_moto import moto_s3_server, set_aws_env
 from eagle3_dagster.config import PROJECT_ROOT, settings
 from eagle3_dagster.definitions import defs
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import start_simulator
 
 pytestmark = pytest.mark.integration
@@ -94,16 +94,13 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
         # 1. the reference: the same graph with a local data dir (the default kind)
         res_local = graph_resources(local, kimi_profile.tokenizer, sim.url)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res_local).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res_local).ingest_success
             shard = shard_with_most_prompts(local)
             out = materialize_graph(
                 defs,
                 instance,
-                shards=[shard],
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
                 resources=res_local,
-                run_ingest=False,
-                run_publish=True,
-                allow_partial=True,
             )
             assert out.success, out
         sent_local = _requests(sim.url)
@@ -117,9 +114,12 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
         }
         with dg.instance_for_test() as instance:
             t0 = time.monotonic()
-            assert materialize_graph(defs, instance, shards=[], resources=res_s3).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res_s3).ingest_success
             s3 = materialize_graph(
-                defs, instance, shards=[shard], resources=res_s3, run_ingest=False, run_publish=True, allow_partial=True
+                defs,
+                instance,
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+                resources=res_s3,
             )
             elapsed = time.monotonic() - t0
             assert s3.success, s3
@@ -146,7 +146,9 @@ def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, 
             assert SECRET not in records and "endpoint_override" not in records
 
             # 3. a rerun of the shard resumes from the bucket: nothing is regenerated
-            again = materialize_graph(defs, instance, shards=[shard], resources=res_s3, run_ingest=False)
+            again = materialize_graph(
+                defs, instance, scope=GraphScope(shards=[shard], run_ingest=False), resources=res_s3
+            )
             assert again.success and _requests(sim.url) - sent_local == sent_s3
 
     # ---- the bucket holds the local layout, object for object

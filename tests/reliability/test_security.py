@@ -29,7 +29,7 @@ from eagle3_dagster.ingest import load_source_specs
 from eagle3_dagster.ingest.errors import SourceSpecError
 from eagle3_dagster.ingest.spec import SourceSpec
 from eagle3_dagster.orchestration.resources import SGLangFleet, pipeline_resource
-from eagle3_dagster.orchestration.run import materialize_graph
+from eagle3_dagster.orchestration.run import GraphScope, materialize_graph
 from eagle3_dagster.sim.process import free_port, start_simulator
 from eagle3_dagster.storage import StorageError, parse_shard_key, safe_join, shard_dir
 from eagle3_dagster.tokenize import PromptRenderer, load_tokenizer
@@ -125,8 +125,8 @@ def test_api_key_never_leaks(tmp_path, kimi_profile, monkeypatch, capfd):
         assert httpx.get(f"{sim.url}/model_info", headers=auth, timeout=10).status_code == 200
         res["sglang"] = SGLangFleet(urls=sim.url)
         with dg.instance_for_test(temp_dir=str(home)) as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
-            out = materialize_graph(defs, instance, shards=["0000"], resources=res, run_ingest=False)
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
+            out = materialize_graph(defs, instance, scope=GraphScope(shards=["0000"], run_ingest=False), resources=res)
             assert out.shards[0].success, out.shards[0]
             assert out.shards[0].checks["generations:think_end_present"] is True
 

@@ -21,6 +21,7 @@ import pytest
 from graph_helpers import graph_resources, shard_with_most_prompts
 
 from eagle3_dagster.config import PROJECT_ROOT, settings
+from eagle3_dagster.orchestration.run import GraphScope
 from eagle3_dagster.quality import ExpectationOutcome, GateResult, write_gate_result
 from eagle3_dagster.quality.retention import DOCS_VALIDATIONS_BASE, VALIDATIONS_BASE
 from eagle3_dagster.report.html import collect, default_report_path, render, write_report
@@ -318,10 +319,13 @@ def _pipeline_run(tmp_path: Path, kimi_profile, sim_args: list[str]) -> tuple[Pa
     with start_simulator(extra_args=sim_args) as sim:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url)
         with dg.instance_for_test() as instance:
-            assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+            assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
             shard = shard_with_most_prompts(data)
             out = materialize_graph(
-                defs, instance, shards=[shard], resources=res, run_ingest=False, run_publish=True, allow_partial=True
+                defs,
+                instance,
+                scope=GraphScope(shards=[shard], run_ingest=False, run_publish=True, allow_partial=True),
+                resources=res,
             )
             meta = {}
             for key in ("tokenized_prompts", "generations", "training_dataset", "quality_report"):
@@ -339,7 +343,7 @@ def test_gated_steps_store_results_and_only_the_report_asset_renders(tmp_path, k
     data = tmp_path / "data"
     with start_simulator() as sim, dg.instance_for_test() as instance:
         res = graph_resources(data, kimi_profile.tokenizer, sim.url)
-        assert materialize_graph(defs, instance, shards=[], resources=res).ingest_success
+        assert materialize_graph(defs, instance, scope=GraphScope(shards=[]), resources=res).ingest_success
         shard = shard_with_most_prompts(data)
         assets = list(defs.assets or [])
         run = dg.materialize(

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 from quality_helpers import EXPECTATIONS_DIR, training_rows
 
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot
 from eagle3_dagster.publish.snapshot_gates import judge_snapshot
 from eagle3_dagster.quality import read_gate_result, run_gate, training_features, write_gate_result
 from eagle3_dagster.quality.features import available_source_shares
@@ -105,19 +105,19 @@ def _night(data: Path, kimi, profile, night: int):
             for gate in ("prompts", "generations", "training_samples"):
                 write_gate_result(data, gate, shard, res)
 
-    def judge(info):
+    def judge(facts):
         return judge_snapshot(
-            rows=info["rows"],
-            shards_included=info["shards_included"],
-            summary=info["summary"],
-            previous=info["previous"],
-            excluded=info["excluded"],
+            facts,
             expectations_dir=EXPECTATIONS_DIR,
             context_dir=data / "gx",
         )
 
     return build_snapshot(
-        data, [0, 1], lambda g, k: read_gate_result(data, g, k), config={}, profile=profile, judge=judge
+        data,
+        [0, 1],
+        lambda g, k: read_gate_result(data, g, k),
+        SnapshotContent(config={}, profile=profile),
+        policy=PublishPolicy(judge=judge),
     )
 
 
@@ -132,7 +132,7 @@ def two_nights(tmp_path_factory, kimi, kimi_profile):
 
 def test_report_has_charts_and_drift_on_top(two_nights):
     _data, first, second, report = two_nights
-    assert first.published and second.published and second.verdict.drift["status"] == "warned"
+    assert first.published and second.published and second.verdict.drift.status == "warned"
     text = report.read_text()
     assert "<script" not in text.lower() and "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
     top = text[: text.index("Gates by shard")]

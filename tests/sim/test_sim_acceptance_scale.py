@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from eagle3_dagster.sim.fleet_faults import FleetFaults, apply
-from eagle3_dagster.sim.speculative import SpecConfig, meta_fields
+from eagle3_dagster.sim.speculative import DraftedAnswer, SpecConfig, meta_fields
 
 CFG = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4)
 
 
 def test_a_scaled_acceptance_is_lower_and_consistent(kimi_profile) -> None:
     ids = [2000] * 600
-    base = meta_fields(CFG, kimi_profile, ids, [1000, 1001], ["a"] * 600, None)
-    low = meta_fields(CFG, kimi_profile, ids, [1000, 1001], ["a"] * 600, None, scale=0.5)
+    base = meta_fields(CFG, kimi_profile, DraftedAnswer(ids, [1000, 1001], ["a"] * 600, None))
+    low = meta_fields(CFG, kimi_profile, DraftedAnswer(ids, [1000, 1001], ["a"] * 600, None), scale=0.5)
     assert low["spec_accept_rate"] < base["spec_accept_rate"] * 0.8
     assert low["spec_accept_length"] == 600 / low["spec_verify_ct"]
     assert low["spec_accept_rate"] == low["spec_num_correct_drafts"] / low["spec_num_proposed_drafts"]

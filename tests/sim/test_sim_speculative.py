@@ -9,7 +9,14 @@ from argparse import Namespace
 import pytest
 
 from eagle3_dagster.sim.cli import parse_args
-from eagle3_dagster.sim.speculative import SpecConfig, content_class, meta_fields, parse_draft_quality, spec_config
+from eagle3_dagster.sim.speculative import (
+    DraftedAnswer,
+    SpecConfig,
+    content_class,
+    meta_fields,
+    parse_draft_quality,
+    spec_config,
+)
 
 CFG = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4)
 PROMPT = [1000, 1001, 1002]
@@ -17,13 +24,15 @@ WORD = 2000  # an ordinary token id
 
 
 def _rate(kimi_profile, ids, strings, prompt=PROMPT, cfg=CFG) -> float:
-    return meta_fields(cfg, kimi_profile, ids, prompt, strings, None)["spec_accept_rate"]
+    return meta_fields(cfg, kimi_profile, DraftedAnswer(ids, prompt, strings, None))["spec_accept_rate"]
 
 
 def test_figures_are_sglangs_and_seeded(kimi_profile):
     ids = [WORD] * 300
-    m = meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 300, None)
-    assert m == meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 300, None)  # a retry: the same figures
+    m = meta_fields(CFG, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 300, None))
+    assert m == meta_fields(
+        CFG, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 300, None)
+    )  # a retry: the same figures
     assert m["spec_accept_length"] == 300 / m["spec_verify_ct"]
     assert m["spec_num_proposed_drafts"] == m["spec_verify_ct"] * 3
     assert m["spec_accept_rate"] == m["spec_num_correct_drafts"] / m["spec_num_proposed_drafts"]
@@ -31,9 +40,9 @@ def test_figures_are_sglangs_and_seeded(kimi_profile):
     assert sum(hist) == m["spec_verify_ct"] and sum(k * n for k, n in enumerate(hist)) == m["spec_num_correct_drafts"]
     assert len(hist) <= 4
     # one token is the prefill's: no verify step, no figures (SGLang: spec_verify_ct > 0)
-    assert meta_fields(CFG, kimi_profile, [WORD], PROMPT, ["a"], None) == {}
+    assert meta_fields(CFG, kimi_profile, DraftedAnswer([WORD], PROMPT, ["a"], None)) == {}
     other = SpecConfig("EAGLE3", "someone/else-eagle3", None, 3, 1, 4)
-    assert meta_fields(other, kimi_profile, ids, PROMPT, ["a"] * 300, None) != m
+    assert meta_fields(other, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 300, None)) != m
 
 
 def test_structured_output_is_easier_to_draft_than_prose(kimi_profile):
@@ -76,7 +85,7 @@ def test_each_release_gets_its_names_and_the_cap_figures_add_up(kimi_profile):
     from eagle3_dagster.sim.speculative import named_as, unknown_names
 
     ids = [WORD] * 200
-    m = meta_fields(CFG, kimi_profile, ids, PROMPT, ["a"] * 200, None)
+    m = meta_fields(CFG, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 200, None))
     old = named_as(m, "0.5.10")
     assert old["spec_accept_token_num"] == m["spec_num_correct_drafts"] and "spec_num_correct_drafts" not in old
     assert old["spec_accept_histogram"] == m["spec_correct_drafts_histogram"]
@@ -85,7 +94,7 @@ def test_each_release_gets_its_names_and_the_cap_figures_add_up(kimi_profile):
     assert named_as(m, "0.5.23") == m
     assert not {k for k in unknown_names(m) if k in m}  # every figure under another name
     capped = SpecConfig("EAGLE3", "test/kimi-eagle3", None, 3, 1, 4, "0.5.23", "cap-accept")
-    c = meta_fields(capped, kimi_profile, ids, PROMPT, ["a"] * 200, None)
+    c = meta_fields(capped, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 200, None))
     assert {k: c[k] for k in m} == m  # the same drafts: the cap figures come on top
     hist = c["spec_cap_lens_histogram"]
     assert sum(hist) == c["spec_verify_ct"] and c["spec_cap_length"] == sum(k * n for k, n in enumerate(hist)) / sum(
@@ -101,7 +110,7 @@ def _length(kimi_profile, cfg: SpecConfig, content: str | None, seeds: int = 30)
     ids = [WORD] * 400
     tokens = verify = 0
     for seed in range(seeds):
-        m = meta_fields(cfg, kimi_profile, ids, PROMPT, ["a"] * 400, seed, content=content)
+        m = meta_fields(cfg, kimi_profile, DraftedAnswer(ids, PROMPT, ["a"] * 400, seed, content=content))
         tokens += 400
         verify += m["spec_verify_ct"]
     return tokens / verify
@@ -117,8 +126,8 @@ def test_a_drafter_can_be_planted_per_content_class(kimi_profile):
     assert _length(kimi_profile, mixed, "prose") < _length(kimi_profile, prod, "prose") - 0.2
     # a class the flag does not name falls back to `*`, else to the quality drawn from the name
     assert mixed.quality_for("math") == mixed.quality() and prod.quality_for("math") == 0.85
-    one = meta_fields(renamed, kimi_profile, [WORD] * 400, PROMPT, ["a"] * 400, None)
-    assert one != meta_fields(prod, kimi_profile, [WORD] * 400, PROMPT, ["a"] * 400, None)
+    one = meta_fields(renamed, kimi_profile, DraftedAnswer([WORD] * 400, PROMPT, ["a"] * 400, None))
+    assert one != meta_fields(prod, kimi_profile, DraftedAnswer([WORD] * 400, PROMPT, ["a"] * 400, None))
     assert abs(_length(kimi_profile, renamed, None, 60) - _length(kimi_profile, prod, None, 60)) < 0.05
 
 

@@ -20,7 +20,7 @@ from eagle3_dagster.generate.store import ShardStore, lock_path_for, read_genera
 from eagle3_dagster.ingest import SourceSpec, combine_sources, ingest_source
 from eagle3_dagster.orchestration.resources import PipelineSettings, pipeline_resource
 from eagle3_dagster.publish.export import CONVERSATIONS_FILE, EXPORTERS, SPECFORGE_FILE
-from eagle3_dagster.publish.snapshot import build_snapshot, list_snapshots
+from eagle3_dagster.publish.snapshot import PublishPolicy, SnapshotContent, build_snapshot, list_snapshots
 from eagle3_dagster.quality.gate import GateResult, read_gate_result, write_gate_result
 from eagle3_dagster.storage import (
     DataPath,
@@ -179,19 +179,19 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
         samples, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES
     )
     ok = lambda g, k: SimpleNamespace(success=True)
-    snap = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
+    snap = build_snapshot(mem, [0], ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS, now=now))
     assert isinstance(snap.path, DataPath) and snap.created and snap.rows == 1
     m = (snap.path / "manifest.json").read_json()
     for rel, info in {**m["files"], **m["exports"]}.items():
         assert sha256_of(snap.path / rel) == info["sha256"]
     assert set(m["exports"]) == {SPECFORGE_FILE, CONVERSATIONS_FILE}
     assert (mem / "snapshots" / "LATEST").read_text().strip() == snap.version
-    again = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
+    again = build_snapshot(mem, [0], ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS, now=now))
     assert (again.version, again.created) == (snap.version, False)
     # a version folder without a manifest (a crash mid-way) is not a snapshot, and is rebuilt
     (snap.path / "manifest.json").unlink()
     assert list_snapshots(mem / "snapshots") == []
-    rebuilt = build_snapshot(mem, [0], ok, config={"c": 1}, exporters=EXPORTERS, now=now)
+    rebuilt = build_snapshot(mem, [0], ok, SnapshotContent(config={"c": 1}, exporters=EXPORTERS, now=now))
     assert rebuilt.created and (rebuilt.path / "manifest.json").exists()
     # retention deletes whole prefixes
     # (the version is the content a trainer consumes, so each night gets different tokens)
@@ -200,7 +200,13 @@ def test_ingest_gates_store_and_snapshot_on_memory(mem, tmp_path):
         write_frame_atomic(
             night, shard_dir(mem, "training_samples", 0) / "part-0000.parquet", schema=schemas.TRAINING_SAMPLES
         )
-        build_snapshot(mem, [0], ok, config={"c": 1}, keep=2, now=now + dt.timedelta(days=i + 1))
+        build_snapshot(
+            mem,
+            [0],
+            ok,
+            SnapshotContent(config={"c": 1}, now=now + dt.timedelta(days=i + 1)),
+            policy=PublishPolicy(keep=2),
+        )
     assert len(list_snapshots(mem / "snapshots")) == 2 and len((mem / "snapshots").glob("*/manifest.json")) == 2
 
 

@@ -22,7 +22,7 @@ from eagle3_dagster.config import PROJECT_ROOT, Settings
 from eagle3_dagster.generate import GenerationConfig, generate_shard, read_generations
 from eagle3_dagster.ingest import combine_sources, ingest_source, load_source_specs
 from eagle3_dagster.publish.export import SPECFORGE_FILE, SPECFORGE_TEMPLATES, exporters_for
-from eagle3_dagster.publish.snapshot import build_snapshot
+from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 from eagle3_dagster.schemas import TRAINING_SAMPLES
 from eagle3_dagster.sim.process import start_simulator
 from eagle3_dagster.storage import write_frame_atomic
@@ -67,7 +67,10 @@ def _publish(b, tmp, profile, acceptance: bool):
     write_frame_atomic(samples, tmp / "training_samples" / "shard=0000" / "part-0000.parquet", schema=schema)
     passed = lambda gate, shard: SimpleNamespace(success=True)
     snap = build_snapshot(
-        tmp, [0], passed, config={"profile": profile.name}, exporters=exporters_for(profile.name, b.tok)
+        tmp,
+        [0],
+        passed,
+        SnapshotContent(config={"profile": profile.name}, exporters=exporters_for(profile.name, b.tok)),
     )
     return samples, snap
 
