@@ -18,7 +18,7 @@ export EAGLE3_TOKENIZER ?= $(SHARED_TOKENIZER)
 export HF_HUB_OFFLINE ?= 1
 endif
 
-.PHONY: install instance bytecode services demo test test-fast lint ruff typecheck format-check format constraints ui \
+.PHONY: install instance bytecode services demo test test-full test-fast lint ruff typecheck format-check format constraints ui \
 	check-defs bench backfill clean docs gpu-smoke
 
 # The project with the simulator (sim), the test tools (test), lint / type check / pre-commit (dev) and the
@@ -143,6 +143,9 @@ docs: $(STAMP)
 # xdist 3.8 silently ignores the groups, pytest-xdist issue 1386.) Both lanes always run; either failing
 # fails the target; Ctrl-C stops both.
 TEST_WORKERS ?= 3
+# `make test` leaves out the tests marked `full` (a whole deployment for minutes: the real daemon's night and
+# backfill, the GPU script's run); `make test-full` runs the same two lanes with them.
+NOT_FULL ?= and not full
 PARALLEL_LOG := .pytest-parallel-lane.log
 # The type check (mypy, about a minute on one core) runs beside the lanes in the parallel lane's place (lowest
 # priority, a session of its own): alone first, it would leave the other core idle. Its report comes last.
@@ -153,15 +156,19 @@ test: install instance bytecode services ruff format-check docs
 	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
 	  $(VENV)/bin/mypy > $(TYPECHECK_LOG) 2>&1 & typecheck=$$!; \
 	EAGLE3_TEST_BACKGROUND=1 PYTHONPATH=$(CURDIR)/tests/background nice -n 19 setsid \
-	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" --durations=30 \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial $(NOT_FULL)" --durations=30 \
 	  > $(PARALLEL_LOG) 2>&1 & lane=$$!; \
 	trap 'kill -TERM -- -$$lane -$$typecheck 2>/dev/null; exit 130' INT TERM; \
-	$(PY) -m pytest -q -m serial --durations=30 || rc=1; \
+	$(PY) -m pytest -q -m "serial $(NOT_FULL)" --durations=30 || rc=1; \
 	wait $$lane || rc=1; \
 	echo "[test] the parallel lane:"; cat $(PARALLEL_LOG); \
 	wait $$typecheck || rc=1; \
 	echo "[test] mypy:"; cat $(TYPECHECK_LOG); \
 	exit $$rc
+
+# Everything `make test` runs and the `full` tests (tests/serial_lane.py says which): before a release, nightly.
+test-full:
+	$(MAKE) test NOT_FULL=
 
 # In-process tests only: no simulator, Dagster or other child process, no apt, no Postgres/Chromium
 # (pytest -m "not integration"; tests/conftest.py fails a test that starts a process without the marker,

@@ -162,6 +162,7 @@ def _stand_in_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.integration
+@pytest.mark.full  # the script's whole run (a demo behind a stand-in server): `make test-full`
 def test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang(tmp_path: Path):
     """Steps 3-6 of the script for real (server start with a draft model, readiness wait, the demo, the JSON line,
     the stop), with a fake nvidia-smi and a stand-in venv whose `python -m sglang.launch_server` is eagle3-sim

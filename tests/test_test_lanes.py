@@ -5,6 +5,7 @@ xdist worker as in a plain run."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def test_the_two_lanes_split_the_suite_and_an_unmarked_process_still_fails_in_a_
 
 def _parallel_lane_flags() -> list[str]:
     """The xdist flags of `make test`'s parallel lane, read from the Makefile."""
-    recipe = next(ln for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if '-m "not serial"' in ln)
+    recipe = next(ln for ln in (PROJECT_ROOT / "Makefile").read_text().splitlines() if '-m "not serial' in ln)
     flags = recipe.split("pytest", 1)[1].split("-m", 1)[0].split()
     return [f for f in flags if f not in ("-q", "-n", "$(TEST_WORKERS)")]
 
@@ -144,7 +145,7 @@ def _autogroup_of_child(env: dict[str, str], new_session: bool) -> str:
 def test_a_session_the_parallel_lane_starts_runs_at_the_lowest_priority():
     """The parallel lane's processes that start a session of their own (a simulator, a Dagster daemon) lower
     their scheduler group to nice 19 (tests/background/sitecustomize.py); nothing else is touched."""
-    recipe = (PROJECT_ROOT / "Makefile").read_text().split('-m "not serial"', 1)[0].rsplit("rc=0;", 1)[1]
+    recipe = (PROJECT_ROOT / "Makefile").read_text().split('-m "not serial', 1)[0].rsplit("rc=0;", 1)[1]
     assert "EAGLE3_TEST_BACKGROUND=1" in recipe and "nice -n 19 setsid" in recipe
     assert "PYTHONPATH=$(CURDIR)/tests/background" in recipe
     lane = {**os.environ, "EAGLE3_TEST_BACKGROUND": "1", "PYTHONPATH": str(TESTS / "background")}
@@ -153,3 +154,27 @@ def test_a_session_the_parallel_lane_starts_runs_at_the_lowest_priority():
     assert _autogroup_of_child(lane, new_session=False) == ours  # the caller's group is left alone
     plain = {k: v for k, v in lane.items() if k != "EAGLE3_TEST_BACKGROUND"}
     assert _autogroup_of_child(plain, new_session=True) == "0"
+
+
+def _pytest_lines(target: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    r = subprocess.run(
+        ["make", "--no-print-directory", "-n", target],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    return [ln for ln in r.stdout.splitlines() if "-m pytest" in ln and '-m "' in ln]
+
+
+@pytest.mark.integration
+def test_make_test_leaves_out_the_full_tests_and_test_full_runs_them():
+    """Both lanes of `make test` deselect `full`; `make test-full` runs the same lanes with them."""
+    quick, full = _pytest_lines("test"), _pytest_lines("test-full")
+    assert len(quick) == len(full) == 2, (quick, full)
+    assert all("and not full" in ln for ln in quick), quick
+    assert not any("full" in ln.split("-m", 2)[2] for ln in full), full
+    assert [ln.replace(" and not full", "") for ln in quick] == [re.sub(r' +"(?= )', '"', ln) for ln in full]

@@ -20,7 +20,9 @@ import yaml
 
 from eagle3_dagster.config import PROJECT_ROOT
 
-pytestmark = pytest.mark.integration
+# Minutes of a real daemon running four shard runs: `make test-full`. The pool sizing and limits are tested in
+# `make test` (tests/pipeline/test_fleet_pools.py, tests/generate/test_router_capacity.py).
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 
 def _steps(instance: dg.DagsterInstance, run_id: str) -> dict[str, tuple[float, float]]:

@@ -28,7 +28,9 @@ from sim_ctl import Sim
 from eagle3_dagster.app.instance import INSTANCE_YAML
 from eagle3_dagster.config import PROJECT_ROOT
 
-pytestmark = pytest.mark.integration
+# Minutes of a real daemon (cron ticks, sensor hops, a failing night): `make test-full`. Every decision it
+# watches is tested in `make test` in-process (tests/pipeline/test_sequence.py, test_schedules.py).
+pytestmark = [pytest.mark.integration, pytest.mark.full]
 
 BIN = Path(sys.executable).parent
 MARK = "EAGLE3_TEST_NIGHTLY_DAEMON"  # set in every process this test starts, to find stragglers
