@@ -4,6 +4,7 @@ left exactly as it was."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,9 @@ def test_demo_samples_runs_one_shard_without_touching_the_environment(tmp_path: 
 
     def ingest_only(defs: dg.Definitions, instance: dg.DagsterInstance, **kw: Any) -> Any:
         """The demo's graph run, up to its ingest run (the shard runs need a server): what it was handed."""
-        seen.update(kw, keys=graph_shard_keys(defs), defs=defs)
-        return real(defs, instance, **{**kw, "shards": [], "run_publish": False})
+        seen.update(kw, keys=graph_shard_keys(defs), defs=defs, shards=kw["scope"].shards)
+        ingest_scope = dataclasses.replace(kw["scope"], shards=[], run_publish=False)
+        return real(defs, instance, **{**kw, "scope": ingest_scope})
 
     monkeypatch.setattr(run_module, "materialize_graph", ingest_only)
     args = build_parser().parse_args(["demo", "--samples", "3"])
@@ -80,7 +82,8 @@ def test_demo_speculative_is_one_switch_for_a_drafter_and_a_probe_set(tmp_path: 
         body = {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}}
         seen["meta"] = httpx.post(url + "/generate", json=body, timeout=30).json()["meta_info"]
         seen["defs"] = defs
-        return real(defs, instance, **{**kw, "shards": [], "run_publish": False})
+        ingest_scope = dataclasses.replace(kw["scope"], shards=[], run_publish=False)
+        return real(defs, instance, **{**kw, "scope": ingest_scope})
 
     monkeypatch.setattr(run_module, "materialize_graph", ingest_only)
     assert demo.run(build_parser().parse_args(["demo", "--speculative"])) == 0
