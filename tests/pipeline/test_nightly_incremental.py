@@ -117,6 +117,7 @@ def test_a_failed_shard_publishes_nothing_unless_a_partial_snapshot_is_asked_for
     )
 
 
+@pytest.mark.full  # runs launched by the dg CLI, another way to deploy: `make test-full`
 def test_dg_launch_runs_a_shard(tmp_path, kimi_profile):
     data = tmp_path / "data"
     home = tmp_path / "dagster_home"

@@ -50,6 +50,7 @@ def _documented_step_pod_run_config() -> dict:
 
 
 @pytest.mark.integration
+@pytest.mark.full  # the multiprocess executor, another deployment: `make test-full`
 def test_step_processes_fork_from_a_server_that_never_loaded_polars():
     """The default multiprocess executor starts steps from a forkserver that preloaded the slow imports;
     a process that loaded Polars must never fork (Polars' thread pool does not survive it)."""
@@ -78,6 +79,7 @@ def test_step_processes_fork_from_a_server_that_never_loaded_polars():
 
 
 @pytest.mark.integration
+@pytest.mark.full  # the k8s executor, another deployment: `make test-full`
 def test_k8s_executor_from_config_alone_loads_and_accepts_the_documented_run_config():
     # A fresh process, as a code server would start: only the environment differs.
     probe = r"""
@@ -130,6 +132,7 @@ def test_unknown_executor_fails_the_code_location_with_a_clear_error():
 
 
 @pytest.mark.integration
+@pytest.mark.full  # the multiprocess executor on Postgres, another deployment: `make test-full`
 def test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_process(tmp_path):
     """`dg launch` of a shard run with the default executor, against the documented Postgres instance."""
     home = tmp_path / "dagster_home"

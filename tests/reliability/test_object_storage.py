@@ -81,6 +81,7 @@ def _requests(url: str) -> int:
     return httpx.get(f"{url}/_sim/stats", timeout=10).json()["requests"]
 
 
+@pytest.mark.full  # the whole graph on S3, another deployment: `make test-full`
 def test_whole_graph_on_s3_matches_a_local_run(moto_s3, tmp_path, kimi_profile, monkeypatch, capsys):
     port, client = moto_s3
     uri = f"s3://{BUCKET}/{PREFIX}?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
