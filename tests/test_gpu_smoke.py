@@ -92,6 +92,7 @@ def _demo(tmp_path: Path, *sim_args: str, shards: str) -> Path:
 
 
 @pytest.mark.integration
+@pytest.mark.full  # a whole demo for the GPU script's summary: `make test-full`
 def test_the_summary_names_the_gate_that_failed(tmp_path: Path):
     """A server that drops </think> (the bug this product exists to catch): the JSON line says so."""
     data = _demo(tmp_path, "--mode", "drop-think-end", shards="0000")
