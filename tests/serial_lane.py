@@ -57,6 +57,24 @@ LONG_MODULES = (
 )
 # the session's `eagle3 ui` (a simulator and `dagster dev`) starts once, in the serial lane, not once per worker
 SERIAL_FIXTURES = frozenset({"eagle3_ui"})
+# The tests marked `full` (`make test-full` only): a whole other deployment for minutes. Marking one more means
+# adding it here, so a test cannot leave `make test` unseen (tests/test_test_lanes.py holds the marks to it).
+FULL_TESTS = frozenset(
+    {
+        "tests/pipeline/test_nightly_daemon.py::test_nightly_under_the_real_daemon_publishes_then_fails_loudly",
+        "tests/pipeline/test_fleet_backfill.py::"
+        "test_a_four_shard_backfill_overlaps_runs_and_keeps_generation_within_the_pool",
+        "tests/test_gpu_smoke.py::test_the_gpu_path_runs_end_to_end_with_the_simulator_standing_in_for_sglang",
+        "tests/test_gpu_smoke.py::test_the_summary_names_the_gate_that_failed",
+        "tests/reliability/test_executors.py::test_step_processes_fork_from_a_server_that_never_loaded_polars",
+        "tests/reliability/test_executors.py::"
+        "test_k8s_executor_from_config_alone_loads_and_accepts_the_documented_run_config",
+        "tests/reliability/test_executors.py::"
+        "test_multiprocess_executor_on_postgres_instance_runs_each_step_in_its_own_process",
+        "tests/reliability/test_object_storage.py::test_whole_graph_on_s3_matches_a_local_run",
+        "tests/pipeline/test_nightly_incremental.py::test_dg_launch_runs_a_shard",
+    }
+)
 
 
 def is_serial(module: str, fixtures: Collection[str]) -> bool:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from serial_lane import LONG_MODULES, SERIAL_MODULES, is_serial, long_modules_first
+from serial_lane import FULL_TESTS, LONG_MODULES, SERIAL_MODULES, is_serial, long_modules_first
 
 from eagle3_dagster.config import PROJECT_ROOT
 
@@ -178,3 +178,18 @@ def test_make_test_leaves_out_the_full_tests_and_test_full_runs_them():
     assert all("and not full" in ln for ln in quick), quick
     assert not any("full" in ln.split("-m", 2)[2] for ln in full), full
     assert [ln.replace(" and not full", "") for ln in quick] == [re.sub(r' +"(?= )', '"', ln) for ln in full]
+
+
+@pytest.mark.integration
+def test_only_the_listed_tests_are_marked_full():
+    """`full` takes a test out of `make test`: the marked ones are exactly FULL_TESTS (tests/serial_lane.py)."""
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "--co", "-q", "-m", "full", "-p", "no:cacheprovider"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    marked = {ln.strip() for ln in r.stdout.splitlines() if "::" in ln}
+    assert marked == FULL_TESTS, (marked - FULL_TESTS, FULL_TESTS - marked)
