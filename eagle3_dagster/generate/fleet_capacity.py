@@ -9,17 +9,25 @@ answer counts with the mean of those that do (`router_window`), and the line pri
 The same `/server_info` answers name the drafter each endpoint speculates with (drafter.drafter_of; a
 router: its workers' one, drafter.router_drafter), which a probe prompt's cache key holds (probes.py).
 
+The same visit reads which model each server serves, as the run does before it sends anything
+(endpoints.EndpointPool._check_revision): a plain server's `/model_info` (`/get_model_info` on an older
+one); a router's workers' own `/model_info`, or, when no worker is reachable from here, the router's
+`/get_model_info` (smg answers 404 on /model_info, spec §6.1). `served_model_problems` judges those answers
+with served_model.judge_served_model against the profile's model and the user's pin, so `eagle3 check` and
+`eagle3 plan` name a server of another model before a run (or a timed probe) uses it.
+
 Nothing is raised: an endpoint that is down is unknown (slots None, and why), and the caller says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
+from ..secret import printable, redact
 from .drafter import DrafterIdentity, drafter_of, router_drafter
 from .endpoint_info import (
     ROUTER_WORKER_LISTS,
@@ -32,6 +40,21 @@ from .endpoint_info import (
     worker_url,
     workers_listed,
 )
+from .served_model import ExpectedModel, ModelVerdict, ServedModel, judge_served_model
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    """What one server behind an endpoint said it serves: who answered (the start of a message: "the endpoint",
+    "router worker <url>", "the router") and the fields of its /model_info answer the judge reads, as received
+    (its model_path may hold credentials: not in the repr; ServedModel redacts what is shown)."""
+
+    who: str
+    info: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def served(self) -> ServedModel:
+        return ServedModel.of(self.info)
 
 
 @dataclass(frozen=True)
@@ -48,6 +71,9 @@ class EndpointCapacity:
     drafter_known: bool = False
     # a router: each listed worker's drafter (a probe key holds them all: rows carry the serving worker's)
     worker_drafters: tuple[DrafterIdentity | None, ...] = ()
+    # what the servers behind it said they serve (a plain server: its own; a router: each reachable worker's,
+    # else the router's /get_model_info); () when none said
+    models: tuple[ModelAnswer, ...] = ()
 
     @property
     def drafters(self) -> tuple[DrafterIdentity | None, ...]:
@@ -114,6 +140,16 @@ def _get_json(client: httpx.Client, url: str, path: str) -> tuple[Any, str]:
         return None, f"{path} answered something that is not JSON"
 
 
+def _model_info(client: httpx.Client, url: str) -> dict[str, Any] | None:
+    """What the server at `url` says it serves: /model_info, or /get_model_info (older servers, routers, smg);
+    None when neither answers with an object (the caller's other probes say why)."""
+    for path in ("/model_info", "/get_model_info"):
+        info = _get_json(client, url, path)[0]
+        if isinstance(info, dict):
+            return {k: info.get(k) for k in ("model_path", "model_type")}
+    return None
+
+
 def probe_endpoint(client: httpx.Client, url: str) -> EndpointCapacity:
     base = url.rstrip("/")
     name = display_url(base)
@@ -122,24 +158,44 @@ def probe_endpoint(client: httpx.Client, url: str) -> EndpointCapacity:
         router = is_router_readiness(ready.status_code, ready.headers.get("content-type", ""))
     except httpx.HTTPError as e:
         return EndpointCapacity(name, None, why=describe_error(e, "/readiness", float(client.timeout.read or 0)))
-    if not router:
-        info, why = _get_json(client, base, "/server_info")
-        slots = max_running_of(info) if isinstance(info, dict) else None
-        said = isinstance(info, dict)
-        why = why or ("" if slots else "/server_info has no max_running_requests")
-        return EndpointCapacity(name, slots, why=why, drafter=drafter_of(info) if said else None, drafter_known=said)
+    if router:
+        return _probe_router(client, base, name)
+    info, why = _get_json(client, base, "/server_info")
+    slots = max_running_of(info) if isinstance(info, dict) else None
+    said = isinstance(info, dict)
+    why = why or ("" if slots else "/server_info has no max_running_requests")
+    model = _model_info(client, base) if said else None
+    return EndpointCapacity(
+        name,
+        slots,
+        why=why,
+        drafter=drafter_of(info) if said else None,
+        drafter_known=said,
+        models=(ModelAnswer("the endpoint", model),) if model is not None else (),
+    )
+
+
+def _probe_router(client: httpx.Client, base: str, name: str) -> EndpointCapacity:
+    """A router: its workers' capacity and drafters from their own /server_info, what they serve from their
+    own /model_info (none reachable: what the router's /get_model_info says)."""
     workers: list[dict[str, Any]] = []
     for path in ROUTER_WORKER_LISTS:
         workers = workers or workers_listed(_get_json(client, base, path)[0])
     per_worker: dict[str, int | None] = {}
     drafters: dict[str, DrafterIdentity | None] = {}
+    models: list[ModelAnswer] = []
     for w in workers:
         wurl = worker_url(w)
         info = _get_json(client, wurl, "/server_info")[0] if wurl else None
         winfo: dict[str, Any] | None = info if isinstance(info, dict) else None
         per_worker[display_url(wurl) or "?"] = max_running_of(winfo) if winfo is not None else None
         drafters[display_url(wurl) or "?"] = drafter_of(winfo)
-    return router_capacity(name, per_worker, drafters)
+        model = _model_info(client, wurl) if winfo is not None else None  # one that did not answer: no more waits
+        if model is not None:
+            models.append(ModelAnswer(f"router worker {display_url(wurl)}", model))
+    if not models and (own := _model_info(client, base)) is not None:
+        models.append(ModelAnswer("the router", own))
+    return replace(router_capacity(name, per_worker, drafters), models=tuple(models))
 
 
 def probe_fleet(
@@ -171,3 +227,32 @@ def endpoint_problems(fleet: Sequence[EndpointCapacity]) -> list[str]:
             fix = "no server there: start it, or fix EAGLE3_SGLANG_URL (unset, `eagle3 demo` starts its own simulator)"
         out.append(f"EAGLE3_SGLANG_URL {c.endpoint}: {c.why}; {fix} (`eagle3 check --offline` skips this probe)")
     return out
+
+
+def _verdicts(
+    fleet: Sequence[EndpointCapacity], expected: ExpectedModel | None
+) -> Iterator[tuple[EndpointCapacity, ModelVerdict]]:
+    if expected is None:
+        return
+    for c in fleet:
+        for answer in c.models:
+            yield c, judge_served_model(answer.info, expected, who=answer.who)
+
+
+def _line(c: EndpointCapacity, said: str) -> str:
+    # the judge's text quotes server text and the user's pin: redacted, control characters escaped
+    return f"EAGLE3_SGLANG_URL {c.endpoint}: {printable(redact(said))}"
+
+
+def served_model_problems(fleet: Sequence[EndpointCapacity], expected: ExpectedModel | None) -> list[str]:
+    """A line per server (an endpoint, a router's worker) that serves another model than `expected` (the
+    profile's, or the user's pin), naming what it serves, what is expected and how to pin it; the run would
+    refuse it. A server that did not say what it serves is not judged here (endpoint_problems names a dead
+    one). `expected` None (no profile, no pin): nothing is judged."""
+    return [_line(c, v.refusal) for c, v in _verdicts(fleet, expected) if v.refusal is not None]
+
+
+def served_model_warnings(fleet: Sequence[EndpointCapacity], expected: ExpectedModel | None) -> list[str]:
+    """A line per server the run uses although its model_type is not the profile's (EAGLE3_SERVED_MODEL
+    pins its model_path): worth saying, not a problem."""
+    return [_line(c, v.warning) for c, v in _verdicts(fleet, expected) if v.warning is not None]

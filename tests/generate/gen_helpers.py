@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
+import httpx
 import polars as pl
 from sim_ctl import Sim as Sim  # re-exported for the tests
 
@@ -59,3 +64,22 @@ def make_config(*urls: str, **overrides: Any) -> GenerationConfig:
 
 def as_map(df: pl.DataFrame) -> dict[str, list[int]]:
     return {r["sample_id"]: r["output_ids"] for r in df.select("sample_id", "output_ids").iter_rows(named=True)}
+
+
+def start_mini_router(worker: str, *args: str) -> tuple[subprocess.Popen, str]:
+    """tests/generate/mini_router.py in front of `worker`, once it answers: (its process, its URL)."""
+    port = free_port()
+    p = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "mini_router.py"), "--port", str(port), "--worker", worker, *args]
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url + "/liveness", timeout=0.5)
+            return p, url
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    p.kill()
+    p.wait()
+    raise TimeoutError("router did not start")

@@ -1,13 +1,26 @@
 """The pure parts of counting a fleet's capacity (generate/fleet_capacity.py, endpoint_info.py, plan/probe.py):
-how a router is recognised and its worker list read, how its workers' slots add up, what the line says."""
+how a router is recognised and its worker list read, how its workers' slots add up, what the line says; and
+which model each endpoint (each router worker) serves, judged as the run judges it, on real simulators."""
 
 from __future__ import annotations
 
+import httpx
 import pytest
+from gen_helpers import start_mini_router
 
+from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.generate.endpoint_info import is_router_readiness, workers_listed
-from eagle3_dagster.generate.fleet_capacity import EndpointCapacity, probe_fleet, router_capacity
+from eagle3_dagster.generate.fleet_capacity import (
+    EndpointCapacity,
+    endpoint_problems,
+    probe_fleet,
+    router_capacity,
+    served_model_problems,
+    served_model_warnings,
+)
+from eagle3_dagster.generate.served_model import ExpectedModel
 from eagle3_dagster.plan.probe import EndpointProbe, tokens_per_s_per_server
+from eagle3_dagster.profiles import load_profile
 
 
 @pytest.mark.parametrize(
@@ -74,3 +87,93 @@ def test_a_plain_server_is_read_from_its_own_server_info_and_a_dead_one_is_named
     up, down = probe_fleet([sim.url, "http://127.0.0.1:9"], timeout_s=3.0)
     assert (up.slots, up.workers, up.servers) == (7, None, 1)
     assert (down.slots, down.describe()) == (None, "http://127.0.0.1:9: capacity unknown (connection refused)")
+
+
+# --- which model each endpoint serves: `eagle3 check` and `eagle3 plan` judge it as the run does ---------------
+
+QWEN_ARGS = ("--model", "qwen3", "--tokenizer", str(PROJECT_ROOT.parent / "shared" / "tokenizers" / "qwen3"))
+
+
+def _expected(name: str, pin: str | None = None) -> ExpectedModel:
+    return ExpectedModel.of(load_profile(name, PROJECT_ROOT / "assets" / "models"), pin)
+
+
+def test_a_server_of_another_model_is_named_with_both_models_and_the_pin(start_sim) -> None:
+    """A real Kimi-K2.5 simulator and a real Qwen3 one (`--model qwen3`: the Qwen tokenizer, its /model_info
+    names Qwen/Qwen3-8B, model_type qwen3), and a port nobody listens on."""
+    kimi, qwen = start_sim(), start_sim(*QWEN_ARGS)
+    fleet = probe_fleet([kimi.url, qwen.url, "http://127.0.0.1:9"], timeout_s=3.0)
+    assert [a.served.model_type for c in fleet for a in c.models] == ["kimi_k25", "qwen3"]
+
+    [line] = served_model_problems(fleet, _expected("kimi-k2.5"))  # the dead one is endpoint_problems' line
+    assert line.startswith(f"EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves another model: "), line
+    for text in ("model_path 'Qwen/Qwen3-8B' (model_type 'qwen3')", "model profile kimi-k2.5", "'kimi_k25'"):
+        assert text in line, (text, line)
+    assert line.endswith("pin it: EAGLE3_SERVED_MODEL=Qwen/Qwen3-8B"), line
+    assert served_model_warnings(fleet, _expected("kimi-k2.5")) == []
+    assert [ln.split(": ")[0] for ln in endpoint_problems(fleet)] == ["EAGLE3_SGLANG_URL http://127.0.0.1:9"]
+
+    # the Qwen profile: the other way round; no profile and no pin: nothing to judge
+    [kimi_line] = served_model_problems(fleet, _expected("qwen3"))
+    assert kimi_line.startswith(f"EAGLE3_SGLANG_URL {kimi.url}: the endpoint serves another model: ")
+    assert "'qwen3' or 'qwen3_moe'" in kimi_line
+    assert served_model_problems(fleet, None) == served_model_warnings(fleet, None) == []
+
+    # the user's pin: the Qwen server is used (a warning: not the profile's model_type), the Kimi one refused
+    pinned = _expected("kimi-k2.5", "Qwen/Qwen3-8B")
+    [refused] = served_model_problems(fleet, pinned)
+    assert refused == (
+        f"EAGLE3_SGLANG_URL {kimi.url}: the endpoint serves model_path 'moonshotai/Kimi-K2.5' (model_type "
+        "'kimi_k25'), but EAGLE3_SERVED_MODEL pins model_path 'Qwen/Qwen3-8B'"
+    )
+    [warning] = served_model_warnings(fleet, pinned)
+    assert warning.startswith(f"EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves model_path 'Qwen/Qwen3-8B'")
+    assert warning.endswith("used because EAGLE3_SERVED_MODEL pins it"), warning
+
+
+def test_credentials_in_a_served_model_path_or_the_pin_never_appear(start_sim) -> None:
+    secret = "s3cr3t-Passw0rd"
+    sim = start_sim()
+    sim.faults(claimed_model={"model_path": f"s3://user:{secret}@bucket/model", "model_type": "qwen3"})
+    fleet = probe_fleet([sim.url])
+    [line] = served_model_problems(fleet, _expected("kimi-k2.5"))
+    assert "s3://user:[redacted]@bucket/model" in line and "'qwen3'" in line, line
+    # pinned: used, with a warning; a pin of another path with credentials is refused, quoting the pin
+    pinned = _expected("kimi-k2.5", f"s3://user:{secret}@bucket/model")
+    other = _expected("kimi-k2.5", f"s3://admin:{secret}@bucket/other")
+    lines = [
+        line,
+        *served_model_warnings(fleet, pinned),
+        *served_model_problems(fleet, other),
+        repr(fleet),
+    ]
+    assert served_model_problems(fleet, pinned) == [] and len(lines) == 4, lines
+    assert "s3://admin:[redacted]@bucket/other" in lines[2], lines[2]
+    assert not [ln for ln in lines if secret in ln], lines
+
+
+@pytest.mark.integration
+def test_a_routers_workers_are_judged_each_by_its_own_model_info(start_sim) -> None:
+    """A router (tests/generate/mini_router.py: it answers /readiness and lists /workers) in front of a Kimi
+    and a Qwen worker: the line names the worker. A router that lists no worker reachable from here is judged
+    by its own /get_model_info."""
+    kimi, qwen = start_sim(), start_sim(*QWEN_ARGS)
+    router, url = start_mini_router(kimi.url)
+    try:
+        httpx.post(url + "/_router/workers", json={"urls": [kimi.url, qwen.url]}, timeout=5).raise_for_status()
+        [line] = served_model_problems(probe_fleet([url]), _expected("kimi-k2.5"))
+        assert line.startswith(f"EAGLE3_SGLANG_URL {url}: router worker {qwen.url} serves another model: "), line
+        assert "'qwen3'" in line and "'kimi_k25'" in line
+        assert served_model_problems(probe_fleet([url]), _expected("qwen3"))[0].startswith(
+            f"EAGLE3_SGLANG_URL {url}: router worker {kimi.url} serves another model: "
+        )
+        # no worker listed: the router's own answer (it sends /get_model_info to its first worker)
+        httpx.post(url + "/_router/workers", json={"urls": []}, timeout=5).raise_for_status()
+        router_only = probe_fleet([url])
+        assert served_model_problems(router_only, _expected("kimi-k2.5")) == []
+        [own] = served_model_problems(router_only, _expected("qwen3"))
+        assert own.startswith(f"EAGLE3_SGLANG_URL {url}: the router serves another model: "), own
+    finally:
+        router.kill()
+        router.wait()
+    assert kimi.requests() == qwen.requests() == 0
