@@ -1,7 +1,8 @@
 """`eagle3 check` from a plain shell: every problem of every source YAML, missing source files, an
 unwritable data dir and a dead endpoint, one line each naming file and field (or setting), exit 2; and what
 a run would die on later: a model profile that is not there, a tokenizer that does not load, a source whose
-first records do not fit its format, a misspelt setting, YAML key or profile key ("did you mean")."""
+first records do not fit its format, a misspelt setting, YAML key or profile key ("did you mean"), a server
+of another model than the profile's."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from eagle3_dagster.config import PROJECT_ROOT
-from eagle3_dagster.sim.process import free_port
+from eagle3_dagster.sim.process import free_port, start_simulator
 
 pytestmark = pytest.mark.integration
+
+QWEN_ARGS = ("--model", "qwen3", "--tokenizer", str(PROJECT_ROOT.parent / "shared" / "tokenizers" / "qwen3"))
 
 
 def _check(env: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -84,14 +87,48 @@ def test_check_names_every_problem_in_one_line_each(tmp_path: Path):
     assert offline.stderr.splitlines()[-1] == "eagle3 check: 6 problem(s); nothing was written"
 
 
-def test_check_is_ok_once_everything_is_fixed_and_offline_says_it_did_not_probe(tmp_path: Path):
+def _fixed(tmp_path: Path) -> dict[str, str]:
+    """The settings of _setup with every problem but the endpoint fixed."""
     env, src, _ = _setup(tmp_path)
     for name in ("twobad", "gone", "nopath"):
         (src / f"{name}.yaml").unlink()
     env["EAGLE3_DATA_DIR"] = str(tmp_path / "data")
-    r, _ = _check(env, "--offline")
+    return env
+
+
+def test_check_is_ok_once_everything_is_fixed_and_offline_says_it_did_not_probe(tmp_path: Path):
+    env = _fixed(tmp_path)
+    with start_simulator(extra_args=QWEN_ARGS) as qwen:  # a server of another model: offline, not asked
+        r, _ = _check({**env, "EAGLE3_SGLANG_URL": qwen.url}, "--offline")
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert "1 source(s) OK" in r.stdout and "endpoints not probed (--offline)" in r.stdout, r.stdout
+
+
+def test_check_names_a_server_of_another_model_and_a_pin_lets_it_through_with_a_warning(tmp_path: Path):
+    """The run refuses an endpoint whose /model_info names another model than the profile's; so does check,
+    with the same words, before the first hour of a run is spent on ingest and tokenize."""
+    env = _fixed(tmp_path)
+    with start_simulator(extra_args=QWEN_ARGS) as qwen:  # a real Qwen3 server (the Qwen tokenizer) for Kimi
+        env["EAGLE3_SGLANG_URL"] = qwen.url
+        r, _ = _check(env)
+        wrote = (tmp_path / "home").exists()
+        pinned, _ = _check({**env, "EAGLE3_SERVED_MODEL": "Qwen/Qwen3-8B"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert _errors(r) == [
+        f"EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves another model: model_path 'Qwen/Qwen3-8B' (model_type "
+        "'qwen3'), but the model profile kimi-k2.5 expects model_type 'kimi_k25'. Point the run at a server of that "
+        "model, choose the profile of this one (EAGLE3_MODEL), or, if you mean to use this model, pin it: "
+        "EAGLE3_SERVED_MODEL=Qwen/Qwen3-8B"
+    ], r.stderr
+    assert r.stderr.splitlines()[-1] == "eagle3 check: 1 problem(s); nothing was written" and not wrote
+
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stderr.splitlines() == [
+        f"eagle3 check: warning: EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves model_path 'Qwen/Qwen3-8B' "
+        "(model_type 'qwen3'): not the model_type 'kimi_k25' of the model profile kimi-k2.5, used because "
+        "EAGLE3_SERVED_MODEL pins it"
+    ]
+    assert "instance ready" in pinned.stdout and (tmp_path / "home" / "dagster.yaml").exists()
 
 
 def _errors(r: subprocess.CompletedProcess[str]) -> list[str]:
@@ -155,3 +192,17 @@ def test_a_misspelt_profile_key_is_named_with_what_was_meant(tmp_path: Path):
         f"{tmp_path / 'typo.yaml'}: unknown field(s) vocab_sise (did you mean 'vocab_size'?); known: "
     )
     assert said.endswith("; missing field(s) vocab_size")
+
+
+def test_a_demo_or_backfill_names_a_server_of_another_model_before_ingest(tmp_path: Path):
+    """`eagle3 demo` / `eagle3 backfill` against a configured fleet print app/checkup.dead_endpoint_lines before
+    ingest and tokenize: a server of another model is one of them (in process: the point is the line)."""
+    from eagle3_dagster.app.checkup import dead_endpoint_lines
+    from eagle3_dagster.config import Settings
+
+    with start_simulator(extra_args=QWEN_ARGS) as qwen:
+        env = {"EAGLE3_SGLANG_URL": qwen.url, "EAGLE3_DATA_DIR": str(tmp_path / "data")}
+        [line] = dead_endpoint_lines(Settings.from_env(env))
+        pinned = dead_endpoint_lines(Settings.from_env({**env, "EAGLE3_SERVED_MODEL": "Qwen/Qwen3-8B"}))
+    assert line.startswith(f"EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves another model: "), line
+    assert pinned == []

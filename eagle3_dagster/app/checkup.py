@@ -3,7 +3,8 @@
 Source YAMLs (every bad field of every file), the source files they name (local ones: a missing file fails
 the ingest otherwise, and their first records must make prompts in the YAML's `format`), the model profile
 EAGLE3_MODEL names and its tokenizer (it must load), the data and work dirs (writable), and the configured
-SGLang endpoints (they answer, as SGLang, to our key). `run_check` is the command: it prints what the plain functions return and, when
+SGLang endpoints (they answer, as SGLang, to our key, and serve the profile's model: what each server, or
+each worker behind a router, names in /model_info, as the run judges it; EAGLE3_SERVED_MODEL pins another). `run_check` is the command: it prints what the plain functions return and, when
 nothing is wrong, writes the Dagster instance sized from the fleet.
 """
 
@@ -16,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..generate.fleet_capacity import endpoint_problems
+from ..generate.fleet_capacity import endpoint_problems, served_model_problems, served_model_warnings
 from ..ingest.errors import IngestFileError
 from ..ingest.pipeline import first_records_problem
 from ..ingest.remote import is_remote
@@ -25,6 +26,7 @@ from ..ingest.spec import SourceSpec, read_source_specs
 if TYPE_CHECKING:
     from ..config import Settings
     from ..generate.fleet_capacity import EndpointCapacity
+    from ..generate.served_model import ExpectedModel
     from ..orchestration.pools import PoolSizing
 
 
@@ -94,15 +96,32 @@ def writable_dir_problem(setting: str, folder: Path) -> str | None:
     return None
 
 
+def served_model_expected(s: Settings) -> ExpectedModel | None:
+    """What every endpoint must serve, as the run judges it (generate/served_model.py): the active profile's
+    model with the user's pin (EAGLE3_SERVED_MODEL). A profile that does not load (model_problems names it):
+    the pin alone, or None (nothing to judge against)."""
+    from ..generate.served_model import ExpectedModel
+    from ..profiles import ProfileError, active_profile
+
+    pin = s.model.served_model
+    try:
+        profile = active_profile(s.model.name, s.storage.models_dir, s.model.tokenizer_override)
+    except ProfileError:
+        return ExpectedModel("(no profile)").with_pin(pin) if pin else None
+    return ExpectedModel.of(profile, pin)
+
+
 def dead_endpoint_lines(s: Settings) -> list[str]:
     """At the start of an interactive run: a line per configured endpoint that does not answer as SGLang
-    (3 s a probe), so a wrong EAGLE3_SGLANG_URL is named before ingest and tokenize have run."""
+    (3 s a probe) or serves another model than the profile's, so a wrong EAGLE3_SGLANG_URL is named before
+    ingest and tokenize have run."""
     from ..generate.fleet_capacity import probe_fleet
 
     if not s.urls_configured:
         return []
     headers = {"Authorization": f"Bearer {s.fleet.api_key.reveal()}"} if s.fleet.api_key else None
-    return endpoint_problems(probe_fleet(s.fleet.urls, headers=headers))
+    fleet = probe_fleet(s.fleet.urls, headers=headers)
+    return endpoint_problems(fleet) + served_model_problems(fleet, served_model_expected(s))
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -112,7 +131,9 @@ def run_check(args: argparse.Namespace) -> int:
     The instance's `sglang` pool and run queue are sized from the fleet (orchestration/pools.py):
     each configured endpoint's max_running_requests from /server_info (a router: its workers', one line
     each router), and the prompts per shard of the last ingest when there is one. `--offline` skips the
-    endpoint probe (the pool is then sized as for an unknown fleet).
+    endpoint probe (the pool is then sized as for an unknown fleet). Each server (a router: each worker it
+    lists that answers here) must serve the profile's model (its /model_info `model_type`, or the model_path
+    EAGLE3_SERVED_MODEL pins), as the run requires: another model is a problem, naming both.
     """
     from ..config import settings
     from .instance import ensure_dagster_home, instance_yaml
@@ -125,6 +146,10 @@ def run_check(args: argparse.Namespace) -> int:
     problems += [p for name, d in dirs if (p := writable_dir_problem(name, d))]
     sizing, routers, fleet = fleet_pool_sizing(s, probe=not args.offline)
     problems += endpoint_problems(fleet)
+    expected = served_model_expected(s) if fleet else None  # --offline: nothing probed, nothing judged
+    problems += served_model_problems(fleet, expected)
+    for line in served_model_warnings(fleet, expected):
+        print(f"eagle3 check: warning: {line}", file=sys.stderr)
     if problems:
         for line in problems:
             print(f"eagle3 check: error: {line}", file=sys.stderr)
