@@ -17,7 +17,7 @@ import polars as pl
 
 from ..generate.config import GenerationConfig, sampling_hash, sampling_params
 from ..generate.context_fit import ContextBudget
-from ..generate.fleet_capacity import EndpointCapacity, probe_fleet
+from ..generate.fleet_capacity import EndpointCapacity, probe_fleet, served_model_problems, served_model_warnings
 from ..generate.probe_results import stored_drafter_key
 from ..generate.probes import fleet_drafter_key
 from ..ingest import SourceSpec
@@ -47,7 +47,7 @@ from .estimate import (
     human_duration,
     output_expectation,
 )
-from .probe import EndpointProbe, ProbeSize, probe_endpoints, tokens_per_s_per_server
+from .probe import EndpointProbe, ProbeSize, ServedModelError, probe_endpoints, tokens_per_s_per_server
 
 PLAN_FILE = "plan/plan.json"  # under the data dir
 
@@ -160,6 +160,7 @@ def build_plan(
         for name in prompt_counts.empty_sources
     ]
     capacity, probes = _probe_fleet(config, fleet, rows)
+    warnings += served_model_warnings(capacity, config.served_model_expectation())
     revision, revision_basis = _revision(model.model_revision, config, probes, data, n_shards)
     if revision is None:
         assumptions.append(
@@ -269,11 +270,15 @@ def _probe_fleet(
     config: GenerationConfig, fleet: Fleet, rows: TokenizedRows
 ) -> tuple[list[EndpointCapacity], list[EndpointProbe]]:
     """What the plan asks the fleet: its servers unless declared (a router's workers are the servers), and a
-    few timed requests unless the throughput is declared."""
+    few timed requests unless the throughput is declared. A fleet it asks must serve the run's model (each
+    server's, or router worker's, /model_info, as the run judges it): ServedModelError before any request."""
     api_key = config.api_key.reveal() if config.api_key is not None else None
     capacity: list[EndpointCapacity] = []
     if fleet.servers is None or fleet.tokens_per_s_per_server is None:
         capacity = probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {api_key}"} if api_key else None)
+    refused = served_model_problems(capacity, config.served_model_expectation())
+    if refused:
+        raise ServedModelError(refused)
     if fleet.tokens_per_s_per_server is not None:
         return capacity, []
     probes = probe_endpoints(

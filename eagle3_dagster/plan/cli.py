@@ -5,8 +5,8 @@ into a scratch folder (nothing generated), counts the requests already cached in
 with a declared (`--tokens-per-s-per-server`) or probed throughput prints the ETA, GPU-hours and
 disk. Writes the plan as JSON to <data dir>/plan/plan.json (and to `--json PATH`).
 
-Exit status: 0 with a plan; 2 for a bad setting, flag, source or an endpoint that cannot be probed
-(one line naming it).
+Exit status: 0 with a plan; 2 for a bad setting, flag, source, an endpoint that cannot be probed or one
+that serves another model than the profile's (one line naming it; no probe request is sent).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ def _positive(args: argparse.Namespace) -> list[str]:
 
 def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> Fleet:
     """The fleet as declared; with no throughput declared and no endpoint answering, the last measured one
-    (one line says so), else as declared (the probe then fails naming the endpoint)."""
-    from ..generate.fleet_capacity import endpoint_problems, probe_fleet
+    (one line says so), else as declared (the probe then fails naming the endpoint). An endpoint serving
+    another model is refused here, before the sources are tokenized (ServedModelError)."""
+    from ..generate.fleet_capacity import endpoint_problems, probe_fleet, served_model_problems
     from .actual import last_measured_throughput
     from .build import Fleet, read_plan
+    from .probe import ServedModelError
 
     fleet = Fleet(
         tokens_per_s_per_server=args.tokens_per_s_per_server,
@@ -50,7 +52,11 @@ def _fleet(args: argparse.Namespace, s: Settings, config: GenerationConfig) -> F
     if args.tokens_per_s_per_server is not None:
         return fleet
     key = config.api_key.reveal() if config.api_key is not None else None
-    dead = endpoint_problems(probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {key}"} if key else None))
+    capacity = probe_fleet(config.endpoints, headers={"Authorization": f"Bearer {key}"} if key else None)
+    refused = served_model_problems(capacity, config.served_model_expectation())
+    if refused:
+        raise ServedModelError(refused)
+    dead = endpoint_problems(capacity)
     last = last_measured_throughput(s.storage.data_dir, read_plan(s.storage.data_dir)) if dead else None
     if last is None:
         return fleet
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from ..profiles import ProfileError, resolve_profile
     from ..tokenize import PromptRenderer
     from .build import PlanDirs, PlanModel, build_plan, plan_table, write_plan
-    from .probe import ProbeError
+    from .probe import ProbeError, ServedModelError
 
     s = settings()
     specs = load_source_specs(s.storage.sources_dir)
@@ -105,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
             control_text={spec.name: spec.control_text for spec in specs},
             fleet=_fleet(args, s, config),
         )
+    except ServedModelError as e:
+        for line in e.lines:
+            print(f"eagle3 plan: error: {line}", file=sys.stderr)
+        print("eagle3 plan: no probe request was sent; nothing was written", file=sys.stderr)
+        return 2
     except ProbeError as e:
         print(f"eagle3 plan: error: {e}", file=sys.stderr)
         print(

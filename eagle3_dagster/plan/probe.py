@@ -27,6 +27,16 @@ class ProbeError(RuntimeError):
     """An endpoint could not be probed (unreachable, refused, an answer without tokens)."""
 
 
+class ServedModelError(RuntimeError):
+    """An endpoint (or a router's worker) serves another model than the run's: nothing is sent to it, and
+    the plan is not made (the run would refuse it). `lines`: one per server, as
+    fleet_capacity.served_model_problems words them."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
+
+
 @dataclass
 class EndpointProbe:
     endpoint: str  # display form (no credentials)

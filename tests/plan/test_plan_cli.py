@@ -1,5 +1,6 @@
 """`eagle3 plan` from a plain subprocess against a real simulator, then the real run: the plan's counts
-are what the run does, an incremental night plans nothing to send, and the report shows plan vs actual."""
+are what the run does, an incremental night plans nothing to send, and the report shows plan vs actual; a
+server of another model than the profile's is named and gets no probe request."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import httpx
 import polars as pl
 import pytest
 from graph_helpers import SPEC_ARGS, graph_resources, probe_assets
@@ -142,6 +144,22 @@ def test_bad_settings_and_unreachable_endpoints_are_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 2
     r = _plan({**env, "EAGLE3_N_SHARDS": "0"}, "--tokens-per-s-per-server", "10")
     assert r.returncode == 2 and "EAGLE3_N_SHARDS" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_server_of_another_model_is_named_and_gets_no_probe_request(tmp_path):
+    qwen_args = ("--model", "qwen3", "--tokenizer", str(PROJECT_ROOT.parent / "shared" / "tokenizers" / "qwen3"))
+    with start_simulator(extra_args=qwen_args) as qwen:  # a real Qwen3 server; the profile is Kimi-K2.5's
+        r = _plan(_env(tmp_path, qwen.url), "--max-new-tokens", "64", "--probe-requests", "2")
+        sent = httpx.get(qwen.url + "/_sim/stats", timeout=5).json()["requests"]
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.splitlines() == [
+        f"eagle3 plan: error: EAGLE3_SGLANG_URL {qwen.url}: the endpoint serves another model: model_path "
+        "'Qwen/Qwen3-8B' (model_type 'qwen3'), but the model profile kimi-k2.5 expects model_type 'kimi_k25'. Point "
+        "the run at a server of that model, choose the profile of this one (EAGLE3_MODEL), or, if you mean to use "
+        "this model, pin it: EAGLE3_SERVED_MODEL=Qwen/Qwen3-8B",
+        "eagle3 plan: no probe request was sent; nothing was written",
+    ]
+    assert sent == 0 and not (tmp_path / "data" / "plan").exists()
 
 
 N_PROBE = 3
