@@ -25,11 +25,14 @@ import pytest
 from gen_helpers import Sim, as_map, make_config, make_prompts
 from real_router import smg_command, start_smg, stop
 
-from eagle3_dagster.generate import endpoints, generate_shard, read_generations
+from eagle3_dagster.config import PROJECT_ROOT
+from eagle3_dagster.generate import endpoints, fleet_capacity, generate_shard, read_generations
 from eagle3_dagster.generate.drafter import METRIC_KEYS, DrafterIdentity, drafter_of
 from eagle3_dagster.generate.endpoint_info import EndpointRefusedError, ServingChangedError
-from eagle3_dagster.generate.fleet_capacity import probe_fleet
+from eagle3_dagster.generate.fleet_capacity import probe_fleet, served_model_problems
 from eagle3_dagster.generate.probes import fleet_drafter_key
+from eagle3_dagster.generate.served_model import ExpectedModel
+from eagle3_dagster.profiles import load_profile
 
 pytestmark = [
     pytest.mark.integration,
@@ -118,6 +121,35 @@ def test_rows_through_smg_equal_a_direct_run_and_keep_the_gateway_the_worker_its
     ids = {d.drafter_id for d in (drafter_of(i) for i in info.values()) if d is not None}
     assert set(rep.drafter_key.split("+")) == ids
     assert fleet_drafter_key(d for c in probe_fleet([url]) for d in c.drafters) == rep.drafter_key
+
+
+def test_check_and_plan_judge_each_workers_model_behind_smg_and_the_gateways_when_none_is_reachable(fleet, monkeypatch):
+    """`eagle3 check` / `eagle3 plan` (fleet_capacity.probe_fleet): a worker of another model is named by its
+    URL; with no worker reachable from here, smg's /get_model_info is judged (its /model_info is 404)."""
+    url, sims = fleet
+    _clear(sims)
+    kimi = ExpectedModel.of(load_profile("kimi-k2.5", PROJECT_ROOT / "assets" / "models"))
+    sims["b"].faults(claimed_model={"model_path": "Qwen/Qwen3-8B", "model_type": "qwen3"})
+    try:
+        [line] = served_model_problems(probe_fleet([url]), kimi)
+    finally:
+        _clear(sims)
+    assert line.startswith(f"EAGLE3_SGLANG_URL {url}: router worker {sims['b'].url} serves another model: "), line
+    assert "'Qwen/Qwen3-8B'" in line and "'kimi_k25'" in line
+
+    workers = {s.url for s in sims.values()}
+    read = fleet_capacity._get_json
+    monkeypatch.setattr(
+        fleet_capacity,
+        "_get_json",
+        lambda client, u, path: (None, "unreachable") if u.rstrip("/") in workers else read(client, u, path),
+    )
+    [cap] = probe_fleet([url])
+    assert [(a.who, a.served.model_type) for a in cap.models] == [("the router", "kimi_k25")]
+    assert served_model_problems([cap], kimi) == []
+    qwen = ExpectedModel.of(load_profile("qwen3", PROJECT_ROOT / "assets" / "models"))
+    [own] = served_model_problems([cap], qwen)
+    assert own.startswith(f"EAGLE3_SGLANG_URL {url}: the router serves another model: model_path "), own
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
