@@ -399,7 +399,8 @@ COMMANDS: tuple[Command, ...] = (
         "Validate every EAGLE3_* setting (a misspelt one named with what was meant) and every source YAML (each "
         "missing source file, a source whose first records make no prompt in its format, the model profile and its "
         "tokenizer, an unwritable data or work dir, and each configured SGLang endpoint that does not answer as "
-        "SGLang too: one line per problem, "
+        "SGLang or serves another model than the profile's (its /model_info; a router: each worker's; "
+        "EAGLE3_SERVED_MODEL pins one) too: one line per problem, "
         "exit code 2, nothing written), then create or update the Dagster instance in DAGSTER_HOME, its `sglang` "
         "pool and run queue sized from the fleet: each EAGLE3_SGLANG_URL endpoint's max_running_requests and the "
         "prompts per shard of the last ingest. Nothing is run.",
