@@ -57,7 +57,7 @@ class ExpectedModel:
         """One line: what is checked (logs, the data card)."""
         types = " or ".join(repr(t) for t in self.model_types) or "any"
         if self.pinned_path:
-            return f"model_path {self.pinned_path!r} (pinned by {PIN_SETTING}; profile {self.profile} expects model_type {types})"
+            return f"model_path {redact(self.pinned_path)!r} (pinned by {PIN_SETTING}; profile {self.profile} expects model_type {types})"
         path = f", model_path {self.model_path!r}" if self.model_path else ""
         return f"model_type {types}{path} (profile {self.profile})"
 
@@ -122,7 +122,7 @@ def judge_served_model(info: Mapping[str, Any], expected: ExpectedModel, *, who:
 def _judge_pinned(served: ServedModel, expected: ExpectedModel, who: str) -> ModelVerdict:
     pin = expected.pinned_path
     if served.model_path != redact(pin or ""):
-        why = f"{who} serves {served.describe()}, but {PIN_SETTING} pins model_path {pin!r}"
+        why = f"{who} serves {served.describe()}, but {PIN_SETTING} pins model_path {redact(pin or '')!r}"
         return ModelVerdict(refusal=why, served=served)
     if expected.model_types and served.model_type not in expected.model_types:
         note = (

@@ -102,6 +102,15 @@ def test_the_profiles_model_and_the_pins(kimi: ExpectedModel) -> None:
     assert _said(judge_served_model(QWEN, ExpectedModel("x"))) == (None, None)
 
 
+def test_a_pin_with_credentials_is_never_quoted(kimi: ExpectedModel) -> None:
+    # the refusal goes to the run's log and the describe() line to the logs and the data card
+    pinned = kimi.with_pin("s3://reader:pw-77x@bucket/k25-ft")
+    refusal = judge_served_model(KIMI_K25, pinned).refusal
+    assert refusal is not None and "EAGLE3_SERVED_MODEL pins model_path 's3://reader:" in refusal
+    assert "pw-77x" not in refusal and "pw-77x" not in pinned.describe()
+    assert "bucket/k25-ft" in refusal and "bucket/k25-ft" in pinned.describe()
+
+
 def _config(*urls: str, **over) -> GenerationConfig:
     prof = load_profile("kimi-k2.5", MODELS)
     base = dict(max_new_tokens=24, max_in_flight=8, backoff_base_s=0.02, backoff_max_s=0.2, probe_interval_s=0.1)
