@@ -16,6 +16,12 @@ from eagle3_dagster.sim.process import SimProcess, start_simulator
 
 KIMI_TOKENIZER_DIR = (PROJECT_ROOT.parent / "shared" / "tokenizers" / "kimi-k2.5").resolve()
 
+# The client of the tests' own calls to simulators (faults, stats, readiness polls, raw /generate requests).
+# httpx.get / httpx.post open a new client per call, and with it a TLS context (the CA bundle loaded, about
+# 15 ms of CPU), and the suite makes thousands of such calls. No keep-alive: every call has its own
+# connection, as before, so a simulator restarted on the same port is reached afresh.
+HTTP = httpx.Client(trust_env=False, limits=httpx.Limits(max_keepalive_connections=0))
+
 
 class Sim:
     """The real simulator process (eagle3_dagster.sim.process) plus fault / stats helpers."""
@@ -51,7 +57,7 @@ class Sim:
             if not self.sp.alive():
                 raise RuntimeError(f"simulator exited:\n{self.sp.log_tail()}")
             try:
-                if httpx.get(self.url + "/model_info", headers=self._auth(), timeout=1.0).status_code == 200:
+                if HTTP.get(self.url + "/model_info", headers=self._auth(), timeout=1.0).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -64,12 +70,12 @@ class Sim:
         self.sp.start()
 
     def faults(self, **faults: Any) -> dict[str, Any]:
-        r = httpx.post(self.url + "/_sim/faults", json=faults, headers=self._auth(), timeout=10)
+        r = HTTP.post(self.url + "/_sim/faults", json=faults, headers=self._auth(), timeout=10)
         r.raise_for_status()
         return r.json()
 
     def stats(self, rids: bool = False) -> dict[str, Any]:
-        return httpx.get(self.url + "/_sim/stats" + ("?rids=1" if rids else ""), headers=self._auth(), timeout=5).json()
+        return HTTP.get(self.url + "/_sim/stats" + ("?rids=1" if rids else ""), headers=self._auth(), timeout=5).json()
 
     def requests(self) -> int:
         """/generate requests the simulator has received so far."""

@@ -19,6 +19,7 @@ import httpx
 from ..generate.drafter import DrafterIdentity
 from ..generate.endpoint_info import describe_error, display_url, model_revision_of
 from ..generate.fleet_capacity import probe_fleet
+from ..generate.tls import tls_context
 
 PROBE_TIMEOUT_S = 3.0  # per request of the pre-check: a dead candidate is named in seconds
 
@@ -84,7 +85,9 @@ def inspect_candidate(urls: Iterable[str], *, headers: Mapping[str, str] | None 
         raise CandidateRefused("no candidate URL given (--candidate URL[,URL...])")
     drafters = _drafters(urls, dict(headers or {}))
     revisions: dict[str, tuple[str, Any, Any]] = {}
-    with httpx.Client(timeout=PROBE_TIMEOUT_S, headers=dict(headers or {}), trust_env=False) as client:
+    with httpx.Client(
+        timeout=PROBE_TIMEOUT_S, headers=dict(headers or {}), trust_env=False, verify=tls_context()
+    ) as client:
         for url in urls:
             info, why = _model_info(client, url)
             if info is None:

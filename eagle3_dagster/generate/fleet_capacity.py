@@ -41,6 +41,7 @@ from .endpoint_info import (
     workers_listed,
 )
 from .served_model import ExpectedModel, ModelVerdict, ServedModel, judge_served_model
+from .tls import tls_context
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def probe_fleet(
 ) -> list[EndpointCapacity]:
     """The capacity behind each endpoint, in order (the API key goes to routers and workers alike, as the
     generate client sends it)."""
-    with httpx.Client(timeout=timeout_s, headers=dict(headers or {}), trust_env=False) as client:
+    with httpx.Client(timeout=timeout_s, headers=dict(headers or {}), trust_env=False, verify=tls_context()) as client:
         return [probe_endpoint(client, u) for u in urls]
 
 

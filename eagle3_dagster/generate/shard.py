@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import ssl
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,7 +23,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import certifi
 import httpx
 import polars as pl
 
@@ -49,6 +47,7 @@ from .retried import PreviousFailures, write_retried
 from .rows import ErrorRow, is_permanent_reason
 from .sse import StreamMode
 from .store import ShardStore, StoreDir, StoreWriteError, read_generation_errors, stored_sample_ids
+from .tls import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +92,16 @@ async def generate_shard_async(
 
 
 class _HttpClients:
-    """The run's HTTP pools: one TLS context for all (building one loads the CA bundle), and workers
+    """The run's HTTP pools: one TLS context for all (tls.tls_context: building one loads the CA bundle), and workers
     spread over small pools, since httpcore scans its whole pool for every request (O(connections))
     and with hundreds in flight that scan costs more than the HTTP work."""
 
     def __init__(self) -> None:
         self._limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=4.0)
-        self._tls = ssl.create_default_context(cafile=certifi.where())
         self.all = [self._new()]  # the first one serves the probes and the first workers
 
     def _new(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(limits=self._limits, http1=True, http2=False, trust_env=False, verify=self._tls)
+        return httpx.AsyncClient(limits=self._limits, http1=True, http2=False, trust_env=False, verify=tls_context())
 
     @property
     def first(self) -> httpx.AsyncClient:

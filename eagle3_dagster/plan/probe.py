@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 
 from ..generate.endpoint_info import context_length_of, display_url, model_revision_of, server_said
+from ..generate.tls import tls_context
 from ..secret import redact
 
 
@@ -165,7 +166,9 @@ def probe_endpoints(
 
     async def run() -> list[EndpointProbe]:
         limits = httpx.Limits(max_connections=requests * max(per_endpoint, default=1) + 2)
-        async with httpx.AsyncClient(timeout=size.timeout_s, limits=limits, trust_env=False) as client:
+        async with httpx.AsyncClient(
+            timeout=size.timeout_s, limits=limits, trust_env=False, verify=tls_context()
+        ) as client:
             return [
                 await _probe_one(client, url.rstrip("/"), headers, prompts, capped, requests * k, k)
                 for url, k in zip(endpoints, per_endpoint, strict=True)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
+from sim_ctl import HTTP
 from sim_helpers import KIMI_ARGS, QWEN_ARGS, QWEN_DIR
 
 from eagle3_dagster.sim.process import SimProcess, start_simulator
@@ -47,7 +47,7 @@ def _clear_faults(request: pytest.FixtureRequest) -> Iterator[None]:
         if name in request.fixturenames:
             s: SimProcess = request.getfixturevalue(name)
             if s.alive():
-                httpx.post(s.url + "/_sim/faults", json={"clear": True}, timeout=5).raise_for_status()
+                HTTP.post(s.url + "/_sim/faults", json={"clear": True}, timeout=5).raise_for_status()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sim_ctl import HTTP
 
 from eagle3_dagster.sim.process import SimProcess
 
@@ -43,7 +44,7 @@ def chat_ids(tok: Any, text: str, **kw: Any) -> list[int]:
 def gen(
     s: SimProcess, body: Any, *, timeout: float = 30, method: str = "POST", headers: dict[str, str] | None = None
 ) -> httpx.Response:
-    return httpx.request(method, s.url + "/generate", json=body, timeout=timeout, headers=headers)
+    return HTTP.request(method, s.url + "/generate", json=body, timeout=timeout, headers=headers)
 
 
 def sse_events(text: str) -> list[str]:
@@ -58,12 +59,12 @@ def sse_events(text: str) -> list[str]:
 
 
 def faults(s: SimProcess, **kw: Any) -> dict[str, Any]:
-    r = httpx.post(s.url + "/_sim/faults", json=kw, timeout=5)
+    r = HTTP.post(s.url + "/_sim/faults", json=kw, timeout=5)
     r.raise_for_status()
     return r.json()
 
 
 def stats(s: SimProcess, **params: Any) -> dict[str, Any]:
-    r = httpx.get(s.url + "/_sim/stats", params=params, timeout=5)
+    r = HTTP.get(s.url + "/_sim/stats", params=params, timeout=5)
     r.raise_for_status()
     return r.json()
