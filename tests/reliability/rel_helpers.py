@@ -22,7 +22,6 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from sim_ctl import HTTP
 
 from eagle3_dagster.config import PROJECT_ROOT
 from eagle3_dagster.sim.process import free_port
@@ -265,7 +264,7 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, lo
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before {url} answered:\n{tail(log)}")
         try:
-            if HTTP.get(url, timeout=2).status_code < 500:
+            if httpx.get(url, timeout=2).status_code < 500:
                 return
         except httpx.HTTPError:
             pass
