@@ -179,15 +179,32 @@ class ForkLauncher:
 
 
 def _warm(tokenizer_dirs: list[str]) -> None:
-    """Import the server and load the shared tokenizers once: a child's load of one of them is then free
-    (tokenize.loading.load_tokenizer keeps each folder's tokenizer for the process while its files are unchanged,
-    and a forked child inherits what was loaded)."""
+    """Import the server and load the shared tokenizers once; a child's load of one of them is then free."""
     import eagle3_dagster.sim.server as server
     from eagle3_dagster.sim.settings import quiet_transformers
 
     quiet_transformers()
+    loaded: dict[tuple[Any, ...], Any] = {}
+    load = server.load_tokenizer
+
+    def key(location: str, trust_remote_code: bool) -> tuple[Any, ...] | None:
+        folder = Path(location)
+        if not folder.is_dir():
+            return None
+        files = sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir() if p.is_file())
+        return (str(folder.resolve()), trust_remote_code, tuple(files))
+
+    def load_once(location: str, *, trust_remote_code: bool = False, **kw: Any) -> Any:
+        k = key(location, trust_remote_code) if not kw else None
+        if k is None:
+            return load(location, trust_remote_code=trust_remote_code, **kw)
+        if k not in loaded:
+            loaded[k] = load(location, trust_remote_code=trust_remote_code)
+        return loaded[k]
+
+    server.load_tokenizer = load_once  # this process only: its children load through it
     for d in tokenizer_dirs:
-        server.load_tokenizer(d, trust_remote_code=False)
+        load_once(d)
 
 
 def _child(request: dict[str, Any], keep: list[int], die_with_forkserver: Any) -> None:

@@ -75,34 +75,18 @@ def default_cache_dir() -> Path:
 
 
 def load_tokenizer(location: str, *, trust_remote_code: bool = False, cache_dir: Path | None = None):
-    """Load a transformers fast tokenizer from a folder or a Hugging Face id (see module doc).
-
-    Once per process per folder: while the folder's files are unchanged (names, sizes, modification times), the
-    tokenizer loaded first is returned again. Parsing a tokenizer.json costs about 0.6 s of CPU (Kimi-K2.5's), and
-    one process loads it at tokenize, publish and report. Callers only read the tokenizer they are given."""
+    """Load a transformers fast tokenizer from a folder or a Hugging Face id (see module doc)."""
     folder = Path(location).expanduser()
     if folder.is_dir():
-        return _load_folder_once(folder.resolve(), trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+        return _load_folder(folder.resolve(), trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     if folder.exists():
         raise TokenizerLoadError(f"tokenizer location {location!r} is a file; expected a folder or a Hugging Face id")
     if _HF_ID.match(location) and not location.startswith((".", "~")):
         downloaded = _download_tokenizer_files(location)
-        return _load_folder_once(downloaded, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
+        return _load_folder(downloaded, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
     raise TokenizerLoadError(
         f"tokenizer location {location!r} is neither an existing folder nor a Hugging Face id (owner/name)"
     )
-
-
-_LOADED: dict[tuple[Any, ...], Any] = {}
-
-
-def _load_folder_once(folder: Path, *, trust_remote_code: bool, cache_dir: Path | None):
-    """`_load_folder`, remembered for this process under the folder's files as they are now."""
-    files = tuple(sorted((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir() if p.is_file()))
-    key = (str(folder), trust_remote_code, str(cache_dir), files)
-    if key not in _LOADED:
-        _LOADED[key] = _load_folder(folder, trust_remote_code=trust_remote_code, cache_dir=cache_dir)
-    return _LOADED[key]
 
 
 def _read_json(path: Path) -> dict[str, Any]:

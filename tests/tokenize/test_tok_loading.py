@@ -179,17 +179,3 @@ def test_a_tokenizer_json_folder_loads_without_importing_torch(shared_dir: Path)
     out = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["163840", "163607", "False"]
-
-
-def test_a_folder_loads_once_per_process_until_its_files_change(qwen_renderer, tmp_path: Path) -> None:
-    # tokenize, publish and report of one in-process run load the same folder: it is parsed once
-    qwen_renderer.tokenizer.save_pretrained(str(tmp_path))
-    first = load_tokenizer(str(tmp_path))
-    assert load_tokenizer(str(tmp_path / ".." / tmp_path.name)) is first
-    # an edited file (here the chat template) is a new tokenizer, loaded afresh
-    template = tmp_path / "chat_template.jinja"
-    template.write_text("{{ messages[0]['content'] }}")
-    os.utime(template, ns=(1, 1))
-    edited = load_tokenizer(str(tmp_path))
-    assert edited is not first and edited.chat_template == "{{ messages[0]['content'] }}"
-    assert load_tokenizer(str(tmp_path), trust_remote_code=False) is edited
