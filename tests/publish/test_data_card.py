@@ -105,6 +105,12 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
         for value, n in rows[column].value_counts().iter_rows():
             assert f"`{value}` ({n} rows)" in body, (column, value)
     assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
+    # the simulator's release and its one server, on every row (copied from the generations) and in the card
+    (release,) = rows["sglang_version"].unique().to_list()
+    assert release and rows["worker"].n_unique() == 1 and rows["worker"].null_count() == 0
+    assert manifest["served_by"] == {"sglang_versions": {release: rows.height}, "workers": 1, "rows_without_worker": 0}
+    assert _server_row(body).startswith(f"release(s) `{release}` ({rows.height} rows); 1 worker(s); weight version(s)")
+    assert "Mixed SGLang releases" not in body
     assert _served_row(body) == "model type `kimi_k25`; any other was refused"
     sampling = manifest["config"]["sampling"]  # the profile's, as the run sent them (max_new_tokens: the run's)
     assert sampling and f"max_new_tokens={manifest['config']['max_new_tokens']};" in body
