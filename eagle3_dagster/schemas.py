@@ -175,6 +175,10 @@ TRAINING_SAMPLES = pa.schema(
         # the prompt's literal control-token text became special ids (its source's control_text: as_served;
         # tokenized_prompts.control_text_in_content); null: not known (a prompt row without the flag)
         ("control_text_in_content", pa.bool_()),
+        # who served the row, copied from its generation row (GENERATIONS `worker`, `sglang_version`); null
+        # where that row has none (a gateway that names no worker; rows stored before those columns existed)
+        ("worker", pa.string()),
+        ("sglang_version", pa.string()),
     ]
 )
 TRAINING_SAMPLES_TURNS = pa.schema([*TRAINING_SAMPLES, *TRAINING_SAMPLES_TURNS_EXTRA])

@@ -450,6 +450,10 @@ def read_turn_rows(gen_dir: Any, columns: list[str] | None = None) -> pl.DataFra
         df = cast(pl.DataFrame, pl.from_arrow(schemas.TURN_GENERATIONS.empty_table()))
         return df.select(columns) if columns else df
     df = read_parquet(files, columns=columns)
+    if columns is None:  # chunks written before a column was added (e.g. `worker`): null there, not an error
+        empty = cast(pl.DataFrame, pl.from_arrow(schemas.TURN_GENERATIONS.empty_table()))
+        missing = [n for n in empty.columns if n not in df.columns]
+        df = df.with_columns(pl.lit(None, dtype=empty.schema[n]).alias(n) for n in missing)
     return df.unique(subset="sample_id", keep="first", maintain_order=True)
 
 

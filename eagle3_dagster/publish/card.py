@@ -3,9 +3,10 @@
 `datasets.load_dataset("<snapshot folder>")` reads it as it is: the YAML header's `configs` name the
 snapshot's own files (the training rows as the default config, one config per export). The header
 carries what the Hub reads (license per source, size, task, tags, pretty_name); the body says what
-made the rows (profile, tokenizer, model revision, template hash, sampling, weight versions), the gates
-they passed, the counts (in = rows + rejected + duplicates + quarantined + failed) and the sources with
-their licences and origin.
+made the rows (profile, tokenizer, model revision, template hash, sampling, weight versions, the SGLang
+release(s) with their row counts and the number of workers; a snapshot of several releases says so in a
+line of its own), the gates they passed, the counts (in = rows + rejected + duplicates + quarantined +
+failed) and the sources with their licences and origin.
 
 User text (source names, licences, descriptions, paths) reaches the header only through
 yaml.safe_dump and the body only escaped (`_cell`). A source with no licence is written as `unknown`
@@ -31,10 +32,12 @@ import yaml
 from ..secret import printable
 from ..storage import DataPath, TextSink, display_uri, sha256_of
 from .card_facts import (
+    UNKNOWN_RELEASE,
     GateFacts,
     SourceCounts,
     gate_facts,
     reconciliation,
+    release_order,
     source_counts,
     table_columns,
     table_provenance,
@@ -293,8 +296,38 @@ def model_section(manifest: dict[str, Any], values: dict[str, Counter[str]]) -> 
         f"| chat template (template hash) | {_values(values['template_hash'])} |",
         f"| sampling | {sampling_text or 'not recorded'}; max_new_tokens={_cell(cfg.get('max_new_tokens', 'n/a'))}; "
         f"sampling hash {_values(values['sampling_hash'])} |",
-        f"| server (SGLang) | weight version(s) {', '.join(f'`{_code(w)}`' for w in wv) or 'not recorded'}; "
-        "the SGLang version is not stored with the rows (the generations asset's metadata names it) |",
+        f"| server (SGLang) | {_served_by_text(manifest.get('served_by'))}; "
+        f"weight version(s) {', '.join(f'`{_code(w)}`' for w in wv) or 'not recorded'} |",
+        "",
+    ]
+
+
+def _releases_text(served: dict[str, Any]) -> str:
+    releases = served.get("sglang_versions") or {}
+    ordered = sorted(releases.items(), key=lambda kv: release_order(str(kv[0])))
+    return ", ".join(f"`{_code(r)}` ({n} rows)" for r, n in ordered)
+
+
+def _served_by_text(served: dict[str, Any] | None) -> str:
+    """The SGLang release(s) of the rows with their row counts and the number of workers (manifest `served_by`)."""
+    if not served:
+        return "release(s) not recorded"
+    workers = f"{served.get('workers', 0)} worker(s)"
+    if served.get("rows_without_worker"):
+        workers += f" ({served['rows_without_worker']} rows do not name theirs)"
+    return f"release(s) {_releases_text(served) or 'not recorded'}; {workers}"
+
+
+def mixed_releases_line(served: dict[str, Any] | None) -> list[str]:
+    """One plain line when the rows were served by more than one SGLang release (`unknown` counted as one):
+    legal (a fleet upgraded mid-run), but the release decides the spec-metric names and the server's behaviour."""
+    releases = (served or {}).get("sglang_versions") or {}
+    if len(releases) < 2:
+        return []
+    unknown = " (`unknown`: the row does not record it)" if UNKNOWN_RELEASE in releases else ""
+    return [
+        f"**Mixed SGLang releases:** the rows were served by {_releases_text(served or {})}; "
+        f"each row's `sglang_version` says which{unknown}.",
         "",
     ]
 
@@ -475,6 +508,7 @@ def render_card(
         "(content identity: " + _cell((manifest.get("identity") or {}).get("of", "n/a")) + ").",
         "",
         *([f"**Warning:** {_cell(w)}" for w in warnings] + ([""] if warnings else [])),
+        *mixed_releases_line(manifest.get("served_by")),
         *left_out_section(manifest),
         *model_section(manifest, values),
         *gates_section(manifest, row_gates, sum(len(g) for g in table_groups)),

@@ -10,6 +10,7 @@ every shard, and `reconciliation` states how they all add up.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,8 +19,11 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from ..storage import DataPath
+from ..train.samples import SERVED_BY_COLUMNS
 
 ROW_GATES = ("prompts", "generations", "training_samples")
+# a row whose table names no SGLang release (null, or a table built before training rows recorded it)
+UNKNOWN_RELEASE = "unknown"
 # what the card says about the model and the server, per distinct value in the snapshot's rows
 PROVENANCE_COLUMNS = ("model_revision", "template_hash", "tokenizer_fingerprint", "sampling_hash")
 
@@ -136,6 +140,36 @@ def table_provenance(tables: Iterable[DataPath]) -> tuple[Counter[str], dict[str
         for c in PROVENANCE_COLUMNS:
             values[c].update(str(v) for v in cols.get(c, []) if v is not None)
     return rows, values
+
+
+def release_order(release: str) -> tuple[Any, ...]:
+    """Sorts SGLang releases by version (0.5.9 before 0.5.12), `unknown` last."""
+    parts = re.split(r"[.\-+]", release)
+    return (release == UNKNOWN_RELEASE, *((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts))
+
+
+def served_by(tables: Iterable[DataPath]) -> dict[str, Any]:
+    """What served a snapshot's rows, read from its training tables (train/samples.py SERVED_BY_COLUMNS):
+    `sglang_versions` {release: rows} (`unknown`: the row records none), `workers` (distinct servers named)
+    and `rows_without_worker` (a gateway that names no worker, or a table from before the column)."""
+    releases: Counter[str] = Counter()
+    workers: set[str] = set()
+    no_worker = 0
+    for t in tables:
+        pf = _parquet(t)
+        have = [c for c in SERVED_BY_COLUMNS if c in pf.schema_arrow.names]
+        if "sglang_version" not in have:
+            releases[UNKNOWN_RELEASE] += pf.metadata.num_rows
+        if "worker" not in have:
+            no_worker += pf.metadata.num_rows
+        for b in pf.iter_batches(batch_size=4096, columns=have) if have else ():
+            cols = b.to_pydict()
+            releases.update(str(v) if v else UNKNOWN_RELEASE for v in cols.get("sglang_version", ()))
+            named = [str(w) for w in cols.get("worker", ()) if w]
+            workers.update(named)
+            no_worker += b.num_rows - len(named) if "worker" in cols else 0
+    counts = dict(sorted(releases.items(), key=lambda kv: release_order(kv[0])))
+    return {"sglang_versions": counts, "workers": len(workers), "rows_without_worker": no_worker}
 
 
 def _prompt_sources(data: DataPath, shards: set[int]) -> tuple[Counter[str], dict[str, str]]:

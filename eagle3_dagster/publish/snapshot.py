@@ -5,7 +5,8 @@ sample_id, input_ids, loss_mask, model_revision, template_hash, sampling_hash), 
 identical tokens on another machine, port or day gives the same version, and assembling unchanged
 inputs again yields the same snapshot rather than a near-copy. The manifest keeps each file's
 sha256 (`files`, `exports`), the full content digest (`identity`), a distribution summary
-(`summary`), and what the snapshot gates decided (`published`, `publish_gate`, `drift`). Shards
+(`summary`), which SGLang release(s) and how many workers served the rows (`served_by`), and what the
+snapshot gates decided (`published`, `publish_gate`, `drift`). Shards
 are copied in, so deleting or regenerating the working tables never changes a published snapshot.
 Memory stays flat however big the snapshot: the content identity and summary read each shard table a
 batch at a time (content_and_summary), the shards are copied file to file, and the exports stream
@@ -59,6 +60,7 @@ from ..storage import (
 )
 from ..train.summary import STAT_COLUMNS, Summary, sample_stats, summarize
 from .card import write_card
+from .card_facts import served_by
 from .identity import IDENTITY_SCHEME, ContentHasher
 from .snapshot_gates import PublishedSnapshot, SnapshotFacts, SnapshotVerdict
 
@@ -565,6 +567,8 @@ def _assemble(
         "request_failures": request_failures(data, decisions),
         "config": content.config,
         "summary": assembled.summary,
+        # which SGLang release(s) and how many workers made the rows, read from the copied tables
+        "served_by": served_by(staging / rel for rel in files),
         **assembled.gate_fields,
     }
     manifest["card"] = write_card(data, staging, manifest)  # README.md, the Hugging Face dataset card

@@ -26,8 +26,18 @@ LINEAGE_FROM_GENERATIONS = (
 # the tokenized prompt's flag for control-token text of its data encoded as special ids (as_served),
 # carried onto its training rows and into the snapshot's exports
 CONTROL_FLAG = "control_text_in_content"
+# who served the row (the SGLang server that generated it and its release), copied from the generation row;
+# null where it has none, and where a generations batch has no such column (rows stored before it existed)
+SERVED_BY_COLUMNS = ("worker", "sglang_version")
 # the generations columns a training row is built from (the training step reads only these)
-TRAINING_INPUT_COLUMNS = ("sample_id", "prompt_id", "source", "output_ids", *LINEAGE_FROM_GENERATIONS)
+TRAINING_INPUT_COLUMNS = (
+    "sample_id",
+    "prompt_id",
+    "source",
+    "output_ids",
+    *LINEAGE_FROM_GENERATIONS,
+    *SERVED_BY_COLUMNS,
+)
 # EAGLE3_TRAIN_ACCEPTANCE: the drafter's acceptance on the row as the speculating server reported it when the
 # row was generated (generations table, generate/drafter.py; null when it did not speculate), so a trainer
 # can weight or oversample the rows the current drafter finds hard. Null too where the figures failed their
@@ -105,6 +115,7 @@ def build_training_samples(
         "text_exact",
         pl.col("text_mismatch_pos").cast(pl.Int32),
         pl.col(CONTROL_FLAG).cast(pl.Boolean),
+        *((pl.col(c) if c in joined.columns else pl.lit(None)).cast(pl.String).alias(c) for c in SERVED_BY_COLUMNS),
         *(_acceptance_exprs(joined.columns) if acceptance else ()),
     ).sort("sample_id")
     counts["samples"] = out.height

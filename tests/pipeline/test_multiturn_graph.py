@@ -142,6 +142,7 @@ def _check(data: Path, shard: str, log: Path, gen_meta, train_meta, profile, dat
         assert r["input_ids"] == g["prompt_ids"] + g["output_ids"]
         assert r["loss_mask"] == [0] * len(g["prompt_ids"]) + [1] * len(g["output_ids"])
         assert (r["conversation_id"], r["turn_index"]) == (g["conversation_id"], g["turn_index"])
+        assert (r["worker"], r["sglang_version"]) == (g["worker"], g["sglang_version"]) and r["sglang_version"]
     assert train.filter(pl.col("turn_index").is_null()).height == 0  # this shard holds only conversations
 
     # every later-turn request holds the model's own earlier answers and none of the dataset's

@@ -105,6 +105,12 @@ def test_card_header_and_figures_are_the_snapshots_own(published):
         for value, n in rows[column].value_counts().iter_rows():
             assert f"`{value}` ({n} rows)" in body, (column, value)
     assert f"`{manifest['config']['profile_fingerprint']}`" in body and "kimi-k2.5" in body
+    # the simulator's release and its one server, on every row (copied from the generations) and in the card
+    (release,) = rows["sglang_version"].unique().to_list()
+    assert release and rows["worker"].n_unique() == 1 and rows["worker"].null_count() == 0
+    assert manifest["served_by"] == {"sglang_versions": {release: rows.height}, "workers": 1, "rows_without_worker": 0}
+    assert _server_row(body).startswith(f"release(s) `{release}` ({rows.height} rows); 1 worker(s); weight version(s)")
+    assert "Mixed SGLang releases" not in body
     assert _served_row(body) == "model type `kimi_k25`; any other was refused"
     sampling = manifest["config"]["sampling"]  # the profile's, as the run sent them (max_new_tokens: the run's)
     assert sampling and f"max_new_tokens={manifest['config']['max_new_tokens']};" in body
@@ -330,3 +336,44 @@ def test_every_count_of_the_card_reconciles_probes_and_quarantined_prompts_inclu
         "read 14 = rejected at ingest 1 + duplicates 2 + probe overlap 1 + in other shards 2 + probe prompts 2 + "
         "quarantined or failed 2 + trained 4; training rows 5, 1 of them further turns of multi-turn conversations"
     )
+
+
+def _server_row(body: str) -> str:
+    """The value of the card's "server (SGLang)" row."""
+    (line,) = [ln for ln in body.splitlines() if ln.startswith("| server (SGLang) | ")]
+    return line.removeprefix("| server (SGLang) | ").removesuffix(" |")
+
+
+def test_the_card_and_manifest_count_rows_per_sglang_release_and_say_a_mix_plainly(tmp_path):
+    """Rows of two releases (0.5.9 sorts before 0.5.12) and a shard table built before training rows recorded the
+    release (its rows `unknown`, and naming no worker): the manifest counts them, the card names each release with
+    its rows in one line of its own."""
+    _write_shard(tmp_path, 0, 3, worker="http://w1:30000", sglang_version="0.5.12")
+    _write_shard(tmp_path, 1, 2, worker="http://w2:30000", sglang_version="0.5.9")
+    _write_shard(tmp_path, 2, 1)
+    old = tmp_path / "training_samples" / "shard=0002" / "part-0000.parquet"
+    pq.write_table(pq.read_table(old).drop_columns(["worker", "sglang_version"]), old)
+    snap = build_snapshot(tmp_path, range(3), _gates(), SnapshotContent(config={}))
+    served = {"sglang_versions": {"0.5.12": 3, "0.5.9": 2, "unknown": 1}, "workers": 2, "rows_without_worker": 1}
+    assert snap.manifest["served_by"] == served
+    assert json.loads((Path(snap.path) / "manifest.json").read_text())["served_by"] == served
+    _, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    mixed = [ln for ln in body.splitlines() if ln.startswith("**Mixed SGLang releases:**")]
+    assert mixed == [
+        "**Mixed SGLang releases:** the rows were served by `0.5.9` (2 rows), `0.5.12` (3 rows), `unknown` (1 rows); "
+        "each row's `sglang_version` says which (`unknown`: the row does not record it)."
+    ]
+    assert _server_row(body) == (
+        "release(s) `0.5.9` (2 rows), `0.5.12` (3 rows), `unknown` (1 rows); 2 worker(s) (1 rows do not name "
+        "theirs); weight version(s) not recorded"
+    )
+
+
+def test_a_snapshot_of_one_release_names_it_without_a_mix_line(tmp_path):
+    _write_shard(tmp_path, 0, 2, worker="http://w1:30000", sglang_version="0.5.18")
+    _write_shard(tmp_path, 1, 1, worker="http://w2:30000", sglang_version="0.5.18")
+    snap = build_snapshot(tmp_path, [0, 1], _gates(), SnapshotContent(config={}))
+    assert snap.manifest["served_by"] == {"sglang_versions": {"0.5.18": 3}, "workers": 2, "rows_without_worker": 0}
+    _, body = _header_and_body((Path(snap.path) / "README.md").read_text())
+    assert "Mixed SGLang releases" not in body
+    assert _server_row(body) == "release(s) `0.5.18` (3 rows); 2 worker(s); weight version(s) not recorded"

@@ -75,6 +75,8 @@ def training_table(n: int, tokens: int, *, seed: int, prefix: str = "s") -> pa.T
         "text_exact": text_exact,
         "text_mismatch_pos": [None if t is not False else 5 for t in text_exact],
         "control_text_in_content": rng.choice([False, True], n, p=[0.9, 0.1]).tolist(),
+        "worker": rng.choice(["http://w1:30000", "http://w2:30000"], n).tolist(),
+        "sglang_version": rng.choice(["0.5.12", "0.5.18"], n).tolist(),
     }
     return pa.table({f.name: pa.array(cols[f.name], f.type) for f in TRAINING_SAMPLES}, schema=TRAINING_SAMPLES)
 

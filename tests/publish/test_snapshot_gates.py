@@ -79,7 +79,8 @@ def test_a_sudden_drop_is_refused_unless_the_threshold_allows_it(tmp_path, kimi,
 
 MANIFEST_KEYS = {
     "card", "config", "created_at", "drift", "exports", "files", "identity", "previous_version", "publish_gate",
-    "published", "published_at", "request_failures", "rows", "shards", "shards_left_out", "summary", "version",
+    "published", "published_at", "request_failures", "rows", "served_by", "shards", "shards_left_out", "summary",
+    "version",
 }  # fmt: skip
 GATE_KEYS = {"created_at", "outcomes", "success", "suite_sha256", "values"}
 OUTCOME_KEYS = {"column", "description", "key", "name", "severity", "success"}
