@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +12,7 @@ from pathlib import Path
 import httpx
 import polars as pl
 import pytest
-from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
+from gen_helpers import Sim, as_map, free_port, make_config, make_prompts, start_mini_router
 
 from eagle3_dagster.config import Settings
 from eagle3_dagster.generate import (
@@ -158,26 +156,9 @@ def test_workers_are_spread_over_small_connection_pools(clean_sim, tmp_path: Pat
     assert (rep.max_in_flight, rep.http_pools, rep.succeeded) == (20, 3, 30)
 
 
-def _start_router(worker: str, *args: str) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    p = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "mini_router.py"), "--port", str(port), "--worker", worker, *args]
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url + "/liveness", timeout=0.5)
-            return p, url
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    p.kill()
-    raise TimeoutError("router did not start")
-
-
 def test_behind_a_router_refusals_are_retried(clean_sim, tmp_path: Path):
     sim = clean_sim
-    router, url = _start_router(sim.url, "--no-workers", "3", "--queue-full", "2", "--queue-timeout", "2")
+    router, url = start_mini_router(sim.url, "--no-workers", "3", "--queue-full", "2", "--queue-timeout", "2")
     try:
         prompts = make_prompts(10, seed=36)
         rep = generate_shard(prompts, tmp_path / "s", make_config(url))
