@@ -5,13 +5,13 @@ one plain line. The exports keep exactly the keys SpecForge and speculators read
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from types import SimpleNamespace
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+from train_helpers import answered, build_shard, one_message_prompts
 
 from eagle3_dagster import schemas
 from eagle3_dagster.generate.multiturn import read_turn_rows, turn_generations, turns_dir
@@ -21,7 +21,7 @@ from eagle3_dagster.publish.snapshot import SnapshotContent, build_snapshot
 from eagle3_dagster.tokenize import PromptRenderer, tokenize_prompts
 from eagle3_dagster.train import build_training_samples
 from eagle3_dagster.train.samples import TRAINING_INPUT_COLUMNS
-from eagle3_dagster.train.shard import SampleSources, ShardOutput, build_training_shard
+from eagle3_dagster.train.shard import SampleSources
 
 SERVED = ("worker", "sglang_version")
 # four generation rows: two workers on two releases (w2 upgraded mid-night), one row of a gateway that named
@@ -30,68 +30,22 @@ WORKERS = {"s-a": ("http://w1:30000", "0.5.12"), "s-b": ("http://w2:30000", "0.5
 WORKERS |= {"s-c": ("http://w2:30000", "0.5.18"), "s-d": (None, None)}
 
 
-def _prompts() -> pl.DataFrame:
-    ids = [sid.removeprefix("s-") for sid in WORKERS]
-    return pl.DataFrame(
-        {
-            "prompt_id": ids,
-            "source": ["demo"] * len(ids),
-            "shard": [0] * len(ids),
-            "messages": [json.dumps([{"role": "user", "content": f"question {p}"}]) for p in ids],
-            "tools": [None] * len(ids),
-        }
-    )
-
-
-def _generations(tokenized: pl.DataFrame, tok, profile) -> pl.DataFrame:
-    out = tok.encode("thinking", add_special_tokens=False) + [profile.think_end_id]
-    out += tok.encode("The answer.", add_special_tokens=False) + [profile.end_of_turn_id]
-    ids = tokenized["prompt_id"].to_list()
-    sids = [f"s-{p}" for p in ids]
-    return pl.DataFrame(
-        {
-            "sample_id": sids,
-            "prompt_id": ids,
-            "source": tokenized["source"].to_list(),
-            "output_ids": [out] * len(ids),
-            "model_revision": ["m"] * len(ids),
-            "template_hash": tokenized["template_hash"].to_list(),
-            "sampling_hash": ["h"] * len(ids),
-            "endpoint": ["http://gateway:30000"] * len(ids),
-            "finish_reason": ["stop"] * len(ids),
-            "generated_at": [dt.datetime(2026, 12, 1, tzinfo=dt.UTC)] * len(ids),
-            "worker": [WORKERS[s][0] for s in sids],
-            "sglang_version": [WORKERS[s][1] for s in sids],
-        },
-        schema_overrides={"output_ids": pl.List(pl.Int32)},
-    )
-
-
-def _build(gens: pl.DataFrame, tokenized, prompts, profile, tok, shard) -> pa.Table:
-    built = build_training_shard(
-        [gens],
-        gens["sample_id"],
-        SampleSources(tokenized, prompts, profile, tok),
-        ShardOutput(shard / "part-0000.parquet", shard / "quarantine.parquet"),
-        max_total_len=4096,
-    )
-    assert built.counts["samples"] == gens.height
-    return pq.read_table(shard / "part-0000.parquet")
-
-
 def test_training_rows_and_the_snapshot_say_which_workers_and_releases_served_them(
     tmp_path, kimi_profile, kimi_tokenizer
 ):
-    prompts = _prompts()
+    prompts = one_message_prompts([(p, "demo", f"question {p}") for p in (sid.removeprefix("s-") for sid in WORKERS)])
     tokenized, rejects = tokenize_prompts(prompts, PromptRenderer(kimi_profile, kimi_tokenizer), max_new_tokens=16)
     assert rejects.height == 0
-    gens = _generations(tokenized, kimi_tokenizer, kimi_profile)
-    table = _build(gens, tokenized, prompts, kimi_profile, kimi_tokenizer, tmp_path / "training_samples" / "shard=0000")
+    sids = [f"s-{p}" for p in tokenized["prompt_id"].to_list()]
+    served = {"worker": [WORKERS[s][0] for s in sids], "sglang_version": [WORKERS[s][1] for s in sids]}
+    gens = answered(tokenized, kimi_tokenizer, kimi_profile, **served)
+    sources = SampleSources(tokenized, prompts, kimi_profile, kimi_tokenizer)
+    table = build_shard(gens, sources, tmp_path / "training_samples" / "shard=0000")
     rows = {r["sample_id"]: r for r in table.to_pylist()}
     assert {sid: (r["worker"], r["sglang_version"]) for sid, r in rows.items()} == WORKERS
     assert table.schema.names == schemas.TRAINING_SAMPLES.names
     # every other column (token ids first) exactly what it was without the two columns
-    plain = _build(gens.drop(*SERVED), tokenized, prompts, kimi_profile, kimi_tokenizer, tmp_path / "plain")
+    plain = build_shard(gens.drop(*SERVED), sources, tmp_path / "plain")
     assert plain.column("worker").null_count == plain.column("sglang_version").null_count == plain.num_rows
     assert table.drop_columns(list(SERVED)).equals(plain.drop_columns(list(SERVED)))
     prompt_ids = dict(zip(tokenized["prompt_id"], tokenized["input_ids"].to_list()))
