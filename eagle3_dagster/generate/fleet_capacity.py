@@ -75,6 +75,9 @@ class EndpointCapacity:
     # what the servers behind it said they serve (a plain server: its own; a router: each reachable worker's,
     # else the router's /get_model_info); () when none said
     models: tuple[ModelAnswer, ...] = ()
+    # who answered /server_info but said nothing of what it serves (/model_info, /get_model_info): a run waits
+    # for such a server to say it, and then fails
+    model_unsaid: tuple[str, ...] = ()
 
     @property
     def drafters(self) -> tuple[DrafterIdentity | None, ...]:
@@ -173,6 +176,7 @@ def probe_endpoint(client: httpx.Client, url: str) -> EndpointCapacity:
         drafter=drafter_of(info) if said else None,
         drafter_known=said,
         models=(ModelAnswer("the endpoint", model),) if model is not None else (),
+        model_unsaid=("the endpoint",) if said and model is None else (),
     )
 
 
@@ -196,7 +200,8 @@ def _probe_router(client: httpx.Client, base: str, name: str) -> EndpointCapacit
             models.append(ModelAnswer(f"router worker {display_url(wurl)}", model))
     if not models and (own := _model_info(client, base)) is not None:
         models.append(ModelAnswer("the router", own))
-    return replace(router_capacity(name, per_worker, drafters), models=tuple(models))
+    unsaid = ("the router",) if not models and any(v is not None for v in per_worker.values()) else ()
+    return replace(router_capacity(name, per_worker, drafters), models=tuple(models), model_unsaid=unsaid)
 
 
 def probe_fleet(
@@ -240,6 +245,12 @@ def _verdicts(
             yield c, judge_served_model(answer.info, expected, who=answer.who)
 
 
+_UNSAID = (
+    "{who} answers /server_info but does not say which model it serves (neither /model_info nor /get_model_info "
+    "answered): a run waits for it to say so, then fails"
+)
+
+
 def _line(c: EndpointCapacity, said: str) -> str:
     # the judge's text quotes server text and the user's pin: redacted, control characters escaped
     return f"EAGLE3_SGLANG_URL {c.endpoint}: {printable(redact(said))}"
@@ -248,9 +259,11 @@ def _line(c: EndpointCapacity, said: str) -> str:
 def served_model_problems(fleet: Sequence[EndpointCapacity], expected: ExpectedModel | None) -> list[str]:
     """A line per server (an endpoint, a router's worker) that serves another model than `expected` (the
     profile's, or the user's pin), naming what it serves, what is expected and how to pin it; the run would
-    refuse it. A server that did not say what it serves is not judged here (endpoint_problems names a dead
-    one). `expected` None (no profile, no pin): nothing is judged."""
-    return [_line(c, v.refusal) for c, v in _verdicts(fleet, expected) if v.refusal is not None]
+    refuse it. A line too per server that answers /server_info but says nothing of what it serves (the run
+    would wait for it, then fail); a dead one is endpoint_problems' line. `expected` None (no profile, no pin):
+    nothing is judged."""
+    lines = [_line(c, v.refusal) for c, v in _verdicts(fleet, expected) if v.refusal is not None]
+    return lines + [_line(c, _UNSAID.format(who=who)) for c in fleet for who in c.model_unsaid if expected]
 
 
 def served_model_warnings(fleet: Sequence[EndpointCapacity], expected: ExpectedModel | None) -> list[str]:

@@ -4,6 +4,12 @@ which model each endpoint (each router worker) serves, judged as the run judges 
 
 from __future__ import annotations
 
+import contextlib
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+
 import httpx
 import pytest
 from gen_helpers import start_mini_router
@@ -177,3 +183,60 @@ def test_a_routers_workers_are_judged_each_by_its_own_model_info(start_sim) -> N
         router.kill()
         router.wait()
     assert kimi.requests() == qwen.requests() == 0
+
+
+class _Silent(http.server.BaseHTTPRequestHandler):
+    """A server that tells its capacity (/server_info) and nothing of the model it serves (404 on /model_info and
+    /get_model_info); with `router` set, a router (/readiness JSON) listing one such worker."""
+
+    router: str | None = None
+
+    def do_GET(self) -> None:
+        if self.path == "/readiness" and self.router is None:
+            self._send(404, {"detail": "Not Found"})
+        elif self.path == "/readiness":
+            self._send(200, {"status": "ready"})
+        elif self.path == "/server_info" and self.router is None:
+            self._send(200, {"max_running_requests": 4})
+        elif self.path == "/workers" and self.router is not None:
+            self._send(200, {"workers": [{"url": self.router}]})
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _send(self, status: int, body: dict) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_a_server_that_does_not_say_what_it_serves_is_named_not_passed() -> None:
+    # the run waits for such a server to say what it serves, then fails: check and plan say so before a run
+    with _serving(_Silent) as worker:
+        router_handler = type("_SilentRouter", (_Silent,), {"router": worker})
+        with _serving(router_handler) as router:
+            fleet = probe_fleet([worker, router], timeout_s=3.0)
+    assert [(c.slots, c.models) for c in fleet] == [(4, ()), (4, ())]
+    assert endpoint_problems(fleet) == []  # both answer as servers: only the model is unknown
+    lines = served_model_problems(fleet, _expected("kimi-k2.5"))
+    assert [ln.split(": ", 1)[0] for ln in lines] == [f"EAGLE3_SGLANG_URL {worker}", f"EAGLE3_SGLANG_URL {router}"]
+    assert lines[0].split(": ", 1)[1].startswith("the endpoint answers /server_info but does not say which model")
+    assert lines[1].split(": ", 1)[1].startswith("the router answers /server_info but does not say which model")
+    assert all(ln.endswith("a run waits for it to say so, then fails") for ln in lines), lines
+    assert served_model_problems(fleet, None) == []  # nothing expected: nothing judged

@@ -60,13 +60,16 @@ def _server_info(draft_path: str) -> dict:
 
 
 def _fleet_serving(monkeypatch, info: dict | None) -> None:
-    """The fleet's endpoint answers /server_info with `info` (None: nothing answers)."""
+    """The fleet's endpoint answers /server_info with `info` and /model_info as a Kimi-K2.5 server does (None:
+    nothing answers)."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         if info is None:
             raise httpx.ConnectError("connection refused", request=request)
         if request.url.path == "/server_info":
             return httpx.Response(200, json=info)
+        if request.url.path == "/model_info":
+            return httpx.Response(200, json={"model_path": "moonshotai/Kimi-K2.5", "model_type": "kimi_k25"})
         return httpx.Response(404)  # /readiness: a plain server, not a router
 
     monkeypatch.setattr(
