@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from gen_helpers import Sim, as_map, free_port, make_config, make_prompts
-from test_fleet import _start_router
+from gen_helpers import Sim, as_map, free_port, make_config, make_prompts, start_mini_router
 
 from eagle3_dagster.generate import NoEndpointError, generate_shard, read_generation_errors, read_generations
 from eagle3_dagster.generate.endpoint_info import EndpointRefusedError
@@ -156,7 +155,7 @@ def test_router_without_workers_is_waited_for_without_spending_retries(
     clean_sim: Sim, prompts, reference, tmp_path: Path, caplog
 ):
     caplog.set_level(logging.INFO, logger="eagle3_dagster.generate")
-    router, url = _start_router(clean_sim.url, "--start-empty")
+    router, url = start_mini_router(clean_sim.url, "--start-empty")
     try:
 
         def add_worker() -> None:
